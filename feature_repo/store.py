@@ -1,0 +1,133 @@
+"""Opening the feature store and registering the repository's definitions.
+
+The repository's objects are listed here explicitly (no module scanning), so the Python API, the
+flows and the replicas all register and read exactly the same definitions.
+"""
+
+from __future__ import annotations
+
+import os
+import string
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+from feast import FeatureService, FeatureStore, RepoConfig
+
+from feature_repo.data_sources import (
+    CUSTOMER_ACTIVITY_PATH,
+    MERCHANT_RISK_PATH,
+    customer_activity_source,
+    merchant_risk_source,
+    transaction_request,
+)
+from feature_repo.entities import customer, merchant
+from feature_repo.feature_services import fraud_v1
+from feature_repo.features import customer_activity, merchant_risk
+from feature_repo.on_demand_features import transaction_context
+
+REPO_DIR = Path(__file__).resolve().parent
+CONFIG_FILE = REPO_DIR / "feature_store.yaml"
+TABLE_PATHS = {"customer_activity": CUSTOMER_ACTIVITY_PATH, "merchant_risk": MERCHANT_RISK_PATH}
+DEFINITIONS: list[Any] = [
+    customer,
+    merchant,
+    customer_activity_source,
+    merchant_risk_source,
+    transaction_request,
+    customer_activity,
+    merchant_risk,
+    transaction_context,
+    fraud_v1,
+]
+
+
+def load_config(home: Path, config_file: Path = CONFIG_FILE) -> RepoConfig:
+    """Read feature_store.yaml with ``${TOLLFREE_HOME}`` set to ``home``; relative paths resolve there."""
+    text = string.Template(config_file.read_text()).safe_substitute(TOLLFREE_HOME=str(home))
+    raw = yaml.safe_load(text)
+    config = RepoConfig(**raw)
+    config.repo_path = home
+    return config
+
+
+def open_store(home: Path) -> FeatureStore:
+    """The feature store whose registry, online store and tables live in the state folder ``home``."""
+    home = Path(home).resolve()
+    (home / "feast").mkdir(parents=True, exist_ok=True)
+    return FeatureStore(config=load_config(home), repo_path=str(home))
+
+
+def bind_sources(home: Path) -> None:
+    """Point the file sources at the tables in ``home``.
+
+    Feast's DuckDB store reads a relative source path from the working directory, not the repo path,
+    so the registry must hold absolute paths; they are bound here, once, when definitions are applied.
+    """
+    for source, relative in ((customer_activity_source, CUSTOMER_ACTIVITY_PATH), (merchant_risk_source, MERCHANT_RISK_PATH)):
+        source.file_options.uri = str(Path(home).resolve() / relative)
+
+
+def apply_definitions(store: FeatureStore) -> list[str]:
+    """Register every definition of the repository (idempotent); returns their names."""
+    bind_sources(Path(store.repo_path))
+    store.apply(DEFINITIONS)
+    return [obj.name for obj in DEFINITIONS]
+
+
+def write_table(home: Path, name: str, frame: pd.DataFrame) -> Path:
+    """Write a feature table atomically: a reader sees the old file or the new one, never half."""
+    target = Path(home) / TABLE_PATHS[name]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        frame.to_parquet(tmp, index=False)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def feature_service(store: FeatureStore, name: str) -> FeatureService:
+    """The registered FeatureService ``name``, with a clear error if it is not registered."""
+    try:
+        return store.get_feature_service(name)
+    except Exception as exc:  # Feast raises its own FeatureServiceNotFoundException
+        raise LookupError(f"feature service {name!r} is not registered in the feature store") from exc
+
+
+def feature_names(service: FeatureService) -> list[str]:
+    """The service's feature names, in the order the model sees its columns."""
+    return [f.name for projection in service.feature_view_projections for f in projection.features]
+
+
+def entity_join_keys(store: FeatureStore, service: FeatureService) -> list[str]:
+    """Join keys of the entities the service's batch views need, in first-seen order."""
+    keys: list[str] = []
+    for projection in service.feature_view_projections:
+        try:
+            view = store.get_feature_view(projection.name)
+        except Exception:
+            continue  # on-demand views have no entities of their own
+        for column in view.entity_columns:
+            if column.name not in keys:
+                keys.append(column.name)
+    return keys
+
+
+def request_fields(store: FeatureStore, service: FeatureService) -> dict[str, str]:
+    """Request-time fields the service's on-demand views need: name -> Feast type name."""
+    fields: dict[str, str] = {}
+    for projection in service.feature_view_projections:
+        try:
+            odfv = store.get_on_demand_feature_view(projection.name)
+        except Exception:
+            continue
+        for source in odfv.source_request_sources.values():
+            for field in source.schema:
+                fields[field.name] = str(field.dtype)
+    return fields
