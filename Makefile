@@ -1,0 +1,40 @@
+# tollfree: `make demo` and `make test` are the only set-up a new machine needs (Python 3.11, pip, make).
+# The Makefile bootstraps uv with pip, then builds .venv from the committed uv.lock.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.synced
+PYTEST_ARGS ?=
+
+export MLFLOW_DISABLE_TELEMETRY := true
+export DO_NOT_TRACK := true
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export FEAST_USAGE := False
+
+.PHONY: demo test test-fast env clean-state help
+
+help:
+	@echo "make demo   - create the environment if needed, then run the main job on embedded defaults"
+	@echo "make test   - create the environment if needed, then run the whole test suite (slow e2e included)"
+	@echo "make test-fast - unit and integration tests only"
+
+$(STAMP): pyproject.toml uv.lock
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), f"tollfree needs Python 3.11, found {sys.version.split()[0]}"'
+	@$(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet --disable-pip-version-check uv
+	$(PYTHON) -m uv sync --frozen --python $(PYTHON)
+	@touch $(STAMP)
+
+env: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m flows.demo
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+clean-state:
+	rm -rf .tollfree
