@@ -52,12 +52,11 @@ def customer_activity_table(
     ticks = pd.DataFrame(
         {
             "customer_id": np.repeat(ids, len(days)),
-            "event_timestamp": np.tile(days.values, len(ids)),
+            "event_timestamp": pd.DatetimeIndex(np.tile(days.values, len(ids))).tz_localize("UTC"),
             "amount": 0.0,
             "is_txn": 0,
         }
     )
-    ticks["event_timestamp"] = ticks["event_timestamp"].dt.tz_localize("UTC") if ticks["event_timestamp"].dt.tz is None else ticks["event_timestamp"]
     rows = pd.concat([ticks, tx], ignore_index=True)
     rows = rows.sort_values(["customer_id", "event_timestamp", "is_txn"], kind="stable").reset_index(drop=True)
     out = pd.DataFrame({"customer_id": rows["customer_id"].to_numpy()})
@@ -68,8 +67,8 @@ def customer_activity_table(
         out[f"cust_txn_count_{label}"] = sums["is_txn"].round().astype("int64").to_numpy()
     count7 = out["cust_txn_count_7d"].to_numpy()
     out["cust_mean_amount_7d"] = np.where(count7 > 0, out["cust_spend_7d"] / np.maximum(count7, 1), 0.0).round(6)
-    visible_at = rows["event_timestamp"] + np.where(rows["is_txn"].to_numpy() == 1, INGEST_DELAY, pd.Timedelta(0))
-    out["feature_ts"] = visible_at.to_numpy()
+    delay = pd.to_timedelta(rows["is_txn"].to_numpy() * INGEST_DELAY.value, unit="ns")
+    out["feature_ts"] = (rows["event_timestamp"] + delay).to_numpy()
     out["feature_ts"] = pd.to_datetime(out["feature_ts"], utc=True)
     # Two rows visible at the same instant: the later one (more events counted) wins.
     out = out.drop_duplicates(["customer_id", "feature_ts"], keep="last")

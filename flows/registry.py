@@ -30,4 +30,12 @@ def model_uri(model_name: str, alias: str) -> str:
     return f"models:/{model_name}@{alias}"
 
 
-__all__ = ["ensure_experiment", "version_by_alias", "model_uri", "mlflow"]
+__all__ = ["ensure_experiment", "version_by_alias", "model_uri", "training_reference", "mlflow"]
+
+
+def training_reference(tracking_uri: str, model_name: str, version: str, dest: Path) -> Path:
+    """Download the training frame logged with a version's run (``training/train.parquet``)."""
+    client = MlflowClient(tracking_uri)
+    run_id = client.get_model_version(model_name, version).run_id
+    dest.mkdir(parents=True, exist_ok=True)
+    return Path(client.download_artifacts(run_id, "training/train.parquet", str(dest)))

@@ -1,0 +1,52 @@
+"""``python -m serving --host 127.0.0.1 --port PORT``: the gateway with its local replicas.
+
+State folder from ``TOLLFREE_HOME``, registry from ``MLFLOW_TRACKING_URI`` (default: the state
+folder's SQLite), admin token from ``TOLLFREE_TOKEN`` (required).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    from serving.settings import export_defaults
+
+    parser = argparse.ArgumentParser(prog="python -m serving", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s gateway %(name)s: %(message)s")
+    settings = export_defaults(os.environ)
+
+    import uvicorn
+
+    from serving.auth import TokenRegistry
+    from serving.endpoint_manager import EndpointManager, mlflow_resolver
+    from serving.endpoint_store import EndpointStore
+    from serving.gateway import create_gateway_app
+    from serving.inference_log import InferenceLogWriter
+
+    try:
+        tokens = TokenRegistry.from_environ(os.environ)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    settings.home.mkdir(parents=True, exist_ok=True)
+    manager = EndpointManager(
+        EndpointStore(settings.endpoints_db),
+        mlflow_resolver(settings.tracking_uri),
+        replica_env=os.environ,
+        log_dir=settings.home / "logs",
+    )
+    app = create_gateway_app(manager, tokens, InferenceLogWriter(settings.inference_log_dir))
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False, timeout_graceful_shutdown=20)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,222 @@
+"""The control plane's live state: endpoints, their served entities and replicas.
+
+Records persist in the EndpointStore; replicas are local processes. A config change starts the new
+served entities' replicas, waits until they are ready, and only then moves traffic to them; a failed
+rollout ends UPDATE_FAILED and the old config keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from starlette.concurrency import run_in_threadpool
+
+from serving import endpoint_spec as spec
+from serving.endpoint_store import EndpointStore
+from serving.errors import invalid_parameter, not_found, unavailable
+from serving.local_replicas import LocalReplica, ReplicaStartError, start_replica, stop_replica, wait_ready
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_CONCURRENCY = 32
+
+
+@dataclass
+class ServedEntity:
+    """A served entity's running replicas."""
+
+    name: str
+    model_name: str
+    version: str
+    replicas: list[LocalReplica] = field(default_factory=list)
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+
+    @property
+    def model_uri(self) -> str:
+        return f"models:/{self.model_name}/{self.version}"
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.model_name, self.version, len(self.replicas))
+
+
+@dataclass
+class LiveEndpoint:
+    entities: dict[str, ServedEntity]
+    weights: list[tuple[str, int]]
+
+
+VersionResolver = Callable[[str, "str | None", "str | None"], str]
+
+
+def mlflow_resolver(tracking_uri: str) -> VersionResolver:
+    """Resolve (model, version, alias) to a registry version; 400 naming the model if it is not there."""
+
+    def resolve(model_name: str, version: str | None, alias: str | None) -> str:
+        from mlflow import MlflowClient
+        from mlflow.exceptions import MlflowException
+
+        client = MlflowClient(tracking_uri)
+        try:
+            if alias:
+                return str(client.get_model_version_by_alias(model_name, alias).version)
+            return str(client.get_model_version(model_name, str(version)).version)
+        except MlflowException as exc:
+            what = f"alias {alias!r}" if alias else f"version {version!r}"
+            raise invalid_parameter(f"registered model {model_name!r} has no {what}") from exc
+
+    return resolve
+
+
+class EndpointManager:
+    def __init__(
+        self,
+        store: EndpointStore,
+        resolver: VersionResolver,
+        replica_env: Mapping[str, str],
+        log_dir: Path,
+        *,
+        ready_timeout_s: float = 180.0,
+    ) -> None:
+        self.store = store
+        self._resolve = resolver
+        self._env = dict(replica_env)
+        self._log_dir = log_dir
+        self._ready_timeout_s = ready_timeout_s
+        self.live: dict[str, LiveEndpoint] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    # ---- control plane -------------------------------------------------------------------------
+    async def create(self, request: spec.CreateEndpointRequest, creator: str) -> spec.EndpointRecord:
+        name = spec.validate_endpoint_name(request.name)
+        config = await self._resolved(spec.normalize_config(request.config, name))
+        now = int(time.time() * 1000)
+        record = spec.EndpointRecord(
+            name=name, id=uuid.uuid4().hex, creator=creator, created_ms=now, updated_ms=now,
+            config=config, config_version=1, ready="NOT_READY", config_update="IN_PROGRESS",
+            pending_config=None, ai_gateway=None, state_message=None,
+        )
+        await run_in_threadpool(self.store.create, record)
+        self._spawn(name, self._deploy(name, config, record.config_version))
+        return record
+
+    async def update_config(self, name: str, raw: spec.EndpointCoreConfig) -> spec.EndpointRecord:
+        record = await run_in_threadpool(self.store.get, name)
+        if record.config_update == "IN_PROGRESS":
+            raise invalid_parameter(f"endpoint {name} has a config update in progress; retry when it ends")
+        config = await self._resolved(spec.normalize_config(raw, name))
+        record.pending_config = config
+        record.config_update = "IN_PROGRESS"
+        record.updated_ms = int(time.time() * 1000)
+        await run_in_threadpool(self.store.compare_and_set, name, record.config_version, record)
+        self._spawn(name, self._deploy(name, config, record.config_version + 1))
+        return record
+
+    async def delete(self, name: str) -> None:
+        await run_in_threadpool(self.store.delete, name)
+        task = self._tasks.pop(name, None)
+        if task is not None:
+            task.cancel()
+        live = self.live.pop(name, None)
+        if live is not None:
+            await self._stop_all(live.entities.values())
+
+    async def restore(self) -> None:
+        """On gateway start: bring every stored endpoint's current config back up."""
+        for record in await run_in_threadpool(self.store.list):
+            record.config_update = "IN_PROGRESS"
+            record.pending_config = None
+            await run_in_threadpool(self.store.put, record)
+            self._spawn(record.name, self._deploy(record.name, record.config, record.config_version, restoring=True))
+
+    async def shutdown(self) -> None:
+        for task in self._tasks.values():
+            task.cancel()
+        entities = [e for live in self.live.values() for e in live.entities.values()]
+        self.live.clear()
+        await self._stop_all(entities)
+
+    async def wait_settled(self, name: str) -> None:
+        task = self._tasks.get(name)
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
+
+    # ---- data plane ----------------------------------------------------------------------------
+    def served(self, name: str) -> LiveEndpoint:
+        live = self.live.get(name)
+        if live is None:
+            if name in self._tasks:
+                raise unavailable(f"endpoint {name} is not ready yet")
+            raise not_found(f"endpoint {name} does not exist")
+        return live
+
+    # ---- internals -----------------------------------------------------------------------------
+    async def _resolved(self, config: spec.EndpointCoreConfig) -> spec.EndpointCoreConfig:
+        for entity in config.served_entities:
+            entity.resolved_version = await run_in_threadpool(
+                self._resolve, entity.entity_name, entity.entity_version, entity.entity_alias
+            )
+        return config
+
+    def _spawn(self, name: str, coro) -> None:  # type: ignore[no-untyped-def]
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks[name] = task
+        task.add_done_callback(lambda t, n=name: self._tasks.pop(n, None) if self._tasks.get(n) is t else None)
+
+    async def _deploy(self, name: str, config: spec.EndpointCoreConfig, version: int, restoring: bool = False) -> None:
+        old = self.live.get(name)
+        keep: dict[str, ServedEntity] = {}
+        started: list[ServedEntity] = []
+        try:
+            for entity in config.served_entities:
+                wanted = max(entity.min_replicas or 1, 1)
+                current = old.entities.get(entity.name) if old else None
+                if current and (current.model_name, current.version) == (entity.entity_name, entity.resolved_version):
+                    keep[entity.name] = current
+                    continue
+                served = ServedEntity(entity.name, entity.entity_name, str(entity.resolved_version),
+                                      max_concurrency=entity.max_concurrency or DEFAULT_MAX_CONCURRENCY)
+                started.append(served)
+                for _ in range(wanted):
+                    served.replicas.append(await run_in_threadpool(start_replica, served.model_uri, self._log_dir, self._env))
+                for replica in served.replicas:
+                    await run_in_threadpool(wait_ready, replica, self._ready_timeout_s)
+                keep[entity.name] = served
+        except (ReplicaStartError, OSError) as exc:
+            log.error("rollout of endpoint %s failed: %s", name, exc)
+            await self._stop_all(started)
+            await self._finish(name, ready=old is not None, update="UPDATE_FAILED", message=str(exc)[:500])
+            return
+        except asyncio.CancelledError:
+            await self._stop_all(started)
+            raise
+        self.live[name] = LiveEndpoint(keep, spec.traffic_weights(config))
+        if old is not None:
+            await self._stop_all([e for n, e in old.entities.items() if keep.get(n) is not e])
+        await self._finish(name, ready=True, update="NOT_UPDATING", config=config, config_version=version)
+
+    async def _finish(self, name: str, *, ready: bool, update: str, message: str | None = None,
+                      config: spec.EndpointCoreConfig | None = None, config_version: int | None = None) -> None:
+        try:
+            record = await run_in_threadpool(self.store.get, name)
+        except Exception:
+            return  # deleted meanwhile
+        record.ready = "READY" if ready else "NOT_READY"
+        record.config_update = update
+        record.pending_config = None
+        record.state_message = message
+        record.updated_ms = int(time.time() * 1000)
+        if config is not None and config_version is not None:
+            record.config, record.config_version = config, config_version
+        await run_in_threadpool(self.store.put, record)
+
+    async def _stop_all(self, entities) -> None:  # type: ignore[no-untyped-def]
+        for entity in entities:
+            for replica in entity.replicas:
+                await run_in_threadpool(stop_replica, replica)

@@ -1,0 +1,105 @@
+"""Replicas as local OS processes (the embedded backend): start, wait until ready, stop.
+
+Each replica is ``python -m serving.replica`` on a free loopback port. A replica counts as ready only
+when its ``/health/ready`` answers, which it does only after its model is loaded and warmed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class ReplicaStartError(RuntimeError):
+    """A replica process exited or never became ready."""
+
+
+@dataclass
+class LocalReplica:
+    model_uri: str
+    host: str
+    port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    outstanding: int = field(default=0)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+def start_replica(model_uri: str, log_dir: Path, env: Mapping[str, str], host: str = "127.0.0.1") -> LocalReplica:
+    """Spawn one replica process; returns at once (use ``wait_ready``)."""
+    port = free_port(host)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"replica-{port}.log"
+    with open(log_path, "ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "serving.replica", "--model-uri", model_uri, "--host", host, "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            cwd=str(Path(__file__).resolve().parent.parent),
+            start_new_session=True,
+        )
+    log.info("started replica pid %d for %s on port %d", process.pid, model_uri, port)
+    return LocalReplica(model_uri=model_uri, host=host, port=port, process=process, log_path=log_path)
+
+
+def wait_ready(replica: LocalReplica, timeout_s: float = 120.0, poll_s: float = 0.2) -> None:
+    """Block until the replica answers ready; raise ReplicaStartError if it dies or times out."""
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=2.0) as client:
+        while time.monotonic() < deadline:
+            if not replica.alive():
+                raise ReplicaStartError(
+                    f"replica for {replica.model_uri} exited with code {replica.process.returncode}; see {replica.log_path}"
+                )
+            try:
+                if client.get(f"{replica.url}/health/ready").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(poll_s)
+    stop_replica(replica)
+    raise ReplicaStartError(f"replica for {replica.model_uri} not ready after {timeout_s:.0f}s; see {replica.log_path}")
+
+
+def stop_replica(replica: LocalReplica, grace_s: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``; always reaps the process."""
+    if replica.alive():
+        try:
+            os.killpg(replica.process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            replica.process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(replica.process.pid, signal.SIGKILL)
+            replica.process.wait(timeout=5)
+    log.info("stopped replica pid %d (port %d)", replica.pid, replica.port)

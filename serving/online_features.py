@@ -1,0 +1,116 @@
+"""Online features for a whole micro-batch of entity rows, through the model's FeatureService.
+
+Serving reads the same FeatureService the model was trained with, in one call per batch. A row whose
+entity has no features in the online store is refused with the entity named (404), never fed to the
+model as NaN.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from feast import FeatureStore
+
+from feature_repo import store as feature_store
+from serving.errors import ApiError, invalid_parameter, not_found, unavailable
+
+log = logging.getLogger(__name__)
+
+_NUMERIC_KINDS = {"Float32": "f", "Float64": "f", "Int32": "i", "Int64": "i"}
+
+
+@dataclass(frozen=True)
+class ServiceLayout:
+    """What a FeatureService needs from a request, and what it gives the model."""
+
+    service_name: str
+    join_keys: tuple[str, ...]
+    request_fields: dict[str, str]
+    feature_names: tuple[str, ...]
+    view_features: dict[str, tuple[str, ...]]  # batch view -> its features, to spot unknown entities
+    view_keys: dict[str, tuple[str, ...]]  # batch view -> its join keys
+
+
+def layout_for(store: FeatureStore, service_name: str) -> ServiceLayout:
+    service = feature_store.feature_service(store, service_name)
+    view_features: dict[str, tuple[str, ...]] = {}
+    view_keys: dict[str, tuple[str, ...]] = {}
+    for projection in service.feature_view_projections:
+        try:
+            view = store.get_feature_view(projection.name)
+        except Exception:
+            continue  # on-demand views have no entities
+        view_features[projection.name] = tuple(f.name for f in projection.features)
+        view_keys[projection.name] = tuple(c.name for c in view.entity_columns)
+    return ServiceLayout(
+        service_name=service_name,
+        join_keys=tuple(feature_store.entity_join_keys(store, service)),
+        request_fields=feature_store.request_fields(store, service),
+        feature_names=tuple(feature_store.feature_names(service)),
+        view_features=view_features,
+        view_keys=view_keys,
+    )
+
+
+def check_request_frame(frame: pd.DataFrame, layout: ServiceLayout) -> dict[str, list]:
+    """Entity keys and request fields as columns, validated; errors name the column and the row."""
+    missing = [c for c in (*layout.join_keys, *layout.request_fields) if c not in frame.columns]
+    if missing:
+        raise invalid_parameter(
+            f"missing required column(s) for feature service {layout.service_name}: {', '.join(missing)}"
+        )
+    columns: dict[str, list] = {}
+    for key in layout.join_keys:
+        values = pd.to_numeric(frame[key], errors="coerce")
+        bad = values.isna() | (values != np.floor(values))
+        if bad.any():
+            raise invalid_parameter(f"column {key} must hold integer ids; row {int(np.argmax(bad.to_numpy()))} does not")
+        columns[key] = values.astype("int64").tolist()
+    for field, dtype in layout.request_fields.items():
+        values = pd.to_numeric(frame[field], errors="coerce")
+        if values.isna().any():
+            row = int(np.argmax(values.isna().to_numpy()))
+            raise invalid_parameter(f"column {field} must be a number ({dtype}); row {row} is not")
+        kind = _NUMERIC_KINDS.get(dtype, "f")
+        columns[field] = values.astype("int64" if kind == "i" else "float64").tolist()
+    return columns
+
+
+class OnlineFeatureReader:
+    """Reads a FeatureService's online features for a batch of request rows."""
+
+    def __init__(self, store: FeatureStore, service_name: str) -> None:
+        self._store = store
+        self._service = feature_store.feature_service(store, service_name)
+        self.layout = layout_for(store, service_name)
+
+    @classmethod
+    def open(cls, home: Path, service_name: str) -> OnlineFeatureReader:
+        return cls(feature_store.open_store(home), service_name)
+
+    def read(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """The model's input frame: one row per request row, columns in the service's order."""
+        columns = check_request_frame(frame, self.layout)
+        try:
+            response = self._store.get_online_features(features=self._service, entity_rows=columns).to_dict()
+        except ApiError:
+            raise
+        except Exception as exc:
+            log.exception("online store read failed for feature service %s", self.layout.service_name)
+            raise unavailable("the online feature store is unavailable") from exc
+        self._refuse_unknown(response, columns)
+        return pd.DataFrame({name: response[name] for name in self.layout.feature_names})
+
+    def _refuse_unknown(self, response: dict[str, list], columns: dict[str, list]) -> None:
+        for view, names in self.layout.view_features.items():
+            if not names:
+                continue
+            missing = np.all([[v is None for v in response[n]] for n in names], axis=0)
+            if missing.any():
+                row = int(np.argmax(missing))
+                keys = ", ".join(self.layout.view_keys[view])
+                raise not_found(f"unknown entity: no {view} features for {keys} at row {row}")

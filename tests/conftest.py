@@ -1,0 +1,63 @@
+"""Test session set-up: one throw-away state folder, real components, telemetry off.
+
+The environment is fixed in ``pytest_configure``, before any test module imports Prefect, MLflow or
+Feast (they read it once at import). Tests never touch the user's ``.tollfree/`` or registry.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_SESSION_HOME: Path | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _SESSION_HOME
+    _SESSION_HOME = Path(tempfile.mkdtemp(prefix="tollfree-test-"))
+    os.environ["TOLLFREE_HOME"] = str(_SESSION_HOME)
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{_SESSION_HOME / 'mlflow.db'}"
+    os.environ["PREFECT_HOME"] = str(_SESSION_HOME / "prefect")
+    os.environ["TOLLFREE_TOKEN"] = "test-admin-" + secrets.token_hex(16)
+    os.environ.pop("TOLLFREE_TOKENS_FILE", None)
+    from serving.settings import export_defaults
+
+    export_defaults(os.environ)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _SESSION_HOME is not None and not os.environ.get("TOLLFREE_KEEP_TEST_STATE"):
+        shutil.rmtree(_SESSION_HOME, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def session_home() -> Path:
+    assert _SESSION_HOME is not None
+    return _SESSION_HOME
+
+
+@pytest.fixture(scope="session")
+def admin_token() -> str:
+    return os.environ["TOLLFREE_TOKEN"]
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """Prefect's test harness: a real API server on a temporary database, once per session."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture(scope="session")
+def world(prefect_harness):
+    """Data, features and a registered champion, built once by the real flows."""
+    from tests.world import build_world
+
+    return build_world()

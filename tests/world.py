@@ -1,0 +1,45 @@
+"""One small, real world shared by the integration and e2e tests: data, features, a trained model."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from serving.settings import Settings
+
+# Long enough for a 7-day warm-up, a training week, a 7-day evaluation slice and a 14-day label horizon.
+WORLD_CUSTOMERS = 300
+WORLD_MERCHANTS = 60
+WORLD_DAYS = 36
+MODEL_NAME = "fraud"
+
+
+@dataclass(frozen=True)
+class World:
+    settings: Settings
+    materialized: dict[str, Any]
+    trained: dict[str, Any]
+
+    @property
+    def home(self) -> Path:
+        return self.settings.home
+
+
+def build_world() -> World:
+    from feature_repo import synthetic
+    from flows.materialize import materialize
+    from flows.train import train
+
+    settings = Settings.from_environ(os.environ)
+    # the data ends today, as a live system's would: features at "now" are inside their TTL
+    start = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=WORLD_DAYS)
+    config = synthetic.SyntheticConfig(
+        n_customers=WORLD_CUSTOMERS, n_merchants=WORLD_MERCHANTS, days=WORLD_DAYS, seed=11, start=start
+    )
+    synthetic.write(synthetic.generate(config), settings.data_dir)
+    materialized = materialize()
+    trained = train(model_name=MODEL_NAME, alias="champion")
+    return World(settings, materialized, trained)
