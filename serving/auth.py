@@ -160,14 +160,20 @@ def bearer_token(authorization_header: str | None) -> str:
     return token
 
 
-def authorize(
-    registry: TokenRegistry, authorization_header: str | None, endpoint: str | None
-) -> Principal:
-    """Authenticate the caller; ``endpoint=None`` marks an admin-only operation."""
+def authenticate(registry: TokenRegistry, authorization_header: str | None) -> Principal:
+    """The caller's principal, whatever its rights; 401 for a missing or unknown token."""
     principal = registry.lookup(bearer_token(authorization_header))
     if principal is None:
         logger.info("rejected request with an unknown bearer token")
         raise unauthenticated("invalid access token")
+    return principal
+
+
+def authorize(
+    registry: TokenRegistry, authorization_header: str | None, endpoint: str | None
+) -> Principal:
+    """Authenticate the caller; ``endpoint=None`` marks an admin-only operation."""
+    principal = authenticate(registry, authorization_header)
     if endpoint is None:
         if not principal.admin:
             logger.info("denied admin operation to principal %s", principal.name)
@@ -186,6 +192,7 @@ __all__ = [
     "Principal",
     "TOKENS_FILE_ENV",
     "TokenRegistry",
+    "authenticate",
     "authorize",
     "bearer_token",
 ]

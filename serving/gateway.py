@@ -18,7 +18,7 @@ from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from serving import endpoint_spec as spec
-from serving.auth import TokenRegistry, authorize
+from serving.auth import TokenRegistry, authenticate, authorize
 from serving.endpoint_manager import EndpointManager
 from serving.errors import (
     REQUEST_ID_HEADER, ApiError, error_body, install_error_handlers, payload_too_large, resolve_request_id,
@@ -86,7 +86,7 @@ def create_gateway_app(
 
     @app.get(API)
     async def list_endpoints(request: Request) -> dict[str, Any]:
-        who = principal(request, "")  # any valid token may list; it sees what it may access
+        who = authenticate(tokens, request.headers.get("authorization"))  # sees only what it may access
         records = [r for r in manager.store.list() if who.can_access(r.name)]
         return {"endpoints": [spec.endpoint_view(r) for r in records]}
 

@@ -68,7 +68,7 @@ def export_defaults(environ: MutableMapping[str, str]) -> Settings:
     """Fill in what child processes and libraries read from the environment; never override a value.
 
     Called once by each entry point (CLI, flow runner, test session) before the stack is imported:
-    telemetry off, the state folder absolute, Prefect's home inside it, MLflow's URI explicit.
+    telemetry off, the state folder absolute, Prefect's home inside it (created), MLflow's URI explicit.
     """
     for key, value in TELEMETRY_OFF.items():
         environ.setdefault(key, value)
@@ -76,4 +76,6 @@ def export_defaults(environ: MutableMapping[str, str]) -> Settings:
     environ["TOLLFREE_HOME"] = str(settings.home)
     environ.setdefault("MLFLOW_TRACKING_URI", settings.tracking_uri)
     environ.setdefault("PREFECT_HOME", str(settings.prefect_home))
+    # Prefect creates its home without parents and fails later, obscurely, if it cannot.
+    Path(environ["PREFECT_HOME"]).expanduser().mkdir(parents=True, exist_ok=True)
     return settings

@@ -1,0 +1,35 @@
+"""``make demo``'s job, run as a user would, in a fresh state folder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytestmark = pytest.mark.slow
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def test_demo_runs_every_stage_and_exits_zero(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_", "TOLLFREE_"))}
+    env["TOLLFREE_HOME"] = str(tmp_path / "home")
+    result = subprocess.run(
+        [sys.executable, "-m", "flows.demo", "--customers", "250", "--days", "36", "--requests", "60"],
+        cwd=PROJECT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = result.stdout
+    assert "tollfree demo finished" in out
+    assert "registered fraud v1 @champion" in out
+    assert "60 HTTP requests" in out and "unknown customer -> HTTP 404" in out
+    home = tmp_path / "home"
+    scored = pd.concat(pd.read_parquet(p) for p in (home / "batch" / "output").rglob("part-*.parquet"))
+    assert len(scored) == len(pd.read_parquet(home / "batch" / "input" / "last_day.parquet"))
+    assert list((home / "reports" / "fraud").glob("drift-*.html"))
+    assert (home / "mlflow.db").exists() and (home / "prefect").is_dir()
+    assert not (PROJECT / "mlruns").exists()
