@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import string
 import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from feature_repo.on_demand_features import transaction_context
 
 REPO_DIR = Path(__file__).resolve().parent
 CONFIG_FILE = REPO_DIR / "feature_store.yaml"
+CONFIG_FILES = {"sqlite": CONFIG_FILE, "redis": REPO_DIR / "feature_store.redis.yaml"}
 TABLE_PATHS = {"customer_activity": CUSTOMER_ACTIVITY_PATH, "merchant_risk": MERCHANT_RISK_PATH}
 DEFINITIONS: list[Any] = [
     customer,
@@ -44,20 +47,42 @@ DEFINITIONS: list[Any] = [
 ]
 
 
-def load_config(home: Path, config_file: Path = CONFIG_FILE) -> RepoConfig:
-    """Read feature_store.yaml with ``${TOLLFREE_HOME}`` set to ``home``; relative paths resolve there."""
-    text = string.Template(config_file.read_text()).safe_substitute(TOLLFREE_HOME=str(home))
-    raw = yaml.safe_load(text)
-    config = RepoConfig(**raw)
+@dataclass(frozen=True)
+class OnlineStoreChoice:
+    """Which online store the repository uses: ``sqlite`` (embedded) or ``redis`` (at scale)."""
+
+    kind: str = "sqlite"
+    redis: str | None = None  # Redis connection string, host:port[,db=N,password=...]
+
+    def __post_init__(self) -> None:
+        if self.kind not in CONFIG_FILES:
+            raise ValueError(f"online store must be one of {', '.join(CONFIG_FILES)}, got {self.kind!r}")
+        if self.kind == "redis" and not self.redis:
+            raise ValueError("the redis online store needs a connection string (TOLLFREE_REDIS)")
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> OnlineStoreChoice:
+        return cls(environ.get("TOLLFREE_ONLINE_STORE", "sqlite"), environ.get("TOLLFREE_REDIS"))
+
+
+def load_config(home: Path, choice: OnlineStoreChoice = OnlineStoreChoice()) -> RepoConfig:
+    """Read the repository's yaml for ``choice`` with its variables substituted; paths resolve in ``home``."""
+    values = {"TOLLFREE_HOME": str(home), "TOLLFREE_REDIS": choice.redis or ""}
+    text = string.Template(CONFIG_FILES[choice.kind].read_text()).substitute(values)
+    config = RepoConfig(**yaml.safe_load(text))
     config.repo_path = home
     return config
 
 
-def open_store(home: Path) -> FeatureStore:
-    """The feature store whose registry, online store and tables live in the state folder ``home``."""
+def open_store(home: Path, choice: OnlineStoreChoice | None = None) -> FeatureStore:
+    """The feature store whose registry and tables live in the state folder ``home``.
+
+    The online store comes from ``choice``, by default from ``TOLLFREE_ONLINE_STORE`` / ``TOLLFREE_REDIS``.
+    """
     home = Path(home).resolve()
     (home / "feast").mkdir(parents=True, exist_ok=True)
-    return FeatureStore(config=load_config(home), repo_path=str(home))
+    choice = choice or OnlineStoreChoice.from_environ(os.environ)
+    return FeatureStore(config=load_config(home, choice), repo_path=str(home))
 
 
 def bind_sources(home: Path) -> None:
