@@ -16,7 +16,8 @@ from typing import Any
 
 import pandas as pd
 import yaml
-from feast import FeatureService, FeatureStore, RepoConfig
+import pyarrow.parquet as pq
+from feast import Entity, FeatureService, FeatureStore, FeatureView, RepoConfig
 
 from feature_repo.data_sources import (
     CUSTOMER_ACTIVITY_PATH,
@@ -95,9 +96,26 @@ def bind_sources(home: Path) -> None:
         source.file_options.uri = str(Path(home).resolve() / relative)
 
 
+def check_sources(home: Path) -> None:
+    """Every batch view's columns exist in its table, before anything is registered; errors name both."""
+    for view in (d for d in DEFINITIONS if isinstance(d, FeatureView)):
+        relative = TABLE_PATHS[view.name]
+        path = Path(home) / relative
+        if not path.exists():
+            raise FileNotFoundError(f"feature view {view.name} reads {path}, which does not exist: run the materialize flow")
+        columns = set(pq.read_schema(path).names)
+        keys = [e.join_key for e in DEFINITIONS if isinstance(e, Entity) and e.name in view.entities]
+        wanted = [view.batch_source.timestamp_field, *keys, *(f.name for f in view.features)]
+        missing = [c for c in wanted if c not in columns]
+        if missing:
+            raise ValueError(f"feature view {view.name} references column(s) missing from {relative}: {', '.join(missing)}")
+
+
 def apply_definitions(store: FeatureStore) -> list[str]:
-    """Register every definition of the repository (idempotent); returns their names."""
-    bind_sources(Path(store.repo_path))
+    """Check the tables, then register every definition of the repository (idempotent); returns their names."""
+    home = Path(store.repo_path)
+    check_sources(home)
+    bind_sources(home)
     store.apply(DEFINITIONS)
     return [obj.name for obj in DEFINITIONS]
 

@@ -78,15 +78,31 @@ def entity_frame(rows: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def historical_features(store: FeatureStore, service_name: str, entities: pd.DataFrame) -> pd.DataFrame:
+def check_entity_frame(store: FeatureStore, service_name: str, entities: pd.DataFrame, key: str) -> None:
+    """Join keys, request fields, the timestamp and the row key present and typed; errors name the column."""
+    service = feature_store.feature_service(store, service_name)
+    fields = feature_store.request_fields(store, service)
+    required = [key, *feature_store.entity_join_keys(store, service), *fields, "event_timestamp"]
+    missing = [c for c in required if c not in entities.columns]
+    if missing:
+        raise ValueError(f"entity rows for {service_name} are missing column(s): {', '.join(missing)}")
+    for column in [*feature_store.entity_join_keys(store, service), *fields]:
+        if not pd.api.types.is_numeric_dtype(entities[column]) or pd.api.types.is_bool_dtype(entities[column]):
+            raise ValueError(f"entity rows column {column} must be numeric, got {entities[column].dtype}")
+    if entities[key].duplicated().any():
+        raise ValueError(f"entity rows column {key} must be unique: it keys the result rows")
+
+
+def historical_features(store: FeatureStore, service_name: str, entities: pd.DataFrame, key: str = ROW_KEY) -> pd.DataFrame:
     """Point-in-time features for every entity row, in the input's order; no row may be dropped."""
+    check_entity_frame(store, service_name, entities, key)
     service = feature_store.feature_service(store, service_name)
     frame = store.get_historical_features(entity_df=entities, features=service).to_df()
     if len(frame) != len(entities):
         raise RuntimeError(
             f"feature retrieval returned {len(frame)} rows for {len(entities)} entity rows: rows were dropped"
         )
-    frame = frame.set_index(ROW_KEY).loc[entities[ROW_KEY]].reset_index()
+    frame = frame.set_index(key).loc[entities[key]].reset_index()
     names = feature_store.feature_names(service)
     missing = [n for n in names if frame[n].isna().any()]
     if missing:

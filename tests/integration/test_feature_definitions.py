@@ -1,0 +1,92 @@
+"""Point-in-time correctness through Feast itself, and definitions checked before anything is written."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from feature_repo import aggregations
+from feature_repo import store as feature_store
+from feature_repo import synthetic
+from flows import training
+
+SERVICE = "fraud_v1"
+
+
+def _store_for(home, transactions, customers, merchants):
+    tables = aggregations.feature_tables(transactions, customers["customer_id"], merchants["merchant_id"])
+    for name, frame in tables.items():
+        feature_store.write_table(home, name, frame)
+    store = feature_store.open_store(home, feature_store.OnlineStoreChoice("sqlite"))
+    feature_store.apply_definitions(store)
+    return store
+
+
+def test_a_later_event_or_label_never_changes_earlier_training_rows(world, tmp_path):
+    data = world.settings.data_dir
+    tx = synthetic.read_transactions(data)
+    customers = pd.read_parquet(data / "customers.parquet")
+    merchants = pd.read_parquet(data / "merchants.parquet")
+    cutoff = tx["event_timestamp"].quantile(0.6)
+    # a transaction before the cutoff whose label is only revealed a day or more after it
+    late_label = tx[(tx["event_timestamp"] < cutoff) & (tx["label_available_ts"] > cutoff + pd.Timedelta(days=1))].iloc[-1]
+    customer, merchant = late_label["customer_id"], late_label["merchant_id"]
+    rows = tx[((tx["customer_id"] == customer) | (tx["merchant_id"] == merchant)) & (tx["event_timestamp"] < cutoff)].tail(40)
+    entities = training.entity_frame(rows)
+    base = training.historical_features(_store_for(tmp_path / "a", tx, customers, merchants), SERVICE, entities)
+
+    changed_tx = tx.copy()
+    # the late label flips, and a big event happens after the cutoff for the same customer and merchant
+    changed_tx.loc[changed_tx["transaction_id"] == late_label["transaction_id"], "is_fraud"] = 1 - late_label["is_fraud"]
+    extra = tx[tx["transaction_id"] == late_label["transaction_id"]].assign(
+        transaction_id=tx["transaction_id"].max() + 1, event_timestamp=cutoff + pd.Timedelta(minutes=5), amount=9_999.0)
+    changed_tx = pd.concat([changed_tx, extra], ignore_index=True)
+    changed_store = _store_for(tmp_path / "b", changed_tx, customers, merchants)
+    pd.testing.assert_frame_equal(base, training.historical_features(changed_store, SERVICE, entities))
+
+    # the same changes are visible once they have happened: the check is not vacuous
+    later = pd.DataFrame({
+        "transaction_id": [1, 2], "customer_id": [customer, customer], "merchant_id": [merchant, merchant],
+        "amount": [10.0, 10.0],
+        "event_timestamp": [cutoff + pd.Timedelta(minutes=10), late_label["label_available_ts"].ceil("D") + pd.Timedelta(hours=1)],
+    })
+    later["event_timestamp"] = pd.to_datetime(later["event_timestamp"], utc=True).dt.floor("us")
+    a = training.historical_features(_store_for(tmp_path / "c", tx, customers, merchants), SERVICE, later)
+    b = training.historical_features(changed_store, SERVICE, later)
+    assert b["cust_spend_1h"].iloc[0] >= a["cust_spend_1h"].iloc[0] + 9_999.0 - 1e-6
+    assert b["merch_fraud_rate_30d"].iloc[1] != a["merch_fraud_rate_30d"].iloc[1]
+
+
+def test_a_view_whose_table_lacks_a_column_is_refused_before_registering(world, tmp_path):
+    home = tmp_path / "home"
+    table = pd.read_parquet(world.home / feature_store.TABLE_PATHS["customer_activity"]).drop(columns=["cust_spend_7d"])
+    feature_store.write_table(home, "customer_activity", table)
+    feature_store.write_table(home, "merchant_risk", pd.read_parquet(world.home / feature_store.TABLE_PATHS["merchant_risk"]))
+    store = feature_store.open_store(home, feature_store.OnlineStoreChoice("sqlite"))
+    with pytest.raises(ValueError, match=r"customer_activity.*cust_spend_7d"):
+        feature_store.apply_definitions(store)
+    assert not (home / "feast" / "registry.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("mutate", "named"),
+    [
+        (lambda f: f.drop(columns=["merchant_id"]), "merchant_id"),
+        (lambda f: f.drop(columns=["event_timestamp"]), "event_timestamp"),
+        (lambda f: f.assign(amount=f["amount"].astype(str)), "amount"),
+    ],
+)
+def test_bad_entity_rows_name_the_column(world, mutate, named):
+    tx = synthetic.read_transactions(world.settings.data_dir).head(5)
+    store = feature_store.open_store(world.home)
+    with pytest.raises(ValueError, match=named):
+        training.historical_features(store, SERVICE, mutate(training.entity_frame(tx)))
+
+
+def test_every_view_is_served_by_the_versioned_service(world):
+    store = feature_store.open_store(world.home)
+    service = feature_store.feature_service(store, SERVICE)
+    views = {p.name for p in service.feature_view_projections}
+    assert views == {"customer_activity", "merchant_risk", "transaction_context"}
+    assert np.all([f.startswith(("cust_", "merch_", "amount_", "log_")) for f in feature_store.feature_names(service)])
