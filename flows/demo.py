@@ -119,7 +119,7 @@ def demo(customers: int = 1000, days: int = 42, requests: int = 300, seed: int =
     batch_input = last_day(settings.data_dir, settings.batch_dir / "input" / "last_day.parquet")
     scored = batch_score(input_path=str(batch_input), output=str(settings.batch_dir / "output"),
                          model_uri=f"models:/{model_name}@champion", run_id="demo")
-    drift = skew(endpoint=ENDPOINT, fail_on_drift=False)
+    drift = skew(endpoint=ENDPOINT, fail_on_finding=False)
     return {"data": data, "features": features, "trained": trained, "served": served, "batch": scored, "drift": drift}
 
 
@@ -137,7 +137,7 @@ def summary(result: dict[str, Any], settings: Settings, seconds: float) -> str:
         f"  serve      {s['requests']} HTTP requests via {s['url']} served by {s['served_by']}: p50 {s['p50_ms']:.1f} ms, "
         f"p99 {s['p99_ms']:.1f} ms; {s['flagged']} flagged; unknown customer -> HTTP {s['unknown_entity_status']}",
         f"  batch      {b['rows']} rows scored -> {b['output']}",
-        f"  drift      {d.get('verdict')}: {d.get('versions', {})}",
+        f"  monitor    {d.get('verdict')}: {d.get('versions', {})}",
         "",
         "Where to look:",
         f"  MLflow UI      MLFLOW_TRACKING_URI={settings.tracking_uri} .venv/bin/mlflow ui --port 5000",

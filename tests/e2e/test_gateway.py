@@ -141,3 +141,15 @@ def test_graceful_stop_flushes_every_request_to_the_inference_log(world, gateway
     rejected = log[log["status_code"] != 200]
     assert {401, 403, 400, 404, 413, 415} <= set(rejected["status_code"])
     assert not log["inputs"].fillna("").str.contains(world.settings.admin_token or "never").any()
+
+
+def test_logged_served_features_equal_offline_features_at_their_logged_time(world, gateway):
+    """After the stop above: every successful request's served features, recomputed offline."""
+    from feature_repo import store as feature_store
+    from flows import feature_parity
+
+    log = read_inference_log(world.settings.inference_log_dir, endpoint="fraud")
+    rows = feature_parity.logged_rows(log)
+    assert len(rows) >= 12
+    result = feature_parity.parity_of(feature_store.open_store(world.home), "fraud_v1", rows)
+    assert result.rows == len(rows) and result.mismatched() == [], result.table()
