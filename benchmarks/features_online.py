@@ -115,9 +115,16 @@ def _build_tables(home: Path, customers: int) -> tuple[dict, Any, datetime]:
     return tables, data.transactions, start
 
 
+def _quiet_warnings() -> None:
+    # Feast's on-demand view notice and ibis/duckdb deprecations; some imports reset the filters.
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", message=".*experimental feature.*")
+
+
 def _open_and_load(home: Path, choice: Any, start: datetime, end: datetime) -> Any:
     from feature_repo import store as feature_store
 
+    _quiet_warnings()
     store = feature_store.open_store(home, choice)
     feature_store.apply_definitions(store)
     # Feast prints progress on stdout; keep stdout for the result.
@@ -191,21 +198,18 @@ def _paths(kind: str, store: Any, anchor: Any, tables: dict[str, str], project: 
         return store.get_online_features(features=refs, entity_rows=inp.columns).to_dict()
 
     if kind == "sqlite":
-        statements = {
-            view: {} for view in BATCH_VIEWS
-        }  # view -> number of keys -> SQL, built lazily (Feast formats its SQL per call; we don't)
 
         def anchor_raw(inp: Inputs) -> Any:
             rows = []
             for view in BATCH_VIEWS:
                 keys = inp.keys[view]
-                sql = statements[view].get(len(keys))
-                if sql is None:
-                    sql = statements[view][len(keys)] = (
+                rows.append(
+                    anchor.execute(
                         f'SELECT entity_key, feature_name, value, event_ts FROM "{tables[view]}" '
-                        f"WHERE entity_key IN ({','.join('?' * len(keys))}) ORDER BY entity_key"
-                    )
-                rows.append(anchor.execute(sql, keys).fetchall())
+                        f"WHERE entity_key IN ({','.join('?' * len(keys))}) ORDER BY entity_key",
+                        keys,
+                    ).fetchall()
+                )
             return rows
     else:
         suffix = project.encode("utf-8")
@@ -331,8 +335,7 @@ def run(customers: int, iterations: int | None) -> dict[str, Any]:
     from serving.settings import export_defaults
 
     export_defaults(os.environ)  # telemetry off, before Feast is imported
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
-    warnings.filterwarnings("ignore", message=".*experimental feature.*")
+    _quiet_warnings()
     try:
         import feast
         import redis
@@ -341,6 +344,7 @@ def run(customers: int, iterations: int | None) -> dict[str, Any]:
         from tests.services import redis_server
 
         began = time.monotonic()
+        load_before = os.getloadavg()
         _log(f"generating {customers} customers x {DAYS} days of synthetic data in {home} ...")
         tables, transactions, start = _build_tables(home, customers)
         end = datetime.now(timezone.utc)
@@ -403,6 +407,7 @@ def run(customers: int, iterations: int | None) -> dict[str, Any]:
                 "python": platform.python_version(),
                 "feast": feast.__version__,
                 "platform": platform.platform(),
+                "loadavg_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
             },
             "seconds": round(time.monotonic() - began, 1),
         }
@@ -420,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"features_online: FeatureService {result['feature_service']}, {result['customers']} customers, "
         f"{result['merchants']} merchants; feast {m['feast']}, python {m['python']}, {m['cpus']} cpus; "
-        f"in-process wall time per call, {result['rounds']} interleaved rounds; {result['seconds']} s in all"
+        f"in-process wall time per call, {result['rounds']} interleaved rounds; {result['seconds']} s in all; "
+        f"1-min load average before/after {m['loadavg_1m_before_after'][0]}/{m['loadavg_1m_before_after'][1]}"
     )
     print()
     print(_table(result["rows"]))
