@@ -15,10 +15,11 @@ import sklearn
 from mlflow import MlflowClient
 from mlflow.models import infer_signature
 from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_table_artifact
 
 from feature_repo import store as feature_store
 from feature_repo import synthetic
-from flows import registry, training
+from flows import data_validation, registry, training
 from serving.settings import PROJECT_DIR, Settings
 
 EXPERIMENT = "tollfree-fraud"
@@ -47,12 +48,22 @@ def build_training_sets(data_dir: Path, home: Path, service_name: str) -> dict[s
 
 
 @task
+def validate_training_data(sets: dict[str, Any]) -> data_validation.ValidationSummary:
+    """The training frame against its Great Expectations suite; the data gate reads the result."""
+    summary = data_validation.validate_frame(sets["train"], sets["features"], label=training.LABEL)
+    create_table_artifact(key="training-data-validation", table=summary.table(),
+                          description=f"Great Expectations suite {summary.suite}: {'passed' if summary.success else 'FAILED'}")
+    return summary
+
+
+@task
 def fit_and_log(
-    sets: dict[str, Any], settings: Settings, model_name: str, service_name: str, seed: int, alias: str
+    sets: dict[str, Any], settings: Settings, model_name: str, service_name: str, seed: int, alias: str,
+    validation: data_validation.ValidationSummary, hyperparameters: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     names: list[str] = sets["features"]
     train, evaluation = sets["train"], sets["eval"]
-    model = training.fit(train[names], train[training.LABEL], seed)
+    model = training.fit(train[names], train[training.LABEL], seed, **(hyperparameters or {}))
     scores = model.predict_proba(evaluation[names])[:, 1]
     metrics = training.evaluate(evaluation[training.LABEL], scores)
     metrics["train_rows"] = float(len(train))
@@ -78,7 +89,7 @@ def fit_and_log(
             }
         )
         mlflow.log_metrics(metrics)
-        mlflow.set_tags({"feature_service": service_name, "tollfree.git_commit": commit})
+        mlflow.set_tags({"feature_service": service_name, "tollfree.git_commit": commit, **validation.as_tags()})
         dataset = mlflow.data.from_pandas(
             train[[training.ROW_KEY, *names, training.LABEL]],
             source=str(settings.data_dir / "transactions.parquet"),
@@ -92,6 +103,11 @@ def fit_and_log(
                 reference, index=False
             )
             mlflow.log_artifact(str(reference), artifact_path="training")
+            held_out = Path(tmp) / "eval.parquet"
+            evaluation[[training.ROW_KEY, *training.REQUEST_COLUMNS, *names, training.LABEL, training.SENSITIVE_ATTRIBUTE]].to_parquet(
+                held_out, index=False
+            )
+            mlflow.log_artifact(str(held_out), artifact_path="evaluation")
         example = train[names].head(3)
         info = mlflow.sklearn.log_model(
             model,
@@ -107,17 +123,23 @@ def fit_and_log(
     version = str(info.registered_model_version)
     client.set_model_version_tag(model_name, version, "feature_service", service_name)
     client.set_model_version_tag(model_name, version, "tollfree.git_commit", commit)
+    for key, value in validation.as_tags().items():
+        client.set_model_version_tag(model_name, version, key, value)
     client.set_registered_model_alias(model_name, alias, version)
     return {"run_id": run.info.run_id, "version": version, "metrics": metrics, "model_uri": registry.model_uri(model_name, alias)}
 
 
 @flow(name="train")
-def train(model_name: str = "fraud", feature_service: str = "fraud_v1", seed: int = 7, alias: str = "champion") -> dict[str, Any]:
-    """Fit the model on point-in-time features and register a version under ``alias``."""
+def train(model_name: str = "fraud", feature_service: str = "fraud_v1", seed: int = 7, alias: str = "candidate",
+          hyperparameters: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Fit the model on point-in-time features and register a version under ``alias`` (never promotes)."""
     logger = get_run_logger()
     settings = Settings.from_environ(os.environ)
     sets = build_training_sets(settings.data_dir, settings.home, feature_service)
-    result = fit_and_log(sets, settings, model_name, feature_service, seed, alias)
+    validation = validate_training_data(sets)
+    if not validation.success:
+        logger.warning("training data failed its suite: %s", [o.expectation for o in validation.failed()])
+    result = fit_and_log(sets, settings, model_name, feature_service, seed, alias, validation, hyperparameters)
     logger.info(
         "registered %s version %s as @%s: PR-AUC %.3f, ROC-AUC %.3f on %d later rows",
         model_name, result["version"], alias, result["metrics"]["eval_pr_auc"], result["metrics"]["eval_roc_auc"],
@@ -131,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-name", default="fraud")
     parser.add_argument("--feature-service", default="fraud_v1")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--alias", default="champion")
+    parser.add_argument("--alias", default="candidate")
     args = parser.parse_args(argv)
     train(model_name=args.model_name, feature_service=args.feature_service, seed=args.seed, alias=args.alias)
     return 0

@@ -110,11 +110,14 @@ def historical_features(store: FeatureStore, service_name: str, entities: pd.Dat
     return frame
 
 
-def fit(features: pd.DataFrame, labels: pd.Series, seed: int) -> Any:
-    """A 100-tree gradient-boosted classifier."""
+DEFAULT_HYPERPARAMETERS = {"n_estimators": 100, "max_depth": 3, "learning_rate": 0.1}
+
+
+def fit(features: pd.DataFrame, labels: pd.Series, seed: int, **hyperparameters: Any) -> Any:
+    """A gradient-boosted classifier (100 trees of depth 3 by default)."""
     from sklearn.ensemble import GradientBoostingClassifier
 
-    model = GradientBoostingClassifier(n_estimators=100, max_depth=3, learning_rate=0.1, random_state=seed)
+    model = GradientBoostingClassifier(**{**DEFAULT_HYPERPARAMETERS, **hyperparameters}, random_state=seed)
     return model.fit(features, labels)
 
 

@@ -1,0 +1,121 @@
+"""Promotion policies: one YAML file per model, checked before anything runs.
+
+An unknown gate, an unknown key or a missing threshold is refused with the file and line named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+POLICY_DIR = Path(__file__).resolve().parent / "policies"
+
+# gate -> (required keys, optional keys); a required key with a dict value is a mapping of name -> number
+GATE_KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "quality": (frozenset({"min"}), frozenset({"vs_champion"})),
+    "latency": (frozenset({"p50_ms", "p99_ms"}), frozenset({"requests", "concurrency"})),
+    "fairness": (frozenset({"attribute", "max_gap"}), frozenset({"rate", "score_threshold", "min_group_rows"})),
+    "cost": (frozenset({"artifact_mb", "peak_rss_mb", "cpu_ms_per_prediction"}), frozenset()),
+    "data": (frozenset({"require_success"}), frozenset()),
+    "compatibility": (frozenset(), frozenset({"require_signature"})),
+}
+TOP_KEYS = frozenset({"model", "endpoint", "feature_service", "bootstrap_champion", "gates"})
+NUMERIC = {"p50_ms", "p99_ms", "requests", "concurrency", "max_gap", "score_threshold", "min_group_rows",
+           "artifact_mb", "peak_rss_mb", "cpu_ms_per_prediction"}
+RATES = frozenset({"false_positive_rate", "true_positive_rate", "flag_rate"})
+
+
+class PolicyError(ValueError):
+    """A policy file that cannot be used; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    path: Path
+    model: str
+    endpoint: str | None
+    feature_service: str | None
+    bootstrap_champion: bool
+    gates: dict[str, dict[str, Any]]
+
+
+def _fail(path: Path, node: yaml.Node, message: str) -> PolicyError:
+    return PolicyError(f"policy {path} line {node.start_mark.line + 1}: {message}")
+
+
+def _mapping(path: Path, node: yaml.Node, what: str) -> dict[str, tuple[yaml.Node, yaml.Node]]:
+    if not isinstance(node, yaml.MappingNode):
+        raise _fail(path, node, f"{what} must be a mapping")
+    return {k.value: (k, v) for k, v in node.value}
+
+
+def _number(path: Path, node: yaml.Node, what: str) -> float:
+    value = yaml.safe_load(yaml.serialize(node))
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _fail(path, node, f"{what} must be a number")
+    return float(value)
+
+
+def _check_gate(path: Path, name: str, key_node: yaml.Node, node: yaml.Node) -> dict[str, Any]:
+    if name not in GATE_KEYS:
+        raise _fail(path, key_node, f"unknown gate {name!r} (known: {', '.join(sorted(GATE_KEYS))})")
+    required, optional = GATE_KEYS[name]
+    entries = _mapping(path, node, f"gate {name}") if not (isinstance(node, yaml.ScalarNode) and node.value in ("", "null")) else {}
+    for key, (k, _) in entries.items():
+        if key not in required | optional:
+            raise _fail(path, k, f"gate {name} has unknown setting {key!r} (allowed: {', '.join(sorted(required | optional))})")
+    for key in sorted(required - entries.keys()):
+        raise _fail(path, key_node, f"gate {name} is missing its threshold {key!r}")
+    for key, (k, v) in entries.items():
+        if key in NUMERIC:
+            _number(path, v, f"{name}.{key}")
+        elif key == "min":
+            for metric, (mk, mv) in _mapping(path, v, f"{name}.min").items():
+                _number(path, mv, f"{name}.min.{metric}")
+        elif key == "vs_champion":
+            sub = _mapping(path, v, f"{name}.vs_champion")
+            for needed in ("metric", "max_drop"):
+                if needed not in sub:
+                    raise _fail(path, k, f"{name}.vs_champion is missing {needed!r}")
+            _number(path, sub["max_drop"][1], f"{name}.vs_champion.max_drop")
+        elif key == "rate" and v.value not in RATES:
+            raise _fail(path, v, f"{name}.rate must be one of {', '.join(sorted(RATES))}")
+    return yaml.safe_load(yaml.serialize(node)) or {}
+
+
+def load_policy(path: Path) -> Policy:
+    """Parse and check a policy file; every error names the line."""
+    path = Path(path)
+    try:
+        root = yaml.compose(path.read_text())
+    except yaml.YAMLError as exc:
+        raise PolicyError(f"policy {path} is not valid YAML: {exc}") from exc
+    if root is None:
+        raise PolicyError(f"policy {path} is empty")
+    top = _mapping(path, root, "the policy")
+    for key, (k, _) in top.items():
+        if key not in TOP_KEYS:
+            raise _fail(path, k, f"unknown key {key!r} (allowed: {', '.join(sorted(TOP_KEYS))})")
+    if "model" not in top:
+        raise _fail(path, root, "missing 'model'")
+    if "gates" not in top:
+        raise _fail(path, root, "missing 'gates'")
+    gates = {name: _check_gate(path, name, k, v) for name, (k, v) in _mapping(path, top["gates"][1], "gates").items()}
+    if not gates:
+        raise _fail(path, top["gates"][1], "no gates declared")
+    plain = yaml.safe_load(yaml.serialize(root))
+    return Policy(path, str(plain["model"]), plain.get("endpoint"), plain.get("feature_service"),
+                  bool(plain.get("bootstrap_champion", False)), gates)
+
+
+def policy_for(model_name: str, folder: Path = POLICY_DIR) -> Policy:
+    path = folder / f"{model_name}.yaml"
+    if not path.exists():
+        raise PolicyError(f"no promotion policy for model {model_name!r}: expected {path}")
+    policy = load_policy(path)
+    if policy.model != model_name:
+        raise PolicyError(f"policy {path} is for model {policy.model!r}, not {model_name!r}")
+    return policy

@@ -1,0 +1,36 @@
+"""Deliberately bad models for the promotion gates: one that is slow, one that is unfair.
+
+They live in an importable module so the pickled models load in a replica process too.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import mlflow.pyfunc
+import numpy as np
+import pandas as pd
+
+
+class SleepyModel(mlflow.pyfunc.PythonModel):
+    """The champion's sklearn model, plus a sleep per call: what a slow candidate looks like."""
+
+    def __init__(self, sleep_s: float) -> None:
+        self.sleep_s = sleep_s
+
+    def load_context(self, context: Any) -> None:
+        self.inner = mlflow.pyfunc.load_model(context.artifacts["inner"])
+
+    def predict(self, context: Any, model_input: pd.DataFrame, params: dict | None = None) -> np.ndarray:
+        time.sleep(self.sleep_s)
+        return np.asarray(self.inner.predict(model_input))
+
+
+class UnfairModel(mlflow.pyfunc.PythonModel):
+    """Flags the youngest age group far more often: the kind of model a fairness gate must stop."""
+
+    def predict(self, context: Any, model_input: pd.DataFrame, params: dict | None = None) -> np.ndarray:
+        young = (model_input["age_group"] == "18-25").to_numpy()
+        p = np.where(young, 0.9, 0.01) * np.clip(model_input["amount_to_mean_7d"].to_numpy(), 0.5, 1.0)
+        return np.column_stack([1 - p, p])
