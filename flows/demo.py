@@ -22,6 +22,7 @@ from prefect import flow, get_run_logger, task
 from feature_repo import synthetic
 from flows.batch_score import batch_score
 from flows.materialize import materialize
+from flows.promote import promote
 from flows.skew import skew
 from flows.train import train
 from serving.gateway_process import environ_with, start_gateway, wait_endpoint_ready
@@ -113,18 +114,20 @@ def demo(customers: int = 1000, days: int = 42, requests: int = 300, seed: int =
     data = ensure_data(settings.data_dir, customers, days, seed)
     logger.info("data: %s", data)
     features = materialize()
-    trained = train(model_name=model_name, alias="champion")
+    trained = train(model_name=model_name, alias="candidate")
+    promoted = promote(model_name=model_name, version=trained["version"])
     served = serve_and_query(settings, token, model_name, requests)
     logger.info("served %d requests: p50 %.1f ms, p99 %.1f ms", served["requests"], served["p50_ms"], served["p99_ms"])
     batch_input = last_day(settings.data_dir, settings.batch_dir / "input" / "last_day.parquet")
     scored = batch_score(input_path=str(batch_input), output=str(settings.batch_dir / "output"),
                          model_uri=f"models:/{model_name}@champion", run_id="demo")
     drift = skew(endpoint=ENDPOINT, fail_on_finding=False)
-    return {"data": data, "features": features, "trained": trained, "served": served, "batch": scored, "drift": drift}
+    return {"data": data, "features": features, "trained": trained, "promoted": promoted, "served": served,
+            "batch": scored, "drift": drift}
 
 
 def summary(result: dict[str, Any], settings: Settings, seconds: float) -> str:
-    t, s, b, d = result["trained"], result["served"], result["batch"], result["drift"]
+    t, p, s, b, d = result["trained"], result["promoted"], result["served"], result["batch"], result["drift"]
     reports = [v["report"] for v in d.get("versions", {}).values()]
     lines = [
         "",
@@ -132,8 +135,10 @@ def summary(result: dict[str, Any], settings: Settings, seconds: float) -> str:
         f"  data       {result['data']['transactions']} transactions, {result['data']['fraud_rate']:.1%} fraud, "
         f"{result['data']['first'][:10]} .. {result['data']['last'][:10]}",
         f"  features   {result['features']['rows']} rows written; online store loaded",
-        f"  train      registered fraud v{t['version']} @champion: PR-AUC {t['metrics']['eval_pr_auc']:.3f}, "
+        f"  train      registered fraud v{t['version']} @candidate: PR-AUC {t['metrics']['eval_pr_auc']:.3f}, "
         f"ROC-AUC {t['metrics']['eval_roc_auc']:.3f} on the later slice (run {t['run_id']})",
+        f"  promote    v{p['version']} passed {len(p['gates'])} gates -> @{p['alias']}: "
+        + "; ".join(f"{g['gate']} {g['value']}" for g in p["gates"] if g["gate"] in ("latency", "fairness")),
         f"  serve      {s['requests']} HTTP requests via {s['url']} served by {s['served_by']}: p50 {s['p50_ms']:.1f} ms, "
         f"p99 {s['p99_ms']:.1f} ms; {s['flagged']} flagged; unknown customer -> HTTP {s['unknown_entity_status']}",
         f"  batch      {b['rows']} rows scored -> {b['output']}",

@@ -27,6 +27,7 @@ from prefect.tasks import exponential_backoff
 from feature_repo import store as feature_store
 from flows import gates, lifecycle, training
 from flows.policy import Policy, load_policy, policy_for
+from flows.skew import artifact_key
 from monitoring.fairness import group_rates
 from serving.replica_probe import probe_model
 from serving.settings import Settings
@@ -160,7 +161,7 @@ def promote(model_name: str = "fraud", version: str | None = None, policy_file: 
     candidate = resolve_candidate(settings.tracking_uri, model_name, version)
     results = evaluate_gates(settings, policy, candidate, model_name)
     record_results(settings.tracking_uri, model_name, candidate["version"], policy, results)
-    create_table_artifact(key=f"promotion-{model_name.lower()}-v{candidate['version']}",
+    create_table_artifact(key=artifact_key(f"promotion-{model_name}-v{candidate['version']}"),
                           table=[r.as_row() for r in results],
                           description=f"Promotion gates for {model_name} v{candidate['version']} ({policy.path.name})")
     failed = [r for r in results if not r.passed]

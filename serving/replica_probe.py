@@ -150,7 +150,9 @@ def probe_model(
 ) -> ProbeResult:
     """Serve ``model_uri`` in a fresh local replica, load it briefly and measure latency and cost.
 
-    ``timeout_s`` bounds the wait for readiness and, separately, the whole load (warm-up included).
+    ``timeout_s`` bounds the wait for readiness and, separately, the whole load (warm-up included):
+    at the cap no request starts and those in flight are cut short and counted as errors, so a
+    probe that ran out of time shows ``requests`` below what was asked.
     """
     if not payloads:
         raise ValueError("probe_model needs at least one payload")

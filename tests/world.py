@@ -11,8 +11,8 @@ from typing import Any
 from serving.settings import Settings
 
 # Long enough for a 7-day warm-up, a training week, a 7-day evaluation slice and a 14-day label horizon.
-WORLD_CUSTOMERS = 300
-WORLD_MERCHANTS = 60
+WORLD_CUSTOMERS = 600
+WORLD_MERCHANTS = 100
 WORLD_DAYS = 36
 MODEL_NAME = "fraud"
 

@@ -19,13 +19,14 @@ def test_demo_runs_every_stage_and_exits_zero(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_", "TOLLFREE_"))}
     env["TOLLFREE_HOME"] = str(tmp_path / "home")
     result = subprocess.run(
-        [sys.executable, "-m", "flows.demo", "--customers", "250", "--days", "36", "--requests", "60"],
+        [sys.executable, "-m", "flows.demo", "--customers", "600", "--days", "36", "--requests", "60"],
         cwd=PROJECT, env=env, capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
     assert "tollfree demo finished" in out
-    assert "registered fraud v1 @champion" in out
+    assert "registered fraud v1 @candidate" in out
+    assert "passed 6 gates -> @champion" in out  # the first version to pass every gate bootstraps champion
     assert "60 HTTP requests" in out and "unknown customer -> HTTP 404" in out
     home = tmp_path / "home"
     scored = pd.concat(pd.read_parquet(p) for p in (home / "batch" / "output").rglob("part-*.parquet"))
