@@ -185,7 +185,8 @@ def test_lineage_reaches_run_data_code_validation_and_gates(client, first):
 
 
 def test_a_model_without_signature_is_refused(client, first, policies):
-    with mlflow.start_run():
+    champion = client.get_model_version_by_alias(MODEL, "champion")
+    with mlflow.start_run(experiment_id=client.get_run(champion.run_id).info.experiment_id):
         info = mlflow.pyfunc.log_model(name="model", python_model=UnfairModel(), pip_requirements=["mlflow"],
                                        registered_model_name=MODEL)
     client.set_registered_model_alias(MODEL, "candidate", str(info.registered_model_version))
