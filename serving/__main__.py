@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         mlflow_resolver(settings.tracking_uri),
         replica_env=os.environ,
         log_dir=settings.home / "logs",
+        home=settings.home,
     )
     app = create_gateway_app(manager, tokens, InferenceLogWriter(settings.inference_log_dir))
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False, timeout_graceful_shutdown=20)

@@ -82,12 +82,14 @@ class EndpointManager:
         replica_env: Mapping[str, str],
         log_dir: Path,
         *,
+        home: Path | None = None,
         ready_timeout_s: float = 180.0,
     ) -> None:
         self.store = store
         self._resolve = resolver
         self._env = dict(replica_env)
         self._log_dir = log_dir
+        self._home = home or log_dir.parent
         self._ready_timeout_s = ready_timeout_s
         self.live: dict[str, LiveEndpoint] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -126,6 +128,28 @@ class EndpointManager:
         live = self.live.pop(name, None)
         if live is not None:
             await self._stop_all(live.entities.values())
+
+    async def set_ai_gateway(self, name: str, body: dict) -> dict:
+        """Store the endpoint's AI-gateway settings (inference table config, ...); no replica restarts."""
+        allowed = {"inference_table_config", "usage_tracking_config", "rate_limits", "guardrails", "fallback_config"}
+        unknown = sorted(set(body) - allowed)
+        if unknown:
+            raise invalid_parameter(f"unknown ai-gateway field(s): {', '.join(k[:64] for k in unknown[:5])}")
+        record = await run_in_threadpool(self.store.get, name)
+        record.ai_gateway = body
+        record.updated_ms = int(time.time() * 1000)
+        await run_in_threadpool(self.store.put, record)
+        return body
+
+    async def openapi(self, name: str) -> dict:
+        from serving.endpoint_openapi import endpoint_openapi, model_inputs
+
+        record = await run_in_threadpool(self.store.get, name)
+        entities = {}
+        for entity in record.config.served_entities:
+            uri = f"models:/{entity.entity_name}/{entity.resolved_version}"
+            entities[str(entity.name)] = await run_in_threadpool(model_inputs, uri, self._home)
+        return endpoint_openapi(name, entities)
 
     async def restore(self) -> None:
         """On gateway start: bring every stored endpoint's current config back up."""

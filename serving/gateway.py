@@ -14,7 +14,6 @@ from typing import Any
 import httpx
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from serving import endpoint_spec as spec
@@ -106,13 +105,29 @@ def create_gateway_app(
         await manager.delete(name)
         return {}
 
+    @app.put(API + "/{name}/ai-gateway")
+    async def put_ai_gateway(name: str, body: dict[str, Any], request: Request) -> dict[str, Any]:
+        principal(request, None)
+        return await manager.set_ai_gateway(name, body)
+
+    @app.get(API + "/{name}/metrics")
+    async def endpoint_metrics(name: str, request: Request) -> Response:
+        principal(request, name)
+        manager.store.get(name)  # 404 for an unknown endpoint
+        return Response(metrics.exposition(endpoint=name), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get(API + "/{name}/openapi")
+    async def endpoint_openapi_doc(name: str, request: Request) -> JSONResponse:
+        principal(request, name)
+        return JSONResponse(await manager.openapi(name))
+
     @app.get("/metrics")
     async def prometheus(request: Request) -> Response:
         principal(request, None)
         for name, live in manager.live.items():
             for entity in live.entities.values():
                 metrics.replicas.labels(name, entity.name).set(sum(r.alive() for r in entity.replicas))
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     # ---- data plane ----------------------------------------------------------------------------
     @app.post("/serving-endpoints/{name}/invocations")

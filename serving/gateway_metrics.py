@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -33,3 +33,12 @@ class GatewayMetrics:
             in_flight=Gauge("tollfree_in_flight_requests", "Invocations in flight.", ["endpoint"], registry=registry),
             replicas=Gauge("tollfree_replicas", "Ready replicas per served entity.", ["endpoint", "served_entity"], registry=registry),
         )
+
+    def exposition(self, endpoint: str | None = None) -> bytes:
+        """Prometheus text; with ``endpoint``, only that endpoint's samples (the per-endpoint route)."""
+        text = generate_latest(self.registry)
+        if endpoint is None:
+            return text
+        label = f'endpoint="{endpoint}"'.encode()
+        lines = [line for line in text.splitlines() if line.startswith(b"#") or label in line]
+        return b"\n".join(lines) + b"\n"
