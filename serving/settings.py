@@ -21,6 +21,9 @@ TELEMETRY_OFF = {
     "FEAST_USAGE": "False",
     "GIT_PYTHON_REFRESH": "quiet",
 }
+# A flow run in a fresh process starts a temporary Prefect server; on a busy 2-core machine that can take
+# longer than Prefect's default wait, and the run then fails before it starts.
+PREFECT_DEFAULTS = {"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"}
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ def export_defaults(environ: MutableMapping[str, str]) -> Settings:
     Called once by each entry point (CLI, flow runner, test session) before the stack is imported:
     telemetry off, the state folder absolute, Prefect's home inside it (created), MLflow's URI explicit.
     """
-    for key, value in TELEMETRY_OFF.items():
+    for key, value in {**TELEMETRY_OFF, **PREFECT_DEFAULTS}.items():
         environ.setdefault(key, value)
     settings = Settings.from_environ(environ)
     environ["TOLLFREE_HOME"] = str(settings.home)
