@@ -202,6 +202,7 @@ class EndpointManager:
                 wanted = max(entity.min_replicas or 1, 1)
                 current = old.entities.get(entity.name) if old else None
                 if current and (current.model_name, current.version) == (entity.entity_name, entity.resolved_version):
+                    current.max_concurrency = entity.max_concurrency or DEFAULT_MAX_CONCURRENCY  # applies at once
                     keep[entity.name] = current
                     continue
                 served = ServedEntity(entity.name, entity.entity_name, str(entity.resolved_version),

@@ -296,4 +296,7 @@ def endpoint_view(record: EndpointRecord) -> dict[str, Any]:
     for key in ("ai_gateway", "tags", "description"):
         if getattr(record, key):
             view[key] = getattr(record, key)
+    if record.state_message:
+        # tollfree extension: why the last rollout failed, even while the old config keeps serving
+        view["state_message"] = record.state_message
     return view

@@ -12,6 +12,7 @@ import pytest
 from feature_repo import store as feature_store
 from feature_repo import synthetic
 from flows import training
+from serving.gateway_process import environ_with
 from serving.inference_log import read_inference_log
 from tests.world import MODEL_NAME
 
@@ -126,25 +127,51 @@ def test_control_plane_errors(gateway):
 
 
 def test_graceful_stop_flushes_every_request_to_the_inference_log(world, gateway):
-    """Runs last in this module: stops the gateway and reads what it logged."""
-    # uvicorn finishes its graceful shutdown, then re-raises SIGTERM: -15 after a clean shutdown
-    assert gateway.process.stop() in (0, -15)
-    assert "Application shutdown complete" in gateway.process.log_path.read_text()
+    """A gateway of its own, stopped gracefully: every request it answered is in the log."""
+    from serving.gateway_process import start_gateway, wait_endpoint_ready
+    from tests.e2e.conftest import LiveGateway
+
+    process = start_gateway(environ_with({}), world.home / "logs" / "gateway-stop-e2e.log")
+    own = LiveGateway(process, gateway.admin, gateway.scoped, [])
+    try:
+        wait_endpoint_ready(own.url, own.admin, "fraud")  # restored from the endpoint store
+        rows = synthetic.read_transactions(world.settings.data_dir).head(5)[["customer_id", "merchant_id", "amount"]]
+        for record in rows.to_dict(orient="records"):
+            assert own.invoke({"dataframe_records": [record]}).status_code == 200
+        assert own.invoke({"dataframe_records": [{"customer_id": 1}]}).status_code == 400
+        assert own.invoke({"dataframe_records": []}, token="").status_code == 401
+    finally:
+        # uvicorn finishes its graceful shutdown, then re-raises SIGTERM: -15 after a clean shutdown
+        assert process.stop() in (0, -15)
+    assert "Application shutdown complete" in process.log_path.read_text()
     log = read_inference_log(world.settings.inference_log_dir, endpoint="fraud")
-    logged = set(log["request_id"])
-    missing = [r for r in gateway.sent if r not in logged]
-    # the no-such-endpoint request is logged under its own endpoint name
-    other = read_inference_log(world.settings.inference_log_dir, endpoint="no-such-endpoint")
-    assert set(missing) <= set(other["request_id"])
-    ok = log[log["status_code"] == 200]
-    assert not ok.empty and ok["served_features"].notna().all() and ok["model_version"].eq("1").all()
-    rejected = log[log["status_code"] != 200]
-    assert {401, 403, 400, 404, 413, 415} <= set(rejected["status_code"])
+    logged = log.set_index("request_id")
+    assert set(own.sent) <= set(logged.index)
+    mine = logged.loc[own.sent]
+    assert sorted(mine["status_code"].tolist()) == [200] * 5 + [400, 401]
+    ok = mine[mine["status_code"] == 200]
+    assert ok["served_features"].notna().all() and ok["model_version"].eq("1").all()
     assert not log["inputs"].fillna("").str.contains(world.settings.admin_token or "never").any()
 
 
+def test_every_request_of_the_shared_gateway_is_logged_rejected_ones_included(world, gateway):
+    """The log is written off the request path within about a second; wait for it, then compare."""
+    import time
+
+    deadline = time.monotonic() + 10
+    while True:
+        log = read_inference_log(world.settings.inference_log_dir)
+        missing = set(gateway.sent) - set(log["request_id"])
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert not missing
+    rejected = log[log["request_id"].isin(gateway.sent) & (log["status_code"] != 200)]
+    assert {401, 403, 400, 404, 413, 415} <= set(rejected["status_code"])
+
+
 def test_logged_served_features_equal_offline_features_at_their_logged_time(world, gateway):
-    """After the stop above: every successful request's served features, recomputed offline."""
+    """Every successful request's served features, recomputed offline at its logged time."""
     from feature_repo import store as feature_store
     from flows import feature_parity
 
