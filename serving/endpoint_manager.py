@@ -20,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from serving import endpoint_spec as spec
 from serving.endpoint_store import EndpointStore
 from serving.errors import invalid_parameter, not_found, unavailable
+from serving.admission import Admission
 from serving.local_replicas import LocalReplica, ReplicaStartError, start_replica, stop_replica, wait_ready
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ class ServedEntity:
     version: str
     replicas: list[LocalReplica] = field(default_factory=list)
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    admission: Admission = field(default_factory=Admission)
 
     @property
     def model_uri(self) -> str:

@@ -26,7 +26,8 @@ from serving.errors import (
 from serving.gateway_metrics import GatewayMetrics
 from serving.inference_log import InferenceLogWriter, InferenceRecord, utc_now
 from serving.replica import RETURN_FEATURES_HEADER
-from serving.router import choose_entity, pick_replica
+from serving.admission import AdmissionRefused
+from serving.router import choose_entity
 
 log = logging.getLogger(__name__)
 
@@ -152,11 +153,12 @@ def create_gateway_app(
             entity_name = choose_entity(live.weights, route_rng)
             entity = live.entities[entity_name]
             version = entity.version
-            replica = pick_replica([r for r in entity.replicas if r.alive()], entity.max_concurrency)
-            if replica is None:
-                raise ApiError(429, "REQUEST_LIMIT_EXCEEDED", f"endpoint {name} is at capacity; retry shortly",
-                               headers={"Retry-After": "1"})
-            replica.outstanding += 1
+            try:
+                replica = await entity.admission.acquire(lambda: [r for r in entity.replicas if r.alive()],
+                                                         entity.max_concurrency)
+            except AdmissionRefused as refused:
+                raise ApiError(429, "REQUEST_LIMIT_EXCEEDED", f"endpoint {name} is at capacity ({refused.reason}); retry shortly",
+                               headers={"Retry-After": str(refused.retry_after_s)}) from refused
             try:
                 upstream = await app.state.client.post(
                     f"{replica.url}/invocations",
@@ -172,7 +174,7 @@ def create_gateway_app(
             except httpx.TransportError as exc:
                 raise unavailable(f"no replica of endpoint {name} could be reached; request id {request_id}") from exc
             finally:
-                replica.outstanding -= 1
+                await entity.admission.release(replica)
             payload = upstream.json()
             if upstream.status_code != 200:
                 raise ApiError(upstream.status_code, payload.get("error_code", "INTERNAL_ERROR"), payload.get("message", ""))
