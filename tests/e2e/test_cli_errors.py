@@ -1,0 +1,37 @@
+"""Entry points refuse bad set-up with a clear message and a non-zero exit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", *args], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_gateway_refuses_to_start_without_an_admin_token(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TOLLFREE_TOKEN"} | {"TOLLFREE_HOME": str(tmp_path)}
+    result = run(["serving", "--port", "1"], env)
+    assert result.returncode == 2 and "TOLLFREE_TOKEN" in result.stderr
+
+
+def test_lineage_of_an_unknown_alias_exits_2_naming_it(world):
+    result = run(["flows.lineage", "--model", "fraud", "--ref", "nope"], dict(os.environ))
+    assert result.returncode == 2 and "'nope'" in result.stdout
+
+
+def test_training_without_data_names_the_missing_file(tmp_path):
+    env = dict(os.environ) | {"TOLLFREE_HOME": str(tmp_path / "empty")}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    env.pop("PREFECT_HOME", None)
+    result = run(["flows.train"], env)
+    assert result.returncode != 0
+    assert "transactions.parquet" in result.stderr + result.stdout
