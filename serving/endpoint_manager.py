@@ -21,6 +21,7 @@ from serving import endpoint_spec as spec
 from serving.endpoint_store import EndpointStore
 from serving.errors import invalid_parameter, not_found, unavailable
 from serving.admission import Admission
+from serving.response_cache import ResponseCache
 from serving.local_replicas import LocalReplica, ReplicaStartError, start_replica, stop_replica, wait_ready
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,14 @@ class ServedEntity:
 class LiveEndpoint:
     entities: dict[str, ServedEntity]
     weights: list[tuple[str, int]]
+    cache: ResponseCache | None = None
+
+
+def cache_for(config: spec.EndpointCoreConfig) -> ResponseCache | None:
+    settings = config.response_cache
+    if settings is None or not settings.enabled:
+        return None
+    return ResponseCache(settings.max_entries, float(settings.ttl_seconds))
 
 
 VersionResolver = Callable[[str, "str | None", "str | None"], str]
@@ -223,7 +232,9 @@ class EndpointManager:
         except asyncio.CancelledError:
             await self._stop_all(started)
             raise
-        self.live[name] = LiveEndpoint(keep, spec.traffic_weights(config))
+        self.live[name] = LiveEndpoint(keep, spec.traffic_weights(config), cache_for(config))
+        for entity in keep.values():
+            await entity.admission.capacity_changed()
         if old is not None:
             await self._stop_all([e for n, e in old.entities.items() if keep.get(n) is not e])
         await self._finish(name, ready=True, update="NOT_UPDATING", config=config, config_version=version)

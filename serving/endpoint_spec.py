@@ -85,12 +85,22 @@ class AutoCaptureConfigInput(BaseModel):
     table_name_prefix: str | None = Field(default=None, max_length=255)
 
 
+class ResponseCacheConfig(BaseModel):
+    """tollfree extension: an exact-match response cache, off unless asked for."""
+
+    model_config = _FORBID
+    enabled: StrictBool = False
+    ttl_seconds: int = Field(default=60, ge=1, le=86_400)
+    max_entries: int = Field(default=10_000, ge=1, le=1_000_000)
+
+
 class EndpointCoreConfig(BaseModel):
     model_config = _FORBID
     name: str | None = None  # databricks-sdk always sends it: the endpoint name
     served_entities: list[ServedEntityInput] = Field(default_factory=list)
     traffic_config: TrafficConfig | None = None
     auto_capture_config: AutoCaptureConfigInput | None = None
+    response_cache: ResponseCacheConfig | None = None
 
 
 class EndpointTag(BaseModel):
@@ -278,6 +288,8 @@ def _config_view(config: EndpointCoreConfig, version: int, state: dict[str, str]
                            "traffic_config": {"routes": routes}, "config_version": version}
     if config.auto_capture_config is not None:
         out["auto_capture_config"] = config.auto_capture_config.model_dump(exclude_none=True)
+    if config.response_cache is not None:
+        out["response_cache"] = config.response_cache.model_dump()
     return out
 
 

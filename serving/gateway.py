@@ -18,7 +18,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from serving import endpoint_spec as spec
 from serving.auth import TokenRegistry, authenticate, authorize
-from serving.endpoint_manager import EndpointManager
+from serving.endpoint_manager import EndpointManager, ServedEntity
 from serving.errors import (
     REQUEST_ID_HEADER, ApiError, error_body, install_error_handlers, payload_too_large, resolve_request_id,
     timeout, unavailable,
@@ -26,6 +26,7 @@ from serving.errors import (
 from serving.gateway_metrics import GatewayMetrics
 from serving.inference_log import InferenceLogWriter, InferenceRecord, utc_now
 from serving.replica import RETURN_FEATURES_HEADER
+from serving.scoring_protocol import canonical_payload_key
 from serving.admission import AdmissionRefused
 from serving.router import choose_entity
 
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 
 API = "/api/2.0/serving-endpoints"
 SERVED_MODEL_HEADER = "served-model-name"
+CACHE_HEADER = "x-tollfree-cache"
 
 
 def create_gateway_app(
@@ -131,6 +133,30 @@ def create_gateway_app(
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     # ---- data plane ----------------------------------------------------------------------------
+    async def forward(entity: ServedEntity, body: bytes, content_type: str, request_id: str, name: str) -> dict[str, Any]:
+        """One admitted call to a replica of ``entity``; its JSON answer, or the replica's error as ApiError."""
+        try:
+            replica = await entity.admission.acquire(lambda: [r for r in entity.replicas if r.alive()], entity.max_concurrency)
+        except AdmissionRefused as refused:
+            raise ApiError(429, "REQUEST_LIMIT_EXCEEDED", f"endpoint {name} is at capacity ({refused.reason}); retry shortly",
+                           headers={"Retry-After": str(refused.retry_after_s)}) from refused
+        try:
+            upstream = await app.state.client.post(
+                f"{replica.url}/invocations",
+                content=body,
+                headers={"content-type": content_type, REQUEST_ID_HEADER: request_id, RETURN_FEATURES_HEADER: "1"},
+            )
+        except httpx.TimeoutException as exc:
+            raise timeout(f"the model did not answer within {request_timeout_s:.0f}s; request id {request_id}") from exc
+        except httpx.TransportError as exc:
+            raise unavailable(f"no replica of endpoint {name} could be reached; request id {request_id}") from exc
+        finally:
+            await entity.admission.release(replica)
+        payload = upstream.json()
+        if upstream.status_code != 200:
+            raise ApiError(upstream.status_code, payload.get("error_code", "INTERNAL_ERROR"), payload.get("message", ""))
+        return payload
+
     @app.post("/serving-endpoints/{name}/invocations")
     async def invocations(name: str, request: Request) -> Response:
         started = time.perf_counter()
@@ -153,34 +179,26 @@ def create_gateway_app(
             entity_name = choose_entity(live.weights, route_rng)
             entity = live.entities[entity_name]
             version = entity.version
-            try:
-                replica = await entity.admission.acquire(lambda: [r for r in entity.replicas if r.alive()],
-                                                         entity.max_concurrency)
-            except AdmissionRefused as refused:
-                raise ApiError(429, "REQUEST_LIMIT_EXCEEDED", f"endpoint {name} is at capacity ({refused.reason}); retry shortly",
-                               headers={"Retry-After": str(refused.retry_after_s)}) from refused
-            try:
-                upstream = await app.state.client.post(
-                    f"{replica.url}/invocations",
-                    content=body,
-                    headers={
-                        "content-type": request.headers.get("content-type", ""),
-                        REQUEST_ID_HEADER: request_id,
-                        RETURN_FEATURES_HEADER: "1",
-                    },
-                )
-            except httpx.TimeoutException as exc:
-                raise timeout(f"the model did not answer within {request_timeout_s:.0f}s; request id {request_id}") from exc
-            except httpx.TransportError as exc:
-                raise unavailable(f"no replica of endpoint {name} could be reached; request id {request_id}") from exc
-            finally:
-                await entity.admission.release(replica)
-            payload = upstream.json()
-            if upstream.status_code != 200:
-                raise ApiError(upstream.status_code, payload.get("error_code", "INTERNAL_ERROR"), payload.get("message", ""))
-            served_features = payload.pop("served_features", None)
+            content_type = request.headers.get("content-type", "")
+            cache_key = None
+            if live.cache is not None and content_type.split(";")[0].strip().lower() == "application/json":
+                try:
+                    cache_key = (entity_name, entity.version, canonical_payload_key(body))
+                except ApiError:
+                    cache_key = None  # not JSON: the replica answers with the precise error
+            cached = live.cache.get(cache_key) if live.cache is not None and cache_key else None
+            if cached is not None:
+                payload = cached
+                metrics.cache_hits.labels(name).inc()
+                extra = {CACHE_HEADER: "hit"}
+            else:
+                payload = await forward(entity, body, content_type, request_id, name)
+                served_features = payload.pop("served_features", None)
+                if live.cache is not None and cache_key:
+                    live.cache.put(cache_key, payload)
+                extra = {CACHE_HEADER: "miss"} if live.cache is not None else {}
             outputs = payload.get("predictions")
-            response: Response = JSONResponse(payload, headers={SERVED_MODEL_HEADER: entity_name, REQUEST_ID_HEADER: request_id})
+            response: Response = JSONResponse(payload, headers={SERVED_MODEL_HEADER: entity_name, REQUEST_ID_HEADER: request_id, **extra})
             status, error_code = 200, None
         except ApiError as err:
             response = JSONResponse(error_body(err), status_code=err.status_code, headers={**err.headers, REQUEST_ID_HEADER: request_id})

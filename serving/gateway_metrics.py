@@ -16,6 +16,7 @@ class GatewayMetrics:
     latency: Histogram
     in_flight: Gauge
     replicas: Gauge
+    cache_hits: Counter
 
     @classmethod
     def create(cls) -> GatewayMetrics:
@@ -32,6 +33,8 @@ class GatewayMetrics:
             ),
             in_flight=Gauge("tollfree_in_flight_requests", "Invocations in flight.", ["endpoint"], registry=registry),
             replicas=Gauge("tollfree_replicas", "Ready replicas per served entity.", ["endpoint", "served_entity"], registry=registry),
+            cache_hits=Counter("tollfree_cache_hits_total", "Invocations answered from the response cache.", ["endpoint"],
+                               registry=registry),
         )
 
     def exposition(self, endpoint: str | None = None) -> bytes:

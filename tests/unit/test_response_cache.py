@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from serving.admission import Admission
+from serving.auth import TokenRegistry
+from serving.endpoint_manager import EndpointManager, LiveEndpoint, ServedEntity
+from serving.endpoint_spec import EndpointCoreConfig
+from serving.endpoint_store import EndpointStore
+from serving.gateway import create_gateway_app
+from serving.inference_log import InferenceLogWriter
+from serving.response_cache import ResponseCache
+from tests.unit.test_admission import TOKEN, SlowReplica
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_entries_expire_and_the_least_recently_used_goes_first():
+    clock = Clock()
+    cache = ResponseCache(max_entries=2, ttl_s=10, clock=clock)
+    cache.put(("a",), 1)
+    cache.put(("b",), 2)
+    assert cache.get(("a",)) == 1  # a is now the most recently used
+    cache.put(("c",), 3)
+    assert cache.get(("b",)) is None and cache.get(("a",)) == 1 and cache.get(("c",)) == 3
+    clock.now = 10.0
+    assert cache.get(("a",)) is None and len(cache) == 1
+    assert (cache.hits, cache.misses) == (3, 2)
+    with pytest.raises(ValueError):
+        ResponseCache(max_entries=0, ttl_s=1)
+
+
+def test_the_cache_config_is_checked():
+    config = EndpointCoreConfig.model_validate({"served_entities": [], "response_cache": {"enabled": True, "ttl_seconds": 5}})
+    assert config.response_cache.max_entries == 10_000
+    with pytest.raises(Exception):
+        EndpointCoreConfig.model_validate({"served_entities": [], "response_cache": {"enabled": True, "ttl_seconds": 0}})
+    with pytest.raises(Exception):
+        EndpointCoreConfig.model_validate({"served_entities": [], "response_cache": {"size": 3}})
+
+
+def _app(tmp_path, cache: ResponseCache | None, calls: list[bytes]):
+    def upstream(request: httpx.Request) -> httpx.Response:
+        calls.append(request.content)
+        return httpx.Response(200, json={"predictions": [len(calls)], "served_features": [{"f": 1.0}]})
+
+    manager = EndpointManager(EndpointStore(tmp_path / "e.db"), lambda *a: "1", {}, tmp_path / "logs")
+    entity = ServedEntity("m-1", "m", "1", replicas=[SlowReplica("http://replica")], admission=Admission())
+    manager.live["ep"] = LiveEndpoint({"m-1": entity}, [("m-1", 100)], cache)
+    return create_gateway_app(manager, TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN}),
+                              InferenceLogWriter(tmp_path / "log"), transport=httpx.MockTransport(upstream))
+
+
+def _post(client: TestClient, body: str) -> httpx.Response:
+    return client.post("/serving-endpoints/ep/invocations", content=body,
+                       headers={"Authorization": f"Bearer {TOKEN}", "content-type": "application/json"})
+
+
+def test_identical_payloads_are_answered_from_the_cache_only_when_enabled(tmp_path):
+    calls: list[bytes] = []
+    app = _app(tmp_path / "on", ResponseCache(100, 60), calls)
+    with TestClient(app) as client:
+        first = _post(client, json.dumps({"inputs": {"a": [1], "b": [2]}}))
+        again = _post(client, '{"inputs": {"b": [2], "a": [1]}}')  # same payload, other key order and spacing
+        other = _post(client, json.dumps({"inputs": {"a": [9], "b": [2]}}))
+        metrics = client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).text
+        app.state.manager.live.clear()
+    assert len(calls) == 2
+    assert first.json() == again.json() == {"predictions": [1]} and other.json() == {"predictions": [2]}
+    assert [r.headers["x-tollfree-cache"] for r in (first, again, other)] == ["miss", "hit", "miss"]
+    assert 'tollfree_cache_hits_total{endpoint="ep"} 1.0' in metrics
+
+    calls_off: list[bytes] = []
+    app_off = _app(tmp_path / "off", None, calls_off)
+    with TestClient(app_off) as client:
+        for _ in range(3):
+            assert "x-tollfree-cache" not in _post(client, json.dumps({"inputs": {"a": [1]}})).headers
+        app_off.state.manager.live.clear()
+    assert len(calls_off) == 3
