@@ -34,3 +34,13 @@ class UnfairModel(mlflow.pyfunc.PythonModel):
         young = (model_input["age_group"] == "18-25").to_numpy()
         p = np.where(young, 0.9, 0.01) * np.clip(model_input["amount_to_mean_7d"].to_numpy(), 0.5, 1.0)
         return np.column_stack([1 - p, p])
+
+
+class BrokenOnLoad(mlflow.pyfunc.PythonModel):
+    """A model whose replica can never become ready: loading it fails."""
+
+    def load_context(self, context: Any) -> None:
+        raise RuntimeError("this model cannot be loaded")
+
+    def predict(self, context: Any, model_input: pd.DataFrame, params: dict | None = None) -> np.ndarray:
+        return np.zeros(len(model_input))
