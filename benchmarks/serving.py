@@ -1,0 +1,492 @@
+"""Serving throughput and latency over loopback: tollfree's gateway against `mlflow models serve`.
+
+    python -m benchmarks.serving [--seconds 10] [--concurrency 1,8,32] [--json]
+
+One run, same models, same load generator, everything on 127.0.0.1. In a throw-away TOLLFREE_HOME two
+plain sklearn models are registered (SQLite registry, no FeatureService, so every server takes the same
+20 numeric columns):
+
+  light   GradientBoostingClassifier(n_estimators=100, max_depth=3): the issue's anchor model
+  heavy   GradientBoostingClassifier(n_estimators=500, max_depth=6)
+
+Per model, one server at a time (never two under load at once):
+
+  mlflow-1w   mlflow models serve -m models:/NAME/1 --env-manager local (1 uvicorn worker, its default)
+  mlflow-2w   the same with -w 2
+  tollfree    python -m serving (the gateway) + endpoint "bench" (1 replica, max_concurrency 64),
+              requests to /serving-endpoints/bench/invocations with a bearer token
+
+Load: wrk (closed loop, keep-alive; a Lua script sets the POST body and headers), one single-row
+`dataframe_split` body, for each concurrency a 2 s warm-up then --seconds timed. CPU-s per 1000
+predictions: utime+stime of the server process and all its descendants (gateway + replica; mlflow CLI +
+uvicorn + workers) from /proc over the timed window, per 2xx response. The limit: in-process
+`mlflow.pyfunc.load_model(...).predict(<same single-row DataFrame>)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SEED = 20262
+FEATURES = 20
+TRAIN_ROWS = 4000
+MODELS = {
+    "light": {"n_estimators": 100, "max_depth": 3, "label": "GBDT 100 trees, depth 3, 20 features"},
+    "heavy": {"n_estimators": 500, "max_depth": 6, "label": "GBDT 500 trees, depth 6, 20 features"},
+}
+SERVERS = ("mlflow-1w", "mlflow-2w", "tollfree")
+WARMUP_S = 2
+INPROC_CALLS = 2000
+INPROC_MAX_S = 20.0
+READY_TIMEOUT_S = 90.0
+TARGETS = {"rps_ratio_c32_min": 3.0, "p50_over_inprocess_c1_max_ms": 1.0}
+VENV_BIN = Path(sys.executable).parent
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.serving", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=int, default=10, help="timed seconds per point (default 10)")
+    parser.add_argument("--concurrency", default="1,8,32", help="comma-separated connection counts (default 1,8,32)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
+    args = parser.parse_args(argv)
+    try:
+        args.levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
+    except ValueError:
+        parser.error("--concurrency must be integers separated by commas")
+    if not args.levels or min(args.levels) < 1 or max(args.levels) > 256:
+        parser.error("--concurrency values must be in 1..256")
+    if not 1 <= args.seconds <= 120:
+        parser.error("--seconds must be in 1..120")
+    return args
+
+
+# --- set-up ------------------------------------------------------------------------------------------
+
+
+def _register_models(home: Path, tracking_uri: str) -> dict[str, dict[str, Any]]:
+    import cloudpickle
+    import mlflow
+    import pandas as pd
+    import sklearn
+    from mlflow import MlflowClient
+    from mlflow.models import infer_signature
+    from sklearn.ensemble import GradientBoostingClassifier
+
+    mlflow.set_tracking_uri(tracking_uri)
+    client = MlflowClient(tracking_uri)
+    experiment_id = client.create_experiment("bench-serving", artifact_location=(home / "artifacts").resolve().as_uri())
+    rng = np.random.default_rng(SEED)
+    columns = [f"f{i}" for i in range(FEATURES)]
+    x = rng.normal(size=(TRAIN_ROWS, FEATURES))
+    y = ((x[:, 0] + 0.5 * x[:, 1] * x[:, 2] - x[:, 3] + rng.normal(scale=0.5, size=TRAIN_ROWS)) > 0).astype(int)
+    frame = pd.DataFrame(x, columns=columns)
+    pip = [f"mlflow=={mlflow.__version__}", f"scikit-learn=={sklearn.__version__}", f"cloudpickle=={cloudpickle.__version__}"]
+    row = [round(float(v), 6) for v in rng.normal(size=FEATURES)]
+    registered = {}
+    for key, spec in MODELS.items():
+        began = time.monotonic()
+        model = GradientBoostingClassifier(n_estimators=spec["n_estimators"], max_depth=spec["max_depth"], random_state=SEED)
+        model.fit(frame, y)
+        name = f"bench-{key}"
+        with mlflow.start_run(experiment_id=experiment_id):
+            info = mlflow.sklearn.log_model(
+                model, name="model", signature=infer_signature(frame, model.predict(frame)),
+                pip_requirements=pip, serialization_format="cloudpickle", registered_model_name=name,
+            )
+        registered[key] = {"name": name, "version": str(info.registered_model_version), "label": spec["label"]}
+        _log(f"registered {name} v{info.registered_model_version} ({spec['label']}) in {time.monotonic() - began:.1f}s")
+    body = json.dumps({"dataframe_split": {"columns": columns, "data": [row]}})
+    return {"models": registered, "body": body, "columns": columns, "row": row}
+
+
+# --- process CPU -------------------------------------------------------------------------------------
+
+
+def _proc_table() -> dict[int, tuple[int, int]]:
+    """pid -> (ppid, utime+stime ticks) for every live process."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode("ascii", "replace")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()  # fields from state (3rd) on
+        table[int(entry)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+    return table
+
+
+def _tree_cpu(root: int) -> dict[int, int]:
+    """pid -> CPU ticks for ``root`` and all its live descendants."""
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, stack = {}, [root]
+    while stack:
+        pid = stack.pop()
+        if pid in table and pid not in found:
+            found[pid] = table[pid][1]
+            stack.extend(children.get(pid, []))
+    return found
+
+
+def _cpu_delta(root: int, before: dict[int, int], after: dict[int, int]) -> dict[str, float]:
+    total = sum(after[p] - before.get(p, 0) for p in after)
+    main = after.get(root, 0) - before.get(root, 0)
+    return {"total_s": total / CLK_TCK, "root_s": main / CLK_TCK, "descendants_s": (total - main) / CLK_TCK}
+
+
+# --- servers -----------------------------------------------------------------------------------------
+
+
+class Server:
+    """A running server: where to send requests, which headers, which process tree to meter."""
+
+    def __init__(self, kind: str, url: str, path: str, headers: dict[str, str], pid: int, stop) -> None:  # type: ignore[no-untyped-def]
+        self.kind, self.url, self.path, self.headers, self.pid, self._stop = kind, url, path, headers, pid, stop
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            stop, self._stop = self._stop, None
+            stop()
+
+
+def _wait_http_ok(url: str, process: subprocess.Popen, log_path: Path, timeout_s: float = READY_TIMEOUT_S) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with code {process.returncode}; see {log_path}")
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"{url} not 200 after {timeout_s:.0f}s; see {log_path}")
+
+
+def _start_mlflow(model: dict[str, Any], workers: int, env: dict[str, str], logs: Path) -> Server:
+    from serving.local_replicas import free_port
+
+    port = free_port("127.0.0.1")
+    log_path = logs / f"mlflow-{model['name']}-{workers}w.log"
+    cmd = [str(VENV_BIN / "mlflow"), "models", "serve", "-m", f"models:/{model['name']}/{model['version']}",
+           "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)]
+    if workers != 1:
+        cmd += ["-w", str(workers)]
+    with open(log_path, "ab") as out:
+        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def stop() -> None:
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)  # its own session: the CLI, uvicorn and its workers
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=5)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)  # stragglers left in the group
+
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_http_ok(f"{url}/ping", process, log_path)
+    except BaseException:
+        stop()
+        raise
+    return Server(f"mlflow-{workers}w", url, "/invocations", {}, process.pid, stop)
+
+
+def _start_tollfree(model: dict[str, Any], env: dict[str, str], logs: Path) -> Server:
+    import httpx
+
+    from serving.gateway_process import start_gateway, wait_endpoint_ready
+
+    token = secrets.token_urlsafe(24)
+    gateway = start_gateway({**env, "TOLLFREE_TOKEN": token}, logs / f"gateway-{model['name']}.log", timeout_s=READY_TIMEOUT_S)
+    auth = {"Authorization": f"Bearer {token}"}
+
+    def stop() -> None:
+        with contextlib.suppress(Exception):  # the home is shared between models: leave no endpoint to restore
+            httpx.delete(f"{gateway.url}/api/2.0/serving-endpoints/bench", headers=auth, timeout=30)
+        gateway.stop()
+
+    try:
+        created = httpx.post(
+            f"{gateway.url}/api/2.0/serving-endpoints", headers=auth, timeout=30,
+            json={"name": "bench", "config": {"served_entities": [
+                {"entity_name": model["name"], "entity_version": model["version"], "max_concurrency": 64}]}},
+        )
+        if created.status_code != 200:
+            raise RuntimeError(f"endpoint create: {created.status_code} {created.text[:300]}")
+        wait_endpoint_ready(gateway.url, token, "bench", timeout_s=READY_TIMEOUT_S)
+    except BaseException:
+        stop()
+        raise
+    return Server("tollfree", gateway.url, "/serving-endpoints/bench/invocations", auth, gateway.process.pid, stop)
+
+
+# --- load --------------------------------------------------------------------------------------------
+
+LUA = """
+wrk.method = "POST"
+wrk.body = [===[%(body)s]===]
+wrk.headers["Content-Type"] = "application/json"
+%(headers)s
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    "WRKJSON {\\"requests\\":%%d,\\"duration_us\\":%%d,\\"p50_us\\":%%d,\\"p99_us\\":%%d,\\"mean_us\\":%%f,\\"max_us\\":%%d,"
+    .. "\\"non2xx\\":%%d,\\"connect\\":%%d,\\"read\\":%%d,\\"write\\":%%d,\\"timeout\\":%%d}\\n",
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99), latency.mean, latency.max,
+    e.status, e.connect, e.read, e.write, e.timeout))
+end
+"""
+
+
+def _wrk(server: Server, body: str, concurrency: int, seconds: int, script: Path) -> dict[str, Any]:
+    headers = "\n".join(f'wrk.headers["{k}"] = "{v}"' for k, v in server.headers.items())
+    script.write_text(LUA % {"body": body, "headers": headers})
+    threads = min(2, concurrency)
+    cmd = ["wrk", "-t", str(threads), "-c", str(concurrency), "-d", f"{seconds}s", "--timeout", "10s",
+           "-s", str(script), server.url + server.path]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 30)
+    for line in done.stdout.splitlines():
+        if line.startswith("WRKJSON "):
+            return json.loads(line[len("WRKJSON "):])
+    raise RuntimeError(f"wrk gave no result (code {done.returncode}): {done.stdout[-500:]} {done.stderr[-500:]}")
+
+
+def _check_one(server: Server, body: str) -> None:
+    import httpx
+
+    answer = httpx.post(server.url + server.path, content=body, timeout=30,
+                        headers={"content-type": "application/json", **server.headers})
+    if answer.status_code != 200 or "predictions" not in answer.json():
+        raise RuntimeError(f"{server.kind}: sample request gave {answer.status_code}: {answer.text[:300]}")
+
+
+def _measure(server: Server, body: str, levels: list[int], seconds: int, script: Path) -> list[dict[str, Any]]:
+    _check_one(server, body)
+    rows = []
+    for c in levels:
+        _wrk(server, body, c, WARMUP_S, script)
+        before = _tree_cpu(server.pid)
+        result = _wrk(server, body, c, seconds, script)
+        after = _tree_cpu(server.pid)
+        cpu = _cpu_delta(server.pid, before, after)
+        errors = result["non2xx"] + result["connect"] + result["read"] + result["write"] + result["timeout"]
+        ok = max(result["requests"] - result["non2xx"], 0)
+        duration_s = result["duration_us"] / 1e6
+        row = {
+            "server": server.kind, "concurrency": c, "rps": result["requests"] / duration_s,
+            "p50_ms": result["p50_us"] / 1000, "p99_ms": result["p99_us"] / 1000, "requests": result["requests"],
+            "errors": errors, "non2xx": result["non2xx"],
+            "cpu_s_per_1000": cpu["total_s"] / ok * 1000 if ok else None,
+            "cpu_root_s_per_1000": cpu["root_s"] / ok * 1000 if ok else None,
+            "cpu_descendants_s_per_1000": cpu["descendants_s"] / ok * 1000 if ok else None,
+            "cpu_cores_busy": cpu["total_s"] / duration_s, "processes": len(after),
+        }
+        rows.append(row)
+        _log(f"  {server.kind:10s} c={c:<3d} {row['rps']:8.1f} rps  p50 {row['p50_ms']:7.2f} ms  p99 {row['p99_ms']:7.2f} ms"
+             f"  errors {errors}  cpu/1000 {row['cpu_s_per_1000'] or float('nan'):.3f} s")
+    return rows
+
+
+def _in_process(model: dict[str, Any], columns: list[str], row: list[float]) -> dict[str, Any]:
+    import mlflow
+    import pandas as pd
+
+    pyfunc = mlflow.pyfunc.load_model(f"models:/{model['name']}/{model['version']}")
+    frame = pd.DataFrame([row], columns=columns)
+    for _ in range(200):
+        pyfunc.predict(frame)
+    samples = []
+    deadline = time.monotonic() + INPROC_MAX_S
+    cpu0 = time.process_time()
+    while len(samples) < INPROC_CALLS and time.monotonic() < deadline:
+        t0 = time.perf_counter_ns()
+        pyfunc.predict(frame)
+        samples.append(time.perf_counter_ns() - t0)
+    cpu = time.process_time() - cpu0
+    ms = np.asarray(samples, dtype=np.float64) / 1e6
+    return {"server": "in-process", "concurrency": 1, "calls": len(samples), "p50_ms": float(np.percentile(ms, 50)),
+            "p99_ms": float(np.percentile(ms, 99)), "rps": len(samples) / (ms.sum() / 1000),
+            "cpu_s_per_1000": cpu / len(samples) * 1000, "errors": 0}
+
+
+# --- run ---------------------------------------------------------------------------------------------
+
+
+def _verdict(rows: list[dict[str, Any]], inproc: dict[str, Any]) -> dict[str, Any]:
+    def at(server: str, c: int) -> dict[str, Any] | None:
+        return next((r for r in rows if r["server"] == server and r["concurrency"] == c), None)
+
+    out: dict[str, Any] = {}
+    tf32, ml32 = at("tollfree", 32), at("mlflow-2w", 32)
+    if tf32 and ml32:
+        ratio = tf32["rps"] / ml32["rps"]
+        out["rps_ratio_c32"] = {"value": ratio, "target": f">= {TARGETS['rps_ratio_c32_min']}",
+                                "pass": ratio >= TARGETS["rps_ratio_c32_min"] and tf32["errors"] == 0}
+        out["p99_c32_ms"] = {"tollfree": tf32["p99_ms"], "mlflow_2w": ml32["p99_ms"], "target": "tollfree < mlflow-2w",
+                             "pass": tf32["p99_ms"] < ml32["p99_ms"]}
+    tf1 = at("tollfree", 1)
+    if tf1:
+        gap = tf1["p50_ms"] - inproc["p50_ms"]
+        out["p50_c1_minus_inprocess_ms"] = {"value": gap, "target": f"<= {TARGETS['p50_over_inprocess_c1_max_ms']}",
+                                            "pass": gap <= TARGETS["p50_over_inprocess_c1_max_ms"]}
+    return out
+
+
+def run(seconds: int, levels: list[int]) -> dict[str, Any]:
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk not found on PATH: apt-get install -y wrk (Debian) and run again")
+    home = Path(tempfile.mkdtemp(prefix="tollfree-bench-serving-"))
+    os.environ["TOLLFREE_HOME"] = str(home)
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{home / 'mlflow.db'}"
+    from serving.settings import export_defaults
+
+    export_defaults(os.environ)  # telemetry off, before MLflow is imported
+    env = dict(os.environ)
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"  # mlflow models serve runs the uvicorn on PATH
+    logs = home / "logs"
+    logs.mkdir()
+    script = home / "post.lua"
+    running: list[Server] = []
+    began = time.monotonic()
+    load_before = os.getloadavg()[0]
+    try:
+        setup = _register_models(home, os.environ["MLFLOW_TRACKING_URI"])
+        body = setup["body"]
+        results = {}
+        for key, model in setup["models"].items():
+            _log(f"model {key}: {model['label']}")
+            inproc = _in_process(model, setup["columns"], setup["row"])
+            _log(f"  in-process  p50 {inproc['p50_ms']:.3f} ms  p99 {inproc['p99_ms']:.3f} ms ({inproc['calls']} calls)")
+            rows: list[dict[str, Any]] = []
+            failures: dict[str, str] = {}
+            for kind in SERVERS:
+                t0 = time.monotonic()
+                try:
+                    if kind == "tollfree":
+                        server = _start_tollfree(model, env, logs)
+                    else:
+                        server = _start_mlflow(model, 1 if kind == "mlflow-1w" else 2, env, logs)
+                except Exception as exc:  # report and go on with the other servers
+                    failures[kind] = f"start: {exc}"
+                    _log(f"  {kind}: FAILED to start: {exc}")
+                    continue
+                running.append(server)
+                _log(f"  {kind} ready in {time.monotonic() - t0:.1f}s at {server.url}")
+                try:
+                    rows += _measure(server, body, levels, seconds, script)
+                except Exception as exc:
+                    failures[kind] = f"load: {exc}"
+                    _log(f"  {kind}: FAILED under load: {exc}")
+                finally:
+                    server.stop()
+                    running.remove(server)
+            results[key] = {"model": model, "in_process": inproc, "rows": rows, "failures": failures,
+                            "verdict": _verdict(rows, inproc)}
+        import mlflow
+        import sklearn
+
+        return {
+            "benchmark": "serving", "load_generator": subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.splitlines()[0],
+            "loopback": "127.0.0.1", "seconds_per_point": seconds, "warmup_s": WARMUP_S, "concurrency": levels,
+            "body": body, "results": results, "targets": TARGETS,
+            "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "mlflow": mlflow.__version__,
+                        "sklearn": sklearn.__version__, "loadavg_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)]},
+            "wall_s": round(time.monotonic() - began, 1),
+        }
+    finally:
+        for server in running:
+            with contextlib.suppress(Exception):
+                server.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _table(result: dict[str, Any]) -> str:
+    lines = ["| server | c | rps | p50 ms | p99 ms | errors | CPU-s / 1000 preds (server / children) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    inproc = result["in_process"]
+    lines.append(f"| in-process pyfunc | 1 | {_fmt(inproc['rps'])} | {_fmt(inproc['p50_ms'], 2)} | {_fmt(inproc['p99_ms'], 2)} | 0 | "
+                 f"{_fmt(inproc['cpu_s_per_1000'], 3)} |")
+    for r in result["rows"]:
+        lines.append(f"| {r['server']} | {r['concurrency']} | {_fmt(r['rps'])} | {_fmt(r['p50_ms'], 2)} | {_fmt(r['p99_ms'], 2)} | "
+                     f"{r['errors']} | {_fmt(r['cpu_s_per_1000'], 3)} ({_fmt(r['cpu_root_s_per_1000'], 3)} / "
+                     f"{_fmt(r['cpu_descendants_s_per_1000'], 3)}) |")
+    return "\n".join(lines)
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupted)  # clean up (servers, temp folder) on SIGTERM too
+    result = run(args.seconds, args.levels)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    m = result["machine"]
+    print(f"serving: {result['load_generator']}, loopback, single-row dataframe_split, {WARMUP_S} s warm-up + "
+          f"{result['seconds_per_point']} s per point; python {m['python']}, mlflow {m['mlflow']}, sklearn {m['sklearn']}, "
+          f"{m['cpus']} cpus (load generator on the same cores); {result['wall_s']} s in all; 1-min load average "
+          f"before/after {m['loadavg_1m_before_after'][0]}/{m['loadavg_1m_before_after'][1]}")
+    for key, res in result["results"].items():
+        print()
+        print(f"## {key}: {res['model']['label']} (models:/{res['model']['name']}/{res['model']['version']})")
+        print()
+        print(_table(res))
+        print()
+        v = res["verdict"]
+        if "rps_ratio_c32" in v:
+            print(f"tollfree rps / mlflow-2w rps at c=32: {v['rps_ratio_c32']['value']:.2f} (target >= "
+                  f"{TARGETS['rps_ratio_c32_min']}): {'PASS' if v['rps_ratio_c32']['pass'] else 'FAIL'}")
+            p = v["p99_c32_ms"]
+            print(f"p99 at c=32: tollfree {p['tollfree']:.1f} ms vs mlflow-2w {p['mlflow_2w']:.1f} ms (target lower): "
+                  f"{'PASS' if p['pass'] else 'FAIL'}")
+        if "p50_c1_minus_inprocess_ms" in v:
+            g = v["p50_c1_minus_inprocess_ms"]
+            print(f"tollfree p50 - in-process p50 at c=1: {g['value']:.2f} ms (target <= "
+                  f"{TARGETS['p50_over_inprocess_c1_max_ms']} ms): {'PASS' if g['pass'] else 'FAIL'}")
+        for kind, why in res["failures"].items():
+            print(f"FAILED {kind}: {why}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
