@@ -366,8 +366,12 @@ def _verdict(rows: list[dict[str, Any]], inproc: dict[str, Any]) -> dict[str, An
 
 
 def run(seconds: int, levels: list[int]) -> dict[str, Any]:
-    if shutil.which("wrk") is None:
-        raise SystemExit("wrk not found on PATH: apt-get install -y wrk (Debian) and run again")
+    from tests.services import ServiceUnavailable, ensure_binary
+
+    try:
+        ensure_binary("wrk", "wrk")  # Debian's package, installed here if missing (as root)
+    except ServiceUnavailable as exc:
+        raise SystemExit(str(exc)) from exc
     home = Path(tempfile.mkdtemp(prefix="tollfree-bench-serving-"))
     os.environ["TOLLFREE_HOME"] = str(home)
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{home / 'mlflow.db'}"

@@ -21,21 +21,25 @@ class ServiceUnavailable(RuntimeError):
     pass
 
 
-def ensure_redis_server() -> str:
-    """Path of redis-server, installing Debian's package if it is missing and we may."""
-    found = shutil.which("redis-server")
+def ensure_binary(binary: str, package: str) -> str:
+    """Path of ``binary``, installing Debian's ``package`` if it is missing and we may (root)."""
+    found = shutil.which(binary)
     if found:
         return found
     if os.geteuid() != 0:
-        raise ServiceUnavailable("redis-server is not installed and installing it needs root (apt-get install redis-server)")
+        raise ServiceUnavailable(f"{binary} is not installed and installing it needs root (apt-get install {package})")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600)
-    subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "redis-server"],
+    subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", package],
                    check=True, env=env, capture_output=True, timeout=600)
-    found = shutil.which("redis-server")
+    found = shutil.which(binary)
     if not found:
-        raise ServiceUnavailable("apt-get installed redis-server but it is not on PATH")
+        raise ServiceUnavailable(f"apt-get installed {package} but {binary} is not on PATH")
     return found
+
+
+def ensure_redis_server() -> str:
+    return ensure_binary("redis-server", "redis-server")
 
 
 def _free_port() -> int:
