@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import mlflow
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 from mlflow.entities.model_registry import ModelVersion
@@ -28,9 +27,6 @@ def version_by_alias(client: MlflowClient, model_name: str, alias: str) -> Model
 
 def model_uri(model_name: str, alias: str) -> str:
     return f"models:/{model_name}@{alias}"
-
-
-__all__ = ["ensure_experiment", "version_by_alias", "model_uri", "training_reference", "mlflow"]
 
 
 def training_reference(tracking_uri: str, model_name: str, version: str, dest: Path) -> Path:
