@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import string
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from feature_repo.data_sources import (
 )
 from feature_repo.entities import customer, merchant
 from feature_repo.feature_services import fraud_v1
+from feature_repo.synthetic import write_parquet_atomic
 from feature_repo.features import customer_activity, merchant_risk
 from feature_repo.on_demand_features import transaction_context
 
@@ -124,14 +124,7 @@ def write_table(home: Path, name: str, frame: pd.DataFrame) -> Path:
     """Write a feature table atomically: a reader sees the old file or the new one, never half."""
     target = Path(home) / TABLE_PATHS[name]
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        frame.to_parquet(tmp, index=False)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_parquet_atomic(frame, target)
     return target
 
 

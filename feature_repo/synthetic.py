@@ -461,7 +461,8 @@ def _assemble(
 # --- persistence -----------------------------------------------------------------
 
 
-def _write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
+def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
+    """Write a parquet file so a reader sees the old file or the new one, never half of one."""
     # A unique sibling name rather than mkstemp, so the file gets the usual
     # umask-based permissions instead of mkstemp's 0600.
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
@@ -483,7 +484,7 @@ def write(data: SyntheticData, folder: Path) -> dict[str, Path]:
         "transactions": (data.transactions, folder / TRANSACTIONS_FILE),
     }
     for name, (frame, path) in tables.items():
-        _write_parquet_atomic(frame, path)
+        write_parquet_atomic(frame, path)
         logger.debug("wrote %s (%d rows) to %s", name, len(frame), path)
     return {name: path for name, (_, path) in tables.items()}
 

@@ -16,6 +16,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from serving.local_replicas import free_port
+
 
 class ServiceUnavailable(RuntimeError):
     pass
@@ -42,17 +44,11 @@ def ensure_redis_server() -> str:
     return ensure_binary("redis-server", "redis-server")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def redis_server() -> Iterator[str]:
     """A fresh redis-server on 127.0.0.1; yields its Feast connection string ``127.0.0.1:PORT``."""
     binary = ensure_redis_server()
-    port = _free_port()
+    port = free_port()
     workdir = tempfile.mkdtemp(prefix="tollfree-redis-")
     process = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir,
