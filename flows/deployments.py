@@ -1,41 +1,138 @@
-"""Every scheduled deployment of tollfree, in one place (the single source of truth for schedules).
+"""Every deployment of tollfree, in one place (the single source of truth for schedules and triggers).
 
-``python -m flows.deployments`` serves them all from this process (Prefect's ``serve``): the flows run
-on their schedules and can be triggered from the Prefect UI or ``prefect deployment run``.
+The same list runs two ways:
+
+- ``python -m flows.deployments --work-pool NAME [--pool-type process|kubernetes] [--base-job-template FILE]``
+  creates or updates the work pool and registers every deployment on it; a worker of that pool runs
+  them. ``make up`` registers them on a process pool; a cluster on a Kubernetes pool (``infra/prefect/``).
+- ``python -m flows.deployments`` serves them all from this one process (Prefect's ``serve``), no worker.
+
+Entrypoints are module paths (``flows.train.train``): the worker imports them from the installed
+project (a checkout's editable install, or the container image), whatever its working directory.
 """
 
 from __future__ import annotations
 
-from prefect import serve
-from prefect.deployments.runner import RunnerDeployment
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from prefect import Flow, serve
+from prefect.deployments.runner import EntrypointType, RunnerDeployment
+from prefect.events.schemas.deployment_triggers import DeploymentEventTrigger
 
 from flows.batch_score import batch_score
 from flows.materialize import materialize
+from flows.promote import promote
 from flows.skew import skew
 from flows.train import train
 
+PROJECT_DIR = Path(__file__).resolve().parent.parent
 HOURLY = "0 * * * *"
 NIGHTLY = "0 2 * * *"
 DAILY_MORNING = "0 5 * * *"
+TRAINING_DEPLOYMENT = "nightly"
 
 
-def deployments(endpoint: str = "fraud", batch_input: str | None = None, batch_output: str | None = None) -> list[RunnerDeployment]:
+def _deployment(flow: Flow[Any, Any], name: str, **kwargs: Any) -> RunnerDeployment:
+    return flow.to_deployment(name=name, entrypoint_type=EntrypointType.MODULE_PATH, **kwargs)
+
+
+def promote_after_training(model_name: str) -> DeploymentEventTrigger:
+    """Fires on every completed run of ``train/nightly``: promote then judges the candidate it registered."""
+    return DeploymentEventTrigger(
+        name=f"promote-{model_name}-after-training",
+        description="A finished training run hands its candidate to the promotion gates.",
+        expect={"prefect.flow-run.Completed"},
+        match_related=[
+            {"prefect.resource.role": "flow", "prefect.resource.name": train.name},
+            {"prefect.resource.role": "deployment", "prefect.resource.name": TRAINING_DEPLOYMENT},
+        ],
+        parameters={"model_name": model_name},
+    )
+
+
+def deployments(endpoint: str = "fraud", batch_input: str | None = None, batch_output: str | None = None,
+                model_name: str = "fraud") -> list[RunnerDeployment]:
     """The deployments with their schedules; retraining registers a ``candidate`` and never promotes."""
     out = [
-        materialize.to_deployment(name="hourly", cron=HOURLY, description="Recompute feature tables and load the online store."),
-        train.to_deployment(name="nightly", cron=NIGHTLY, parameters={"alias": "candidate"},
-                            description="Retrain on point-in-time features; registers a candidate, never promotes."),
-        skew.to_deployment(name="hourly", cron=HOURLY, parameters={"endpoint": endpoint},
-                           description="Drift of served features against the training data."),
+        _deployment(materialize, "hourly", cron=HOURLY, description="Recompute feature tables and load the online store."),
+        _deployment(train, TRAINING_DEPLOYMENT, cron=NIGHTLY, parameters={"model_name": model_name, "alias": "candidate"},
+                    description="Retrain on point-in-time features; registers a candidate, never promotes."),
+        _deployment(promote, "after-training", parameters={"model_name": model_name},
+                    triggers=[promote_after_training(model_name)],
+                    description="Promotion gates on the candidate of each finished training run (event trigger)."),
+        _deployment(skew, "hourly", cron=HOURLY, parameters={"endpoint": endpoint},
+                    description="Drift of served features against the training data."),
     ]
     if batch_input and batch_output:
-        out.append(batch_score.to_deployment(name="daily", cron=DAILY_MORNING,
-                                             parameters={"input_path": batch_input, "output": batch_output}))
+        out.append(_deployment(batch_score, "daily", cron=DAILY_MORNING,
+                               parameters={"input_path": batch_input, "output": batch_output},
+                               description="Score the day's batch with the champion."))
     return out
 
 
-def main() -> int:
-    serve(*deployments())
+def process_pool_template(working_dir: Path = PROJECT_DIR) -> dict[str, Any]:
+    """Prefect's process-worker job template, flow runs started in the project folder."""
+    from prefect.workers.process import ProcessWorker
+
+    template = ProcessWorker.get_default_base_job_template()
+    template["variables"]["properties"]["working_dir"]["default"] = str(working_dir)
+    return template
+
+
+def ensure_work_pool(name: str, pool_type: str, base_job_template: dict[str, Any]) -> None:
+    """Create the pool, or bring an existing one's job template up to date (its pause state is kept)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate, WorkPoolUpdate
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            existing = client.read_work_pool(name)
+        except ObjectNotFound:
+            client.create_work_pool(WorkPoolCreate(name=name, type=pool_type, base_job_template=base_job_template))
+            return
+        if existing.type != pool_type:
+            raise ValueError(f"work pool {name!r} exists with type {existing.type!r}, not {pool_type!r}")
+        client.update_work_pool(name, WorkPoolUpdate(base_job_template=base_job_template))
+
+
+def register(work_pool: str, *, pool_type: str = "process", base_job_template: dict[str, Any] | None = None,
+             **kwargs: Any) -> list[str]:
+    """Create or update ``work_pool``, apply every deployment to it; returns ``flow/deployment`` names."""
+    if base_job_template is None:
+        if pool_type != "process":
+            raise ValueError(f"a {pool_type} work pool needs its base job template (see infra/prefect/)")
+        base_job_template = process_pool_template()
+    ensure_work_pool(work_pool, pool_type, base_job_template)
+    names = []
+    for deployment in deployments(**kwargs):
+        deployment.apply(work_pool_name=work_pool)
+        names.append(f"{deployment.flow_name}/{deployment.name}")
+    return names
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flows.deployments", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work-pool", help="register on this work pool instead of serving from this process")
+    parser.add_argument("--pool-type", default="process", help="work pool type when it is created (process, kubernetes)")
+    parser.add_argument("--base-job-template", type=Path, help="JSON job template of the pool (required unless process)")
+    parser.add_argument("--endpoint", default="fraud")
+    parser.add_argument("--model-name", default="fraud")
+    parser.add_argument("--batch-input", help="parquet the daily batch-score deployment reads")
+    parser.add_argument("--batch-output", help="folder the daily batch-score deployment writes")
+    args = parser.parse_args(argv)
+    kwargs = dict(endpoint=args.endpoint, model_name=args.model_name, batch_input=args.batch_input,
+                  batch_output=args.batch_output)
+    if args.work_pool is None:
+        serve(*deployments(**kwargs))
+        return 0
+    template = json.loads(args.base_job_template.read_text()) if args.base_job_template else None
+    for name in register(args.work_pool, pool_type=args.pool_type, base_job_template=template, **kwargs):
+        print(f"registered {name} on work pool {args.work_pool}")
     return 0
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_table_artifact
 
 from feature_repo import aggregations
 from feature_repo import store as feature_store
@@ -60,6 +61,9 @@ def materialize(end: datetime | None = None) -> dict[str, Any]:
     loaded = apply_and_load(settings.home, first, end)
     span = {name: (str(t["feature_ts"].min()), str(t["feature_ts"].max())) for name, t in tables.items()}
     logger.info("feature rows written %s; time range %s; online store loaded %s", rows, span, loaded)
+    create_table_artifact(key="materialize-summary", description="Feature tables written and online-store loads",
+                          table=[{"table": name, "rows": rows[name], "first": span[name][0], "last": span[name][1],
+                                  "loaded": loaded.get(name, "")} for name in rows])
     return {"rows": rows, "time_range": span, "loaded": loaded}
 
 
