@@ -1,60 +1,110 @@
-"""Batch scoring: features point-in-time through the model's FeatureService, predictions in chunks,
-output published atomically (a reader sees all of a run's output or none of it)."""
+"""A batch scoring run, start to publish: resolve the model, check the input, score chunks, publish.
+
+Order matters: everything that can be wrong with the request (run id, model reference, feature
+service, input files, columns, types, emptiness, values) is checked before the first byte is
+written; only then is a hidden staging directory created, filled chunk by chunk, completed with its
+manifest and published with one rename (see ``output_layout``). Any failure, or a kill, leaves no
+visible output.
+"""
 
 from __future__ import annotations
 
+import getpass
 import logging
-import os
 import shutil
-import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
-import pandas as pd
-import pyarrow as pa
-import pyarrow.dataset as ds
-import pyarrow.parquet as pq
-
-from feature_repo import store as feature_store
-from serving.runtime import FEATURE_SERVICE_KEY
+from serving.batch import engines, input_check, output_layout
+from serving.batch.chunks import ChunkResult, ScoringContext, plan_chunks
+from serving.batch.engines import DaskOptions
+from serving.batch.input_check import InputSpec
 
 log = logging.getLogger(__name__)
+
+FEATURE_SERVICE_KEY = "feature_service"  # the model metadata key the train flow writes (as serving.runtime reads)
+DEFAULT_CHUNK_ROWS = 100_000
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    requested: str  # what the caller asked for, e.g. models:/fraud@champion
+    pinned: str  # models:/NAME/VERSION, used for every chunk
+    version: str
+    feature_service: str
+
+
+@dataclass(frozen=True)
+class Progress:
+    rows_done: int
+    rows_total: int
+    chunks_done: int
+    chunks_total: int
+    seconds: float
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows_done / self.seconds if self.seconds > 0 else 0.0
 
 
 @dataclass(frozen=True)
 class BatchResult:
     rows: int
-    output: Path
+    output: Path  # the published run directory
     model_uri: str
     model_version: str
     seconds: float
+    rows_without_features: int = 0
+    files: int = 0
+    chunks: int = 0
+    engine: str = "local"
+    stage_seconds: dict[str, float] = field(default_factory=dict)
 
 
-def resolve_version(model_uri: str, tracking_uri: str) -> str:
-    """The registry version behind ``models:/NAME@ALIAS`` or ``models:/NAME/VERSION``."""
+def resolve_model(model_uri: str, tracking_uri: str) -> ModelRef:
+    """Pin ``models:/NAME@ALIAS`` or ``models:/NAME/VERSION`` to a version, with its FeatureService."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    if not model_uri.startswith("models:/"):
-        raise ValueError(f"model URI must be a registry URI models:/NAME@ALIAS or models:/NAME/VERSION, got {model_uri[:100]!r}")
+    if not model_uri.startswith("models:/") or len(model_uri) <= len("models:/"):
+        raise ValueError(f"model URI must be models:/NAME@ALIAS or models:/NAME/VERSION, got {model_uri[:100]!r}")
     rest = model_uri[len("models:/"):]
     client = MlflowClient(tracking_uri)
     try:
         if "@" in rest:
             name, alias = rest.split("@", 1)
-            return str(client.get_model_version_by_alias(name, alias).version)
-        name, version = rest.rsplit("/", 1)
-        return str(client.get_model_version(name, version).version)
+            version = client.get_model_version_by_alias(name, alias)
+        else:
+            name, number = rest.rsplit("/", 1) if "/" in rest else (rest, "")
+            if not number.isdigit():
+                raise ValueError(f"model URI {model_uri!r} names neither an alias (@ALIAS) nor a version number (/N)")
+            version = client.get_model_version(name, number)
     except MlflowException as exc:
-        raise LookupError(f"no model version found for {model_uri}") from exc
+        raise LookupError(f"no model version found for {model_uri}: {exc.message[:200]}") from exc
+    pinned = f"models:/{version.name}/{version.version}"
+    service = version.tags.get(FEATURE_SERVICE_KEY) or _metadata_service(pinned, tracking_uri)
+    if not service:
+        raise ValueError(f"{model_uri} (version {version.version}) names no feature service; batch scoring needs one")
+    return ModelRef(model_uri, pinned, str(version.version), service)
 
 
-def _required_columns(store, service_name: str, key_column: str) -> list[str]:
+def _metadata_service(pinned: str, tracking_uri: str) -> str | None:
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri)
+    return (mlflow.models.get_model_info(pinned).metadata or {}).get(FEATURE_SERVICE_KEY)
+
+
+def input_spec(home: Path, service_name: str, key_column: str) -> InputSpec:
+    from feature_repo import store as feature_store
+
+    store = feature_store.open_store(home)
     service = feature_store.feature_service(store, service_name)
-    keys = feature_store.entity_join_keys(store, service)
-    fields = list(feature_store.request_fields(store, service))
-    return [key_column, *keys, *fields, "event_timestamp"]
+    return InputSpec(key_column, tuple(feature_store.entity_join_keys(store, service)),
+                     tuple(feature_store.request_fields(store, service)))
 
 
 def score_dataset(
@@ -65,58 +115,66 @@ def score_dataset(
     tracking_uri: str,
     run_id: str,
     key_column: str = "transaction_id",
-    chunk_rows: int = 100_000,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    engine: str = "local",
+    dask: DaskOptions | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
 ) -> BatchResult:
-    """Score every row of ``input_path``; write ``output_root/model_version=V/run_id=ID/part-N.parquet``."""
-    import mlflow.pyfunc
-
+    """Score every row of ``input_path``; publish ``output_root/run=ID/`` atomically (see ``output_layout``)."""
     started = time.perf_counter()
-    if not Path(input_path).exists():
-        raise FileNotFoundError(f"batch input not found: {input_path}")
-    version = resolve_version(model_uri, tracking_uri)
-    model = mlflow.pyfunc.load_model(model_uri)
-    service_name = (model.metadata.metadata or {}).get(FEATURE_SERVICE_KEY)
-    if not service_name:
-        raise ValueError(f"{model_uri} has no feature service in its metadata; batch scoring needs one")
-    store = feature_store.open_store(home)
-    names = feature_store.feature_names(feature_store.feature_service(store, service_name))
-    dataset = ds.dataset(str(input_path), format="parquet")
-    required = _required_columns(store, service_name, key_column)
-    missing = [c for c in required if c not in dataset.schema.names]
-    if missing:
-        raise ValueError(f"batch input {input_path} is missing column(s): {', '.join(missing)}")
-    if dataset.count_rows() == 0:
-        raise ValueError(f"batch input {input_path} is empty")
+    output_layout.check_run_id(run_id)
+    if engine not in engines.ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(engines.ENGINES)}, got {engine!r}")
+    if chunk_rows <= 0:
+        raise ValueError(f"chunk_rows must be > 0, got {chunk_rows}")
+    model = resolve_model(model_uri, tracking_uri)
+    spec = input_spec(home, model.feature_service, key_column)
+    plan = input_check.inspect(Path(input_path), spec)
+    input_check.validate_values(plan, spec)
+    chunks = plan_chunks(plan, chunk_rows)
+    checked = time.perf_counter()
+    log.info("batch %s: %d rows in %d file(s), %d chunk(s), %s -> version %s, engine %s", run_id, plan.rows,
+             len(plan.files), len(chunks), model_uri, model.version, engine)
 
-    final = Path(output_root) / f"model_version={version}" / f"run_id={run_id}"
-    final.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".run_id={run_id}.", suffix=".tmp"))
-    rows = 0
+    final = output_layout.run_dir(Path(output_root), run_id)
+    staging = output_layout.new_staging(Path(output_root), run_id)
+    ctx = ScoringContext(str(Path(home).resolve()), tracking_uri, model.pinned, model.version, model.feature_service,
+                         spec, run_id, str(staging))
+    done = {"rows": 0, "chunks": 0}
+
+    def record(result: ChunkResult) -> None:
+        done["rows"] += result.rows
+        done["chunks"] += 1
+        if on_progress is not None:
+            on_progress(Progress(done["rows"], plan.rows, done["chunks"], len(chunks), time.perf_counter() - checked))
+
     try:
-        for part, batch in enumerate(dataset.to_batches(columns=required, batch_size=chunk_rows)):
-            entities = batch.to_pandas()
-            entities["event_timestamp"] = pd.to_datetime(entities["event_timestamp"], utc=True).dt.floor("us")
-            features = store.get_historical_features(entity_df=entities, features=store.get_feature_service(service_name)).to_df()
-            if len(features) != len(entities):
-                raise RuntimeError(f"feature retrieval dropped rows: {len(features)} of {len(entities)}")
-            scores = model.predict(features[names])
-            scores = scores[:, 1] if getattr(scores, "ndim", 1) == 2 else scores
-            out = pd.DataFrame(
-                {
-                    key_column: features[key_column].to_numpy(),
-                    "event_timestamp": features["event_timestamp"].to_numpy(),
-                    "prediction": scores,
-                    "model_version": version,
-                    "run_id": run_id,
-                }
-            )
-            pq.write_table(pa.Table.from_pandas(out, preserve_index=False), staging / f"part-{part:05d}.parquet")
-            rows += len(out)
-            log.info("batch %s: %d rows scored (%.0f rows/s)", run_id, rows, rows / (time.perf_counter() - started))
-        if final.exists():
-            shutil.rmtree(final)  # the same run id replaces its own output, nothing else
-        os.replace(staging, final)
+        results = engines.run(engine, ctx, chunks, record, dask)
+        rows = sum(r.rows for r in results)
+        if rows != plan.rows:
+            raise RuntimeError(f"scored {rows} rows of {plan.rows}: refusing to publish an incomplete run")
+        files = [{"path": path, "rows": n} for r in results for path, n in r.files]
+        stages = {k: round(sum(r.seconds[k] for r in results), 3) for k in ("read", "features", "predict", "write")}
+        missing = sum(r.rows_without_features for r in results)
+        output_layout.write_manifest(staging, {
+            "run_id": run_id, "model_uri": model_uri, "model_version": model.version, "pinned_model_uri": model.pinned,
+            "feature_service": model.feature_service, "input": str(Path(input_path).resolve()), "rows": rows,
+            "rows_without_features": missing, "files": files, "engine": engine, "chunk_rows": chunk_rows,
+            "finished_at": datetime.now(timezone.utc).isoformat(), "user": _user(), "stage_seconds": stages,
+        })
+        output_layout.publish(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return BatchResult(rows, final, model_uri, version, time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    if missing:
+        log.warning("batch %s: %d of %d rows had no features in the store (prediction left null)", run_id, missing, rows)
+    log.info("batch %s: published %d rows in %d files to %s in %.1f s", run_id, rows, len(files), final, seconds)
+    return BatchResult(rows, final, model_uri, model.version, seconds, missing, len(files), len(chunks), engine, stages)
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in some containers
+        return "unknown"

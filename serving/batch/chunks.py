@@ -1,0 +1,180 @@
+"""One chunk of a batch run: its slice of the input, and how it is scored and written.
+
+A chunk is at most ``chunk_rows`` rows of one parquet row group, so a worker holds one row group's
+needed columns and one chunk's features at a time, whatever the input's size. ``score_chunk`` is the
+unit both engines run (in process, or as a Dask task): it joins the chunk's features point in time
+through the model's FeatureService (``get_historical_features``), predicts, and writes the rows of
+each date to ``part-<chunk>.parquet`` in the run's staging directory. Names depend only on the chunk,
+so a retried task overwrites its own files and both engines produce the same files.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from serving.batch import output_layout
+from serving.batch.input_check import TIMESTAMP, InputPlan, InputSpec
+
+log = logging.getLogger(__name__)
+
+ROW_POSITION = "__tollfree_row"
+PREDICTION = "prediction"
+
+
+@dataclass(frozen=True)
+class Chunk:
+    index: int
+    path: str
+    row_group: int
+    start: int
+    length: int
+
+
+@dataclass(frozen=True)
+class ScoringContext:
+    """Everything a worker needs to score a chunk; small and picklable."""
+
+    home: str
+    tracking_uri: str
+    model_uri: str  # pinned: models:/NAME/VERSION, so every chunk uses the same version
+    model_version: str
+    service_name: str
+    spec: InputSpec
+    run_id: str
+    staging: str
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    index: int
+    rows: int
+    rows_without_features: int
+    files: tuple[tuple[str, int], ...]  # (path relative to the run directory, rows)
+    seconds: dict[str, float]
+
+
+def plan_chunks(plan: InputPlan, chunk_rows: int) -> list[Chunk]:
+    """Cut every row group of every file into slices of at most ``chunk_rows`` rows, in input order."""
+    if chunk_rows <= 0:
+        raise ValueError(f"chunk_rows must be > 0, got {chunk_rows}")
+    chunks: list[Chunk] = []
+    for file in plan.files:
+        for group, rows in enumerate(file.row_groups):
+            for start in range(0, rows, chunk_rows):
+                chunks.append(Chunk(len(chunks), file.path, group, start, min(chunk_rows, rows - start)))
+    return chunks
+
+
+@functools.lru_cache(maxsize=2)
+def _resources(home: str, tracking_uri: str, model_uri: str, service_name: str) -> tuple[Any, Any, Any, list[str]]:
+    """The feature store, FeatureService, model and feature order, loaded once per worker process."""
+    import mlflow
+    import mlflow.pyfunc
+
+    from feature_repo import store as feature_store
+
+    mlflow.set_tracking_uri(tracking_uri)
+    store = feature_store.open_store(Path(home))
+    service = feature_store.feature_service(store, service_name)
+    model = mlflow.pyfunc.load_model(model_uri)
+    schema = model.metadata.get_input_schema()
+    names = schema.input_names() if schema is not None and schema.has_input_names() else feature_store.feature_names(service)
+    return store, service, model, list(names)
+
+
+_local = threading.local()
+
+
+def _row_group(path: str, group: int, columns: list[str]) -> pa.Table:
+    """One row group's columns; the last one read is kept, as consecutive chunks share it."""
+    key = (path, group, tuple(columns))
+    cached = getattr(_local, "row_group", None)
+    if cached is None or cached[0] != key:
+        _local.row_group = None  # drop the previous one before reading the next
+        cached = (key, pq.ParquetFile(path).read_row_group(group, columns=columns))
+        _local.row_group = cached
+    return cached[1]
+
+
+def score_chunk(ctx: ScoringContext, chunk: Chunk) -> ChunkResult:
+    """Features, predictions and output files of one chunk (runs in the driver or a Dask worker)."""
+    started = time.perf_counter()
+    store, service, model, names = _resources(ctx.home, ctx.tracking_uri, ctx.model_uri, ctx.service_name)
+    entities = _row_group(chunk.path, chunk.row_group, ctx.spec.columns).slice(chunk.start, chunk.length).to_pandas()
+    entities[TIMESTAMP] = pd.to_datetime(entities[TIMESTAMP], utc=True).dt.floor("us")
+    entities[ROW_POSITION] = np.arange(len(entities), dtype=np.int64)
+    read = time.perf_counter()
+
+    features = store.get_historical_features(entity_df=entities, features=service).to_df()
+    if len(features) != len(entities):
+        raise RuntimeError(f"feature retrieval returned {len(features)} rows for {len(entities)} in chunk {chunk.index}")
+    features = features.sort_values(ROW_POSITION, kind="stable").reset_index(drop=True)
+    joined = time.perf_counter()
+
+    complete = features[names].notna().all(axis=1).to_numpy()
+    scores = np.full(len(features), np.nan)
+    if complete.any():
+        scores[complete] = _positive_scores(model.predict(features.loc[complete, names]))
+    predicted = time.perf_counter()
+
+    out = pd.DataFrame({
+        ctx.spec.key: features[ctx.spec.key].to_numpy(),
+        TIMESTAMP: features[TIMESTAMP].to_numpy(),
+        PREDICTION: scores,
+        "model_version": ctx.model_version,
+        "run_id": ctx.run_id,
+    })
+    files = _write_by_date(out, ctx, chunk.index)
+    done = time.perf_counter()
+    return ChunkResult(
+        chunk.index, len(out), int((~complete).sum()), files,
+        {"read": read - started, "features": joined - read, "predict": predicted - joined, "write": done - predicted},
+    )
+
+
+def _positive_scores(raw: Any) -> np.ndarray:
+    """One score per row: the positive-class probability of a binary classifier, or the model's output."""
+    values = np.asarray(raw)
+    if values.ndim == 2 and values.shape[1] == 2:
+        return values[:, 1].astype(float)
+    if values.ndim == 2 and values.shape[1] == 1:
+        return values[:, 0].astype(float)
+    if values.ndim == 1:
+        return values.astype(float)
+    raise ValueError(f"batch scoring writes one score per row; the model returned shape {values.shape}")
+
+
+def _write_by_date(out: pd.DataFrame, ctx: ScoringContext, chunk_index: int) -> tuple[tuple[str, int], ...]:
+    staging = Path(ctx.staging)
+    metadata = {b"tollfree.run_id": ctx.run_id.encode(), b"tollfree.model_uri": ctx.model_uri.encode(),
+                b"tollfree.model_version": ctx.model_version.encode()}
+    written = []
+    for day, rows in out.groupby(out[TIMESTAMP].dt.floor("D"), sort=True):
+        path = output_layout.part_path(staging, ctx.model_version, day.strftime("%Y-%m-%d"), chunk_index)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        table = pa.Table.from_pandas(rows, preserve_index=False)
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+        pq.write_table(table, path)
+        _fsync_file(path)
+        written.append((str(path.relative_to(staging)), len(rows)))
+    return tuple(written)
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
