@@ -12,12 +12,17 @@ export DO_NOT_TRACK := true
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export FEAST_USAGE := False
 
-.PHONY: demo test test-fast env clean-state help
+.PHONY: demo test test-fast env clean-state help up down status
 
 help:
 	@echo "make demo   - create the environment if needed, then run the main job on embedded defaults"
 	@echo "make test   - create the environment if needed, then run the whole test suite (slow e2e included)"
 	@echo "make test-fast - unit and integration tests only"
+	@echo "make up     - start the local stack in the background (Prefect server + UI, MLflow server + UI, gateway,"
+	@echo "              Prefect process worker) and register every deployment; ports: TOLLFREE_PREFECT_PORT (4200),"
+	@echo "              TOLLFREE_MLFLOW_PORT (5000), TOLLFREE_GATEWAY_PORT (8080)"
+	@echo "make status - what runs: services, deployments with their schedules, endpoints"
+	@echo "make down   - stop exactly what make up started (state in TOLLFREE_HOME is kept)"
 
 $(STAMP): pyproject.toml uv.lock
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), f"tollfree needs Python 3.11, found {sys.version.split()[0]}"'
@@ -35,6 +40,15 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+up: $(STAMP)
+	$(PY) -m infra.stack up
+
+down: $(STAMP)
+	$(PY) -m infra.stack down
+
+status: $(STAMP)
+	@$(PY) -m infra.stack status
 
 clean-state:
 	rm -rf .tollfree

@@ -86,14 +86,17 @@ def ensure_work_pool(name: str, pool_type: str, base_job_template: dict[str, Any
     """Create the pool, or bring an existing one's job template up to date (its pause state is kept)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import WorkPoolCreate, WorkPoolUpdate
-    from prefect.exceptions import ObjectNotFound
+    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 
     with get_client(sync_client=True) as client:
         try:
             existing = client.read_work_pool(name)
         except ObjectNotFound:
-            client.create_work_pool(WorkPoolCreate(name=name, type=pool_type, base_job_template=base_job_template))
-            return
+            try:
+                client.create_work_pool(WorkPoolCreate(name=name, type=pool_type, base_job_template=base_job_template))
+                return
+            except ObjectAlreadyExists:  # a worker starting at the same time created it first
+                existing = client.read_work_pool(name)
         if existing.type != pool_type:
             raise ValueError(f"work pool {name!r} exists with type {existing.type!r}, not {pool_type!r}")
         client.update_work_pool(name, WorkPoolUpdate(base_job_template=base_job_template))

@@ -1,0 +1,496 @@
+"""The local stack: ``python -m infra.stack up|down|status`` (what ``make up``, ``make down``, ``make status`` run).
+
+``up`` starts, in the background and on 127.0.0.1, a Prefect server (API and UI), an MLflow server
+(tracking, registry, UI) on the state folder's SQLite database, the gateway, and a Prefect process
+worker; it registers every deployment of ``flows/deployments.py`` on the process work pool and prints
+the URLs. ``down`` stops exactly what ``up`` started, by the recorded process ids. All state stays in
+``TOLLFREE_HOME``, so ``up`` after ``down`` finds every run, model and endpoint again.
+
+Ports: ``TOLLFREE_PREFECT_PORT`` (4200), ``TOLLFREE_MLFLOW_PORT`` (5000), ``TOLLFREE_GATEWAY_PORT`` (8080).
+A set ``MLFLOW_TRACKING_URI`` that is not SQLite (a remote server) is used as is and no local MLflow
+server starts. The admin token comes from ``TOLLFREE_TOKEN`` or is generated once into a 0600 file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import httpx
+
+from infra.processes import MARK, ProcessRecord, marked, spawn, stop_pids, stop_record
+from serving.settings import export_defaults
+
+log = logging.getLogger("tollfree.stack")
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+HOST = "127.0.0.1"
+WORK_POOL = "tollfree-local"
+PORT_DEFAULTS = {"prefect": ("TOLLFREE_PREFECT_PORT", 4200), "mlflow": ("TOLLFREE_MLFLOW_PORT", 5000),
+                 "gateway": ("TOLLFREE_GATEWAY_PORT", 8080)}
+STARTUP_TIMEOUT_S = float(os.environ.get("TOLLFREE_STACK_TIMEOUT_S", "180"))
+# Seconds each service gets to stop on SIGTERM before SIGKILL (the gateway drains and stops its replicas).
+GRACE_S = {"worker": 20.0, "gateway": 30.0, "mlflow-server": 15.0, "prefect-server": 15.0}
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    home: Path
+    ports: dict[str, int]
+    backend_store_uri: str | None  # SQLite behind a local MLflow server; None when MLflow is external
+    external_tracking_uri: str | None
+    token_from_env: bool
+    seed_data: bool
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> StackConfig:
+        env = dict(environ)
+        user_uri = env.get("MLFLOW_TRACKING_URI") or None
+        settings = export_defaults(env)  # on a copy: the state folder made absolute, defaults filled in
+        ports = {}
+        for name, (var, default) in PORT_DEFAULTS.items():
+            raw = env.get(var) or str(default)
+            if not raw.isdigit() or not 0 < int(raw) < 65536:
+                raise ValueError(f"{var} must be a TCP port, got {raw!r}")
+            ports[name] = int(raw)
+        local = user_uri is None or user_uri.startswith("sqlite:")
+        return cls(
+            home=settings.home, ports=ports,
+            backend_store_uri=settings.tracking_uri if local else None,
+            external_tracking_uri=None if local else user_uri,
+            token_from_env=bool(env.get("TOLLFREE_TOKEN")),
+            seed_data=env.get("TOLLFREE_SEED_DATA", "1") not in ("0", "false", "no"),
+        )
+
+    @property
+    def state_dir(self) -> Path:
+        return self.home / "stack"
+
+    @property
+    def record_path(self) -> Path:
+        return self.state_dir / "stack.json"
+
+    @property
+    def env_file(self) -> Path:
+        return self.state_dir / "env"
+
+    @property
+    def token_file(self) -> Path:
+        return self.home / "secrets" / "admin-token"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.home / "logs"
+
+    def url(self, service: str) -> str:
+        return f"http://{HOST}:{self.ports[service]}"
+
+    @property
+    def prefect_api(self) -> str:
+        return self.url("prefect") + "/api"
+
+    @property
+    def tracking_uri(self) -> str:
+        return self.external_tracking_uri or self.url("mlflow")
+
+
+# ---- the admin token ---------------------------------------------------------------------------
+
+
+def admin_token(config: StackConfig, environ: Mapping[str, str]) -> str:
+    """``TOLLFREE_TOKEN`` if set; otherwise the token file's, generated once (0600, in a 0700 folder)."""
+    if environ.get("TOLLFREE_TOKEN"):
+        return environ["TOLLFREE_TOKEN"]
+    path = config.token_file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.chmod(0o700)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        token = path.read_text().strip()
+        if len(token) < 16:
+            raise ValueError(f"{path} holds no usable token (16+ characters); delete it to get a new one") from None
+        return token
+    with os.fdopen(fd, "w") as out:
+        out.write(secrets.token_urlsafe(32) + "\n")
+    return path.read_text().strip()
+
+
+# ---- the record of what runs -------------------------------------------------------------------
+
+
+@dataclass
+class StackRecord:
+    stack_id: str
+    services: dict[str, ProcessRecord]
+
+    @classmethod
+    def load(cls, path: Path) -> StackRecord | None:
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        return cls(data["stack_id"], {s["name"]: ProcessRecord.from_json(s) for s in data["services"]})
+
+    def save(self, path: Path, config: StackConfig) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = {"stack_id": self.stack_id, "home": str(config.home), "ports": config.ports,
+                "services": [r.to_json() for r in self.services.values()]}
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        tmp.replace(path)
+
+
+# ---- services ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    port: int | None
+    healthy: Callable[[httpx.Client], bool]
+    url: str | None = None
+
+
+def _answers(url: str) -> Callable[[httpx.Client], bool]:
+    def check(client: httpx.Client) -> bool:
+        try:
+            return client.get(url).status_code == 200
+        except httpx.HTTPError:
+            return False
+    return check
+
+
+def worker_online(config: StackConfig, client: httpx.Client) -> bool:
+    try:
+        answer = client.post(f"{config.prefect_api}/work_pools/{WORK_POOL}/workers/filter", json={})
+    except httpx.HTTPError:
+        return False
+    return answer.status_code == 200 and any(w.get("status") == "ONLINE" for w in answer.json())
+
+
+def child_environ(config: StackConfig, environ: Mapping[str, str], stack_id: str, token: str) -> dict[str, str]:
+    """What every process of the stack (and every flow run and replica they start) sees."""
+    env = dict(environ)
+    export_defaults(env)
+    bin_dir = str(Path(sys.executable).parent)  # mlflow and prefect start helpers found on PATH
+    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+    env.update({
+        MARK: stack_id,
+        "TOLLFREE_HOME": str(config.home),
+        "TOLLFREE_TOKEN": token,
+        "TOLLFREE_GATEWAY_URL": config.url("gateway"),
+        "MLFLOW_TRACKING_URI": config.tracking_uri,
+        "PREFECT_API_URL": config.prefect_api,
+        "PREFECT_HOME": str(config.home / "prefect"),
+        "PYTHONUNBUFFERED": "1",
+    })
+    env.setdefault("PREFECT_WORKER_QUERY_SECONDS", "5")
+    return env
+
+
+def services(config: StackConfig, env: Mapping[str, str]) -> list[Service]:
+    py = sys.executable
+    out = [Service(
+        "prefect-server", [py, "-m", "prefect", "server", "start", "--host", HOST, "--port", str(config.ports["prefect"])],
+        dict(env), config.ports["prefect"], _answers(f"{config.prefect_api}/health"), config.url("prefect"),
+    )]
+    if config.backend_store_uri is not None:
+        mlflow_env = {k: v for k, v in env.items() if k != "MLFLOW_TRACKING_URI"}
+        out.append(Service(
+            "mlflow-server",
+            [py, "-m", "mlflow", "server", "--host", HOST, "--port", str(config.ports["mlflow"]),
+             "--backend-store-uri", config.backend_store_uri,
+             "--artifacts-destination", str(config.home / "mlartifacts"), "--workers", "1"],
+            mlflow_env, config.ports["mlflow"], _answers(f"{config.url('mlflow')}/health"), config.url("mlflow"),
+        ))
+    out.append(Service(
+        "gateway", [py, "-m", "serving", "--host", HOST, "--port", str(config.ports["gateway"])],
+        dict(env), config.ports["gateway"], _answers(f"{config.url('gateway')}/healthz"), config.url("gateway"),
+    ))
+    out.append(Service(
+        "worker", [py, "-m", "prefect", "worker", "start", "--pool", WORK_POOL, "--type", "process",
+                   "--name", f"{WORK_POOL}-worker", "--install-policy", "never"],
+        dict(env), None, lambda client: worker_online(config, client),
+    ))
+    return out
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers do: TIME_WAIT is no conflict
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def wait_healthy(pending: list[tuple[Service, ProcessRecord]], timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=3.0) as client:
+        while pending:
+            for service, record in list(pending):
+                if not record.alive():
+                    raise RuntimeError(f"{service.name} exited during start-up; see {record.log}")
+                if service.healthy(client):
+                    log.info("%s is up (pid %d)", service.name, record.pid)
+                    pending.remove((service, record))
+            if pending and time.monotonic() > deadline:
+                names = ", ".join(s.name for s, _ in pending)
+                raise RuntimeError(f"not healthy after {timeout_s:.0f}s: {names}; see {config_logs(pending)}")
+            time.sleep(0.25)
+
+
+def config_logs(pending: list[tuple[Service, ProcessRecord]]) -> str:
+    return ", ".join(r.log for _, r in pending)
+
+
+# ---- the commands ------------------------------------------------------------------------------
+
+
+def seed_data(config: StackConfig) -> str | None:
+    """The demo's synthetic raw events, ending today, when the state folder has none (so flows have data)."""
+    data_dir = config.home / "data"
+    if not config.seed_data or (data_dir / "transactions.parquet").exists():
+        return None
+    from feature_repo import synthetic
+
+    days = 42
+    today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    synthetic.write(synthetic.generate(synthetic.SyntheticConfig(days=days, seed=7, start=today - timedelta(days=days))),
+                    data_dir)
+    return str(data_dir)
+
+
+def start_registration(config: StackConfig, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """``python -m flows.deployments --work-pool ...``: the one list of deployments, on the process pool."""
+    batch = config.home / "batch"
+    argv = [sys.executable, "-m", "flows.deployments", "--work-pool", WORK_POOL, "--pool-type", "process",
+            "--batch-input", str(batch / "inbox" / "latest.parquet"), "--batch-output", str(batch / "scores")]
+    with open(config.log_dir / "register.log", "ab") as err:
+        return subprocess.Popen(argv, env=dict(env), cwd=str(PROJECT_DIR), stdout=subprocess.PIPE, stderr=err)
+
+
+def finish_registration(config: StackConfig, process: subprocess.Popen[bytes]) -> list[str]:
+    out, _ = process.communicate(timeout=STARTUP_TIMEOUT_S)
+    lines = out.decode().splitlines()
+    log_path = config.log_dir / "register.log"
+    with open(log_path, "a") as log_file:
+        log_file.write("\n".join(lines) + "\n")
+    if process.returncode != 0:
+        raise RuntimeError(f"registering the deployments failed (code {process.returncode}); see {log_path}")
+    return [line.split()[1] for line in lines if line.startswith("registered ")]
+
+
+def write_env_file(config: StackConfig) -> None:
+    token = '"$TOLLFREE_TOKEN"' if config.token_from_env else f'"$(cat {config.token_file})"'
+    lines = [
+        "# source this file to talk to the local stack (written by make up; holds no secret)",
+        f"export TOLLFREE_HOME={config.home}",
+        f"export PREFECT_API_URL={config.prefect_api}",
+        f"export PREFECT_HOME={config.home / 'prefect'}",
+        f"export MLFLOW_TRACKING_URI={config.tracking_uri}",
+        f"export TOLLFREE_GATEWAY_URL={config.url('gateway')}",
+        f"export TOLLFREE_TOKEN={token}",
+    ]
+    config.env_file.write_text("\n".join(lines) + "\n")
+
+
+def up(config: StackConfig, environ: Mapping[str, str]) -> int:
+    config.home.mkdir(parents=True, exist_ok=True)
+    config.log_dir.mkdir(parents=True, exist_ok=True)
+    token = admin_token(config, environ)
+    record = StackRecord.load(config.record_path)
+    live = {name: r for name, r in (record.services if record else {}).items() if r.alive()}
+    stack_id = record.stack_id if record and live else uuid.uuid4().hex
+    record = StackRecord(stack_id, live)
+    env = child_environ(config, environ, stack_id, token)
+    wanted = services(config, env)
+    for service in wanted:
+        if service.name not in live and service.port is not None and not port_free(service.port):
+            var = next(v for k, (v, _) in PORT_DEFAULTS.items() if config.ports[k] == service.port)
+            raise SystemExit(f"error: port {service.port} on {HOST} is taken (for {service.name}); set {var} to another")
+    started: list[ProcessRecord] = []
+    kept = sorted(live)
+
+    def start(name: str) -> list[tuple[Service, ProcessRecord]]:
+        for service in wanted:
+            if service.name == name and service.name not in record.services:
+                proc = spawn(service.name, service.argv, service.env, config.log_dir / f"{service.name}.log", PROJECT_DIR)
+                record.services[service.name] = proc
+                record.save(config.record_path, config)
+                started.append(proc)
+                return [(service, proc)]
+        return []
+
+    registration: subprocess.Popen[bytes] | None = None
+    try:
+        seeded = seed_data(config)
+        if seeded:
+            print(f"seeded the demo's synthetic raw events into {seeded}")
+        prefect = start("prefect-server")
+        mlflow = start("mlflow-server")
+        wait_healthy(prefect)
+        registration = start_registration(config, env)  # needs only Prefect; runs while MLflow comes up
+        worker = start("worker")
+        wait_healthy(mlflow)
+        wait_healthy(start("gateway"))  # after MLflow: it restores its endpoints' models from the registry
+        registered = finish_registration(config, registration)
+        wait_healthy(worker)
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        if registration is not None and registration.poll() is None:
+            registration.kill()
+        for proc in reversed(started):
+            stop_record(proc, GRACE_S.get(proc.name, 15.0))
+            del record.services[proc.name]
+        record.save(config.record_path, config)
+        return 1
+    write_env_file(config)
+    print(summary(config, registered, kept=kept))
+    return 0
+
+
+def summary(config: StackConfig, registered: list[str], kept: list[str]) -> str:
+    token = "TOLLFREE_TOKEN from your environment" if config.token_from_env else f"in {config.token_file} (0600)"
+    lines = ["tollfree is up" + (f" (kept running: {', '.join(kept)})" if kept else "") + ":",
+             f"  Prefect UI    {config.url('prefect')}",
+             f"  MLflow UI     {config.tracking_uri}" + ("  (external)" if config.external_tracking_uri else ""),
+             f"  gateway       {config.url('gateway')}  (metrics at /metrics, bearer token)",
+             f"  admin token   {token}",
+             f"  deployments   {len(registered)} on work pool {WORK_POOL}: {', '.join(registered)}",
+             f"  logs          {config.log_dir}/",
+             f"  state         {config.home}/",
+             f"talk to it:     source {config.env_file}",
+             "then e.g.:      .venv/bin/prefect deployment run materialize/hourly --watch",
+             "stop it:        make down"]
+    return "\n".join(lines)
+
+
+def down(config: StackConfig) -> int:
+    record = StackRecord.load(config.record_path)
+    if record is None:
+        print(f"nothing to stop: no stack recorded in {config.record_path}")
+        return 0
+    for name in ("worker", "gateway", "mlflow-server", "prefect-server"):
+        proc = record.services.get(name)
+        if proc is None:
+            continue
+        if proc.alive():
+            killed = stop_record(proc, GRACE_S[name])
+            print(f"stopped {name} (pid {proc.pid})" + (", killed after its grace period" if killed else ""))
+        else:
+            print(f"{name} (pid {proc.pid}) was not running")
+    leftovers = marked(record.stack_id)  # replicas, flow runs: started by ours, perhaps in sessions of their own
+    if leftovers:
+        killed = stop_pids(leftovers, 10.0)
+        print(f"stopped {len(leftovers)} process(es) started by the stack: {sorted(p for p, _ in leftovers)}"
+              + (f" (killed: {killed})" if killed else ""))
+    config.record_path.unlink()
+    config.env_file.unlink(missing_ok=True)
+    print(f"tollfree is down; state kept in {config.home}")
+    return 0
+
+
+def status(config: StackConfig, environ: Mapping[str, str]) -> int:
+    record = StackRecord.load(config.record_path)
+    if record is None:
+        print(f"tollfree is not running (no stack recorded in {config.record_path}); start it with make up")
+        return 3
+    token = environ.get("TOLLFREE_TOKEN") or (config.token_file.read_text().strip() if config.token_file.exists() else "")
+    env = child_environ(config, environ, record.stack_id, token)
+    ok = True
+    rows = []
+    with httpx.Client(timeout=3.0) as client:
+        for service in services(config, env):
+            proc = record.services.get(service.name)
+            if proc is None or not proc.alive():
+                ok = False
+                rows.append((service.name, "-", "stopped", service.url or ""))
+                continue
+            healthy = service.healthy(client)
+            ok &= healthy
+            rows.append((service.name, str(proc.pid), "running" if healthy else "running, not answering", service.url or ""))
+        print(f"tollfree stack in {config.home}:")
+        for name, pid, state, url in rows:
+            print(f"  {name:<15} pid {pid:<8} {state:<24} {url}")
+        extra = marked(record.stack_id)
+        known = {p.pid for p in record.services.values()}
+        print(f"  + {len([p for p, _ in extra if p not in known])} process(es) started by them (replicas, flow runs, helpers)")
+        for line in _deployment_lines(config, client):
+            print(line)
+        for line in _endpoint_lines(config, client, token):
+            print(line)
+    return 0 if ok else 3
+
+
+def _deployment_lines(config: StackConfig, client: httpx.Client) -> list[str]:
+    try:
+        flows = {f["id"]: f["name"] for f in client.post(f"{config.prefect_api}/flows/filter", json={}).json()}
+        found = client.post(f"{config.prefect_api}/deployments/filter", json={}).json()
+    except (httpx.HTTPError, ValueError):
+        return ["  deployments: Prefect API not answering"]
+    lines = [f"  deployments ({len(found)}):"]
+    for d in sorted(found, key=lambda d: (flows.get(d["flow_id"], ""), d["name"])):
+        crons = [s["schedule"].get("cron") or s["schedule"].get("interval") for s in d.get("schedules", [])]
+        when = ", ".join(str(c) for c in crons) if crons else "on trigger / on demand"
+        paused = " (paused)" if d.get("paused") else ""
+        name = f"{flows.get(d['flow_id'], '?')}/{d['name']}"
+        lines.append(f"    {name:<28} {when:<24}{paused}  pool {d.get('work_pool_name')}")
+    return lines
+
+
+def _endpoint_lines(config: StackConfig, client: httpx.Client, token: str) -> list[str]:
+    try:
+        answer = client.get(f"{config.url('gateway')}/api/2.0/serving-endpoints", headers={"Authorization": f"Bearer {token}"})
+        endpoints = answer.json().get("endpoints", []) if answer.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        endpoints = None
+    if endpoints is None:
+        return ["  endpoints: gateway not answering"]
+    lines = [f"  endpoints ({len(endpoints)}):"]
+    for e in endpoints:
+        state = e.get("state", {})
+        lines.append(f"    {e['name']:<16} {state.get('ready')} / {state.get('config_update')}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infra.stack", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["up", "down", "status"])
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    try:
+        config = StackConfig.from_environ(os.environ)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if shutil.which("prefect", path=str(Path(sys.executable).parent)) is None:
+        print(f"error: prefect is not installed next to {sys.executable}; run make env", file=sys.stderr)
+        return 2
+    if args.command == "up":
+        return up(config, os.environ)
+    if args.command == "down":
+        return down(config)
+    return status(config, os.environ)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
