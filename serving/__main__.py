@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         home=settings.home,
     )
     app = create_gateway_app(manager, tokens, InferenceLogWriter(settings.inference_log_dir))
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False, timeout_graceful_shutdown=20)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False, timeout_graceful_shutdown=20,
+                loop="uvloop", http="httptools")
     return 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -20,7 +21,9 @@ from starlette.concurrency import run_in_threadpool
 from serving import endpoint_spec as spec
 from serving.endpoint_store import EndpointStore
 from serving.errors import invalid_parameter, not_found, unavailable
-from serving.admission import Admission
+from serving.batching import BatchPlan
+from serving.dispatcher import Dispatcher, SendBatch
+from serving.replica import REPLICA_TOKEN_ENV
 from serving.response_cache import ResponseCache
 from serving.local_replicas import LocalReplica, ReplicaStartError, start_replica, stop_replica, wait_ready
 
@@ -38,7 +41,12 @@ class ServedEntity:
     version: str
     replicas: list[LocalReplica] = field(default_factory=list)
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY
-    admission: Admission = field(default_factory=Admission)
+    dispatcher: Dispatcher | None = None  # set by the manager (or a test) before traffic reaches the entity
+
+    def attach(self, send: SendBatch, timeout_s: float = 30.0) -> Dispatcher:
+        """Give the entity its dispatcher: requests queue here and go to its replicas in batches."""
+        self.dispatcher = Dispatcher(send, lambda: self.replicas, limit=lambda: self.max_concurrency, timeout_s=timeout_s)
+        return self.dispatcher
 
     @property
     def model_uri(self) -> str:
@@ -95,10 +103,20 @@ class EndpointManager:
         *,
         home: Path | None = None,
         ready_timeout_s: float = 180.0,
+        replica_client=None,  # type: ignore[no-untyped-def]  # has start/close/send; default: ReplicaClient
+        request_timeout_s: float = 30.0,
     ) -> None:
         self.store = store
         self._resolve = resolver
-        self._env = dict(replica_env)
+        # Replicas accept invocations only with this token; it lives in this process and their environment.
+        replica_token = secrets.token_urlsafe(32)
+        self._env = {**replica_env, REPLICA_TOKEN_ENV: replica_token}
+        if replica_client is None:
+            from serving.replica_client import ReplicaClient
+
+            replica_client = ReplicaClient(replica_token)
+        self.replica_client = replica_client
+        self.request_timeout_s = request_timeout_s
         self._log_dir = log_dir
         self._home = home or log_dir.parent
         self._ready_timeout_s = ready_timeout_s
@@ -162,6 +180,9 @@ class EndpointManager:
             entities[str(entity.name)] = await run_in_threadpool(model_inputs, uri, self._home)
         return endpoint_openapi(name, entities)
 
+    async def open(self) -> None:
+        await self.replica_client.start()
+
     async def restore(self) -> None:
         """On gateway start: bring every stored endpoint's current config back up."""
         for record in await run_in_threadpool(self.store.list):
@@ -176,6 +197,7 @@ class EndpointManager:
         entities = [e for live in self.live.values() for e in live.entities.values()]
         self.live.clear()
         await self._stop_all(entities)
+        await self.replica_client.close()
 
     async def wait_settled(self, name: str) -> None:
         task = self._tasks.get(name)
@@ -218,11 +240,14 @@ class EndpointManager:
                     continue
                 served = ServedEntity(entity.name, entity.entity_name, str(entity.resolved_version),
                                       max_concurrency=entity.max_concurrency or DEFAULT_MAX_CONCURRENCY)
+                dispatcher = served.attach(self.replica_client.send, self.request_timeout_s)
                 started.append(served)
                 for _ in range(wanted):
                     served.replicas.append(await run_in_threadpool(start_replica, served.model_uri, self._log_dir, self._env))
                 for replica in served.replicas:
-                    await run_in_threadpool(wait_ready, replica, self._ready_timeout_s)
+                    ready = await run_in_threadpool(wait_ready, replica, self._ready_timeout_s)
+                    if isinstance(ready, dict) and isinstance(ready.get("batching"), dict):
+                        dispatcher.plan = BatchPlan.from_json(ready["batching"])
                 keep[entity.name] = served
         except (ReplicaStartError, OSError) as exc:
             log.error("rollout of endpoint %s failed: %s", name, exc)
@@ -234,7 +259,8 @@ class EndpointManager:
             raise
         self.live[name] = LiveEndpoint(keep, spec.traffic_weights(config), cache_for(config))
         for entity in keep.values():
-            await entity.admission.capacity_changed()
+            if entity.dispatcher is not None:
+                entity.dispatcher.capacity_changed()
         if old is not None:
             await self._stop_all([e for n, e in old.entities.items() if keep.get(n) is not e])
         await self._finish(name, ready=True, update="NOT_UPDATING", config=config, config_version=version)

@@ -4,37 +4,26 @@ bearer token."""
 
 from __future__ import annotations
 
-import json
 import logging
 import random
-import time
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from serving import endpoint_spec as spec
 from serving.auth import TokenRegistry, authenticate, authorize
-from serving.endpoint_manager import EndpointManager, ServedEntity
-from serving.errors import (
-    REQUEST_ID_HEADER, ApiError, error_body, install_error_handlers, payload_too_large, resolve_request_id,
-    timeout, unavailable,
-)
+from serving.data_plane import INVOCATIONS, InvocationsHandler
+from serving.endpoint_manager import EndpointManager
+from serving.errors import install_error_handlers
 from serving.gateway_metrics import GatewayMetrics
-from serving.inference_log import InferenceLogWriter, InferenceRecord, utc_now
-from serving.replica import RETURN_FEATURES_HEADER
-from serving.scoring_protocol import canonical_payload_key
-from serving.admission import AdmissionRefused
-from serving.router import choose_entity
+from serving.inference_log import InferenceLogWriter
 
 log = logging.getLogger(__name__)
 
 API = "/api/2.0/serving-endpoints"
-SERVED_MODEL_HEADER = "served-model-name"
-CACHE_HEADER = "x-tollfree-cache"
 
 
 def create_gateway_app(
@@ -42,25 +31,21 @@ def create_gateway_app(
     tokens: TokenRegistry,
     inference_log: InferenceLogWriter,
     *,
-    transport: httpx.AsyncBaseTransport | None = None,
     rng: random.Random | None = None,
-    request_timeout_s: float = 30.0,
     max_body_bytes: int = 4 * 1024 * 1024,
-) -> FastAPI:
+) -> Gateway:
     metrics = GatewayMetrics.create()
     route_rng = rng or random.Random()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # type: ignore[no-untyped-def]
-        limits = httpx.Limits(max_connections=512, max_keepalive_connections=128)
-        app.state.client = httpx.AsyncClient(transport=transport, limits=limits, timeout=request_timeout_s)
         inference_log.start()
+        await manager.open()
         await manager.restore()
         try:
             yield
         finally:
             await manager.shutdown()
-            await app.state.client.aclose()
             inference_log.close()
 
     app = FastAPI(title="tollfree gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
@@ -132,92 +117,24 @@ def create_gateway_app(
                 metrics.replicas.labels(name, entity.name).set(sum(r.alive() for r in entity.replicas))
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
-    # ---- data plane ----------------------------------------------------------------------------
-    async def forward(entity: ServedEntity, body: bytes, content_type: str, request_id: str, name: str) -> dict[str, Any]:
-        """One admitted call to a replica of ``entity``; its JSON answer, or the replica's error as ApiError."""
-        try:
-            replica = await entity.admission.acquire(lambda: [r for r in entity.replicas if r.alive()], entity.max_concurrency)
-        except AdmissionRefused as refused:
-            raise ApiError(429, "REQUEST_LIMIT_EXCEEDED", f"endpoint {name} is at capacity ({refused.reason}); retry shortly",
-                           headers={"Retry-After": str(refused.retry_after_s)}) from refused
-        try:
-            upstream = await app.state.client.post(
-                f"{replica.url}/invocations",
-                content=body,
-                headers={"content-type": content_type, REQUEST_ID_HEADER: request_id, RETURN_FEATURES_HEADER: "1"},
-            )
-        except httpx.TimeoutException as exc:
-            raise timeout(f"the model did not answer within {request_timeout_s:.0f}s; request id {request_id}") from exc
-        except httpx.TransportError as exc:
-            raise unavailable(f"no replica of endpoint {name} could be reached; request id {request_id}") from exc
-        finally:
-            await entity.admission.release(replica)
-        payload = upstream.json()
-        if upstream.status_code != 200:
-            raise ApiError(upstream.status_code, payload.get("error_code", "INTERNAL_ERROR"), payload.get("message", ""))
-        return payload
+    data_plane = InvocationsHandler(manager, tokens, inference_log, metrics, rng=route_rng, max_body_bytes=max_body_bytes)
+    return Gateway(app, data_plane)
 
-    @app.post("/serving-endpoints/{name}/invocations")
-    async def invocations(name: str, request: Request) -> Response:
-        started = time.perf_counter()
-        request_id = resolve_request_id(request.headers.get(REQUEST_ID_HEADER))
-        entity_name: str | None = None
-        version: str | None = None
-        body = b""
-        served_features = None
-        outputs = None
-        metrics.in_flight.labels(name).inc()
-        try:
-            principal(request, name)
-            declared = request.headers.get("content-length")
-            if declared and declared.isdigit() and int(declared) > max_body_bytes:
-                raise payload_too_large(f"request body over the limit of {max_body_bytes} bytes")
-            body = await request.body()
-            if len(body) > max_body_bytes:
-                raise payload_too_large(f"request body over the limit of {max_body_bytes} bytes")
-            live = manager.served(name)
-            entity_name = choose_entity(live.weights, route_rng)
-            entity = live.entities[entity_name]
-            version = entity.version
-            content_type = request.headers.get("content-type", "")
-            cache_key = None
-            if live.cache is not None and content_type.split(";")[0].strip().lower() == "application/json":
-                try:
-                    cache_key = (entity_name, entity.version, canonical_payload_key(body))
-                except ApiError:
-                    cache_key = None  # not JSON: the replica answers with the precise error
-            cached = live.cache.get(cache_key) if live.cache is not None and cache_key else None
-            if cached is not None:
-                payload = cached
-                metrics.cache_hits.labels(name).inc()
-                extra = {CACHE_HEADER: "hit"}
-            else:
-                payload = await forward(entity, body, content_type, request_id, name)
-                served_features = payload.pop("served_features", None)
-                if live.cache is not None and cache_key:
-                    live.cache.put(cache_key, payload)
-                extra = {CACHE_HEADER: "miss"} if live.cache is not None else {}
-            outputs = payload.get("predictions")
-            response: Response = JSONResponse(payload, headers={SERVED_MODEL_HEADER: entity_name, REQUEST_ID_HEADER: request_id, **extra})
-            status, error_code = 200, None
-        except ApiError as err:
-            response = JSONResponse(error_body(err), status_code=err.status_code, headers={**err.headers, REQUEST_ID_HEADER: request_id})
-            status, error_code = err.status_code, err.error_code
-        finally:
-            metrics.in_flight.labels(name).dec()
-        elapsed = time.perf_counter() - started
-        metrics.requests.labels(name, entity_name or "", str(status)).inc()
-        metrics.latency.labels(name, entity_name or "").observe(elapsed)
-        inference_log.record(
-            InferenceRecord(
-                request_id=request_id, timestamp=utc_now(), endpoint=name, served_entity=entity_name,
-                model_version=version, status_code=status, latency_ms=elapsed * 1000,
-                inputs=body.decode("utf-8", "replace") if body else None,
-                served_features=json.dumps(served_features) if served_features is not None else None,
-                outputs=json.dumps(outputs) if outputs is not None else None,
-                error_code=error_code, rows=len(served_features) if isinstance(served_features, list) else (len(outputs) if isinstance(outputs, list) else 0),
-            )
-        )
-        return response
 
-    return app
+class Gateway:
+    """The ASGI app: invocations go straight to the data plane, everything else to FastAPI.
+
+    ``state`` is the FastAPI app's, so ``app.state.manager`` works on either."""
+
+    def __init__(self, control: FastAPI, data_plane: InvocationsHandler) -> None:
+        self.control = control
+        self.data_plane = data_plane
+        self.state = control.state
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            match = INVOCATIONS.match(scope["path"])
+            if match is not None:
+                await self.data_plane(scope, receive, send, match.group(1))
+                return
+        await self.control(scope, receive, send)

@@ -71,8 +71,9 @@ def start_replica(model_uri: str, log_dir: Path, env: Mapping[str, str], host: s
     return LocalReplica(model_uri=model_uri, host=host, port=port, process=process, log_path=log_path)
 
 
-def wait_ready(replica: LocalReplica, timeout_s: float = 120.0, poll_s: float = 0.2) -> None:
-    """Block until the replica answers ready; raise ReplicaStartError if it dies or times out."""
+def wait_ready(replica: LocalReplica, timeout_s: float = 120.0, poll_s: float = 0.2) -> dict:
+    """Block until the replica answers ready and return its ready answer (with its batching plan);
+    raise ReplicaStartError if it dies or times out."""
     deadline = time.monotonic() + timeout_s
     with httpx.Client(timeout=2.0) as client:
         while time.monotonic() < deadline:
@@ -81,8 +82,9 @@ def wait_ready(replica: LocalReplica, timeout_s: float = 120.0, poll_s: float = 
                     f"replica for {replica.model_uri} exited with code {replica.process.returncode}; see {replica.log_path}"
                 )
             try:
-                if client.get(f"{replica.url}/health/ready").status_code == 200:
-                    return
+                answer = client.get(f"{replica.url}/health/ready")
+                if answer.status_code == 200:
+                    return answer.json()
             except httpx.TransportError:
                 pass
             time.sleep(poll_s)

@@ -3,19 +3,35 @@
 A model logged with ``metadata={"feature_service": NAME}`` receives entity keys and request-time
 fields; the runtime fetches its features online through that FeatureService. Any other MLflow model
 receives its input columns as sent.
+
+Two paths to the same predictions:
+- pyfunc: ``PyFuncModel.predict`` on a DataFrame, with MLflow's schema enforcement. Serves any model.
+- numpy (``NumpyPath``): for scikit-learn models whose signature is all numeric columns, the estimator's
+  own predict method (the one the pyfunc flavor calls) on a float64 array in signature order, when every
+  value sent is a plain number. It skips pandas and schema enforcement, which cost several times the
+  prediction of a single row (STACK_NOTES: 0.18 ms numpy vs 0.70 ms pyfunc). Anything else falls back.
+
+``predict_batch`` predicts several requests as one call and splits the results; if the joint call
+fails, each request is predicted alone so one bad request cannot fail its neighbours.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from serving.batching import PROFILE_SIZES, BatchPlan, plan_from_profile
 from serving.errors import ApiError, invalid_parameter
 from serving.online_features import OnlineFeatureReader
+from serving.scoring_protocol import ScoringRequest
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +48,43 @@ class ModelError(Exception):
     """The model itself failed on a well-formed input (a 500, not the caller's fault)."""
 
 
+_NUMERIC_TYPES = frozenset({"double", "float", "long", "integer"})
+
+
+@dataclass(frozen=True)
+class NumpyPath:
+    """A scikit-learn estimator's predict method, fed float64 arrays in the signature's column order."""
+
+    predict: Any
+    columns: list[str]
+
+    @classmethod
+    def for_model(cls, model: Any) -> NumpyPath | None:
+        flavor = model.metadata.flavors.get("python_function", {})
+        schema = model.metadata.get_input_schema()
+        if flavor.get("loader_module") != "mlflow.sklearn" or schema is None or not schema.has_input_names():
+            return None
+        if schema.is_tensor_spec() or any(str(getattr(s.type, "name", s.type)) not in _NUMERIC_TYPES for s in schema.inputs):
+            return None
+        if any(str(getattr(s.type, "name", s.type)) in ("long", "integer") for s in schema.inputs):
+            return None  # MLflow refuses floats for integer columns; only the pyfunc path says so precisely
+        method = getattr(model.get_raw_model(), flavor.get("predict_fn", "predict"), None)
+        if method is None:
+            return None
+        # Fitted on a DataFrame, scikit-learn warns on every array without feature names; the columns are
+        # put in the fitted order here, so the warning says nothing.
+        warnings.filterwarnings("ignore", message="X does not have valid feature names", category=UserWarning)
+        return cls(method, list(schema.input_names()))
+
+
 class ModelRuntime:
-    def __init__(self, model: Any, feature_reader: OnlineFeatureReader | None, input_columns: list[str] | None) -> None:
+    def __init__(self, model: Any, feature_reader: OnlineFeatureReader | None, input_columns: list[str] | None,
+                 numpy_path: NumpyPath | None = None) -> None:
         self._model = model
         self.feature_reader = feature_reader
         self.input_columns = input_columns
+        self.numpy_path = numpy_path
+        self.plan: BatchPlan | None = None
 
     @classmethod
     def load(cls, model_uri: str, home: Path) -> ModelRuntime:
@@ -48,8 +96,9 @@ class ModelRuntime:
         reader = OnlineFeatureReader.open(home, service) if service else None
         schema = model.metadata.get_input_schema()
         columns = schema.input_names() if schema is not None and schema.has_input_names() else None
-        log.info("loaded %s (feature service: %s)", model_uri, service or "none")
-        return cls(model, reader, columns)
+        fast = NumpyPath.for_model(model)
+        log.info("loaded %s (feature service: %s; numpy path: %s)", model_uri, service or "none", "yes" if fast else "no")
+        return cls(model, reader, columns, fast)
 
     @property
     def feature_service(self) -> str | None:
@@ -68,8 +117,79 @@ class ModelRuntime:
 
     def predict(self, frame: pd.DataFrame, params: dict[str, Any] | None = None) -> Prediction:
         features = self.model_input(frame)
+        return Prediction(self._call(features, params), features if self.feature_reader is not None else None)
+
+    def predict_request(self, request: ScoringRequest) -> Prediction:
+        """One parsed request, by the numpy path when it applies, else by pyfunc."""
+        if self.numpy_path is not None and not request.params and self.feature_reader is None:
+            matrix = request.numeric_matrix(self.numpy_path.columns)
+            if matrix is not None:
+                return Prediction(self._call_numpy(matrix), None)
+        if self.feature_reader is not None and not request.params:
+            features = self.feature_reader.read(request.frame)
+            return Prediction(self._call_features(features), features)
+        return self.predict(request.frame, request.params)
+
+    def predict_batch(self, requests: Sequence[ScoringRequest]) -> list[Prediction | Exception]:
+        """Each request's prediction (or its error), predicted as one call where they can be joined."""
+        if len(requests) == 1:
+            return [self._one(requests[0])]
+        joined = self._joined(requests)
+        if joined is not None:
+            return joined
+        return [self._one(r) for r in requests]
+
+    def _one(self, request: ScoringRequest) -> Prediction | Exception:
         try:
-            predictions = self._model.predict(features, params=params) if params else self._model.predict(features)
+            return self.predict_request(request)
+        except (ApiError, ModelError) as exc:
+            return exc
+
+    def _joined(self, requests: Sequence[ScoringRequest]) -> list[Prediction | Exception] | None:
+        if any(r.params for r in requests):
+            return None
+        counts = [r.n_rows for r in requests]
+        try:
+            if self.feature_reader is not None:
+                frame = pd.concat([r.frame for r in requests], ignore_index=True)
+                features = self.feature_reader.read(frame)
+                output = self._call_features(features)
+            elif self.numpy_path is not None:
+                matrices = [r.numeric_matrix(self.numpy_path.columns) for r in requests]
+                if any(m is None for m in matrices):
+                    return None
+                features, output = None, self._call_numpy(np.vstack(matrices))  # type: ignore[arg-type]
+            else:
+                return None
+        except (ApiError, ModelError):
+            return None  # someone's input is bad: each request on its own finds whose
+        if not isinstance(output, (np.ndarray, pd.DataFrame, pd.Series)) or len(output) != sum(counts):
+            return None
+        results: list[Prediction | Exception] = []
+        start = 0
+        for n in counts:
+            part = output[start:start + n] if isinstance(output, np.ndarray) else output.iloc[start:start + n]
+            results.append(Prediction(part, features.iloc[start:start + n] if features is not None else None))
+            start += n
+        return results
+
+    def _call_features(self, features: pd.DataFrame) -> Any:
+        if self.numpy_path is not None and list(features.columns) == self.numpy_path.columns:
+            matrix = features.to_numpy()
+            if matrix.dtype.kind in "if":
+                return self._call_numpy(matrix.astype(np.float64, copy=False))
+        return self._call(features, None)
+
+    def _call_numpy(self, matrix: np.ndarray) -> Any:
+        assert self.numpy_path is not None
+        try:
+            return self.numpy_path.predict(matrix)
+        except Exception as exc:
+            raise ModelError(type(exc).__name__) from exc
+
+    def _call(self, features: pd.DataFrame, params: dict[str, Any] | None) -> Any:
+        try:
+            return self._model.predict(features, params=params) if params else self._model.predict(features)
         except ApiError:
             raise
         except Exception as exc:
@@ -79,7 +199,36 @@ class ModelRuntime:
                 # Schema enforcement failed; MLflow's message can quote the input, so name only the kind.
                 raise invalid_parameter("input does not match the model's signature (column names or types)") from exc
             raise ModelError(type(exc).__name__) from exc
-        return Prediction(predictions, features if self.feature_reader is not None else None)
+
+    def profile(self, sizes: Sequence[int] = PROFILE_SIZES, budget_s: float = 3.0) -> BatchPlan:
+        """Time the model at each batch size on its logged input example; keep the plan in ``self.plan``.
+
+        Models without an example (or whose example fails) are not batched: nothing is guessed.
+        """
+        example = getattr(self._model, "input_example", None)
+        if not isinstance(example, pd.DataFrame) or example.empty:
+            self.plan = plan_from_profile({1: 1.0})
+            return self.plan
+        row = example.iloc[:1]
+        timings: dict[int, float] = {}
+        deadline = time.perf_counter() + budget_s
+        try:
+            for size in sizes:
+                frame = pd.concat([row] * size, ignore_index=True)
+                runs = []
+                for _ in range(5):
+                    started = time.perf_counter()
+                    self._call_features(frame)  # the model part: features are fetched per request either way
+                    runs.append(time.perf_counter() - started)
+                timings[size] = sorted(runs)[len(runs) // 2] * 1000
+                if time.perf_counter() > deadline:
+                    break
+        except Exception as exc:  # a model that cannot take its own example is served, just not batched
+            log.warning("profiling failed (%s); micro-batching off", type(exc).__name__)
+            timings = {1: timings.get(1, 1.0)}
+        self.plan = plan_from_profile(timings)
+        log.info("batch profile %s -> %s", {k: round(v, 3) for k, v in timings.items()}, self.plan)
+        return self.plan
 
     def warm(self) -> None:
         """Run the model once on its logged input example so the first request pays no lazy init."""

@@ -17,10 +17,11 @@ import io
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
+import orjson
 import pandas as pd
 
 from serving.errors import (
@@ -39,13 +40,63 @@ _MAX_NAMES_LISTED = 5
 _MAX_CONTENT_TYPE = 100
 
 
-@dataclass(frozen=True)
 class ScoringRequest:
-    """A parsed scoring request; ``input_format`` is the input key used or ``"csv"``."""
+    """A parsed scoring request; ``input_format`` is the input key used or ``"csv"``.
 
-    frame: pd.DataFrame
-    params: dict[str, Any] | None
-    input_format: str
+    The common JSON shapes keep their rows as parsed (``columns`` + ``rows``, or ``by_column``) and build
+    the DataFrame only when asked (``frame``): a replica's numpy fast path (``numeric_matrix``) never
+    pays for pandas. Either way the frame is the one MLflow's scoring server would build.
+    """
+
+    def __init__(self, *, params: dict[str, Any] | None, input_format: str, frame: pd.DataFrame | None = None,
+                 columns: list[Any] | None = None, rows: list[list[Any]] | None = None,
+                 by_column: dict[str, list[Any]] | None = None, index: list[Any] | None = None) -> None:
+        self.params = params
+        self.input_format = input_format
+        self._frame = frame
+        if frame is not None:
+            columns = list(frame.columns)
+        elif by_column is not None:
+            columns = list(by_column)
+        self.columns = columns
+        self._rows = rows
+        self._by_column = by_column
+        self._index = index
+        if frame is not None:
+            self.n_rows = len(frame)
+        elif by_column is not None:
+            self.n_rows = len(next(iter(by_column.values())))
+        else:
+            self.n_rows = len(rows or ())
+
+    @cached_property
+    def frame(self) -> pd.DataFrame:
+        if self._frame is not None:
+            return self._frame
+        if self._by_column is not None:
+            return pd.DataFrame(self._by_column)
+        return pd.DataFrame(self._rows, columns=self.columns, index=self._index)
+
+    def numeric_matrix(self, wanted: list[str]) -> np.ndarray | None:
+        """The ``wanted`` columns as a float64 (rows x columns) array, if every value in them is a plain
+        int or float (no bool, string or null); None otherwise, or if a column is missing (the pandas
+        path then gives the precise answer or error)."""
+        if self._frame is not None or self._index is not None or self.columns is None:
+            return None
+        position = {c: i for i, c in enumerate(self.columns)}
+        if any(c not in position for c in wanted):
+            return None
+        if self._by_column is not None:
+            matrix = np.array([self._by_column[c] for c in wanted]).T
+        else:
+            matrix = np.array(self._rows)
+            if matrix.ndim != 2:
+                return None
+            if [position[c] for c in wanted] != list(range(len(self.columns))):
+                matrix = matrix[:, [position[c] for c in wanted]]
+        if matrix.ndim != 2 or matrix.dtype.kind not in "if":
+            return None
+        return matrix.astype(np.float64, copy=False)
 
 
 def _name(key: object) -> str:
@@ -60,6 +111,10 @@ def _names(keys: list[str]) -> str:
 
 
 def _loads(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        pass  # orjson refuses NaN/Infinity literals and ints past 64 bits, which Python's json (and MLflow) accept
     try:
         return json.loads(body)
     except (ValueError, RecursionError):  # JSONDecodeError, bad UTF-8, huge ints
@@ -77,7 +132,7 @@ def _is_label(value: object) -> bool:
     return isinstance(value, (str, int)) and not isinstance(value, bool)
 
 
-def _parse_split(value: Any, max_rows: int) -> pd.DataFrame:
+def _parse_split(value: Any, max_rows: int) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise invalid_parameter("dataframe_split must be an object with 'columns' and 'data'")
     unknown = [k for k in value if k not in _SPLIT_KEYS]
@@ -115,7 +170,7 @@ def _parse_split(value: Any, max_rows: int) -> pd.DataFrame:
         for i, label in enumerate(index):
             if not _is_label(label) and not isinstance(label, float):
                 raise invalid_parameter(f"dataframe_split.index[{i}] must be a string or number")
-    return pd.DataFrame(data, columns=columns, index=index)
+    return {"columns": columns, "rows": data, "index": index}
 
 
 def _parse_rows(value: list[Any], where: str, max_rows: int) -> pd.DataFrame:
@@ -143,25 +198,28 @@ def _parse_rows(value: list[Any], where: str, max_rows: int) -> pd.DataFrame:
     return pd.DataFrame(value)
 
 
-def _parse_records(value: Any, max_rows: int) -> pd.DataFrame:
+def _parse_records(value: Any, max_rows: int) -> dict[str, Any]:
     if not isinstance(value, list):
         raise invalid_parameter("dataframe_records must be a list of objects")
     _check_row_count(len(value), "dataframe_records", max_rows)
     for i, item in enumerate(value):
         if not isinstance(item, dict):
             raise invalid_parameter(f"dataframe_records[{i}] must be an object")
-    return _parse_rows(value, "dataframe_records", max_rows)
+    keys = list(value[0])
+    if keys and all(list(item) == keys for item in value):  # one shape: rows in the first record's key order
+        return {"columns": keys, "rows": [list(item.values()) for item in value]}
+    return {"frame": _parse_rows(value, "dataframe_records", max_rows)}
 
 
-def _parse_instances(value: Any, max_rows: int) -> pd.DataFrame:
+def _parse_instances(value: Any, max_rows: int) -> dict[str, Any]:
     if not isinstance(value, list):
         raise invalid_parameter("instances must be a list")
-    return _parse_rows(value, "instances", max_rows)
+    return {"frame": _parse_rows(value, "instances", max_rows)}
 
 
-def _parse_inputs(value: Any, max_rows: int) -> pd.DataFrame:
+def _parse_inputs(value: Any, max_rows: int) -> dict[str, Any]:
     if isinstance(value, list):
-        return _parse_rows(value, "inputs", max_rows)
+        return {"frame": _parse_rows(value, "inputs", max_rows)}
     if not isinstance(value, dict):
         raise invalid_parameter("inputs must be an object of column -> list, or a list")
     if not value:
@@ -177,7 +235,7 @@ def _parse_inputs(value: Any, max_rows: int) -> pd.DataFrame:
             raise invalid_parameter(
                 f"inputs column {_name(col)} has {len(values)} values, expected {n_rows}"
             )
-    return pd.DataFrame(value)
+    return {"by_column": value}
 
 
 _PARSERS = {
@@ -208,10 +266,10 @@ def _parse_json(body: bytes, max_rows: int) -> ScoringRequest:
     if params is not None and not isinstance(params, dict):
         raise invalid_parameter("params must be an object")
     key = present[0]
-    frame = _PARSERS[key](doc[key], max_rows)
-    if frame.shape[1] == 0:
+    parsed = ScoringRequest(params=params, input_format=key, **_PARSERS[key](doc[key], max_rows))
+    if not parsed.columns:
         raise invalid_parameter(f"{key} has no columns")
-    return ScoringRequest(frame=frame, params=params, input_format=key)
+    return parsed
 
 
 def _parse_csv(body: bytes, max_rows: int) -> ScoringRequest:

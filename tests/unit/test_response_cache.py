@@ -6,7 +6,6 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from serving.admission import Admission
 from serving.auth import TokenRegistry
 from serving.endpoint_manager import EndpointManager, LiveEndpoint, ServedEntity
 from serving.endpoint_spec import EndpointCoreConfig
@@ -14,7 +13,8 @@ from serving.endpoint_store import EndpointStore
 from serving.gateway import create_gateway_app
 from serving.inference_log import InferenceLogWriter
 from serving.response_cache import ResponseCache
-from tests.unit.test_admission import TOKEN, SlowReplica
+from serving.replica_wire import WireAnswer, WireRequest
+from tests.unit.test_dispatcher import TOKEN, FakeReplica
 
 
 class Clock:
@@ -50,15 +50,18 @@ def test_the_cache_config_is_checked():
 
 
 def _app(tmp_path, cache: ResponseCache | None, calls: list[bytes]):
-    def upstream(request: httpx.Request) -> httpx.Response:
-        calls.append(request.content)
-        return httpx.Response(200, json={"predictions": [len(calls)], "served_features": [{"f": 1.0}]})
+    async def upstream(replica: FakeReplica, requests: list[WireRequest]) -> list[WireAnswer]:
+        answers = []
+        for request in requests:
+            calls.append(request.body)
+            answers.append(WireAnswer(200, 1, json.dumps([len(calls)]).encode(), b'[{"f":1.0}]'))
+        return answers
 
     manager = EndpointManager(EndpointStore(tmp_path / "e.db"), lambda *a: "1", {}, tmp_path / "logs")
-    entity = ServedEntity("m-1", "m", "1", replicas=[SlowReplica("http://replica")], admission=Admission())
+    entity = ServedEntity("m-1", "m", "1", replicas=[FakeReplica("http://replica")])
+    entity.attach(upstream)
     manager.live["ep"] = LiveEndpoint({"m-1": entity}, [("m-1", 100)], cache)
-    return create_gateway_app(manager, TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN}),
-                              InferenceLogWriter(tmp_path / "log"), transport=httpx.MockTransport(upstream))
+    return create_gateway_app(manager, TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN}), InferenceLogWriter(tmp_path / "log"))
 
 
 def _post(client: TestClient, body: str) -> httpx.Response:

@@ -1,0 +1,242 @@
+"""Per served entity: admission, a bounded queue, and micro-batches sent to the least-loaded replica.
+
+Every admitted request waits in the entity's queue until a replica has room. When one has, the
+dispatcher takes the waiting requests (up to the model's batch size, when its replicas found that
+batching pays; one at a time otherwise) and sends them as one call. Requests thus batch exactly when
+they would queue anyway: a lone request never waits for company, so single-request latency is
+untouched. When the replica is busy and fewer requests wait than a batch holds, the batch may wait
+the plan's short ``max_wait_ms`` for more (``serving.batching``).
+
+Limits, as before: at most ``limit`` requests in flight per replica (its concurrency limit), at most
+``depth`` batches in flight per replica when batching (one predicting, one arriving), at most
+``max_queue`` waiting (then 429 at once), at most ``max_wait_s`` in the queue (then 429), and
+``timeout_s`` for the replica's answer (then 504). A replica that cannot be reached answers 503 for
+its batch, after one retry on another replica (predictions are idempotent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from serving.batching import OFF, BatchPlan
+from serving.errors import ApiError, timeout, unavailable
+from serving.replica_wire import WireAnswer, WireRequest
+from serving.router import pick_replica
+
+log = logging.getLogger(__name__)
+
+PIPELINE_DEPTH = 2
+
+
+class Replica(Protocol):
+    outstanding: int
+
+    def alive(self) -> bool: ...
+
+
+class ReplicaUnreachable(Exception):
+    """The replica could not be reached or answered with something other than an envelope."""
+
+
+SendBatch = Callable[[Any, list[WireRequest]], Awaitable[list[WireAnswer]]]
+
+
+class AdmissionRefused(Exception):
+    """No room: the queue is full, or the wait for a replica ran out (a 429 with Retry-After)."""
+
+    def __init__(self, reason: str, retry_after_s: int) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(eq=False)
+class _Pending:
+    request: WireRequest
+    future: asyncio.Future[WireAnswer]
+    enqueued: float
+    expiry: asyncio.TimerHandle | None = None
+    retried: bool = False
+
+
+@dataclass
+class DispatchStats:
+    """Counters for metrics and the autoscaler's signals."""
+
+    batches: int = 0
+    batched_requests: int = 0
+    refused: int = 0
+    retried: int = 0
+    largest_batch: int = 0
+    inflight_batches: dict[int, int] = field(default_factory=dict)  # id(replica) -> batches in flight
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        send: SendBatch,
+        replicas: Callable[[], Sequence[Replica]],
+        *,
+        limit: Callable[[], int | None] = lambda: None,
+        max_queue: int = 64,
+        max_wait_s: float = 5.0,
+        timeout_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_queue < 0 or max_wait_s <= 0 or timeout_s <= 0:
+            raise ValueError("max_queue must be >= 0, max_wait_s and timeout_s > 0")
+        self._send = send
+        self._replicas = replicas
+        self._limit = limit
+        self.max_queue = max_queue
+        self.max_wait_s = max_wait_s
+        self.timeout_s = timeout_s
+        self._clock = clock
+        self.plan: BatchPlan = OFF
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._gather: asyncio.TimerHandle | None = None
+        self.stats = DispatchStats()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._queue)
+
+    def in_flight(self) -> int:
+        return sum(r.outstanding for r in self._replicas())
+
+    async def submit(self, request: WireRequest) -> WireAnswer:
+        """The replica's answer to ``request``; AdmissionRefused or ApiError (503/504) otherwise."""
+        if len(self._queue) >= self.max_queue and self._pick() is None:
+            self.stats.refused += 1
+            raise AdmissionRefused(f"queue full ({self.max_queue} waiting)", retry_after_s=1)
+        loop = asyncio.get_running_loop()
+        pending = _Pending(request, loop.create_future(), self._clock())
+        self._queue.append(pending)
+        pending.expiry = loop.call_later(self.max_wait_s, self._expire, pending)
+        self._pump()
+        return await pending.future
+
+    def capacity_changed(self) -> None:
+        """Replicas were added, limits raised or the plan changed: send what can go now."""
+        self._pump()
+
+    # ---- internals -----------------------------------------------------------------------------
+    def _expire(self, pending: _Pending) -> None:
+        try:
+            self._queue.remove(pending)
+        except ValueError:
+            return  # already sent
+        self.stats.refused += 1
+        if not pending.future.done():
+            pending.future.set_exception(AdmissionRefused(f"no free replica within {self.max_wait_s:.1f}s", retry_after_s=1))
+
+    def _pick(self, exclude: Replica | None = None) -> Replica | None:
+        depth = PIPELINE_DEPTH if self.plan.enabled else None
+        batches = self.stats.inflight_batches
+        candidates = [r for r in self._replicas() if r is not exclude and r.alive()
+                      and (depth is None or batches.get(id(r), 0) < depth)]
+        return pick_replica(candidates, self._limit())
+
+    def _pump(self) -> None:
+        while self._queue:
+            while self._queue and self._queue[0].future.done():  # caller gone (cancelled) or expired
+                self._queue.popleft()
+            if not self._queue:
+                return
+            replica = self._pick()
+            if replica is None:
+                return
+            room = self.plan.max_batch if self.plan.enabled else 1
+            limit = self._limit()
+            if limit is not None:
+                room = max(1, min(room, limit - replica.outstanding))
+            if self._should_gather(room):
+                return
+            batch: list[_Pending] = []
+            while self._queue and len(batch) < room:
+                pending = self._queue.popleft()
+                if pending.future.done():
+                    continue
+                if pending.expiry is not None:
+                    pending.expiry.cancel()
+                batch.append(pending)
+            if batch:
+                self._dispatch(replica, batch)
+
+    def _should_gather(self, room: int) -> bool:
+        """Hold a short partial batch while other batches are in flight, for at most the plan's wait."""
+        if not self.plan.enabled or self.plan.max_wait_ms <= 0 or len(self._queue) >= room:
+            return False
+        if not any(self.stats.inflight_batches.values()):
+            return False  # the replicas are idle: a lone request goes at once
+        waited = self._clock() - self._queue[0].enqueued
+        left = self.plan.max_wait_ms / 1000 - waited
+        if left <= 0:
+            return False
+        if self._gather is None:
+            def again() -> None:
+                self._gather = None
+                self._pump()
+
+            self._gather = asyncio.get_running_loop().call_later(left, again)
+        return True
+
+    def _dispatch(self, replica: Replica, batch: list[_Pending]) -> None:
+        replica.outstanding += len(batch)
+        key = id(replica)
+        self.stats.inflight_batches[key] = self.stats.inflight_batches.get(key, 0) + 1
+        self.stats.batches += 1
+        self.stats.batched_requests += len(batch)
+        self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
+        asyncio.get_running_loop().create_task(self._run(replica, batch))
+
+    async def _run(self, replica: Replica, batch: list[_Pending]) -> None:
+        retry: list[_Pending] = []
+        try:
+            answers = await asyncio.wait_for(self._send(replica, [p.request for p in batch]), self.timeout_s)
+        except asyncio.TimeoutError:
+            self._fail(batch, lambda: timeout(f"the model did not answer within {self.timeout_s:.0f}s"))
+        except ReplicaUnreachable:
+            retry = [p for p in batch if not p.retried and not p.future.done()]
+            for p in retry:
+                p.retried = True
+            self._fail([p for p in batch if p not in retry], _unreachable)
+        except Exception:  # a bug here must not leave callers hanging
+            log.exception("dispatch to a replica failed")
+            self._fail(batch, _unreachable)
+        else:
+            for pending, answer in zip(batch, answers):
+                if not pending.future.done():
+                    pending.future.set_result(answer)
+        finally:
+            replica.outstanding -= len(batch)
+            key = id(replica)
+            left = self.stats.inflight_batches.get(key, 1) - 1
+            if left:
+                self.stats.inflight_batches[key] = left
+            else:
+                self.stats.inflight_batches.pop(key, None)
+        if retry:
+            self.stats.retried += len(retry)
+            other = self._pick(exclude=replica)
+            if other is None:
+                self._fail(retry, _unreachable)
+            else:
+                self._dispatch(other, retry)
+        self._pump()
+
+    @staticmethod
+    def _fail(batch: Sequence[_Pending], error: Callable[[], ApiError]) -> None:
+        for pending in batch:
+            if not pending.future.done():
+                pending.future.set_exception(error())
+
+
+def _unreachable() -> ApiError:
+    return unavailable("no replica of this endpoint could be reached")

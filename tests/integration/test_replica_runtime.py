@@ -1,0 +1,145 @@
+"""A replica's runtime on a real MLflow model: the numpy fast path gives pyfunc's predictions, anything it
+cannot take falls back to pyfunc (and its errors), batches split back per request, and the replica app
+answers an envelope item by item and refuses callers without its token."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pandas as pd
+import pytest
+from fastapi.testclient import TestClient
+
+from serving import replica_wire as wire
+from serving.errors import ApiError
+from serving.replica import create_replica_app
+from serving.runtime import ModelRuntime
+from serving.scoring_protocol import parse_scoring_request
+
+COLUMNS = [f"f{i}" for i in range(6)]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    import mlflow
+    from mlflow.models import infer_signature
+    from sklearn.ensemble import GradientBoostingClassifier
+
+    home = tmp_path_factory.mktemp("replica-runtime")
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(f"sqlite:///{home}/mlflow.db")
+    rng = np.random.default_rng(7)
+    X = pd.DataFrame(rng.normal(size=(500, 6)), columns=COLUMNS)
+    y = (X.f0 + X.f1 > 0).astype(int)
+    model = GradientBoostingClassifier(n_estimators=20, max_depth=2, random_state=0).fit(X, y)
+    experiment = mlflow.create_experiment("runtime", artifact_location=str(home / "artifacts"))
+    uris = {}
+    with mlflow.start_run(experiment_id=experiment):
+        info = mlflow.sklearn.log_model(model, name="numeric", signature=infer_signature(X, model.predict_proba(X)),
+                                        input_example=X.iloc[:3], pyfunc_predict_fn="predict_proba",
+                                        serialization_format="cloudpickle")
+        uris["numeric"] = info.model_uri
+        Xi = X.round().astype("int64")
+        info = mlflow.sklearn.log_model(model, name="integers", signature=infer_signature(Xi, model.predict(Xi)),
+                                        input_example=Xi.iloc[:3], serialization_format="cloudpickle")
+        uris["integers"] = info.model_uri
+    uris["home"] = str(home)
+    yield uris  # the runs' URIs are runs:/..., resolved against this tracking URI
+    mlflow.set_tracking_uri(previous)
+
+
+def load(models: dict[str, str], which: str) -> ModelRuntime:
+    return ModelRuntime.load(models[which], Path(models["home"]))
+
+
+def parse(doc: object):  # type: ignore[no-untyped-def]
+    return parse_scoring_request(json.dumps(doc).encode(), "application/json")
+
+
+def test_the_numpy_path_gives_pyfunc_predictions_for_every_json_shape(models):
+    runtime = load(models, "numeric")
+    assert runtime.numpy_path is not None and runtime.numpy_path.columns == COLUMNS
+    rng = np.random.default_rng(1)
+    rows = rng.normal(size=(5, 6)).round(4).tolist()
+    rows[0][2] = 3  # an int in a double column, as JSON clients send it
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    expected = runtime._model.predict(frame)
+    shuffled = list(reversed(COLUMNS)) + ["extra"]
+    shapes = [
+        {"dataframe_split": {"columns": COLUMNS, "data": rows}},
+        {"dataframe_split": {"columns": shuffled, "data": [[r[COLUMNS.index(c)] if c in COLUMNS else "x" for c in shuffled] for r in rows]}},
+        {"dataframe_records": frame.to_dict(orient="records")},
+        {"inputs": {c: frame[c].tolist() for c in COLUMNS}},
+    ]
+    for doc in shapes[:1] + shapes[2:]:
+        request = parse(doc)
+        assert request.numeric_matrix(COLUMNS) is not None  # these take the fast path
+        np.testing.assert_allclose(runtime.predict_request(request).predictions, expected, rtol=1e-12)
+    # a string in an extra column means the array is not numeric: pyfunc answers, with the same predictions
+    np.testing.assert_allclose(runtime.predict_request(parse(shapes[1])).predictions, expected, rtol=1e-12)
+
+
+def test_what_the_numpy_path_cannot_take_gets_pyfunc_and_its_errors(models):
+    runtime = load(models, "numeric")
+    bad = parse({"dataframe_split": {"columns": COLUMNS, "data": [["a", 1, 2, 3, 4, 5]]}})
+    assert bad.numeric_matrix(COLUMNS) is None
+    with pytest.raises(ApiError) as err:
+        runtime.predict_request(bad)
+    assert err.value.status_code == 400
+    missing = parse({"dataframe_split": {"columns": COLUMNS[:5], "data": [[1, 2, 3, 4, 5]]}})
+    with pytest.raises(ApiError) as err:
+        runtime.predict_request(missing)
+    assert err.value.status_code == 400 and "f5" in err.value.message
+    integers = load(models, "integers")
+    assert integers.numpy_path is None  # integer columns: only MLflow's schema check says what is wrong
+    request = parse({"dataframe_split": {"columns": COLUMNS, "data": [[1, 0, -1, 2, 0, 1]]}})
+    assert integers.predict_request(request).predictions.tolist() == integers._model.predict(request.frame).tolist()
+
+
+def test_a_batch_is_predicted_together_and_split_back_and_a_bad_request_fails_alone(models):
+    runtime = load(models, "numeric")
+    rng = np.random.default_rng(2)
+    sizes = [1, 3, 2]
+    requests = [parse({"dataframe_split": {"columns": COLUMNS, "data": rng.normal(size=(n, 6)).tolist()}}) for n in sizes]
+    alone = [runtime.predict_request(r).predictions for r in requests]
+    together = runtime.predict_batch(requests)
+    for single, joined in zip(alone, together):
+        np.testing.assert_allclose(joined.predictions, single, rtol=1e-12)
+    broken = parse({"dataframe_split": {"columns": COLUMNS[:2], "data": [[1, 2]]}})
+    mixed = runtime.predict_batch([requests[0], broken, requests[2]])
+    assert isinstance(mixed[1], ApiError) and mixed[1].status_code == 400
+    np.testing.assert_allclose(mixed[0].predictions, alone[0], rtol=1e-12)
+    np.testing.assert_allclose(mixed[2].predictions, alone[2], rtol=1e-12)
+    plan = runtime.profile(sizes=(1, 2, 4), budget_s=1.0)
+    assert plan is runtime.plan and plan.max_batch in (1, 2, 4) and plan.single_ms > 0
+
+
+def test_the_replica_answers_an_envelope_item_by_item_and_wants_its_token(models):
+    runtime = load(models, "numeric")
+    runtime.profile(sizes=(1, 2), budget_s=1.0)
+    app = create_replica_app(runtime, token="replica-secret-0123456789")
+    good = json.dumps({"dataframe_split": {"columns": COLUMNS, "data": [[0.1] * 6]}}).encode()
+    envelope = wire.encode_requests([
+        wire.WireRequest("a", "application/json", good),
+        wire.WireRequest("b", "application/json", b"{not json"),
+        wire.WireRequest("c", "text/plain", good),
+        wire.WireRequest("d", "application/json", good),
+    ])
+    auth = {"authorization": "Bearer replica-secret-0123456789", "content-type": wire.CONTENT_TYPE}
+    with TestClient(app) as client:
+        ready = client.get("/health/ready").json()
+        assert ready["numpy_path"] is True and ready["batching"]["max_batch"] >= 1
+        assert client.post(wire.PATH, content=envelope, headers={"content-type": wire.CONTENT_TYPE}).status_code == 401
+        assert client.post("/invocations", content=good, headers={"content-type": "application/json"}).status_code == 401
+        answer = client.post(wire.PATH, content=envelope, headers=auth)
+        single = client.post("/invocations", content=good, headers={**auth, "content-type": "application/json"})
+        garbage = client.post(wire.PATH, content=b"junk", headers=auth)
+    items = wire.decode_answers(answer.content, expected=4)
+    assert [i.status for i in items] == [200, 400, 415, 200]
+    assert orjson.loads(items[1].first)["error_code"] == "MALFORMED_REQUEST" and b"not json" not in items[1].first
+    expected = runtime._model.predict(pd.DataFrame([[0.1] * 6], columns=COLUMNS)).tolist()
+    assert orjson.loads(items[0].client_body()) == {"predictions": expected} == single.json()
+    assert garbage.status_code == 400

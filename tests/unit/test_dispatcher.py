@@ -1,0 +1,188 @@
+"""The gateway's dispatcher: admission, the bounded queue (429 + Retry-After past it), micro-batches to
+the least-loaded replica, retry on an unreachable replica, 504 on a slow one.
+
+The gateway runs in-process; its replicas are a seam (``FakeReplicas.send``) answering each request
+of an envelope after a delay. The real-replica path is covered by the e2e tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from serving.auth import TokenRegistry
+from serving.batching import BatchPlan
+from serving.dispatcher import AdmissionRefused, Dispatcher, ReplicaUnreachable
+from serving.endpoint_manager import EndpointManager, LiveEndpoint, ServedEntity
+from serving.endpoint_store import EndpointStore
+from serving.errors import ApiError
+from serving.gateway import create_gateway_app
+from serving.inference_log import InferenceLogWriter, read_inference_log
+from serving.replica_wire import WireAnswer, WireRequest
+
+TOKEN = "unit-test-admin-token-0123456789"
+BATCHING = BatchPlan(enabled=True, max_batch=8, max_wait_ms=0.0, single_ms=1.0, gain=5.0)
+
+
+@dataclass(eq=False)
+class FakeReplica:
+    url: str
+    outstanding: int = 0
+    up: bool = True
+    reachable: bool = True
+
+    def alive(self) -> bool:
+        return self.up
+
+
+class FakeReplicas:
+    """Answers every request of a batch with its own request id after ``delay_s``; records the batches."""
+
+    def __init__(self, delay_s: float = 0.3) -> None:
+        self.delay_s = delay_s
+        self.batches: list[tuple[str, list[str]]] = []
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def send(self, replica: FakeReplica, requests: list[WireRequest]) -> list[WireAnswer]:
+        self.batches.append((replica.url, [r.request_id for r in requests]))
+        await asyncio.sleep(self.delay_s)
+        if not replica.reachable:
+            raise ReplicaUnreachable("connection refused")
+        return [WireAnswer(200, 1, json.dumps([r.request_id]).encode(), b"") for r in requests]
+
+
+def gateway(tmp_path, replicas: FakeReplicas, *, max_queue: int, max_wait_s: float, limit: int = 1):
+    manager = EndpointManager(EndpointStore(tmp_path / "endpoints.db"), lambda *a: "1", {}, tmp_path / "logs",
+                              replica_client=replicas)
+    entity = ServedEntity("m-1", "m", "1", replicas=[FakeReplica("http://replica")], max_concurrency=limit)
+    dispatcher = entity.attach(replicas.send)
+    dispatcher.max_queue, dispatcher.max_wait_s = max_queue, max_wait_s
+    manager.live["ep"] = LiveEndpoint({"m-1": entity}, [("m-1", 100)])
+    return create_gateway_app(manager, TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN}), InferenceLogWriter(tmp_path / "log"))
+
+
+def burst(client: TestClient, n: int) -> list[httpx.Response]:
+    def one(_: int) -> httpx.Response:
+        return client.post("/serving-endpoints/ep/invocations", content=json.dumps({"inputs": [[1]]}),
+                           headers={"Authorization": f"Bearer {TOKEN}", "content-type": "application/json"})
+
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(one, range(n)))
+
+
+def test_excess_beyond_the_queue_gets_429_with_retry_after_and_the_rest_is_served(tmp_path):
+    replicas = FakeReplicas(delay_s=0.3)
+    app = gateway(tmp_path, replicas, max_queue=2, max_wait_s=5)
+    with TestClient(app) as client:
+        replies = burst(client, 5)
+        app.state.manager.live.clear()  # no replica processes to stop at shutdown
+    codes = sorted(r.status_code for r in replies)
+    assert codes == [200, 200, 200, 429, 429]
+    refused = [r for r in replies if r.status_code == 429]
+    assert all(r.headers["Retry-After"] == "1" and r.json()["error_code"] == "REQUEST_LIMIT_EXCEEDED" for r in refused)
+    served = [r for r in replies if r.status_code == 200]
+    assert all(r.headers["served-model-name"] == "m-1" for r in served)
+    assert all(r.json() == {"predictions": [r.headers["x-request-id"]]} for r in served)  # each gets its own answer
+    assert [len(ids) for _, ids in replicas.batches] == [1, 1, 1]  # batching off: one at a time, behind a limit of one
+    logged = read_inference_log(tmp_path / "log", endpoint="ep")
+    assert sorted(logged["status_code"]) == codes  # rejected requests are logged too
+
+
+def test_a_queued_request_that_waits_too_long_is_refused(tmp_path):
+    app = gateway(tmp_path, FakeReplicas(delay_s=0.3), max_queue=10, max_wait_s=0.1)
+    with TestClient(app) as client:
+        replies = burst(client, 3)
+        app.state.manager.live.clear()
+    codes = sorted(r.status_code for r in replies)
+    assert codes == [200, 429, 429]
+    assert any("within 0.1s" in r.json()["message"] for r in replies if r.status_code == 429)
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(coro)
+
+
+def test_waiting_requests_go_as_one_batch_and_each_gets_its_own_answer():
+    async def scenario():  # type: ignore[no-untyped-def]
+        replicas = FakeReplicas(delay_s=0.05)
+        replica = FakeReplica("r")
+        dispatcher = Dispatcher(replicas.send, lambda: [replica], limit=lambda: 64)
+        dispatcher.plan = BATCHING
+        answers = await asyncio.gather(*(dispatcher.submit(WireRequest(f"q{i}", "application/json", b"{}")) for i in range(19)))
+        return replicas.batches, answers, replica.outstanding
+
+    batches, answers, outstanding = run(scenario())
+    assert [json.loads(a.first) for a in answers] == [[f"q{i}"] for i in range(19)]
+    # the first request goes alone (the replica was idle), the second fills the second pipeline slot,
+    # then the others wait and leave in batches of at most 8
+    assert [len(ids) for _, ids in batches] == [1, 1, 8, 8, 1]
+    assert [i for _, ids in batches for i in ids] == [f"q{i}" for i in range(19)]  # first come, first served
+    assert outstanding == 0
+
+
+def test_a_lone_request_is_never_held_for_company():
+    async def scenario():  # type: ignore[no-untyped-def]
+        replicas = FakeReplicas(delay_s=0.0)
+        replica = FakeReplica("r")
+        dispatcher = Dispatcher(replicas.send, lambda: [replica], limit=lambda: 64)
+        dispatcher.plan = BatchPlan(enabled=True, max_batch=8, max_wait_ms=10_000.0, single_ms=1.0, gain=5.0)
+        task = asyncio.ensure_future(dispatcher.submit(WireRequest("alone", "application/json", b"{}")))
+        for _ in range(3):  # a few turns of the loop, no timer: the request is already on its way
+            await asyncio.sleep(0)
+        sent = list(replicas.batches)
+        await task
+        return sent
+
+    assert run(scenario()) == [("r", ["alone"])]
+
+
+def test_the_least_loaded_replica_gets_the_batch_and_an_unreachable_one_is_retried_elsewhere():
+    async def scenario():  # type: ignore[no-untyped-def]
+        replicas = FakeReplicas(delay_s=0.01)
+        down, up = FakeReplica("down", reachable=False), FakeReplica("up", outstanding=3)
+        dispatcher = Dispatcher(replicas.send, lambda: [up, down], limit=lambda: 64)
+        answer = await dispatcher.submit(WireRequest("q", "application/json", b"{}"))
+        return replicas.batches, answer, dispatcher.stats.retried
+
+    batches, answer, retried = run(scenario())
+    assert batches == [("down", ["q"]), ("up", ["q"])]  # fewest outstanding first; then retried once on the other
+    assert answer.status == 200 and retried == 1
+
+
+def test_no_reachable_replica_is_a_503_and_a_slow_one_a_504():
+    async def unreachable():  # type: ignore[no-untyped-def]
+        replicas = FakeReplicas(delay_s=0.0)
+        dispatcher = Dispatcher(replicas.send, lambda: [FakeReplica("a", reachable=False), FakeReplica("b", reachable=False)])
+        await dispatcher.submit(WireRequest("q", "application/json", b"{}"))
+
+    with pytest.raises(ApiError) as err:
+        run(unreachable())
+    assert err.value.status_code == 503
+
+    async def slow():  # type: ignore[no-untyped-def]
+        dispatcher = Dispatcher(FakeReplicas(delay_s=5).send, lambda: [FakeReplica("a")], timeout_s=0.05)
+        await dispatcher.submit(WireRequest("q", "application/json", b"{}"))
+
+    with pytest.raises(ApiError) as err:
+        run(slow())
+    assert err.value.status_code == 504
+
+
+def test_bad_limits_are_refused_and_a_full_queue_refuses_at_once():
+    with pytest.raises(ValueError):
+        Dispatcher(FakeReplicas().send, lambda: [], max_queue=-1)
+
+    async def full():  # type: ignore[no-untyped-def]
+        dispatcher = Dispatcher(FakeReplicas().send, lambda: [FakeReplica("a", outstanding=1)], limit=lambda: 1, max_queue=0)
+        await dispatcher.submit(WireRequest("q", "application/json", b"{}"))
+
+    with pytest.raises(AdmissionRefused):
+        run(full())
