@@ -211,6 +211,8 @@ def services(config: StackConfig, env: Mapping[str, str]) -> list[Service]:
     )]
     if config.backend_store_uri is not None:
         mlflow_env = {k: v for k, v in env.items() if k != "MLFLOW_TRACKING_URI"}
+        # MLflow's server-side job runner (huey) serves GenAI jobs tollfree does not use; it also outlives SIGTERM.
+        mlflow_env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
         out.append(Service(
             "mlflow-server",
             [py, "-m", "mlflow", "server", "--host", HOST, "--port", str(config.ports["mlflow"]),
