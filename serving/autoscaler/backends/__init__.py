@@ -1,0 +1,1 @@
+"""Backends apply a replica count (see :class:`serving.autoscaler.controller.Backend`)."""

@@ -1,0 +1,118 @@
+"""The scaling configuration of one served entity, validated so that a bad value names its field.
+
+``ScalingConfig.from_mapping`` is what the gateway calls on a user's ``autoscaling`` block: unknown
+keys, wrong types and contradictions raise :class:`ScalingConfigError` (a ``ValueError``) whose
+``field`` is the offending key, so the API can answer 400 naming it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+# Signals the vertical axis can re-tune from; anything else in ``vertical_metrics`` is refused.
+VERTICAL_METRICS = frozenset({"latency", "queue", "utilisation"})
+
+
+class ScalingConfigError(ValueError):
+    """A scaling config value is invalid; ``field`` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class ScalingConfig:
+    """Both axes' settings. Defaults are what an endpoint gets when the user sets nothing."""
+
+    # bounds and the provisioned minimum
+    min_replicas: int = 1
+    max_replicas: int = 1000
+    scale_to_zero: bool = False
+    idle_window_s: float = 300.0           # no request for this long -> 0 replicas (when enabled)
+    provisioned_concurrency: int = 0       # keep capacity for this many in-flight requests at least
+    # horizontal axis
+    decision_interval_s: float = 5.0
+    scale_up_window_s: float = 20.0
+    scale_down_window_s: float = 300.0
+    tolerance: float = 0.1                 # |desired/current - 1| within this: no change
+    max_growth: float = 2.0                # one cycle adds at most what max_growth x current load needs
+    min_growth_replicas: int = 4           # ...or this many replicas, whichever is more
+    # vertical axis: per-replica target concurrency (the horizontal denominator)
+    vertical: bool = True
+    vertical_interval_s: float = 30.0
+    initial_target: float = 4.0
+    min_target: float = 1.0
+    max_target: float = 1024.0
+    latency_slo_ms: float = 500.0          # p99 goal the vertical axis protects
+    target_utilisation: float = 0.8        # aim: this share of a replica's parallel capacity busy
+    max_step_up: float = 4.0               # one vertical cycle multiplies the target by at most this
+    max_step_down: float = 0.5             # ...and by at least this (fast decrease under stress)
+    vertical_metrics: tuple[str, ...] = ("latency", "queue", "utilisation")
+    admission_headroom: float = 1.5        # per-replica admission limit = target x this
+    max_queue: int = 1000                  # gateway queue bound (held while no replica is ready)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "ScalingConfig":
+        """Build from user input (JSON/YAML mapping); unknown keys and bad values name their field."""
+        if not isinstance(data, Mapping):
+            raise ScalingConfigError("autoscaling", "must be an object")
+        known = {f.name: f for f in fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, value in data.items():
+            if key not in known:
+                raise ScalingConfigError(str(key), "unknown field")
+            if key == "vertical_metrics":
+                if isinstance(value, str) or not isinstance(value, (list, tuple)):
+                    raise ScalingConfigError(key, "must be a list of metric names")
+                value = tuple(value)
+            kwargs[key] = value
+        return cls(**kwargs)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "bool":
+                if not isinstance(value, bool):
+                    raise ScalingConfigError(f.name, "must be true or false")
+            elif f.type == "int":
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise ScalingConfigError(f.name, "must be an integer")
+            elif f.type == "float":
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                    raise ScalingConfigError(f.name, "must be a finite number")
+        for name in ("min_replicas", "provisioned_concurrency", "tolerance", "min_growth_replicas"):
+            if getattr(self, name) < 0:
+                raise ScalingConfigError(name, "must not be negative")
+        for name in ("max_replicas", "max_queue", "idle_window_s", "decision_interval_s", "scale_up_window_s",
+                     "scale_down_window_s", "vertical_interval_s", "initial_target", "min_target",
+                     "max_target", "latency_slo_ms"):
+            if getattr(self, name) <= 0:
+                raise ScalingConfigError(name, "must be positive")
+        if self.min_replicas > self.max_replicas:
+            raise ScalingConfigError("min_replicas", f"({self.min_replicas}) must be <= max_replicas ({self.max_replicas})")
+        if self.min_replicas == 0 and not self.scale_to_zero:
+            raise ScalingConfigError("min_replicas", "may be 0 only when scale_to_zero is true")
+        if self.min_target > self.max_target:
+            raise ScalingConfigError("min_target", f"({self.min_target}) must be <= max_target ({self.max_target})")
+        if not self.min_target <= self.initial_target <= self.max_target:
+            raise ScalingConfigError("initial_target", "must be within [min_target, max_target]")
+        if self.scale_down_window_s < self.scale_up_window_s:
+            raise ScalingConfigError("scale_down_window_s", "must be >= scale_up_window_s")
+        if not 0 < self.target_utilisation <= 1:
+            raise ScalingConfigError("target_utilisation", "must be in (0, 1]")
+        if self.max_growth < 1:
+            raise ScalingConfigError("max_growth", "must be >= 1")
+        if self.max_step_up < 1:
+            raise ScalingConfigError("max_step_up", "must be >= 1")
+        if not 0 < self.max_step_down <= 1:
+            raise ScalingConfigError("max_step_down", "must be in (0, 1]")
+        if self.admission_headroom < 1:
+            raise ScalingConfigError("admission_headroom", "must be >= 1")
+        if not isinstance(self.vertical_metrics, tuple) or not all(isinstance(m, str) for m in self.vertical_metrics):
+            raise ScalingConfigError("vertical_metrics", "must be a list of metric names")
+        unknown = sorted(set(self.vertical_metrics) - VERTICAL_METRICS)
+        if unknown:
+            raise ScalingConfigError("vertical_metrics", f"unknown metric name(s) {unknown}; known: {sorted(VERTICAL_METRICS)}")

@@ -1,0 +1,268 @@
+"""The controller: collect signals, decide, apply through a backend, record every decision.
+
+Two narrow seams (the gateway and the backends plug in here):
+
+* :class:`SignalSource` -- ``sample(now) -> {(endpoint, entity): Sample}``: one per-second sample per
+  served entity (in-flight requests incl. queued, per-replica in-flight, latency p50/p99 over the last
+  second, queue depth, utilisation/CPU, memory). See :class:`serving.autoscaler.signals.Sample`.
+* :class:`Backend` -- ``set_replicas(endpoint, entity, n)`` and ``ready_replicas(endpoint, entity)``.
+  ``set_replicas`` may raise; the controller logs it and retries with exponential backoff.
+
+:class:`EntityScaler` is the per-entity stepper (history + policy state). The simulator drives the very
+same class, so simulated and live decisions come from one code path.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterator, Mapping, Optional, Protocol
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from serving.autoscaler.config import ScalingConfig
+from serving.autoscaler.policy import Decision, PolicyState, decide, floor_replicas
+from serving.autoscaler.signals import Sample, SampleHistory
+
+log = logging.getLogger(__name__)
+
+EntityKey = tuple[str, str]  # (endpoint, served entity)
+
+
+class SignalSource(Protocol):
+    """Where samples come from (the gateway's in-flight counters and the replicas' reports)."""
+
+    def sample(self, now: float) -> Mapping[EntityKey, Sample]:
+        """One sample per served entity for the second ending at ``now``."""
+        ...
+
+
+class Backend(Protocol):
+    """What applies a replica count: local processes, Kubernetes Deployments, the simulator."""
+
+    def set_replicas(self, endpoint: str, entity: str, n: int) -> None:
+        """Ask for ``n`` replicas; may raise on failure (the controller retries)."""
+        ...
+
+    def ready_replicas(self, endpoint: str, entity: str) -> int:
+        """How many replicas are ready to serve now."""
+        ...
+
+
+class EntityScaler:
+    """One served entity's autoscaler: its sample history and policy state. ``observe`` then ``decide``."""
+
+    def __init__(self, config: ScalingConfig, replicas: Optional[int] = None) -> None:
+        self.config = config
+        self.history = SampleHistory(keep_s=config.scale_down_window_s + config.vertical_interval_s + 1)
+        self.state = PolicyState.initial(config, replicas)
+
+    def observe(self, sample: Sample) -> None:
+        self.history.add(sample)
+
+    def decide(self, now: float) -> Decision:
+        decision, self.state = decide(self.config, self.history.snapshot(), self.state, now)
+        return decision
+
+    @property
+    def floor(self) -> int:
+        return floor_replicas(self.config, self.state.target)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff for failed applies: ``base_s x 2^(attempt-1)``, capped at ``max_s``."""
+
+    base_s: float = 0.5
+    max_s: float = 30.0
+
+    def delay(self, attempt: int) -> float:
+        return min(self.max_s, self.base_s * (2 ** max(0, attempt - 1)))
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """One decision with its inputs and what happened when it was applied."""
+
+    t: float
+    endpoint: str
+    entity: str
+    replicas: int
+    target_concurrency: float
+    max_concurrency: int
+    reason: str
+    ready_replicas: int
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    applied: Optional[bool] = None        # None: nothing to apply
+    error: Optional[str] = None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["inputs"] = dict(self.inputs)
+        return d
+
+
+@dataclass
+class _Pending:
+    replicas: int
+    attempts: int = 0
+    next_at: float = 0.0
+
+
+class Controller:
+    """Runs the loop for a set of served entities. ``step(now)`` is one iteration; ``run`` loops it."""
+
+    def __init__(
+        self,
+        source: SignalSource,
+        backend: Backend,
+        configs: Mapping[EntityKey, ScalingConfig],
+        *,
+        retry: RetryPolicy = RetryPolicy(),
+        history_size: int = 2000,
+        concurrency_sink: Optional[Callable[[str, str, int], None]] = None,
+        reconcile_s: float = 30.0,
+    ) -> None:
+        self.source = source
+        self.backend = backend
+        self.retry = retry
+        self.concurrency_sink = concurrency_sink
+        self.scalers: dict[EntityKey, EntityScaler] = {k: EntityScaler(c) for k, c in configs.items()}
+        self.history: deque[DecisionRecord] = deque(maxlen=history_size)
+        self._applied: dict[EntityKey, int] = {}
+        self._pending: dict[EntityKey, _Pending] = {}
+        self._limits: dict[EntityKey, int] = {}
+        self.apply_failures: dict[EntityKey, int] = {}
+        self.decisions_total: dict[EntityKey, int] = {}
+        self._ready: dict[EntityKey, int] = {}
+        self._applied_at: dict[EntityKey, float] = {}
+        self.reconcile_s = reconcile_s
+        self._lock = threading.Lock()
+
+    def set_config(self, key: EntityKey, config: ScalingConfig) -> None:
+        """Add a served entity or replace its config (the learned target and replica count carry over)."""
+        with self._lock:
+            old = self.scalers.get(key)
+            scaler = EntityScaler(config)
+            if old is not None:
+                scaler.history = old.history
+                scaler.state = PolicyState(replicas=old.state.replicas, target=min(config.max_target, max(config.min_target, old.state.target)))
+            self.scalers[key] = scaler
+
+    def remove(self, key: EntityKey) -> None:
+        with self._lock:
+            self.scalers.pop(key, None)
+            self._pending.pop(key, None)
+            self._applied.pop(key, None)
+
+    def step(self, now: float) -> list[Decision]:
+        """Collect one sample per entity, decide, apply what changed (retrying failed applies)."""
+        samples = self.source.sample(now)
+        out = []
+        with self._lock:
+            for key, scaler in self.scalers.items():
+                sample = samples.get(key)
+                if sample is not None:
+                    scaler.observe(sample)
+                decision = scaler.decide(now)
+                out.append(decision)
+                self._act(key, scaler, decision, now)
+        return out
+
+    def _act(self, key: EntityKey, scaler: EntityScaler, decision: Decision, now: float) -> None:
+        endpoint, entity = key
+        wanted = max(decision.replicas, scaler.floor)  # never below the provisioned minimum
+        try:
+            ready = self.backend.ready_replicas(endpoint, entity)
+        except Exception as exc:  # noqa: BLE001 - a backend error must not stop the loop
+            log.warning("autoscaler: ready_replicas failed for %s/%s: %s", endpoint, entity, type(exc).__name__)
+            ready = self._ready.get(key, 0)
+        self._ready[key] = ready
+        if self.concurrency_sink is not None and self._limits.get(key) != decision.max_concurrency:
+            try:
+                self.concurrency_sink(endpoint, entity, decision.max_concurrency)
+                self._limits[key] = decision.max_concurrency
+            except Exception as exc:  # noqa: BLE001
+                log.warning("autoscaler: concurrency update failed for %s/%s: %s", endpoint, entity, type(exc).__name__)
+        pending = self._pending.get(key)
+        # a new desired count needs an apply; so does a backend that stays below the floor (a replica
+        # died): the same count is re-applied every ``reconcile_s`` until the backend has recovered
+        lost = ready < scaler.floor and now - self._applied_at.get(key, now) >= self.reconcile_s
+        if (self._applied.get(key) != wanted or lost) and (pending is None or pending.replicas != wanted):
+            pending = self._pending[key] = _Pending(replicas=wanted, attempts=0, next_at=now)
+        applied: Optional[bool] = None
+        error: Optional[str] = None
+        if pending is not None and now >= pending.next_at - 1e-9:
+            pending.attempts += 1
+            try:
+                self.backend.set_replicas(endpoint, entity, pending.replicas)
+            except Exception as exc:  # noqa: BLE001 - logged, retried with backoff
+                applied, error = False, f"{type(exc).__name__}: {exc}"[:200]
+                self.apply_failures[key] = self.apply_failures.get(key, 0) + 1
+                delay = self.retry.delay(pending.attempts)
+                pending.next_at = now + delay
+                log.warning("autoscaler: set_replicas(%s/%s, %d) failed (attempt %d), retry in %.1fs: %s",
+                            endpoint, entity, pending.replicas, pending.attempts, delay, type(exc).__name__)
+            else:
+                applied = True
+                self._applied[key] = pending.replicas
+                self._applied_at[key] = now
+                del self._pending[key]
+        if decision.horizontal or decision.vertical or applied is not None:
+            self.decisions_total[key] = self.decisions_total.get(key, 0) + 1
+            self.history.append(DecisionRecord(
+                t=now, endpoint=endpoint, entity=entity, replicas=wanted,
+                target_concurrency=decision.target_concurrency, max_concurrency=decision.max_concurrency,
+                reason=decision.reason, ready_replicas=ready, inputs=dict(decision.inputs),
+                applied=applied, error=error))
+
+    def run(self, stop: threading.Event, *, interval_s: float = 1.0,
+            clock: Callable[[], float] = time.monotonic) -> None:
+        """Loop ``step`` every ``interval_s`` until ``stop`` is set (the live entry point)."""
+        next_at = clock()
+        while not stop.is_set():
+            try:
+                self.step(clock())
+            except Exception:  # noqa: BLE001 - the loop must survive a bad sample source
+                log.exception("autoscaler: step failed")
+            next_at += interval_s
+            stop.wait(max(0.0, next_at - clock()))
+
+    def export(self, limit: Optional[int] = None) -> list[dict[str, Any]]:
+        """The recorded decisions as plain dicts, oldest first (for the metrics API and plots)."""
+        with self._lock:
+            records = list(self.history)
+        if limit is not None:
+            records = records[-limit:]
+        return [r.as_dict() for r in records]
+
+    def collector(self) -> Collector:
+        """A prometheus_client collector of the controller's gauges and counters."""
+        return _ControllerCollector(self)
+
+
+class _ControllerCollector(Collector):
+    def __init__(self, controller: Controller) -> None:
+        self.c = controller
+
+    def collect(self) -> Iterator[Any]:
+        labels = ["endpoint", "served_entity"]
+        desired = GaugeMetricFamily("tollfree_autoscaler_desired_replicas", "Replicas the autoscaler asks for", labels=labels)
+        ready = GaugeMetricFamily("tollfree_autoscaler_ready_replicas", "Replicas the backend reports ready", labels=labels)
+        target = GaugeMetricFamily("tollfree_autoscaler_target_concurrency", "Learned per-replica target concurrency", labels=labels)
+        decisions = CounterMetricFamily("tollfree_autoscaler_decisions", "Decisions recorded", labels=labels)
+        failures = CounterMetricFamily("tollfree_autoscaler_apply_failures", "Failed backend applies", labels=labels)
+        with self.c._lock:
+            for key, scaler in self.c.scalers.items():
+                lv = list(key)
+                desired.add_metric(lv, max(scaler.state.replicas, scaler.floor))
+                ready.add_metric(lv, self.c._ready.get(key, 0))
+                target.add_metric(lv, scaler.state.target)
+                decisions.add_metric(lv, self.c.decisions_total.get(key, 0))
+                failures.add_metric(lv, self.c.apply_failures.get(key, 0))
+        yield from (desired, ready, target, decisions, failures)
+

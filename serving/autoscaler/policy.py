@@ -1,0 +1,291 @@
+"""The two-axis policy: pure functions ``(config, signals, state, now) -> (decision, state)``.
+
+No clock reads, no I/O, no randomness: the caller passes ``now`` and the signals, and keeps the
+returned state for the next call. The controller calls :func:`decide` once per sample (every second);
+each axis acts only when its interval has passed.
+
+Horizontal (every ``decision_interval_s``): ``desired = ceil(concurrency / target)`` with the
+concurrency taken as the max of the 1-s samples over the last ``scale_up_window_s`` when scaling up,
+and over the last ``scale_down_window_s`` when scaling down (so replicas leave only after the load has
+stayed low for the whole window). A tolerance band around the current count suppresses flapping, and
+one cycle adds at most ``max(current + min_growth_replicas, ceil(max_growth x demand / target))``,
+where demand is the concurrency the current arrival rate needs (Little's law: arrivals/s x the
+measured service time, plus what drains the backlog in ``DRAIN_S``): in-flight counts inflated by a
+queue that built up while replicas were starting do not buy a flood of replicas. A surge (the last
+second's load above ``SURGE`` x the current replicas' target concurrency, Knative's panic threshold)
+is decided at once instead of at the next 5-s boundary, and while a scale-up is under way any load
+over capacity is too.
+
+Vertical (every ``vertical_interval_s``): re-tunes the per-replica target concurrency, which is the
+horizontal denominator. The aim is the in-flight count that keeps a replica ``target_utilisation``
+busy (busy requests / utilisation x target_utilisation; the utilisation signal measures the replica's
+parallel capacity, whatever the model). Each metric has its own hysteresis (it enters "stressed"
+above a high mark and leaves below a lower one). Under latency or queue stress the target drops at
+once, by up to ``max_step_down`` per cycle, to what would put p99 at ``LATENCY_GOAL`` of the SLO
+(Little's law), and the target that caused it becomes a ceiling that lifts only 5 % per calm cycle
+(slow increase). When calm, the target moves to the utilisation aim, by at most ``max_step_up`` per
+cycle; changes under ``MIN_CHANGE`` are not made, which keeps the target steady under constant load.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Optional
+
+from serving.autoscaler.config import ScalingConfig
+from serving.autoscaler.signals import MaxWindow, MeanWindow, Sample, Signals
+
+LATENCY_GOAL = 0.8            # aim p99 at this share of the SLO
+LATENCY_HIGH, LATENCY_LOW = 0.9, 0.7    # hysteresis marks, as shares of the SLO
+QUEUE_HIGH, QUEUE_LOW = 0.5, 0.25       # queued share of in-flight requests
+UTIL_HIGH, UTIL_LOW = 0.95, 0.85        # busy share of parallel capacity
+QUEUE_CONTENTION = 0.1        # a queued share above this is contention
+MIN_CHANGE = 0.1              # a vertical change smaller than this share is not made
+SURGE = 1.5                   # a 1-s load above this many times capacity is decided at once
+DRAIN_S = 10.0                # a backlog should be worked off in about this long
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    """What the policy remembers between calls."""
+
+    replicas: int
+    target: float
+    started_at: Optional[float] = None
+    last_horizontal: Optional[float] = None
+    last_vertical: Optional[float] = None
+    last_busy: Optional[float] = None     # last time a request arrived or was in flight
+    latency_stressed: bool = False
+    queue_stressed: bool = False
+    utilisation_high: bool = False
+    ceiling: Optional[float] = None       # a target that caused stress: increases stay below it
+    surging: bool = False                 # the last horizontal decision was a scale-up
+
+    @classmethod
+    def initial(cls, config: ScalingConfig, replicas: Optional[int] = None) -> "PolicyState":
+        start = config.min_replicas if replicas is None else replicas
+        return cls(replicas=start, target=config.initial_target)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The replica count and per-replica concurrency to apply, and why."""
+
+    replicas: int
+    target_concurrency: float
+    max_concurrency: int                  # per-replica admission limit for the gateway
+    queue_limit: int                      # gateway queue bound: what can wait without missing the SLO
+    horizontal: bool                      # a horizontal decision was taken in this call
+    vertical: bool                        # a vertical decision was taken in this call
+    reason: str
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+
+
+def max_concurrency_for(config: ScalingConfig, target: float) -> int:
+    """The admission limit the gateway enforces for a target: ``ceil(target x admission_headroom)``."""
+    return max(1, math.ceil(target * config.admission_headroom - 1e-9))
+
+
+def floor_replicas(config: ScalingConfig, target: float) -> int:
+    """The provisioned minimum: ``min_replicas``, and enough replicas for ``provisioned_concurrency``."""
+    return min(config.max_replicas, max(config.min_replicas, math.ceil(config.provisioned_concurrency / target - 1e-9)))
+
+
+def decide(config: ScalingConfig, signals: Signals, state: PolicyState, now: float) -> tuple[Decision, PolicyState]:
+    """One policy step at ``now``. Pure: same inputs, same outputs."""
+    last = signals.last
+    if state.started_at is None:
+        state = replace(state, started_at=now, last_busy=now)
+    if last is not None and (last.requests > 0 or last.in_flight > 0):
+        state = replace(state, last_busy=max(last.t, state.last_busy or last.t))
+    inputs: dict[str, Any] = {}
+    vertical = False
+    if config.vertical and _due(state.last_vertical, state.started_at, config.vertical_interval_s, now):
+        state, vinputs = _vertical(config, signals, state, now)
+        inputs.update(vinputs)
+        vertical = True
+    horizontal = False
+    reason = "hold"
+    activation = state.replicas == 0 and last is not None and (last.requests > 0 or last.in_flight > 0)
+    # a surge (and, once in one, any load over capacity) is decided at once, not at the next boundary
+    over = SURGE if not state.surging else 1 + config.tolerance
+    surge = (last is not None and state.replicas > 0
+             and _load(last, _recent_service_s(config, signals, now)) > over * state.replicas * state.target)
+    if activation or surge or _due(state.last_horizontal, state.started_at, config.decision_interval_s, now):
+        desired, reason, hinputs = _horizontal(config, signals, state, now)
+        inputs.update(hinputs)
+        state = replace(state, replicas=desired, last_horizontal=now, surging=desired > state.replicas)
+        horizontal = True
+    decision = Decision(
+        replicas=state.replicas, target_concurrency=state.target,
+        max_concurrency=max_concurrency_for(config, state.target),
+        queue_limit=queue_bound(config, signals, now),
+        horizontal=horizontal, vertical=vertical, reason=reason, inputs=inputs,
+    )
+    return decision, state
+
+
+def queue_bound(config: ScalingConfig, signals: Signals, now: float) -> int:
+    """How many requests may wait at the gateway: what the measured throughput serves within the
+    latency goal (``throughput x (goal - service time)``), so a request admitted is one that can still
+    meet the SLO and the rest get a fast 429 instead of a slow answer. ``max_queue`` while nothing has
+    been served in the last interval (scale from zero: requests are held, not dropped)."""
+    recent = signals.since(now - config.decision_interval_s)
+    if not recent:
+        return config.max_queue
+    n = len(recent)
+    throughput = sum(s.completed for s in recent) / n
+    if throughput <= 0 or recent[-1].ready_replicas == 0:
+        return config.max_queue
+    busy = sum(max(0.0, s.in_flight - s.queue_depth) for s in recent) / n
+    service_s = busy / throughput
+    wait_s = LATENCY_GOAL * config.latency_slo_ms / 1000.0 - service_s
+    return int(min(config.max_queue, max(1, math.ceil(throughput * max(0.0, wait_s)))))
+
+
+def _due(last: Optional[float], started: Optional[float], interval: float, now: float) -> bool:
+    """An axis acts once ``interval`` has passed since it last acted (or since the policy started)."""
+    ref = last if last is not None else started
+    return ref is not None and now - ref >= interval - 1e-9
+
+
+def _service_s(samples: tuple[Sample, ...]) -> Optional[float]:
+    """Mean service time, measured as busy requests over completions (Little's law on service)."""
+    completed = sum(s.completed for s in samples)
+    if completed <= 0:
+        return None
+    busy = sum(max(0.0, s.in_flight - s.queue_depth) for s in samples)
+    return busy / completed
+
+
+def _recent_service_s(config: ScalingConfig, signals: Signals, now: float) -> Optional[float]:
+    """The service time over the last decision interval (it moves with batch sizes), else the last 20 s."""
+    return (_service_s(signals.since(now - config.decision_interval_s))
+            or _service_s(signals.since(now - config.scale_up_window_s)))
+
+
+def _load(s: Sample, service_s: Optional[float]) -> float:
+    """A second's concurrency: the requests in service, or what its arrivals need (``rate x service
+    time``) when more -- requests turned away with a 429 still count as demand -- plus the share of the
+    queue that drains it in ``DRAIN_S``. Without a measured service time: the in-flight count."""
+    if service_s is None:
+        return s.in_flight
+    busy = max(0.0, s.in_flight - s.queue_depth)
+    return max(busy, s.requests * service_s) + s.queue_depth * service_s / DRAIN_S
+
+
+def _demand(samples: tuple[Sample, ...], service_s: Optional[float]) -> float:
+    """In-flight requests the arrival rate needs: ``rate x service time + backlog x service time / DRAIN_S``.
+
+    Without a service time measured yet, the mean in-flight count stands in.
+    """
+    if not samples:
+        return 0.0
+    n = len(samples)
+    in_flight = sum(s.in_flight for s in samples) / n
+    if service_s is None:
+        return in_flight
+    queued = sum(s.queue_depth for s in samples) / n
+    rate = sum(s.requests for s in samples) / n
+    return rate * service_s + queued * service_s / DRAIN_S
+
+
+def _horizontal(config: ScalingConfig, signals: Signals, state: PolicyState, now: float) -> tuple[int, str, dict]:
+    target = state.target
+    current = state.replicas
+    floor = floor_replicas(config, target)
+    service_s = _recent_service_s(config, signals, now)
+    load = lambda s: _load(s, service_s)  # noqa: E731
+    load_up = MaxWindow(config.scale_up_window_s).of(signals, now, load) or 0.0
+    load_down = MaxWindow(config.scale_down_window_s).of(signals, now, load) or 0.0
+    # demand now: over the decision interval, or over the last second when that is higher (a surge)
+    load_now = max(_demand(signals.since(now - config.decision_interval_s), service_s),
+                   _demand(signals.since(now - 1.0), service_s))
+    inputs = {"load_up": load_up, "load_down": load_down, "load_now": load_now, "target": target,
+              "current": current, "service_s": service_s}
+    idle_for = now - (state.last_busy if state.last_busy is not None else now)
+    if (config.scale_to_zero and floor == 0 and load_down == 0 and idle_for >= config.idle_window_s):
+        return 0, "idle: scale to zero", inputs
+    want_up = math.ceil(load_up / target - 1e-9)
+    want_down = math.ceil(load_down / target - 1e-9)
+    desired, reason = current, "within tolerance"
+    if current == 0:
+        if load_up > 0:
+            desired, reason = max(1, math.ceil(load_now / target - 1e-9), want_up), "activation"
+    elif load_up > current * target * (1 + config.tolerance):
+        cap = max(current + 1, math.ceil(config.max_growth * load_now / target - 1e-9))
+        desired = min(want_up, cap)
+        reason = "scale up" if desired == want_up else "scale up (growth capped)"
+    elif load_down < current * target * (1 - config.tolerance):
+        desired, reason = want_down, "scale down"
+    bounded = min(config.max_replicas, max(floor, desired))
+    if bounded != desired:
+        reason += f" (bounded to [{floor}, {config.max_replicas}])"
+    return bounded, reason, inputs
+
+
+def _mean(values: list[float]) -> Optional[float]:
+    return sum(values) / len(values) if values else None
+
+
+def _vertical(config: ScalingConfig, signals: Signals, state: PolicyState, now: float) -> tuple[PolicyState, dict]:
+    window = signals.since(now - config.vertical_interval_s)
+    active = [s for s in window if s.ready_replicas > 0 and s.in_flight > 0]
+    state = replace(state, last_vertical=now)
+    if len(active) < max(1, len(window) // 2):
+        return state, {"vertical": "hold: not enough traffic"}
+    metrics = set(config.vertical_metrics)
+    slo = config.latency_slo_ms
+    per_replica = _mean([s.in_flight / s.ready_replicas for s in active]) or 0.0
+    queued_share = _mean([s.queue_depth / s.in_flight for s in active]) or 0.0
+    weighted = [(s.latency_p99_ms, max(1, s.requests)) for s in active if s.latency_p99_ms is not None]
+    p99 = sum(v * w for v, w in weighted) / sum(w for _, w in weighted) if weighted else None
+    util = _mean([s.utilisation for s in active if s.utilisation is not None])
+    lat_on = "latency" in metrics and p99 is not None
+    queue_on = "queue" in metrics
+    util_on = "utilisation" in metrics and util is not None
+    # per-metric hysteresis: enter above the high mark, leave below the low one
+    lat_stressed = lat_on and (p99 > slo * (LATENCY_LOW if state.latency_stressed else LATENCY_HIGH))
+    queue_stressed = queue_on and (queued_share > (QUEUE_LOW if state.queue_stressed else QUEUE_HIGH))
+    util_high = util_on and (util > (UTIL_LOW if state.utilisation_high else UTIL_HIGH))
+    state = replace(state, latency_stressed=lat_stressed, queue_stressed=queue_stressed, utilisation_high=util_high)
+    target = state.target
+    goal = LATENCY_GOAL * slo
+    busy = per_replica * (1 - min(queued_share, 0.99))
+    # (a) utilisation: the in-flight count that keeps a replica target_utilisation busy
+    by_util = busy / util * config.target_utilisation if util_on and util > 0.01 else None
+    # (b) latency (Little's law): the in-flight count that would put p99 at the goal
+    by_latency = per_replica * goal / p99 if lat_on and p99 > 0 else None
+    inputs = {"per_replica_in_flight": per_replica, "queued_share": queued_share, "p99_ms": p99,
+              "utilisation": util, "latency_stressed": lat_stressed, "queue_stressed": queue_stressed,
+              "utilisation_high": util_high, "by_utilisation": by_util, "by_latency": by_latency}
+    lat_calm = not lat_on or p99 < slo * LATENCY_LOW
+    ceiling = state.ceiling
+    # latency stress lowers the target only when it comes from contention (busy replicas or a queue);
+    # a model whose own service time is slow does not get faster with fewer requests per replica
+    contention = queued_share > QUEUE_CONTENTION or not util_on or util > config.target_utilisation
+    if (lat_stressed and contention) or (queue_stressed and not lat_calm):
+        proposal = min(x for x in (by_latency, by_util, target * (1 - MIN_CHANGE)) if x is not None)
+        new = max(target * config.max_step_down, proposal)
+        ceiling = target       # the target that proved too high: probe back towards it only slowly
+        how = "decrease: stressed"
+    elif by_util is not None and by_util < target * (1 - MIN_CHANGE):
+        new = max(target * config.max_step_down, by_util)
+        how = "decrease: over the utilisation target"
+    elif lat_calm and not queue_stressed:
+        proposal = by_util if by_util is not None else (by_latency or target)
+        if ceiling is not None:
+            ceiling *= 1 + MIN_CHANGE / 2      # slow increase: the ceiling lifts 5 % a calm cycle
+            proposal = min(proposal, ceiling * (1 - MIN_CHANGE))
+        new = min(proposal, target * config.max_step_up)
+        how = "increase: calm"
+        if new < target * (1 + MIN_CHANGE):
+            new, how = target, "hold: calm, change too small"
+    else:
+        new, how = target, "hold: between marks"
+    state = replace(state, ceiling=ceiling)
+    new = min(config.max_target, max(config.min_target, new))
+    inputs["vertical"] = how
+    inputs["target_before"] = target
+    return replace(state, target=new), inputs

@@ -1,0 +1,110 @@
+"""Controller logic with fake signal sources and backends (pure logic: no processes involved)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from serving.autoscaler.config import ScalingConfig
+from serving.autoscaler.controller import Controller, RetryPolicy
+from serving.autoscaler.signals import Sample
+
+KEY = ("fraud", "champion")
+
+
+class Source:
+    def __init__(self) -> None:
+        self.in_flight = 0.0
+        self.ready = 1
+
+    def sample(self, now: float):
+        busy = self.in_flight
+        return {KEY: Sample(t=now, in_flight=busy, ready_replicas=self.ready, replicas=self.ready,
+                            requests=int(busy * 10), completed=int(busy * 10), latency_p99_ms=20.0)}
+
+
+class FlakyBackend:
+    """Fails the first ``failures`` calls to set_replicas; records every call."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.failures = failures
+        self.calls: list[tuple[float, int]] = []
+        self.replicas = 1
+        self.ready = 1
+        self.now = 0.0
+
+    def set_replicas(self, endpoint: str, entity: str, n: int) -> None:
+        self.calls.append((self.now, n))
+        if self.failures > 0:
+            self.failures -= 1
+            raise ConnectionError("api unavailable")
+        self.replicas = n
+
+    def ready_replicas(self, endpoint: str, entity: str) -> int:
+        return self.ready
+
+
+def step(controller: Controller, backend: FlakyBackend, start: int, end: int) -> None:
+    for t in range(start, end):
+        backend.now = float(t)
+        controller.step(float(t))
+
+
+def config(**kw) -> ScalingConfig:
+    return ScalingConfig(vertical=False, initial_target=10.0, **kw)
+
+
+def test_a_failing_backend_is_retried_with_exponential_backoff_then_applied():
+    source, backend = Source(), FlakyBackend(failures=3)
+    controller = Controller(source, backend, {KEY: config()}, retry=RetryPolicy(base_s=1.0, max_s=30.0))
+    source.in_flight = 50.0
+    step(controller, backend, 1, 20)
+    times = [t for t, n in backend.calls if n == 5]
+    assert times[:4] == [1.0, 2.0, 4.0, 8.0]  # a surge: first try at once, then +1 s, +2 s, +4 s
+    assert backend.replicas == 5
+    failed = [r for r in controller.export() if r["applied"] is False]
+    assert len(failed) == 3 and all("ConnectionError" in r["error"] for r in failed)
+    assert controller.apply_failures[KEY] == 3
+
+
+def test_never_asks_for_fewer_than_the_provisioned_minimum():
+    source, backend = Source(), FlakyBackend()
+    controller = Controller(source, backend, {KEY: config(min_replicas=2, provisioned_concurrency=30)})
+    source.in_flight = 0.0
+    step(controller, backend, 1, 400)
+    assert backend.calls and min(n for _, n in backend.calls) >= 3
+    assert all(r["replicas"] >= 3 for r in controller.export())
+
+
+def test_a_lost_replica_below_the_minimum_is_reapplied():
+    source, backend = Source(), FlakyBackend()
+    controller = Controller(source, backend, {KEY: config(min_replicas=2)}, reconcile_s=10.0)
+    step(controller, backend, 1, 10)
+    first = len(backend.calls)
+    backend.ready = 1   # one of the two died
+    step(controller, backend, 10, 40)
+    assert len(backend.calls) > first and backend.calls[-1][1] == 2
+
+
+def test_decisions_are_recorded_with_their_inputs_and_exported():
+    source, backend = Source(), FlakyBackend()
+    controller = Controller(source, backend, {KEY: config()}, history_size=5)
+    source.in_flight = 42.0
+    step(controller, backend, 1, 60)
+    records = controller.export()
+    assert len(records) == 5  # bounded
+    assert {"t", "replicas", "target_concurrency", "inputs", "reason", "applied"} <= set(records[-1])
+    assert "load_up" in records[-1]["inputs"]
+    registry = CollectorRegistry()
+    registry.register(controller.collector())
+    text = generate_latest(registry).decode()
+    assert 'tollfree_autoscaler_desired_replicas{endpoint="fraud",served_entity="champion"} 5.0' in text
+    assert "tollfree_autoscaler_apply_failures_total" in text
+
+
+def test_the_concurrency_limit_reaches_the_gateway_hook():
+    source, backend = Source(), FlakyBackend()
+    limits = []
+    controller = Controller(source, backend, {KEY: ScalingConfig(initial_target=8.0)},
+                            concurrency_sink=lambda e, s, n: limits.append((e, s, n)))
+    step(controller, backend, 1, 3)
+    assert limits == [("fraud", "champion", 12)]  # ceil(8 x 1.5), sent once

@@ -1,0 +1,161 @@
+"""The policy is stepped by passing ``now``: no clock, no sleeps."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from serving.autoscaler.config import ScalingConfig
+from serving.autoscaler.controller import EntityScaler
+from serving.autoscaler.policy import PolicyState, decide
+from serving.autoscaler.signals import MaxWindow, MeanWindow, Sample, SampleHistory
+
+SERVICE_S = 0.1
+
+
+def sample(t: float, in_flight: float, ready: int, *, queued: float = 0.0, p99: float | None = 50.0,
+           util: float | None = None, rate: float | None = None) -> Sample:
+    """A steady second: ``rate`` arrivals (default: in-flight / service time), as many completions."""
+    busy = in_flight - queued
+    rate = busy / SERVICE_S if rate is None else rate
+    return Sample(t=t, in_flight=in_flight, ready_replicas=ready, replicas=ready, queue_depth=queued,
+                  requests=int(rate), completed=int(busy / SERVICE_S), latency_p50_ms=p99, latency_p99_ms=p99,
+                  utilisation=util)
+
+
+def run(scaler: EntityScaler, start: int, end: int, load, ready=None, **kw):
+    """Feed one sample a second from ``start`` to ``end`` (exclusive) and decide each second."""
+    decisions = []
+    for t in range(start, end):
+        r = scaler.state.replicas if ready is None else ready
+        scaler.observe(sample(float(t), load(t) if callable(load) else load, max(r, 0), **kw))
+        decisions.append(scaler.decide(float(t)))
+    return decisions
+
+
+def horizontal_only(**kw) -> ScalingConfig:
+    return ScalingConfig(vertical=False, initial_target=10.0, **kw)
+
+
+def test_desired_is_ceil_of_concurrency_over_target_at_the_5s_boundary():
+    scaler = EntityScaler(horizontal_only(), replicas=1)
+    decisions = run(scaler, 1, 5, 10.0)
+    assert all(not d.horizontal for d in decisions)  # nothing before the first 5 s
+    d = run(scaler, 5, 12, 95.0)[-1]
+    assert scaler.state.replicas == math.ceil(95 / 10) == d.replicas
+
+
+def test_within_the_tolerance_band_nothing_changes():
+    scaler = EntityScaler(horizontal_only(), replicas=10)
+    run(scaler, 1, 60, 105.0)  # 5 % over 10 x 10
+    assert scaler.state.replicas == 10
+    run(scaler, 60, 70, 112.0)  # 12 % over: out of the band
+    assert scaler.state.replicas == 12
+
+
+def test_replicas_leave_only_after_the_scale_down_window():
+    scaler = EntityScaler(horizontal_only(), replicas=1)
+    run(scaler, 1, 60, 200.0)
+    assert scaler.state.replicas == 20
+    run(scaler, 60, 355, 20.0)  # the last high sample was at t=59
+    assert scaler.state.replicas == 20
+    run(scaler, 355, 366, 20.0)
+    assert scaler.state.replicas == 2
+
+
+def test_a_backlog_does_not_buy_a_flood_of_replicas():
+    # 2 replicas, 40 requests/s of 0.1 s work = 4 in service, but 400 queued from a burst
+    scaler = EntityScaler(horizontal_only(), replicas=2)
+    run(scaler, 1, 11, 404.0, queued=400.0, rate=40.0)
+    # demand = 40/s x 0.1 s + 400 x 0.1 s / 10 s = 8 in flight: the growth cap is 2 x 8 / 10 -> 2, +1
+    assert scaler.state.replicas <= 4
+
+
+def test_a_surge_is_decided_within_a_second_and_sized_for_the_new_rate():
+    scaler = EntityScaler(horizontal_only(), replicas=2)
+    run(scaler, 1, 12, 15.0)
+    assert scaler.state.replicas == 2
+    d = run(scaler, 12, 13, 150.0)[-1]  # t=12 is not a 5-s boundary
+    assert d.horizontal and d.replicas == 15
+
+
+def test_scale_to_zero_after_the_idle_window_and_back_on_the_first_request():
+    config = horizontal_only(min_replicas=0, scale_to_zero=True, idle_window_s=60.0)
+    scaler = EntityScaler(config, replicas=1)
+    run(scaler, 1, 10, 5.0)
+    run(scaler, 10, 200, 0.0, p99=None)
+    assert scaler.state.replicas == 1  # the 300 s down window still holds the load seen at t<10
+    run(scaler, 200, 320, 0.0, p99=None)
+    assert scaler.state.replicas == 0
+    scaler.observe(Sample(t=320.0, in_flight=3.0, ready_replicas=0, queue_depth=3.0, requests=3))
+    d = scaler.decide(320.0)  # not a 5-s boundary: activation is immediate
+    assert d.horizontal and d.replicas >= 1
+
+
+def test_the_provisioned_minimum_holds_without_load():
+    scaler = EntityScaler(horizontal_only(min_replicas=1, provisioned_concurrency=35), replicas=1)
+    run(scaler, 1, 400, 0.0, p99=None)
+    assert scaler.state.replicas == 4  # ceil(35 / 10)
+    assert scaler.floor == 4
+
+
+def test_vertical_raises_the_target_towards_the_utilisation_aim_in_capped_steps():
+    config = ScalingConfig(initial_target=4.0, max_step_up=4.0, target_utilisation=0.8, latency_slo_ms=500)
+    scaler = EntityScaler(config, replicas=10)
+    # each replica could hold 100 at 100 % busy: 4 in flight -> 4 % busy
+    targets = []
+    for cycle in range(4):
+        t0 = 2 + 30 * cycle if cycle else 1  # a vertical cycle ends at t = 31, 61, ...
+        target = scaler.state.target
+        run(scaler, t0, 32 + 30 * cycle, lambda t: 10 * min(target, 40.0), ready=10, util=min(target, 40.0) / 100)
+        targets.append(scaler.state.target)
+    assert targets[0] == pytest.approx(16.0)          # capped at 4x
+    assert targets[1] == pytest.approx(64.0)
+    assert targets[2] == pytest.approx(80.0)          # 0.8 x 100
+    assert targets[3] == pytest.approx(80.0)          # steady
+
+
+def test_vertical_decreases_fast_under_latency_stress_and_holds_when_between_marks():
+    config = ScalingConfig(initial_target=40.0, latency_slo_ms=100, max_step_down=0.5)
+    scaler = EntityScaler(config, replicas=5)
+    run(scaler, 1, 32, 200.0, ready=5, p99=400.0, util=1.0)  # 4x the SLO, fully busy
+    assert scaler.state.target == 20.0  # at most halved in one cycle
+    assert scaler.state.ceiling == 40.0
+    run(scaler, 32, 62, 100.0, ready=5, p99=80.0, util=0.75)  # 0.8 SLO: between the marks
+    assert scaler.state.target == 20.0
+
+
+def test_latency_from_a_slow_model_without_contention_does_not_lower_the_target():
+    config = ScalingConfig(initial_target=40.0, latency_slo_ms=100)
+    scaler = EntityScaler(config, replicas=5)
+    run(scaler, 1, 32, 100.0, ready=5, p99=300.0, util=0.5)  # slow, but half idle and no queue
+    # 20 in flight a replica at 50 % busy: the utilisation aim is 32, not a latency-driven halving
+    assert scaler.state.target == pytest.approx(32.0)
+    assert not scaler.state.surging
+
+
+def test_decide_is_pure():
+    config = ScalingConfig()
+    history = SampleHistory(keep_s=400)
+    for t in range(1, 40):
+        history.add(sample(float(t), 30.0, 2, util=0.5))
+    signals = history.snapshot()
+    state = PolicyState.initial(config, replicas=2)
+    a = decide(config, signals, state, 39.0)
+    b = decide(config, signals, state, 39.0)
+    assert a == b
+
+
+def test_windows():
+    history = SampleHistory(keep_s=10)
+    for t, v in [(1, 5.0), (2, 9.0), (3, 1.0), (20, 2.0)]:
+        history.add(Sample(t=float(t), in_flight=v, ready_replicas=1))
+    assert len(history) == 1  # older than 10 s dropped
+    h = SampleHistory(keep_s=100)
+    for t, v in [(1, 5.0), (2, 9.0), (3, 1.0)]:
+        h.add(Sample(t=float(t), in_flight=v, ready_replicas=1))
+    s = h.snapshot()
+    assert MaxWindow(2.5).of(s, 3.0, lambda x: x.in_flight) == 9.0
+    assert MeanWindow(3).of(s, 3.0, lambda x: x.in_flight) == 5.0
+    assert MaxWindow(1).of(s, 10.0, lambda x: x.in_flight) is None

@@ -1,0 +1,95 @@
+"""The simulator: deterministic per seed, traces and profiles load, the CLI works, and the tollfree
+policy beats HPA's defaults on a spike (an outcome, not a timing)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from serving.autoscaler.simulate import traces as tr
+from serving.autoscaler.simulate.__main__ import main
+from serving.autoscaler.simulate.engine import simulate
+from serving.autoscaler.simulate.policies import make_policy
+from serving.autoscaler.simulate.profiles import PRESETS, load_profile
+
+
+def small_spike(seed: int = 0) -> tr.Trace:
+    return tr.spike(base_rps=60.0, seed=seed)
+
+
+def test_the_simulator_is_deterministic_for_a_seed():
+    profile = PRESETS["cpu"]
+    a = simulate(small_spike(), profile, make_policy("tollfree", profile), seed=3).summary()
+    b = simulate(small_spike(), profile, make_policy("tollfree", profile), seed=3).summary()
+    c = simulate(small_spike(), profile, make_policy("tollfree", profile), seed=4).summary()
+    assert a == b
+    assert a != c
+
+
+def test_tollfree_beats_hpa_defaults_on_a_10x_spike():
+    profile = PRESETS["cpu"]
+    trace = tr.spike(base_rps=150.0, seed=1)
+    mine = simulate(trace, profile, make_policy("tollfree", profile), seed=1, warmup_s=120, timeline=False)
+    hpa = simulate(trace, profile, make_policy("hpa", profile), seed=1, warmup_s=120, timeline=False)
+    assert mine.bad * 3 < hpa.bad
+    assert mine.replica_seconds <= hpa.replica_seconds
+    assert mine.time_to_capacity_s is not None and mine.time_to_capacity_s < hpa.time_to_capacity_s
+
+
+def test_every_request_is_accounted_for():
+    profile = PRESETS["embedding"]
+    trace = tr.onoff(on_rps=400.0, off_rps=5.0, cycles=1, seed=2)
+    for name in ("tollfree", "hpa", "kpa", "ray"):
+        r = simulate(trace, profile, make_policy(name, profile), seed=2, timeline=True)
+        assert r.requests == len(trace.arrivals)
+        assert 0 <= r.rejected + r.over_slo <= r.requests
+        assert len(r.timeline["t"]) == len(r.timeline["replicas"]) > 0
+
+
+def test_csv_traces_load_with_iso_or_seconds_and_keep_their_shape_when_rescaled(tmp_path):
+    iso = tmp_path / "iso.csv"
+    iso.write_text("TIMESTAMP,ContextTokens\n2023-11-16 18:17:03.9799600,1\n2023-11-16 18:17:05.4799600,2\n"
+                   "2023-11-16 18:17:04.0000000,3\n")
+    t = tr.load_csv(iso)
+    assert np.allclose(t.arrivals, [0.0, 0.02004, 1.5], atol=1e-4)
+    secs = tmp_path / "s.csv"
+    secs.write_text("timestamp,service_ms\n10,5\n12,7\n11,6\n")
+    s = tr.load_csv(secs)
+    assert list(s.arrivals) == [0.0, 1.0, 2.0] and list(s.service_ms) == [5.0, 6.0, 7.0]
+    assert s.compress(2.0).duration_s == pytest.approx(1.0)
+    up = tr.from_rate("r", lambda x: np.full_like(x, 50.0), 100.0, seed=0).superpose(4, 1.0, seed=0)
+    counts = up.rate_per_second()
+    assert len(up.arrivals) == pytest.approx(4 * 5000, rel=0.05) and counts.mean() == pytest.approx(200, rel=0.05)
+
+
+def test_bad_traces_and_profiles_are_refused_naming_what_is_wrong(tmp_path):
+    no_ts = tmp_path / "bad.csv"
+    no_ts.write_text("time,x\n1,2\n")
+    with pytest.raises(ValueError, match="timestamp"):
+        tr.load_csv(no_ts)
+    prof = tmp_path / "p.yaml"
+    prof.write_text("service_ms: 10\nservice_sigma: 0.1\nparallelism: 2\nslo_ms: 100\nuser_target: 1.5\nwarp: 9\n")
+    with pytest.raises(ValueError, match="warp"):
+        load_profile(str(prof))
+    prof.write_text("service_ms: 10\nservice_sigma: 0.1\nparallelism: 2\nslo_ms: 100\nuser_target: 1.5\n")
+    assert load_profile(str(prof)).name == "p"
+    with pytest.raises(ValueError, match="neither a preset"):
+        load_profile("no-such-profile")
+
+
+def test_cli_prints_one_json_object_keyed_by_policy_and_draws_a_plot(tmp_path, capsys):
+    csv = tmp_path / "t.csv"
+    rng = np.random.default_rng(0)
+    csv.write_text("timestamp\n" + "\n".join(f"{x:.4f}" for x in np.sort(rng.uniform(0, 60, 3000))))
+    assert main(["--trace", str(csv), "--policy", "all", "--json", "--seed", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"tollfree", "hpa", "kpa", "ray"}
+    assert {"replica_seconds", "over_slo_share", "rejected", "p50_ms", "p99_ms", "time_to_capacity_s",
+            "scale_events"} <= set(out["hpa"])
+    png = tmp_path / "plot.png"
+    assert main(["--trace", str(csv), "--policy", "hpa", "--plot", str(png)]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert main(["--trace", str(csv), "--profile", "nope"]) == 2
+    assert "nope" in capsys.readouterr().err
