@@ -44,11 +44,12 @@ test-fast: $(STAMP)
 up: $(STAMP)
 	$(PY) -m infra.stack up
 
-down: $(STAMP)
-	$(PY) -m infra.stack down
+# down and status never sync the environment first: they must work while make up's stack runs on it.
+down:
+	@test -x $(PY) || { echo "no $(VENV): nothing was started"; exit 0; }; $(PY) -m infra.stack down
 
-status: $(STAMP)
-	@$(PY) -m infra.stack status
+status:
+	@test -x $(PY) || { echo "no $(VENV): tollfree is not running"; exit 3; }; $(PY) -m infra.stack status
 
 clean-state:
 	rm -rf .tollfree

@@ -487,11 +487,15 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("prefect", path=str(Path(sys.executable).parent)) is None:
         print(f"error: prefect is not installed next to {sys.executable}; run make env", file=sys.stderr)
         return 2
-    if args.command == "up":
-        return up(config, os.environ)
-    if args.command == "down":
-        return down(config)
-    return status(config, os.environ)
+    try:
+        if args.command == "up":
+            return up(config, os.environ)
+        if args.command == "down":
+            return down(config)
+        return status(config, os.environ)
+    except BrokenPipeError:  # e.g. make status | head
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

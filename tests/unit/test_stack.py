@@ -1,0 +1,90 @@
+"""The local stack's pieces that need no server: configuration, the admin token, process records."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from infra.processes import MARK, marked, spawn, start_ticks, stop_pids, stop_record
+from infra.stack import StackConfig, StackRecord, admin_token, port_free, write_env_file
+
+
+def test_ports_come_from_the_environment_and_are_checked(tmp_path: Path):
+    config = StackConfig.from_environ({"TOLLFREE_HOME": str(tmp_path), "TOLLFREE_PREFECT_PORT": "14999"})
+    assert config.ports == {"prefect": 14999, "mlflow": 5000, "gateway": 8080}
+    assert config.prefect_api == "http://127.0.0.1:14999/api"
+    with pytest.raises(ValueError, match="TOLLFREE_GATEWAY_PORT"):
+        StackConfig.from_environ({"TOLLFREE_HOME": str(tmp_path), "TOLLFREE_GATEWAY_PORT": "80a"})
+
+
+def test_a_sqlite_registry_gets_a_local_mlflow_server_and_a_remote_one_is_used_as_is(tmp_path: Path):
+    local = StackConfig.from_environ({"TOLLFREE_HOME": str(tmp_path)})
+    assert local.backend_store_uri == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+    assert local.tracking_uri == "http://127.0.0.1:5000"
+    remote = StackConfig.from_environ({"TOLLFREE_HOME": str(tmp_path), "MLFLOW_TRACKING_URI": "http://mlflow.internal:5000"})
+    assert remote.backend_store_uri is None and remote.tracking_uri == "http://mlflow.internal:5000"
+
+
+def test_the_admin_token_is_generated_once_into_a_private_file(tmp_path: Path):
+    config = StackConfig.from_environ({"TOLLFREE_HOME": str(tmp_path)})
+    first = admin_token(config, {})
+    assert len(first) >= 32
+    assert stat.S_IMODE(config.token_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(config.token_file.parent.stat().st_mode) == 0o700
+    assert admin_token(config, {}) == first
+    assert admin_token(config, {"TOLLFREE_TOKEN": "from-the-environment-123"}) == "from-the-environment-123"
+    config.state_dir.mkdir(parents=True)
+    write_env_file(config)
+    env_file = config.env_file.read_text()
+    assert first not in env_file and str(config.token_file) in env_file
+
+
+def test_a_taken_port_is_reported(tmp_path: Path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        assert not port_free(sock.getsockname()[1])
+
+
+def test_stopping_a_record_stops_its_group_and_the_sweep_finds_marked_children(tmp_path: Path):
+    stack_id = uuid.uuid4().hex
+    env = {**os.environ, MARK: stack_id}
+    # a parent that starts a child in a session of its own (as the gateway starts replicas), then waits
+    script = ("import subprocess, sys, time; "
+              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True); "
+              "time.sleep(120)")
+    record = spawn("parent", [sys.executable, "-c", script], env, tmp_path / "parent.log", tmp_path)
+    assert record.alive()
+    found = []
+    for _ in range(100):
+        found = marked(stack_id)
+        if len(found) == 2:
+            break
+        subprocess.run(["sleep", "0.1"])
+    assert {pid for pid, _ in found} >= {record.pid} and len(found) == 2
+    assert stop_record(record, grace_s=5) is False  # it went on SIGTERM
+    assert not record.alive()
+    survivors = marked(stack_id)
+    assert len(survivors) == 1  # the child left the group: only the mark finds it
+    stop_pids(survivors, grace_s=5)
+    assert marked(stack_id) == []
+
+
+def test_a_recycled_pid_is_not_ours(tmp_path: Path):
+    record = spawn("short", [sys.executable, "-c", "pass"], dict(os.environ), tmp_path / "s.log", tmp_path)
+    other = StackRecord("x", {"short": record})
+    for _ in range(100):
+        if not record.alive():
+            break
+        subprocess.run(["sleep", "0.05"])
+    assert not other.services["short"].alive()
+    assert start_ticks(os.getpid()) is not None
+    fake = type(record)(name="me", pid=os.getpid(), start_ticks=start_ticks(os.getpid()) + 1, argv=[], log="")
+    assert not fake.alive()  # same pid, another start time
