@@ -74,9 +74,10 @@ def test_kustomization_lists_every_manifest_and_renders():
             assert doc["metadata"]["namespace"] == "tollfree", doc["metadata"]["name"]
 
 
-def test_autoscaler_may_only_get_and_patch_deployment_scale_in_its_namespace():
+def test_autoscaler_may_only_get_and_patch_deployment_scale_and_read_status_in_its_namespace():
     role = named("Role", "tollfree-autoscaler")
-    assert role["rules"] == [{"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get", "patch"]}]
+    assert role["rules"] == [{"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get", "patch"]},
+                             {"apiGroups": ["apps"], "resources": ["deployments/status"], "verbs": ["get"]}]
     assert not [d for d in documents() if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
     binding = named("RoleBinding", "tollfree-autoscaler")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tollfree-autoscaler"}
@@ -102,8 +103,16 @@ def _probe_paths(container: dict[str, Any]) -> dict[str, str]:
             if kind in container}
 
 
+def test_the_replica_template_is_named_as_the_autoscaler_backend_looks_it_up():
+    from serving.autoscaler.backends.kubernetes import deployment_name
+
+    replica = named("Deployment", deployment_name("fraud", "fraud-champion"))
+    labels = replica["spec"]["template"]["metadata"]["labels"]
+    assert labels["tollfree.io/endpoint"] == "fraud" and labels["tollfree.io/served-entity"] == "fraud-champion"
+
+
 def test_model_replicas_update_without_downtime_and_probe_routes_the_replica_serves():
-    replica = named("Deployment", "tollfree-replica-fraud-champion")
+    replica = named("Deployment", "tollfree-fraud-fraud-champion")
     rolling = replica["spec"]["strategy"]["rollingUpdate"]
     assert replica["spec"]["strategy"]["type"] == "RollingUpdate"
     assert rolling["maxUnavailable"] == 0 and rolling["maxSurge"] >= 1
@@ -127,9 +136,9 @@ def test_services_and_the_disruption_budget_select_the_pods_they_mean():
         return {name for name, labels in pods.items() if selector.items() <= labels.items()}
 
     assert selected(named("Service", "tollfree-gateway")["spec"]["selector"]) == {"tollfree-gateway"}
-    assert selected(named("Service", "tollfree-replica-fraud-champion")["spec"]["selector"]) == {"tollfree-replica-fraud-champion"}
+    assert selected(named("Service", "tollfree-fraud-fraud-champion")["spec"]["selector"]) == {"tollfree-fraud-fraud-champion"}
     [pdb] = by_kind("PodDisruptionBudget")
-    assert selected(pdb["spec"]["selector"]["matchLabels"]) == {"tollfree-replica-fraud-champion"}
+    assert selected(pdb["spec"]["selector"]["matchLabels"]) == {"tollfree-fraud-fraud-champion"}
     assert pdb["spec"]["minAvailable"] == 1
     for deployment in by_kind("Deployment"):
         assert deployment["spec"]["selector"]["matchLabels"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
@@ -251,9 +260,19 @@ def exposed_metric_names() -> set[str]:
     return {n for n in names if not n.endswith("_created")}  # prometheus_client's per-counter creation stamps
 
 
-def test_readme_documents_every_metric_name_the_gateway_exposes():
+def autoscaler_metric_names() -> set[str]:
+    """The autoscaler controller's metric families (counters exposed with ``_total``)."""
+    source = (PROJECT_DIR / "serving" / "autoscaler" / "controller.py").read_text()
+    names = set()
+    for kind, name in re.findall(r'(Gauge|Counter)MetricFamily\(\s*"(tollfree_autoscaler_\w+)"', source):
+        names.add(name + "_total" if kind == "Counter" and not name.endswith("_total") else name)
+    return names
+
+
+def test_readme_documents_every_metric_name_the_gateway_and_the_autoscaler_expose():
     readme = (PROJECT_DIR / "README.md").read_text()
-    missing = [name for name in sorted(exposed_metric_names()) if name not in readme]
+    assert {"tollfree_autoscaler_desired_replicas", "tollfree_autoscaler_ready_replicas"} <= autoscaler_metric_names()
+    missing = [name for name in sorted(exposed_metric_names() | autoscaler_metric_names()) if name not in readme]
     assert not missing, f"README.md does not document: {missing}"
 
 
@@ -261,9 +280,9 @@ def test_grafana_dashboard_queries_only_metrics_that_exist():
     dashboard = json.loads((PROJECT_DIR / "infra" / "grafana" / "tollfree-serving.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     used = {re.sub(r"_(bucket|count|sum|total)$", "", m) for e in exprs for m in re.findall(r"\b(tollfree_\w+)", e)}
-    known = {re.sub(r"_total$", "", n) for n in exposed_metric_names()}
-    autoscaler = {"tollfree_autoscaler_desired_replicas", "tollfree_autoscaler_ready_replicas"}
-    assert used - known == autoscaler  # the autoscaler's two, for the desired-vs-ready panel
-    assert known <= used  # and every gateway metric has a panel
+    known = {re.sub(r"_total$", "", n) for n in exposed_metric_names() | autoscaler_metric_names()}
+    assert used <= known, used - known
+    assert {"tollfree_autoscaler_desired_replicas", "tollfree_autoscaler_ready_replicas"} <= used
+    assert known <= used  # every metric has a panel
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
