@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     from serving.endpoint_manager import EndpointManager, mlflow_resolver
     from serving.endpoint_store import EndpointStore
     from serving.gateway import create_gateway_app
+    from serving.gateway_metrics import GatewayMetrics
     from serving.inference_log import InferenceLogWriter
 
     try:
@@ -44,7 +45,13 @@ def main(argv: list[str] | None = None) -> int:
         log_dir=settings.home / "logs",
         home=settings.home,
     )
-    app = create_gateway_app(manager, tokens, InferenceLogWriter(settings.inference_log_dir))
+    pool = os.environ.get("TOLLFREE_WARM_POOL", "1")
+    if not pool.isdigit():
+        print(f"TOLLFREE_WARM_POOL must be a whole number of standby replicas (got {pool[:20]!r})", file=sys.stderr)
+        return 2
+    metrics = GatewayMetrics.create()  # one registry: the gateway's, the inference log's, the autoscaler's
+    app = create_gateway_app(manager, tokens, InferenceLogWriter(settings.inference_log_dir, registry=metrics.registry),
+                             metrics=metrics, autoscale=os.environ.get("TOLLFREE_AUTOSCALE", "on") != "off", warm_pool_size=int(pool))
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False, timeout_graceful_shutdown=20,
                 loop="uvloop", http="httptools")
     return 0

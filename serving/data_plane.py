@@ -20,7 +20,7 @@ import orjson
 from serving.auth import TokenRegistry, authorize
 from serving.dispatcher import AdmissionRefused
 from serving.endpoint_manager import EndpointManager
-from serving.errors import REQUEST_ID_HEADER, ApiError, error_body, invalid_parameter, payload_too_large, resolve_request_id
+from serving.errors import REQUEST_ID_HEADER, ApiError, error_body, payload_too_large, resolve_request_id, unavailable
 from serving.gateway_metrics import GatewayMetrics
 from serving.inference_log import InferenceLogWriter, InferenceRecord, utc_now
 from serving.replica_wire import WireAnswer, WireRequest
@@ -67,7 +67,7 @@ class InvocationsHandler:
             entity = live.entities[entity_name]
             version = entity.version
             if entity.dispatcher is None:
-                raise invalid_parameter(f"served entity {entity_name} is not ready")
+                raise unavailable(f"served entity {entity_name} is not ready yet")
             content_type = headers.get(b"content-type", b"").decode("latin-1")
             cache_key = None
             if live.cache is not None and content_type.split(";")[0].strip().lower() == "application/json":

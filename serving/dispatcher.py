@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from serving.batching import OFF, BatchPlan
+from serving.load_meter import LoadMeter
 from serving.errors import ApiError, timeout, unavailable
 from serving.replica_wire import WireAnswer, WireRequest
 from serving.router import pick_replica
@@ -102,6 +103,8 @@ class Dispatcher:
         self._queue: collections.deque[_Pending] = collections.deque()
         self._gather: asyncio.TimerHandle | None = None
         self.stats = DispatchStats()
+        self.meter = LoadMeter(clock())
+        self.on_starved: Callable[[], None] | None = None  # called when a request arrives and no replica is up
 
     @property
     def waiting(self) -> int:
@@ -114,12 +117,17 @@ class Dispatcher:
         """The replica's answer to ``request``; AdmissionRefused or ApiError (503/504) otherwise."""
         if len(self._queue) >= self.max_queue and self._pick() is None:
             self.stats.refused += 1
+            self.meter.turned_away(self._clock())
             raise AdmissionRefused(f"queue full ({self.max_queue} waiting)", retry_after_s=1)
         loop = asyncio.get_running_loop()
-        pending = _Pending(request, loop.create_future(), self._clock())
+        now = self._clock()
+        pending = _Pending(request, loop.create_future(), now)
         self._queue.append(pending)
+        self.meter.arrived(now)
         pending.expiry = loop.call_later(self.max_wait_s, self._expire, pending)
         self._pump()
+        if self.on_starved is not None and not any(r.alive() for r in self._replicas()):
+            self.on_starved()  # scale from zero now, not at the autoscaler's next tick
         return await pending.future
 
     def capacity_changed(self) -> None:
@@ -133,8 +141,27 @@ class Dispatcher:
         except ValueError:
             return  # already sent
         self.stats.refused += 1
-        if not pending.future.done():
-            pending.future.set_exception(AdmissionRefused(f"no free replica within {self.max_wait_s:.1f}s", retry_after_s=1))
+        self.meter.dequeued(self._clock())
+        self._settle(pending, error=AdmissionRefused(f"no free replica within {self.max_wait_s:.1f}s", retry_after_s=1))
+
+    def _settle(self, pending: _Pending, answer: WireAnswer | None = None, error: Exception | None = None) -> None:
+        """The request's outcome, once; the meter counts it as finished either way."""
+        now = self._clock()
+        self.meter.finished(now, now - pending.enqueued if answer is not None else None)
+        if pending.future.done():
+            return  # its caller went away
+        if answer is not None:
+            pending.future.set_result(answer)
+        else:
+            pending.future.set_exception(error or unavailable("no answer"))
+
+    def _drop_abandoned(self) -> None:
+        while self._queue and self._queue[0].future.done():  # the caller went away while it waited
+            pending = self._queue.popleft()
+            if pending.expiry is not None:
+                pending.expiry.cancel()
+            self.meter.dequeued(self._clock())
+            self.meter.finished(self._clock(), None)
 
     def _pick(self, exclude: Replica | None = None) -> Replica | None:
         depth = PIPELINE_DEPTH if self.plan.enabled else None
@@ -145,8 +172,7 @@ class Dispatcher:
 
     def _pump(self) -> None:
         while self._queue:
-            while self._queue and self._queue[0].future.done():  # caller gone (cancelled) or expired
-                self._queue.popleft()
+            self._drop_abandoned()
             if not self._queue:
                 return
             replica = self._pick()
@@ -161,12 +187,15 @@ class Dispatcher:
             batch: list[_Pending] = []
             while self._queue and len(batch) < room:
                 pending = self._queue.popleft()
-                if pending.future.done():
-                    continue
                 if pending.expiry is not None:
                     pending.expiry.cancel()
+                if pending.future.done():
+                    self.meter.dequeued(self._clock())
+                    self.meter.finished(self._clock(), None)
+                    continue
                 batch.append(pending)
             if batch:
+                self.meter.dequeued(self._clock(), len(batch))
                 self._dispatch(replica, batch)
 
     def _should_gather(self, room: int) -> bool:
@@ -212,8 +241,7 @@ class Dispatcher:
             self._fail(batch, _unreachable)
         else:
             for pending, answer in zip(batch, answers):
-                if not pending.future.done():
-                    pending.future.set_result(answer)
+                self._settle(pending, answer)
         finally:
             replica.outstanding -= len(batch)
             key = id(replica)
@@ -231,11 +259,9 @@ class Dispatcher:
                 self._dispatch(other, retry)
         self._pump()
 
-    @staticmethod
-    def _fail(batch: Sequence[_Pending], error: Callable[[], ApiError]) -> None:
+    def _fail(self, batch: Sequence[_Pending], error: Callable[[], ApiError]) -> None:
         for pending in batch:
-            if not pending.future.done():
-                pending.future.set_exception(error())
+            self._settle(pending, error=error())
 
 
 def _unreachable() -> ApiError:

@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from serving import endpoint_spec as spec
 from serving.endpoint_store import EndpointStore
 from serving.errors import invalid_parameter, not_found, unavailable
+from serving.autoscaler.config import ScalingConfig
 from serving.batching import BatchPlan
 from serving.dispatcher import Dispatcher, SendBatch
 from serving.replica import REPLICA_TOKEN_ENV
@@ -42,6 +43,7 @@ class ServedEntity:
     replicas: list[LocalReplica] = field(default_factory=list)
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY
     dispatcher: Dispatcher | None = None  # set by the manager (or a test) before traffic reaches the entity
+    scaling: ScalingConfig | None = None  # the autoscaler's config for it (None: not autoscaled)
 
     def attach(self, send: SendBatch, timeout_s: float = 30.0) -> Dispatcher:
         """Give the entity its dispatcher: requests queue here and go to its replicas in batches."""
@@ -110,14 +112,16 @@ class EndpointManager:
         self._resolve = resolver
         # Replicas accept invocations only with this token; it lives in this process and their environment.
         replica_token = secrets.token_urlsafe(32)
-        self._env = {**replica_env, REPLICA_TOKEN_ENV: replica_token}
+        # Replicas never see the gateway's admin token.
+        self._env = {**{k: v for k, v in replica_env.items() if k != "TOLLFREE_TOKEN"}, REPLICA_TOKEN_ENV: replica_token}
         if replica_client is None:
             from serving.replica_client import ReplicaClient
 
             replica_client = ReplicaClient(replica_token)
         self.replica_client = replica_client
+        self.replica_token = replica_token
         self.request_timeout_s = request_timeout_s
-        self._log_dir = log_dir
+        self.log_dir = self._log_dir = log_dir
         self._home = home or log_dir.parent
         self._ready_timeout_s = ready_timeout_s
         self.live: dict[str, LiveEndpoint] = {}
@@ -213,6 +217,10 @@ class EndpointManager:
             raise not_found(f"endpoint {name} does not exist")
         return live
 
+    @property
+    def replica_env(self) -> dict[str, str]:
+        return dict(self._env)
+
     # ---- internals -----------------------------------------------------------------------------
     async def _resolved(self, config: spec.EndpointCoreConfig) -> spec.EndpointCoreConfig:
         for entity in config.served_entities:
@@ -236,10 +244,12 @@ class EndpointManager:
                 current = old.entities.get(entity.name) if old else None
                 if current and (current.model_name, current.version) == (entity.entity_name, entity.resolved_version):
                     current.max_concurrency = entity.max_concurrency or DEFAULT_MAX_CONCURRENCY  # applies at once
+                    current.scaling = spec.scaling_config(entity)
                     keep[entity.name] = current
                     continue
                 served = ServedEntity(entity.name, entity.entity_name, str(entity.resolved_version),
-                                      max_concurrency=entity.max_concurrency or DEFAULT_MAX_CONCURRENCY)
+                                      max_concurrency=entity.max_concurrency or DEFAULT_MAX_CONCURRENCY,
+                                      scaling=spec.scaling_config(entity))
                 dispatcher = served.attach(self.replica_client.send, self.request_timeout_s)
                 started.append(served)
                 for _ in range(wanted):

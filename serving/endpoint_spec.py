@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
+from serving.autoscaler.config import ScalingConfig, ScalingConfigError
 from serving.errors import invalid_parameter
 
 READY_STATES = frozenset({"READY", "NOT_READY"})
@@ -49,6 +50,8 @@ class ServedEntityInput(BaseModel):
     min_replicas: StrictInt | None = None
     max_replicas: StrictInt | None = None
     max_concurrency: StrictInt | None = None
+    # The autoscaler's settings beyond the Databricks fields (serving.autoscaler.config.ScalingConfig).
+    autoscaling: dict[str, Any] | None = None
     # Set by the server after alias resolution; a client sending it gets a 400 (see TRUSTED_CONTEXT).
     resolved_version: str | None = None
 
@@ -159,6 +162,10 @@ def _normalize_entity(i: int, e: ServedEntityInput) -> ServedEntityInput:
     _check(lo is None or (lo == 0) == e.scale_to_zero_enabled,
            f"{p}.min_replicas must be 0 exactly when scale_to_zero_enabled is true")
     _check(e.max_concurrency is None or e.max_concurrency >= 1, f"{p}.max_concurrency must be >= 1")
+    try:
+        scaling_config(e)
+    except ScalingConfigError as exc:
+        raise invalid_parameter(f"{p}.autoscaling.{exc.field}: {str(exc).split(': ', 1)[-1]}"[:500]) from None
     return e.model_copy(update={"name": name, "entity_version": version, "resolved_version": resolved})
 
 
@@ -200,6 +207,31 @@ def normalize_config(config: EndpointCoreConfig, endpoint_name: str | None = Non
         first[e.name] = i
     traffic = _normalize_traffic(config.traffic_config, list(first))
     return config.model_copy(update={"served_entities": entities, "traffic_config": traffic})
+
+
+DEFAULT_MAX_REPLICAS = 4  # local processes on one machine; set max_replicas for more
+_ENTITY_LEVEL = ("min_replicas", "max_replicas", "scale_to_zero")
+
+
+def scaling_config(e: ServedEntityInput) -> ScalingConfig:
+    """The autoscaler's config for a served entity: the Databricks-level fields (min/max replicas,
+    scale_to_zero_enabled, max_concurrency) plus its ``autoscaling`` block. A fixed ``max_concurrency``
+    turns the vertical axis off and sets the per-replica target from it."""
+    extra = dict(e.autoscaling or {})
+    for key in _ENTITY_LEVEL:
+        if key in extra:
+            raise ScalingConfigError(key, "set it on the served entity, not in autoscaling")
+    base: dict[str, Any] = {
+        "min_replicas": e.min_replicas if e.min_replicas is not None else (0 if e.scale_to_zero_enabled else 1),
+        "max_replicas": e.max_replicas if e.max_replicas is not None else max(DEFAULT_MAX_REPLICAS, e.min_replicas or 0),
+        "scale_to_zero": e.scale_to_zero_enabled,
+    }
+    if e.max_concurrency is not None and "initial_target" not in extra:
+        headroom = float(extra.get("admission_headroom", 1.5))
+        target = max(1.0, e.max_concurrency / headroom)
+        base.update(vertical=False, initial_target=target, min_target=min(target, float(extra.get("min_target", 1.0))),
+                    max_target=max(target, float(extra.get("max_target", 1024.0))))
+    return ScalingConfig.from_mapping({**base, **extra})
 
 
 def traffic_weights(config: EndpointCoreConfig) -> list[tuple[str, int]]:

@@ -4,6 +4,7 @@ bearer token."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 from contextlib import asynccontextmanager
@@ -15,11 +16,14 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from serving import endpoint_spec as spec
 from serving.auth import TokenRegistry, authenticate, authorize
+from serving.autoscaler.backends.local import LocalBackend
+from serving.autoscaler.live import LiveAutoscaler
 from serving.data_plane import INVOCATIONS, InvocationsHandler
 from serving.endpoint_manager import EndpointManager
 from serving.errors import install_error_handlers
 from serving.gateway_metrics import GatewayMetrics
 from serving.inference_log import InferenceLogWriter
+from serving.warm_pool import WarmPool
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +37,14 @@ def create_gateway_app(
     *,
     rng: random.Random | None = None,
     max_body_bytes: int = 4 * 1024 * 1024,
+    autoscale: bool = False,
+    warm_pool_size: int = 0,
+    autoscale_interval_s: float = 1.0,
+    metrics: GatewayMetrics | None = None,
 ) -> Gateway:
-    metrics = GatewayMetrics.create()
+    """The gateway app. ``autoscale`` runs the autoscaler on local replica processes, with
+    ``warm_pool_size`` standby processes kept ready (``python -m serving`` turns both on)."""
+    metrics = metrics or GatewayMetrics.create()
     route_rng = rng or random.Random()
 
     @asynccontextmanager
@@ -42,9 +52,25 @@ def create_gateway_app(
         inference_log.start()
         await manager.open()
         await manager.restore()
+        backend = task = None
+        if autoscale:
+            pool = WarmPool(warm_pool_size, manager.log_dir, manager.replica_env) if warm_pool_size else None
+            backend = LocalBackend(manager, pool)
+            scaler = LiveAutoscaler(manager, backend, interval_s=autoscale_interval_s,
+                                    starting=lambda key: backend.starting.get(key, 0))
+            app.state.autoscaler, app.state.autoscaler_backend = scaler, backend
+            metrics.registry.register(scaler.controller.collector())
+            if pool is not None:
+                asyncio.get_running_loop().run_in_executor(None, pool.fill)
+            task = asyncio.get_running_loop().create_task(scaler.run())
         try:
             yield
         finally:
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            if backend is not None:
+                await backend.close()
             await manager.shutdown()
             inference_log.close()
 
@@ -108,6 +134,20 @@ def create_gateway_app(
     async def endpoint_openapi_doc(name: str, request: Request) -> JSONResponse:
         principal(request, name)
         return JSONResponse(await manager.openapi(name))
+
+    @app.get(API + "/{name}/autoscaler")
+    async def autoscaler_decisions(name: str, request: Request, limit: int = 500) -> dict[str, Any]:
+        """The autoscaler's recorded decisions for this endpoint, oldest first, with their inputs."""
+        principal(request, name)
+        manager.store.get(name)
+        scaler = getattr(app.state, "autoscaler", None)
+        if scaler is None:
+            return {"enabled": False, "decisions": []}
+        decisions = [d for d in scaler.controller.export() if d["endpoint"] == name][-max(1, min(limit, 5000)):]
+        backend = app.state.autoscaler_backend
+        pool = backend.pool.idle if backend.pool is not None else 0
+        return {"enabled": True, "warm_pool_idle": pool, "warm_starts": backend.warm_starts,
+                "cold_starts": backend.cold_starts, "decisions": decisions}
 
     @app.get("/metrics")
     async def prometheus(request: Request) -> Response:

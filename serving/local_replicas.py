@@ -54,13 +54,16 @@ class LocalReplica:
 
 
 def start_replica(model_uri: str, log_dir: Path, env: Mapping[str, str], host: str = "127.0.0.1") -> LocalReplica:
-    """Spawn one replica process; returns at once (use ``wait_ready``)."""
+    """Spawn one replica process; returns at once (use ``wait_ready``).
+
+    ``model_uri`` empty: a standby replica for the warm pool (``activate`` gives it a model)."""
     port = free_port(host)
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"replica-{port}.log"
+    what = ["--model-uri", model_uri] if model_uri else ["--standby"]
     with open(log_path, "ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "serving.replica", "--model-uri", model_uri, "--host", host, "--port", str(port)],
+            [sys.executable, "-m", "serving.replica", *what, "--host", host, "--port", str(port)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=dict(env),
@@ -90,6 +93,35 @@ def wait_ready(replica: LocalReplica, timeout_s: float = 120.0, poll_s: float = 
             time.sleep(poll_s)
     stop_replica(replica)
     raise ReplicaStartError(f"replica for {replica.model_uri} not ready after {timeout_s:.0f}s; see {replica.log_path}")
+
+
+def wait_live(replica: LocalReplica, timeout_s: float = 120.0, poll_s: float = 0.1) -> None:
+    """Block until a (standby) replica answers ``/health/live``."""
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=2.0) as client:
+        while time.monotonic() < deadline:
+            if not replica.alive():
+                raise ReplicaStartError(f"standby replica exited with code {replica.process.returncode}; see {replica.log_path}")
+            try:
+                if client.get(f"{replica.url}/health/live").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(poll_s)
+    raise ReplicaStartError(f"standby replica not live after {timeout_s:.0f}s; see {replica.log_path}")
+
+
+def activate(replica: LocalReplica, model_uri: str, token: str | None, timeout_s: float = 120.0) -> dict:
+    """Load ``model_uri`` into a standby replica; its ready answer (with the batching plan)."""
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    try:
+        answer = httpx.post(f"{replica.url}/load", json={"model_uri": model_uri}, headers=headers, timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        raise ReplicaStartError(f"standby replica could not load {model_uri}: {type(exc).__name__}; see {replica.log_path}") from exc
+    if answer.status_code != 200:
+        raise ReplicaStartError(f"standby replica could not load {model_uri} (HTTP {answer.status_code}); see {replica.log_path}")
+    replica.model_uri = model_uri
+    return answer.json()
 
 
 def stop_replica(replica: LocalReplica, grace_s: float = 10.0) -> None:

@@ -113,7 +113,7 @@ class ReplicaApp:
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
+            await _lifespan(receive, send, lambda: self._worker.shutdown(wait=True))
             return
         if scope["type"] != "http":
             return
@@ -158,15 +158,16 @@ class ReplicaApp:
         if self._token is not None and not hmac.compare_digest(headers.get(b"authorization", b""), self._token):
             raise unauthenticated("a valid bearer token is required")
 
-    async def _lifespan(self, receive: Any, send: Any) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                self._worker.shutdown(wait=True)
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+
+async def _lifespan(receive: Any, send: Any, on_shutdown: Any) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            on_shutdown()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
 
 
 async def _read_body(receive: Any) -> bytes:
@@ -197,24 +198,98 @@ def create_replica_app(runtime: ModelRuntime, *, token: str | None = None, max_r
     return ReplicaApp(runtime, token=token, max_rows=max_rows)
 
 
+class StandbyApp:
+    """A warm-pool replica: the runtime imported, no model yet. ``POST /load {"model_uri": ...}`` (with the
+    token) loads, warms and profiles the model, and from then on it is a ``ReplicaApp``. Until then
+    ``/health/ready`` answers 503 and ``/health/live`` 200."""
+
+    def __init__(self, home: Path, *, token: str | None, profile_budget_s: float = 0.5) -> None:
+        self.home = home
+        self.token = token
+        self.profile_budget_s = profile_budget_s
+        self.inner: ReplicaApp | None = None
+        self._loading = asyncio.Lock()
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":  # one long-lived call from start to stop, loaded or not
+            await _lifespan(receive, send, lambda: self.inner._worker.shutdown(wait=True) if self.inner else None)
+            return
+        if self.inner is not None:
+            await self.inner(scope, receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        headers = dict(scope["headers"])
+        request_id = resolve_request_id(None)
+        try:
+            if path == "/health/live" and method == "GET":
+                await _respond(send, 200, b'{"status":"standby"}', request_id)
+            elif path == "/health/ready" and method == "GET":
+                await _respond(send, 503, b'{"status":"standby"}', request_id)
+            elif path == "/load" and method == "POST":
+                if self.token is not None and not hmac.compare_digest(headers.get(b"authorization", b""), f"Bearer {self.token}".encode()):
+                    raise unauthenticated("a valid bearer token is required")
+                try:
+                    model_uri = orjson.loads(await _read_body(receive))["model_uri"]
+                    assert isinstance(model_uri, str) and model_uri.startswith("models:/")
+                except Exception:
+                    raise ApiError(400, "INVALID_PARAMETER_VALUE", "body must be {\"model_uri\": \"models:/NAME/VERSION\"}") from None
+                async with self._loading:
+                    if self.inner is None:
+                        self.inner = await asyncio.get_running_loop().run_in_executor(None, self._load, model_uri)
+                await _respond(send, 200, self.inner._ready, request_id)
+            else:
+                raise not_found(f"no route {method} {path[:100]}")
+        except ApiError as err:
+            await _respond(send, err.status_code, orjson.dumps(error_body(err)), request_id)
+        except Exception as exc:
+            log.exception("standby replica failed to load a model")
+            err = internal(f"the model could not be loaded ({type(exc).__name__})")
+            await _respond(send, 500, orjson.dumps(error_body(err)), request_id)
+
+    def _load(self, model_uri: str) -> ReplicaApp:
+        runtime = ModelRuntime.load(model_uri, self.home)
+        runtime.warm()
+        runtime.profile(budget_s=self.profile_budget_s)
+        return create_replica_app(runtime, token=self.token)
+
+
+def _preload_runtime() -> None:
+    """Import what loading a model will need, so a warm replica pays only for the model itself."""
+    import mlflow.pyfunc  # noqa: F401
+    import mlflow.sklearn  # noqa: F401
+    import sklearn.ensemble  # noqa: F401
+    from feature_repo import store  # noqa: F401
+
+
 def main(argv: list[str] | None = None) -> int:
     from serving.settings import export_defaults
 
     parser = argparse.ArgumentParser(description="Serve one MLflow model as a tollfree replica.")
-    parser.add_argument("--model-uri", required=True)
+    parser.add_argument("--model-uri", help="the model to serve (required unless --standby)")
+    parser.add_argument("--standby", action="store_true", help="warm pool: import the runtime, wait for POST /load")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
+    if not args.standby and not args.model_uri:
+        parser.error("--model-uri is required (or --standby)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s replica[%(process)d] %(name)s: %(message)s")
     settings = export_defaults(os.environ)
     import mlflow
     import uvicorn
 
     mlflow.set_tracking_uri(settings.tracking_uri)
-    runtime = ModelRuntime.load(args.model_uri, Path(settings.home))
-    runtime.warm()
-    runtime.profile()
-    app = create_replica_app(runtime, token=os.environ.get(REPLICA_TOKEN_ENV) or None)
+    token = os.environ.get(REPLICA_TOKEN_ENV) or None
+    app: Any
+    if args.standby:
+        _preload_runtime()
+        app = StandbyApp(Path(settings.home), token=token)
+    else:
+        runtime = ModelRuntime.load(args.model_uri, Path(settings.home))
+        runtime.warm()
+        runtime.profile()
+        app = create_replica_app(runtime, token=token)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, loop="uvloop",
                 http="httptools", lifespan="on")
     return 0

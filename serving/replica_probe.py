@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import secrets
 import tempfile
 import threading
 import time
@@ -28,6 +29,7 @@ import httpx
 import numpy as np
 
 from serving.local_replicas import LocalReplica, start_replica, stop_replica, wait_ready
+from serving.replica import REPLICA_TOKEN_ENV
 
 log = logging.getLogger(__name__)
 
@@ -161,13 +163,14 @@ def probe_model(
     bodies = [(json.dumps(p).encode(), _payload_rows(p)) for p in payloads]
     artifact_mb = model_artifact_mb(model_uri)
 
+    token = secrets.token_urlsafe(32)  # the probe's own replica answers only the probe
     spawned = time.monotonic()
-    replica: LocalReplica = start_replica(model_uri, log_dir, env)
+    replica: LocalReplica = start_replica(model_uri, log_dir, {**env, REPLICA_TOKEN_ENV: token})
     try:
         wait_ready(replica, timeout_s=timeout_s)
         load_seconds = time.monotonic() - spawned
         url = f"{replica.url}/invocations"
-        headers = {"content-type": "application/json"}
+        headers = {"content-type": "application/json", "authorization": f"Bearer {token}"}
         limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
         clients = [httpx.Client(headers=headers, limits=limits) for _ in range(concurrency)]
         try:

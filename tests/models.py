@@ -44,3 +44,28 @@ class BrokenOnLoad(mlflow.pyfunc.PythonModel):
 
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict | None = None) -> np.ndarray:
         return np.zeros(len(model_input))
+
+
+class FlakyModel(mlflow.pyfunc.PythonModel):
+    """The champion's model, failing on about one row in ten (a deterministic function of the input)."""
+
+    def load_context(self, context: Any) -> None:
+        self.inner = mlflow.pyfunc.load_model(context.artifacts["inner"])
+
+    def predict(self, context: Any, model_input: pd.DataFrame, params: dict | None = None) -> np.ndarray:
+        marks = (np.floor(model_input["log_amount"].to_numpy(dtype=float) * 1e4) % 10) == 0
+        if marks.any():
+            raise ValueError("this model fails on some inputs")
+        return np.asarray(self.inner.predict(model_input))
+
+
+class RowCostModel(mlflow.pyfunc.PythonModel):
+    """Costs ``per_row_s`` of wall time per row, in one thread: a replica serves one request at a time
+    and batching gains nothing. What the autoscaler's horizontal axis must add replicas for."""
+
+    def __init__(self, per_row_s: float) -> None:
+        self.per_row_s = per_row_s
+
+    def predict(self, context: Any, model_input: pd.DataFrame, params: dict | None = None) -> np.ndarray:
+        time.sleep(self.per_row_s * len(model_input))
+        return model_input["x"].to_numpy(dtype=float) * 2

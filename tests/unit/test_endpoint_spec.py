@@ -400,3 +400,31 @@ def test_view_parses_with_the_databricks_sdk() -> None:
     assert parsed.tags[0].key == "team"
     listed = serving.ListEndpointsResponse.from_dict({"endpoints": [view]})
     assert listed.endpoints[0].state.ready == serving.EndpointStateReady.READY
+
+
+@pytest.mark.parametrize("entity, field", [
+    ({"autoscaling": {"min_target": -1}}, "autoscaling.min_target"),
+    ({"autoscaling": {"nonsense": 1}}, "autoscaling.nonsense"),
+    ({"autoscaling": {"vertical_metrics": ["latency", "vibes"]}}, "autoscaling.vertical_metrics"),
+    ({"autoscaling": {"scale_down_window_s": 5}}, "autoscaling.scale_down_window_s"),
+    ({"autoscaling": {"min_replicas": 2}}, "autoscaling.min_replicas"),
+    ({"min_replicas": 3, "max_replicas": 2}, "min_replicas"),
+])
+def test_an_invalid_scaling_config_is_refused_naming_the_field(entity, field):
+    from serving.endpoint_spec import EndpointCoreConfig, normalize_config
+    from serving.errors import ApiError
+
+    config = EndpointCoreConfig.model_validate({"served_entities": [{"entity_name": "m", "entity_version": "1", **entity}]})
+    with pytest.raises(ApiError) as err:
+        normalize_config(config, None)
+    assert err.value.status_code == 400 and field in err.value.message
+
+
+def test_the_scaling_config_follows_the_served_entity():
+    from serving.endpoint_spec import ServedEntityInput, scaling_config
+
+    fixed = scaling_config(ServedEntityInput(entity_name="m", entity_version="1", max_concurrency=30, max_replicas=8))
+    assert not fixed.vertical and fixed.initial_target == 20 and fixed.max_replicas == 8 and fixed.min_replicas == 1
+    zero = scaling_config(ServedEntityInput(entity_name="m", entity_version="1", scale_to_zero_enabled=True,
+                                            autoscaling={"idle_window_s": 60}))
+    assert zero.scale_to_zero and zero.min_replicas == 0 and zero.idle_window_s == 60 and zero.vertical

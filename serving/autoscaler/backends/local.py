@@ -1,0 +1,112 @@
+"""The embedded backend: a served entity's replicas are local processes of the gateway's host.
+
+``set_replicas`` is called by the controller on the gateway's event loop and returns at once: new
+replicas start in the background (from the warm pool when it has one: only the model load remains),
+surplus ones leave the routing at once and stop once their requests are answered. Dead replicas are
+dropped from the routing when counted, so the controller sees them missing and replaces them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from serving.batching import BatchPlan
+from serving.endpoint_manager import EndpointManager, ServedEntity
+from serving.local_replicas import LocalReplica, ReplicaStartError, activate, start_replica, stop_replica, wait_ready
+from serving.warm_pool import WarmPool
+
+log = logging.getLogger(__name__)
+
+DRAIN_POLL_S = 0.1
+
+
+class LocalBackend:
+    def __init__(self, manager: EndpointManager, pool: WarmPool | None = None, *, drain_timeout_s: float = 30.0) -> None:
+        self.manager = manager
+        self.pool = pool
+        self.drain_timeout_s = drain_timeout_s
+        self.starting: dict[tuple[str, str], int] = {}
+        self.cold_starts = 0
+        self.warm_starts = 0
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def _entity(self, endpoint: str, entity: str) -> ServedEntity:
+        live = self.manager.live.get(endpoint)
+        if live is None or entity not in live.entities:
+            raise LookupError(f"served entity {endpoint}/{entity} is not live")
+        return live.entities[entity]
+
+    def ready_replicas(self, endpoint: str, entity: str) -> int:
+        served = self._entity(endpoint, entity)
+        dead = [r for r in served.replicas if not r.alive()]
+        for replica in dead:  # a crashed replica: out of the routing; the controller replaces it
+            served.replicas.remove(replica)
+            log.warning("replica pid %d of %s/%s died (code %s)", replica.pid, endpoint, entity, replica.process.returncode)
+        return len(served.replicas)
+
+    def set_replicas(self, endpoint: str, entity: str, n: int) -> None:
+        served = self._entity(endpoint, entity)
+        key = (endpoint, entity)
+        current = self.ready_replicas(endpoint, entity) + self.starting.get(key, 0)
+        for _ in range(n - current):
+            self.starting[key] = self.starting.get(key, 0) + 1
+            self._spawn(self._add(key, served))
+        surplus = current - n
+        if surplus > 0:
+            victims = sorted(served.replicas, key=lambda r: r.outstanding)[:surplus]
+            for replica in victims:
+                served.replicas.remove(replica)  # no new requests from here on
+                self._spawn(self._drain_and_stop(replica))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _add(self, key: tuple[str, str], served: ServedEntity) -> None:
+        replica: LocalReplica | None = None
+        try:
+            replica = self.pool.take() if self.pool is not None else None
+            if replica is not None:
+                ready = await run_in_threadpool(activate, replica, served.model_uri, self.manager.replica_token)
+                self.warm_starts += 1
+            else:
+                replica = await run_in_threadpool(start_replica, served.model_uri, self.manager.log_dir, self.manager.replica_env)
+                ready = await run_in_threadpool(wait_ready, replica)
+                self.cold_starts += 1
+            live = self.manager.live.get(key[0])
+            if live is None or live.entities.get(key[1]) is not served:  # the entity went away meanwhile
+                await run_in_threadpool(stop_replica, replica)
+                return
+            served.replicas.append(replica)
+            if served.dispatcher is not None:
+                if isinstance(ready, dict) and isinstance(ready.get("batching"), dict) and not served.dispatcher.plan.enabled:
+                    served.dispatcher.plan = BatchPlan.from_json(ready["batching"])
+                served.dispatcher.capacity_changed()
+            log.info("replica pid %d added to %s/%s (%d now)", replica.pid, key[0], key[1], len(served.replicas))
+        except (ReplicaStartError, OSError) as exc:
+            log.error("could not add a replica to %s/%s: %s", key[0], key[1], exc)
+            if replica is not None:
+                await run_in_threadpool(stop_replica, replica)
+        finally:
+            self.starting[key] = max(0, self.starting.get(key, 1) - 1)
+            if self.pool is not None:
+                self._spawn(run_in_threadpool(self.pool.fill))
+
+    async def _drain_and_stop(self, replica: LocalReplica) -> None:
+        waited = 0.0
+        while replica.outstanding > 0 and waited < self.drain_timeout_s:
+            await asyncio.sleep(DRAIN_POLL_S)
+            waited += DRAIN_POLL_S
+        await run_in_threadpool(stop_replica, replica)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.pool is not None:
+            await run_in_threadpool(self.pool.close)

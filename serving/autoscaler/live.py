@@ -1,0 +1,155 @@
+"""The autoscaler inside the gateway: samples from the dispatchers, the controller stepped every second
+on the gateway's event loop, replica counts applied by the local backend.
+
+- ``GatewaySignals`` is the controller's ``SignalSource``: each served entity's load meter (in flight,
+  queued, arrivals, completions, latency; ``serving.load_meter``) plus its replicas' CPU from ``/proc``.
+- ``LiveAutoscaler`` keeps the controller's entity set in step with the live endpoints, seeds a batched
+  model's per-replica target from its batching plan (a replica that predicts 32 rows in one call can
+  take 32 requests at once: that is what "model-aware" means on the vertical axis), applies the
+  vertical axis's limit to the dispatcher, and steps at once when a request finds no replica (scale
+  from zero does not wait for the next tick).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+from serving.autoscaler.config import ScalingConfig
+from serving.autoscaler.controller import Backend, Controller, EntityKey
+from serving.autoscaler.signals import Sample
+from serving.dispatcher import PIPELINE_DEPTH
+from serving.endpoint_manager import EndpointManager, ServedEntity
+
+log = logging.getLogger(__name__)
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+_DEFAULT_TARGET = ScalingConfig().initial_target
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a process, from /proc (None if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class GatewaySignals:
+    def __init__(self, manager: EndpointManager, starting: Callable[[EntityKey], int] = lambda key: 0) -> None:
+        self.manager = manager
+        self.starting = starting
+        self._cpu: dict[int, tuple[float, float]] = {}  # pid -> (cpu seconds, when)
+
+    def _utilisation(self, entity: ServedEntity, now: float) -> float | None:
+        shares = []
+        for replica in entity.replicas:
+            cpu = cpu_seconds(replica.pid)
+            if cpu is None:
+                continue
+            last = self._cpu.get(replica.pid)
+            self._cpu[replica.pid] = (cpu, now)
+            if last is not None and now > last[1]:
+                shares.append(min(1.0, (cpu - last[0]) / (now - last[1])))
+        return sum(shares) / len(shares) if shares else None
+
+    def sample(self, now: float) -> Mapping[EntityKey, Sample]:
+        out: dict[EntityKey, Sample] = {}
+        for endpoint, live in list(self.manager.live.items()):
+            for name, entity in live.entities.items():
+                if entity.dispatcher is None:
+                    continue
+                reading = entity.dispatcher.meter.read(now)
+                ready = sum(r.alive() for r in entity.replicas)
+                out[(endpoint, name)] = Sample(
+                    t=now, in_flight=reading.in_flight, ready_replicas=ready,
+                    replicas=ready + self.starting((endpoint, name)), queue_depth=reading.queue_depth,
+                    requests=reading.arrivals, completed=reading.completed,
+                    latency_p50_ms=reading.latency_p50_ms, latency_p99_ms=reading.latency_p99_ms,
+                    utilisation=self._utilisation(entity, now),
+                    per_replica_in_flight=tuple(float(r.outstanding) for r in entity.replicas),
+                )
+        return out
+
+
+def seeded(config: ScalingConfig, entity: ServedEntity) -> ScalingConfig:
+    """The starting per-replica target from what the replica measured of its model: a batched model's
+    replica takes its batch size times the pipeline depth in flight; an unbatched one predicts one
+    request at a time (one predict thread), so its target is one. Unless the user set a target or
+    fixed the concurrency. The vertical axis re-tunes from there."""
+    dispatcher = entity.dispatcher
+    if not config.vertical or config.initial_target != _DEFAULT_TARGET or dispatcher is None or dispatcher.plan.single_ms <= 0:
+        return config
+    plan = dispatcher.plan
+    target = plan.max_batch * PIPELINE_DEPTH / config.admission_headroom if plan.enabled else 1.0
+    return replace(config, initial_target=min(config.max_target, max(config.min_target, target)))
+
+
+class LiveAutoscaler:
+    def __init__(self, manager: EndpointManager, backend: Backend, *, interval_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic, starting: Callable[[EntityKey], int] = lambda key: 0) -> None:
+        self.manager = manager
+        self.interval_s = interval_s
+        self.clock = clock
+        self.controller = Controller(GatewaySignals(manager, starting), backend, {}, concurrency_sink=self._set_limit)
+        self._configs: dict[EntityKey, tuple[int, ScalingConfig]] = {}  # key -> (id of the entity, its config)
+        self._last_step = 0.0
+        self._poke: asyncio.Handle | None = None
+
+    def sync(self) -> None:
+        """Follow the live endpoints: new or re-deployed entities in, removed ones out."""
+        seen: set[EntityKey] = set()
+        for endpoint, live in list(self.manager.live.items()):
+            for name, entity in live.entities.items():
+                if entity.scaling is None or entity.dispatcher is None:
+                    continue
+                key = (endpoint, name)
+                seen.add(key)
+                known = self._configs.get(key)
+                if known is None or known[0] != id(entity) or known[1] != entity.scaling:
+                    if known is None or known[0] != id(entity):
+                        self.controller.remove(key)  # a new entity (new version): start from its own plan
+                    self.controller.set_config(key, seeded(entity.scaling, entity))
+                    self._configs[key] = (id(entity), entity.scaling)
+                    # hold a burst while replicas start, rather than refuse it (the 5 s wait still bounds it)
+                    entity.dispatcher.max_queue = entity.scaling.max_queue
+                entity.dispatcher.on_starved = self.poke
+        for key in set(self._configs) - seen:
+            self.controller.remove(key)
+            del self._configs[key]
+
+    def _set_limit(self, endpoint: str, entity: str, limit: int) -> None:
+        live = self.manager.live.get(endpoint)
+        served = live.entities.get(entity) if live else None
+        if served is not None and served.scaling is not None and served.scaling.vertical:
+            served.max_concurrency = limit
+            if served.dispatcher is not None:
+                served.dispatcher.capacity_changed()
+
+    def step(self) -> None:
+        self._poke = None
+        self.sync()
+        now = self.clock()
+        self._last_step = now
+        self.controller.step(now)
+
+    def poke(self) -> None:
+        """Step soon (a request found no replica), at most every 50 ms."""
+        if self._poke is None and self.clock() - self._last_step > 0.05:
+            self._poke = asyncio.get_running_loop().call_soon(self.step)
+
+    async def run(self) -> None:
+        next_at = self.clock()
+        while True:
+            try:
+                self.step()
+            except Exception:  # the loop must outlive a bad step
+                log.exception("autoscaler step failed")
+            next_at += self.interval_s
+            await asyncio.sleep(max(0.0, next_at - self.clock()))

@@ -1,0 +1,163 @@
+"""The autoscaler live: a real gateway, real replica processes, real HTTP on loopback.
+
+- A 10x step of load adds replicas within 10 s, with no 5xx and under 1 % 429s; when the load ends the
+  replicas stay for the scale-down window and then go.
+- With scale to zero on, the endpoint goes to zero replicas after its idle window, and the first
+  request after that is answered from the warm pool within 1 s (the demo model).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import mlflow
+import pandas as pd
+import pytest
+from mlflow import MlflowClient
+from mlflow.models import infer_signature
+
+from feature_repo import synthetic
+from serving.gateway_process import GatewayProcess, environ_with, start_gateway, wait_endpoint_ready
+from tests.models import RowCostModel
+from tests.world import MODEL_NAME, World
+
+pytestmark = pytest.mark.slow
+
+PER_ROW_S = 0.025  # one replica serves 40 requests/s
+BASE_RPS, STEP_RPS = 8, 80
+SCALE_DOWN_WINDOW_S = 20
+
+
+@pytest.fixture(scope="module")
+def live(world: World) -> Iterator[tuple[GatewayProcess, dict[str, str]]]:
+    token = os.environ["TOLLFREE_TOKEN"]
+    process = start_gateway(environ_with({"TOLLFREE_WARM_POOL": "1"}), world.home / "logs" / "gateway-autoscaler.log")
+    try:
+        yield process, {"Authorization": f"Bearer {token}"}
+    finally:
+        process.stop()
+
+
+def ready_replicas(client: httpx.Client, endpoint: str) -> int | None:
+    text = client.get("/metrics").text
+    found = re.search(r'tollfree_autoscaler_ready_replicas\{endpoint="%s",served_entity="[^"]+"\} (\d+)' % endpoint, text)
+    return int(found.group(1)) if found else None
+
+
+def register_row_cost_model(world: World) -> str:
+    client = MlflowClient(world.settings.tracking_uri)
+    champion = client.get_model_version_by_alias(MODEL_NAME, "champion")
+    frame = pd.DataFrame({"x": [1.0]})
+    with mlflow.start_run(experiment_id=client.get_run(champion.run_id).info.experiment_id):
+        info = mlflow.pyfunc.log_model(name="model", python_model=RowCostModel(PER_ROW_S), pip_requirements=["mlflow"],
+                                       signature=infer_signature(frame, [2.0]), input_example=frame,
+                                       registered_model_name="rowcost")
+    return str(info.registered_model_version)
+
+
+async def open_loop(url: str, headers: dict[str, str], phases: list[tuple[float, float]]) -> list[tuple[float, int]]:
+    """Requests at a fixed rate per phase (rate/s, seconds), whatever the answers take; (sent at, status)."""
+    results: list[tuple[float, int]] = []
+    start = time.monotonic()
+    limits = httpx.Limits(max_connections=400, max_keepalive_connections=400)
+    async with httpx.AsyncClient(headers=headers, timeout=30, limits=limits) as client:
+        async def one(sent: float) -> None:
+            try:
+                answer = await client.post(url, json={"dataframe_split": {"columns": ["x"], "data": [[1.0]]}})
+                results.append((sent, answer.status_code))
+            except httpx.HTTPError:
+                results.append((sent, 599))
+
+        tasks = []
+        at = 0.0
+        for rate, seconds in phases:
+            for i in range(int(rate * seconds)):
+                due = at + i / rate
+                await asyncio.sleep(max(0.0, start + due - time.monotonic()))
+                tasks.append(asyncio.create_task(one(due)))
+            at += seconds
+        await asyncio.gather(*tasks)
+    return results
+
+
+def test_a_10x_step_adds_replicas_within_10s_without_errors_and_they_leave_after_the_window(world, live):
+    process, auth = live
+    version = register_row_cost_model(world)
+    with httpx.Client(base_url=process.url, headers=auth, timeout=30) as api:
+        created = api.post("/api/2.0/serving-endpoints", json={"name": "steps", "config": {"served_entities": [{
+            "entity_name": "rowcost", "entity_version": version, "max_replicas": 4,
+            "autoscaling": {"scale_down_window_s": SCALE_DOWN_WINDOW_S}}]}})
+        assert created.status_code == 200, created.text
+        wait_endpoint_ready(process.url, auth["Authorization"].split()[1], "steps")
+        observed: list[tuple[float, int | None]] = []
+        stop = threading.Event()
+
+        def watch() -> None:
+            with httpx.Client(base_url=process.url, headers=auth, timeout=10) as client:
+                while not stop.is_set():
+                    observed.append((time.monotonic(), ready_replicas(client, "steps")))
+                    time.sleep(0.5)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        started = time.monotonic()
+        base_s, step_s = 8.0, 20.0
+        results = asyncio.run(open_loop(f"{process.url}/serving-endpoints/steps/invocations", auth,
+                                        [(BASE_RPS, base_s), (STEP_RPS, step_s)]))
+        load_ended = started + base_s + step_s
+        time.sleep(max(0.0, load_ended + SCALE_DOWN_WINDOW_S + 25 - time.monotonic()))
+        stop.set()
+        watcher.join()
+        decisions = api.get("/api/2.0/serving-endpoints/steps/autoscaler").json()
+        api.delete("/api/2.0/serving-endpoints/steps")
+
+    statuses = [status for _, status in results]
+    assert not [s for s in statuses if s >= 500], "no 5xx under the step"
+    assert statuses.count(429) <= 0.01 * len(statuses), f"{statuses.count(429)} of {len(statuses)} refused"
+    step_at = started + base_s
+    before = [n for t, n in observed if t < step_at and n is not None]
+    assert before and max(before) == 1  # the base load needs one replica
+    grown = [t for t, n in observed if t >= step_at and (n or 0) >= 2]
+    assert grown and grown[0] - step_at <= 10.0, f"replicas grew {grown[0] - step_at if grown else None} s after the step"
+    held = [n for t, n in observed if load_ended + 2 <= t <= load_ended + SCALE_DOWN_WINDOW_S - 5]
+    assert held and min(held) >= 2, "replicas stay through the scale-down window"
+    final = [n for t, n in observed if t >= load_ended + SCALE_DOWN_WINDOW_S + 20]
+    assert final and final[-1] == 1, f"back to one replica after the window: {observed[-5:]}"
+    reasons = [d["reason"] for d in decisions["decisions"]]
+    assert decisions["enabled"] and len(reasons) >= 2 and all(d["inputs"] is not None for d in decisions["decisions"])
+
+
+def test_scale_to_zero_and_the_first_request_after_idle_comes_from_the_warm_pool_within_1s(world, live):
+    process, auth = live
+    rows = synthetic.read_transactions(world.settings.data_dir).head(1)[["customer_id", "merchant_id", "amount"]]
+    body = {"dataframe_records": rows.to_dict(orient="records")}
+    with httpx.Client(base_url=process.url, headers=auth, timeout=60) as api:
+        created = api.post("/api/2.0/serving-endpoints", json={"name": "idle", "config": {"served_entities": [{
+            "entity_name": MODEL_NAME, "entity_alias": "champion", "scale_to_zero_enabled": True, "min_replicas": 0,
+            "autoscaling": {"idle_window_s": 3}}]}})
+        assert created.status_code == 200, created.text
+        wait_endpoint_ready(process.url, auth["Authorization"].split()[1], "idle")
+        assert api.post("/serving-endpoints/idle/invocations", json=body).status_code == 200
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (ready_replicas(api, "idle") == 0
+                                                   and api.get("/api/2.0/serving-endpoints/idle/autoscaler").json()["warm_pool_idle"] >= 1):
+            time.sleep(0.5)
+        assert ready_replicas(api, "idle") == 0, "scaled to zero after the idle window"
+        before = api.get("/api/2.0/serving-endpoints/idle/autoscaler").json()
+        assert before["warm_pool_idle"] >= 1
+        started = time.perf_counter()
+        first = api.post("/serving-endpoints/idle/invocations", json=body, headers={"x-request-id": secrets.token_hex(8)})
+        elapsed = time.perf_counter() - started
+        after = api.get("/api/2.0/serving-endpoints/idle/autoscaler").json()
+        api.delete("/api/2.0/serving-endpoints/idle")
+    print(f"first request after idle: {elapsed * 1000:.0f} ms")
+    assert first.status_code == 200 and len(first.json()["predictions"]) == 1
+    assert after["warm_starts"] == before["warm_starts"] + 1  # from the warm pool, not a cold start
+    assert elapsed < 1.0, f"first request after scale to zero took {elapsed:.2f} s"
