@@ -66,12 +66,18 @@ class StackConfig:
             if not raw.isdigit() or not 0 < int(raw) < 65536:
                 raise ValueError(f"{var} must be a TCP port, got {raw!r}")
             ports[name] = int(raw)
+        own_server = f"http://{HOST}:{ports['mlflow']}"
+        if user_uri is not None and user_uri.rstrip("/") == own_server:
+            user_uri = None  # the stack's own env file was sourced: that is our server, not an external one
         local = user_uri is None or user_uri.startswith("sqlite:")
+        token_file = settings.home / "secrets" / "admin-token"
+        env_token = env.get("TOLLFREE_TOKEN") or ""
+        file_token = token_file.read_text().strip() if token_file.exists() else None
         return cls(
             home=settings.home, ports=ports,
-            backend_store_uri=settings.tracking_uri if local else None,
+            backend_store_uri=(user_uri or f"sqlite:///{settings.home / 'mlflow.db'}") if local else None,
             external_tracking_uri=None if local else user_uri,
-            token_from_env=bool(env.get("TOLLFREE_TOKEN")),
+            token_from_env=bool(env_token) and env_token != file_token,
             seed_data=env.get("TOLLFREE_SEED_DATA", "1") not in ("0", "false", "no"),
         )
 
@@ -112,7 +118,7 @@ class StackConfig:
 
 def admin_token(config: StackConfig, environ: Mapping[str, str]) -> str:
     """``TOLLFREE_TOKEN`` if set; otherwise the token file's, generated once (0600, in a 0700 folder)."""
-    if environ.get("TOLLFREE_TOKEN"):
+    if config.token_from_env:
         return environ["TOLLFREE_TOKEN"]
     path = config.token_file
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -39,11 +39,22 @@ def test_the_admin_token_is_generated_once_into_a_private_file(tmp_path: Path):
     assert stat.S_IMODE(config.token_file.stat().st_mode) == 0o600
     assert stat.S_IMODE(config.token_file.parent.stat().st_mode) == 0o700
     assert admin_token(config, {}) == first
-    assert admin_token(config, {"TOLLFREE_TOKEN": "from-the-environment-123"}) == "from-the-environment-123"
+    given = {"TOLLFREE_HOME": str(tmp_path), "TOLLFREE_TOKEN": "from-the-environment-123"}
+    assert admin_token(StackConfig.from_environ(given), given) == "from-the-environment-123"
     config.state_dir.mkdir(parents=True)
     write_env_file(config)
     env_file = config.env_file.read_text()
     assert first not in env_file and str(config.token_file) in env_file
+
+
+def test_the_stacks_own_env_file_sourced_changes_nothing(tmp_path: Path):
+    config = StackConfig.from_environ({"TOLLFREE_HOME": str(tmp_path)})
+    token = admin_token(config, {})
+    sourced = {"TOLLFREE_HOME": str(tmp_path), "MLFLOW_TRACKING_URI": config.tracking_uri, "TOLLFREE_TOKEN": token,
+               "PREFECT_API_URL": config.prefect_api}
+    again = StackConfig.from_environ(sourced)
+    assert again.backend_store_uri == config.backend_store_uri  # still our MLflow server, on our SQLite
+    assert again.external_tracking_uri is None and not again.token_from_env
 
 
 def test_a_taken_port_is_reported(tmp_path: Path):
