@@ -155,7 +155,7 @@ def _error_check(champion: pd.DataFrame, challenger: pd.DataFrame, config: Canar
     p_rollback = float(stats.binomtest(e_x, n_x, config.error_rollback, alternative="greater").pvalue)
     p_warn = float(stats.binomtest(e_x, n_x, config.error_warn, alternative="greater").pvalue)
     upper = float(stats.binomtest(e_x, n_x).proportion_ci(1 - 2 * config.alpha).high)
-    figures = f"error rate {rate_x:.2%} ({e_x}/{n_x}) vs champion {rate_c:.2%} ({e_c}/{n_c}), Fisher p={fisher:.3g}"
+    figures = f"error_rate {rate_x:.2%} ({e_x}/{n_x}) vs champion {rate_c:.2%} ({e_c}/{n_c}), Fisher p={fisher:.3g}"
     worse = fisher < config.alpha
     if worse and p_rollback < config.alpha:
         return Check("error_rate", ROLLBACK, rate_c, rate_x, rate_x, upper, p_rollback, n_c, n_x,
@@ -219,7 +219,7 @@ def _memory_check(champion: pd.DataFrame, challenger: pd.DataFrame, config: Cana
     p_c, growth_c = memory_trend(champion) if n_c >= 2 else (1.0, 0.0)
     last_x = float(challenger.sort_values("timestamp")["rss_mb"].iloc[-1])
     last_c = float(champion.sort_values("timestamp")["rss_mb"].iloc[-1]) if n_c else None
-    figures = f"challenger RSS growth {growth_x:+.0%} (Kendall p={p_x:.3g}), champion {growth_c:+.0%} (p={p_c:.3g})"
+    figures = f"memory_trend: challenger RSS growth {growth_x:+.0%} (Kendall p={p_x:.3g}), champion {growth_c:+.0%} (p={p_c:.3g})"
     champion_rises = p_c < config.alpha and growth_c >= growth_x / 2
     if p_x < config.alpha and growth_x > config.memory_growth and not champion_rises:
         return Check("memory_trend", ROLLBACK, last_c, last_x, growth_x, None, p_x, n_c, n_x, f"{figures}: rising steadily")

@@ -1,0 +1,104 @@
+"""The gateway's control plane as the flows drive it: over HTTP, like any client.
+
+``GatewayApi`` reads an endpoint, writes a config (served entities and traffic routes) and waits for
+the rollout to settle. ``config_body`` turns an endpoint's view back into a config request, so a
+traffic change resends every entity exactly as it was (an alias stays an alias).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+URL_ENV, TOKEN_ENV, DEFAULT_URL = "TOLLFREE_GATEWAY_URL", "TOLLFREE_TOKEN", "http://127.0.0.1:8080"
+API = "/api/2.0/serving-endpoints"
+_ENTITY_KEYS = ("name", "entity_name", "workload_size", "workload_type", "scale_to_zero_enabled", "environment_vars",
+                "min_replicas", "max_replicas", "max_concurrency")
+
+
+class GatewayError(RuntimeError):
+    pass
+
+
+def entity_input(view_entity: Mapping[str, Any]) -> dict[str, Any]:
+    """A served entity of an endpoint view as a config input: an alias entity keeps its alias only."""
+    out = {k: view_entity[k] for k in _ENTITY_KEYS if k in view_entity}
+    if view_entity.get("entity_alias"):
+        out["entity_alias"] = view_entity["entity_alias"]
+    else:
+        out["entity_version"] = str(view_entity["entity_version"])
+    return out
+
+
+def routes_of(view: Mapping[str, Any]) -> dict[str, int]:
+    """Served entity name -> traffic percentage of the endpoint's current config."""
+    return {r["served_entity_name"]: int(r["traffic_percentage"]) for r in view["config"]["traffic_config"]["routes"]}
+
+
+def config_body(view: Mapping[str, Any], entities: list[dict[str, Any]], routes: Mapping[str, int]) -> dict[str, Any]:
+    """A config request with ``entities`` and ``routes``, keeping the view's cache and capture settings."""
+    body: dict[str, Any] = {
+        "served_entities": entities,
+        "traffic_config": {"routes": [{"served_entity_name": e["name"], "traffic_percentage": int(routes.get(e["name"], 0))}
+                                      for e in entities]},
+    }
+    for key in ("response_cache", "auto_capture_config"):
+        if key in view["config"]:
+            body[key] = view["config"][key]
+    return body
+
+
+class GatewayApi:
+    def __init__(self, url: str, token: str, transport: httpx.BaseTransport | None = None, timeout_s: float = 30.0) -> None:
+        self._client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s,
+                                    transport=transport)
+        self.url = url
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] = os.environ, url: str | None = None) -> GatewayApi:
+        token = environ.get(TOKEN_ENV)
+        if not token:
+            raise GatewayError(f"{TOKEN_ENV} is not set: the flows need the gateway's admin token")
+        return cls(url or environ.get(URL_ENV) or DEFAULT_URL, token)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        try:
+            reply = self._client.request(method, path, json=body)
+        except httpx.TransportError as exc:
+            raise GatewayError(f"gateway at {self.url} unreachable: {type(exc).__name__}") from exc
+        if reply.status_code != 200:
+            try:
+                message = reply.json().get("message", "")
+            except ValueError:
+                message = reply.text[:200]
+            raise GatewayError(f"{method} {path}: {reply.status_code} {message}")
+        return reply.json()
+
+    def get(self, endpoint: str) -> dict[str, Any]:
+        return self._call("GET", f"{API}/{endpoint}")
+
+    def put_config(self, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call("PUT", f"{API}/{endpoint}/config", body)
+
+    def wait_settled(self, endpoint: str, timeout_s: float = 300.0, poll_s: float = 0.3) -> dict[str, Any]:
+        """The endpoint's view once no config update is in progress (NOT_UPDATING or UPDATE_FAILED)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            view = self.get(endpoint)
+            if view["state"]["config_update"] != "IN_PROGRESS":
+                return view
+            if time.monotonic() > deadline:
+                raise GatewayError(f"endpoint {endpoint}: config update still in progress after {timeout_s:.0f} s")
+            time.sleep(poll_s)
+
+    def apply(self, endpoint: str, body: dict[str, Any], timeout_s: float = 300.0) -> dict[str, Any]:
+        """PUT a config and wait for it to settle; the settled view."""
+        self.put_config(endpoint, body)
+        return self.wait_settled(endpoint, timeout_s)
