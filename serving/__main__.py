@@ -1,4 +1,8 @@
-"""``python -m serving --host 127.0.0.1 --port PORT``: the gateway with its local replicas.
+"""``python -m serving --host 127.0.0.1 --port PORT [--admin-port PORT]``: the gateway with its local replicas.
+
+With ``--admin-port`` the control plane (the serving-endpoints API, ``/metrics``, ``/openapi.json``)
+listens only on that port (bind it to a private interface with ``--admin-host``); ``--port`` then
+serves the data plane and the health probes alone.
 
 State folder from ``TOLLFREE_HOME``, registry from ``MLFLOW_TRACKING_URI`` (default: the state
 folder's SQLite), admin token from ``TOLLFREE_TOKEN`` (required).
@@ -7,6 +11,7 @@ folder's SQLite), admin token from ``TOLLFREE_TOKEN`` (required).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import sys
@@ -18,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m serving", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--admin-port", type=int, default=None,
+                        help="serve the control plane on this port only (default: on --port with the data plane)")
+    parser.add_argument("--admin-host", default=None, help="interface for --admin-port (default: --host)")
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s gateway %(name)s: %(message)s")
@@ -52,9 +60,30 @@ def main(argv: list[str] | None = None) -> int:
     metrics = GatewayMetrics.create()  # one registry: the gateway's, the inference log's, the autoscaler's
     app = create_gateway_app(manager, tokens, InferenceLogWriter(settings.inference_log_dir, registry=metrics.registry),
                              metrics=metrics, autoscale=os.environ.get("TOLLFREE_AUTOSCALE", "on") != "off", warm_pool_size=int(pool))
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False, timeout_graceful_shutdown=20,
-                loop="uvloop", http="httptools")
+    server = dict(log_level=args.log_level, access_log=False, timeout_graceful_shutdown=20, loop="uvloop", http="httptools")
+    if args.admin_port is None:
+        uvicorn.run(app, host=args.host, port=args.port, **server)
+        return 0
+    if args.admin_port == args.port and (args.admin_host or args.host) == args.host:
+        print("--admin-port must differ from --port", file=sys.stderr)
+        return 2
+    public = uvicorn.Server(uvicorn.Config(app.public(), host=args.host, port=args.port, **server))
+    admin = uvicorn.Server(uvicorn.Config(app, host=args.admin_host or args.host, port=args.admin_port, lifespan="off", **server))
+    with asyncio.Runner(loop_factory=public.config.get_loop_factory()) as runner:
+        runner.run(_serve_both(public, admin))
     return 0
+
+
+async def _serve_both(public, admin) -> None:  # type: ignore[no-untyped-def]
+    """The public server owns the signals and the app's lifespan (replicas, inference log); the admin
+    server follows it: it stops when the public one is told to."""
+
+    async def follow() -> None:
+        while not public.should_exit and not admin.should_exit:
+            await asyncio.sleep(0.1)
+        public.should_exit = admin.should_exit = True
+
+    await asyncio.gather(public.serve(), admin._serve(), follow())
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from serving.errors import permission_denied, unauthenticated
+from serving.rate_limit import RateLimit
 
 logger = logging.getLogger(__name__)
 
@@ -23,7 +24,7 @@ ADMIN_TOKEN_ENV = "TOLLFREE_TOKEN"
 TOKENS_FILE_ENV = "TOLLFREE_TOKENS_FILE"
 ADMIN_PRINCIPAL_NAME = "admin"
 MIN_TOKEN_LENGTH = 16
-_ENTRY_KEYS = frozenset({"name", "token", "endpoints"})
+_ENTRY_KEYS = frozenset({"name", "token", "endpoints", "rate_limit"})
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class Principal:
     name: str
     admin: bool
     endpoints: frozenset[str] = frozenset()
+    rate_limit: RateLimit | None = None  # per-token limit from the tokens file; None: unlimited
 
     def can_access(self, endpoint: str) -> bool:
         return self.admin or endpoint in self.endpoints
@@ -120,7 +122,7 @@ def _load_tokens_file(
             raise ValueError(f"{at} must be an object with name, token, endpoints")
         unknown = sorted(str(k)[:64] for k in entry if k not in _ENTRY_KEYS)
         if unknown:
-            raise ValueError(f"{at} has unknown key(s) {unknown}; accepted: name, token, endpoints")
+            raise ValueError(f"{at} has unknown key(s) {unknown}; accepted: name, token, endpoints, rate_limit")
         name, token, endpoints = entry.get("name"), entry.get("token"), entry.get("endpoints")
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"{at}: 'name' must be a non-empty string")
@@ -139,9 +141,10 @@ def _load_tokens_file(
             or not all(isinstance(e, str) and e for e in endpoints)
         ):
             raise ValueError(f"{at}: 'endpoints' must be a non-empty list of endpoint names")
+        limit = RateLimit.parse(entry["rate_limit"], at) if "rate_limit" in entry else None
         seen_names.add(name)
         seen_tokens.add(token)
-        out.append((token, Principal(name=name, admin=False, endpoints=frozenset(endpoints))))
+        out.append((token, Principal(name=name, admin=False, endpoints=frozenset(endpoints), rate_limit=limit)))
     return out
 
 

@@ -23,6 +23,7 @@ from serving.endpoint_manager import EndpointManager
 from serving.errors import REQUEST_ID_HEADER, ApiError, error_body, payload_too_large, resolve_request_id, unavailable
 from serving.gateway_metrics import GatewayMetrics
 from serving.inference_log import InferenceLogWriter, InferenceRecord, utc_now
+from serving.rate_limit import TokenBuckets
 from serving.replica_wire import WireAnswer, WireRequest
 from serving.router import choose_entity
 from serving.scoring_protocol import canonical_payload_key
@@ -37,13 +38,15 @@ _REQUEST_ID = REQUEST_ID_HEADER.encode()
 
 class InvocationsHandler:
     def __init__(self, manager: EndpointManager, tokens: TokenRegistry, inference_log: InferenceLogWriter,
-                 metrics: GatewayMetrics, *, rng: random.Random | None = None, max_body_bytes: int = 4 * 1024 * 1024) -> None:
+                 metrics: GatewayMetrics, *, rng: random.Random | None = None, max_body_bytes: int = 4 * 1024 * 1024,
+                 limiter: TokenBuckets | None = None) -> None:
         self.manager = manager
         self.tokens = tokens
         self.inference_log = inference_log
         self.metrics = metrics
         self.rng = rng or random.Random()
         self.max_body_bytes = max_body_bytes
+        self.limiter = limiter or TokenBuckets()
 
     async def __call__(self, scope: dict, receive: Any, send: Any, name: str) -> None:
         started = time.perf_counter()
@@ -57,7 +60,8 @@ class InvocationsHandler:
         in_flight = self.metrics.in_flight.labels(name)
         in_flight.inc()
         try:
-            authorize(self.tokens, headers.get(b"authorization", b"").decode("latin-1") or None, name)
+            who = authorize(self.tokens, headers.get(b"authorization", b"").decode("latin-1") or None, name)
+            self.limiter.admit(who.name, who.rate_limit)
             declared = headers.get(b"content-length", b"")
             if declared.isdigit() and int(declared) > self.max_body_bytes:
                 raise payload_too_large(f"request body over the limit of {self.max_body_bytes} bytes")

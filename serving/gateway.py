@@ -1,6 +1,9 @@
 """The gateway: the Databricks serving-endpoints API (control plane) and the MLflow scoring protocol
 (data plane) in one FastAPI app. Every route but the health check and the SDK's config probe needs a
-bearer token."""
+bearer token: ``Gateway`` checks it before FastAPI sees the request (so no route, ``/openapi.json`` and
+unknown paths included, answers an anonymous caller with anything but 401), and each route then checks
+the token's rights. Per-token rate limits apply to both planes. ``Gateway.public()`` is the view for a
+public port when the admin API is bound to its own port: the data plane and the health probes only."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import random
 from contextlib import asynccontextmanager
 from typing import Any
 
+import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -20,14 +24,18 @@ from serving.autoscaler.backends.local import LocalBackend
 from serving.autoscaler.live import LiveAutoscaler
 from serving.data_plane import INVOCATIONS, InvocationsHandler
 from serving.endpoint_manager import EndpointManager
-from serving.errors import install_error_handlers
+from serving.errors import ApiError, error_body, install_error_handlers, not_found, payload_too_large, permission_denied
 from serving.gateway_metrics import GatewayMetrics
 from serving.inference_log import InferenceLogWriter
+from serving.rate_limit import TokenBuckets
 from serving.warm_pool import WarmPool
 
 log = logging.getLogger(__name__)
 
 API = "/api/2.0/serving-endpoints"
+PUBLIC_PATHS = frozenset({"/healthz", "/.well-known/databricks-config"})  # the only routes without a token
+_READS = frozenset({"GET", "HEAD"})
+_ADMIN_READS = frozenset({"/metrics"})
 
 
 def create_gateway_app(
@@ -41,10 +49,12 @@ def create_gateway_app(
     warm_pool_size: int = 0,
     autoscale_interval_s: float = 1.0,
     metrics: GatewayMetrics | None = None,
+    limiter: TokenBuckets | None = None,
 ) -> Gateway:
     """The gateway app. ``autoscale`` runs the autoscaler on local replica processes, with
     ``warm_pool_size`` standby processes kept ready (``python -m serving`` turns both on)."""
     metrics = metrics or GatewayMetrics.create()
+    limiter = limiter or TokenBuckets()
     route_rng = rng or random.Random()
 
     @asynccontextmanager
@@ -157,24 +167,114 @@ def create_gateway_app(
                 metrics.replicas.labels(name, entity.name).set(sum(r.alive() for r in entity.replicas))
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
-    data_plane = InvocationsHandler(manager, tokens, inference_log, metrics, rng=route_rng, max_body_bytes=max_body_bytes)
-    return Gateway(app, data_plane)
+    data_plane = InvocationsHandler(manager, tokens, inference_log, metrics, rng=route_rng, max_body_bytes=max_body_bytes,
+                                    limiter=limiter)
+    return Gateway(app, data_plane, tokens, limiter, max_body_bytes)
 
 
 class Gateway:
-    """The ASGI app: invocations go straight to the data plane, everything else to FastAPI.
+    """The ASGI app: invocations go straight to the data plane, everything else to FastAPI once the
+    caller's token is known (and within its rate limit).
 
     ``state`` is the FastAPI app's, so ``app.state.manager`` works on either."""
 
-    def __init__(self, control: FastAPI, data_plane: InvocationsHandler) -> None:
+    def __init__(self, control: FastAPI, data_plane: InvocationsHandler, tokens: TokenRegistry, limiter: TokenBuckets,
+                 max_body_bytes: int = 4 * 1024 * 1024) -> None:
         self.control = control
         self.data_plane = data_plane
+        self.tokens = tokens
+        self.limiter = limiter
+        self.max_body_bytes = max_body_bytes
         self.state = control.state
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            match = INVOCATIONS.match(scope["path"])
-            if match is not None:
-                await self.data_plane(scope, receive, send, match.group(1))
-                return
+        if scope["type"] == "http":
+            if scope["method"] == "POST":
+                match = INVOCATIONS.match(scope["path"])
+                if match is not None:
+                    await self.data_plane(scope, receive, send, match.group(1))
+                    return
+            if scope["path"] not in PUBLIC_PATHS:
+                try:
+                    who = authenticate(self.tokens, _header(scope, b"authorization"))
+                    self.limiter.admit(who.name, who.rate_limit)
+                    if not who.admin and (scope["method"] not in _READS or scope["path"] in _ADMIN_READS):
+                        # every change is an admin's: refuse before FastAPI parses (and answers about) the body
+                        raise permission_denied("this operation requires an admin token")
+                    declared = _header(scope, b"content-length") or ""
+                    if declared.isdigit() and int(declared) > self.max_body_bytes:
+                        raise payload_too_large(f"request body over the limit of {self.max_body_bytes} bytes")
+                except ApiError as err:
+                    await _send_error(send, err)
+                    return
+                if scope["method"] not in _READS:  # control-plane bodies are small: read them here, within the limit
+                    body, whole = await _read_bounded(receive, self.max_body_bytes)
+                    if not whole:
+                        await _send_error(send, payload_too_large(f"request body over the limit of {self.max_body_bytes} bytes"))
+                        return
+                    receive = _replay(body, receive)
         await self.control(scope, receive, send)
+
+    def public(self) -> PublicGateway:
+        """The app for the public port when the admin API has its own: data plane and health probes only."""
+        return PublicGateway(self)
+
+
+class PublicGateway:
+    """The data plane and the unauthenticated probes of ``gateway``; every other path is 404 here."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.state = gateway.state
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and not (scope["path"] in PUBLIC_PATHS or (
+                scope["method"] == "POST" and INVOCATIONS.match(scope["path"]) is not None)):
+            await _send_error(send, not_found("no such route on this port (the admin API listens on its own port)"))
+            return
+        await self.gateway(scope, receive, send)
+
+
+async def _read_bounded(receive: Any, limit: int) -> tuple[bytes, bool]:
+    """The whole request body, or (what came, False) once it passes ``limit`` bytes."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks), True  # the client went away: FastAPI sees an empty body
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return b"", False
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks), True
+
+
+def _replay(body: bytes, receive: Any) -> Any:
+    """``receive`` that hands FastAPI the already-read ``body`` first, then the connection's own messages."""
+    sent = False
+
+    async def replay() -> dict:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def _header(scope: dict, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key.lower() == name:
+            return value.decode("latin-1") or None
+    return None
+
+
+async def _send_error(send: Any, err: ApiError) -> None:
+    body = orjson.dumps(error_body(err))
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               *((k.lower().encode(), v.encode()) for k, v in err.headers.items())]
+    await send({"type": "http.response.start", "status": err.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
