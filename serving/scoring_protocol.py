@@ -74,8 +74,8 @@ class ScoringRequest:
         if self._frame is not None:
             return self._frame
         if self._by_column is not None:
-            return pd.DataFrame(self._by_column)
-        return pd.DataFrame(self._rows, columns=self.columns, index=self._index)
+            return _table(lambda: pd.DataFrame(self._by_column), self.input_format)
+        return _table(lambda: pd.DataFrame(self._rows, columns=self.columns, index=self._index), self.input_format)
 
     def numeric_matrix(self, wanted: list[str]) -> np.ndarray | None:
         """The ``wanted`` columns as a float64 (rows x columns) array, if every value in them is a plain
@@ -193,9 +193,17 @@ def _parse_rows(value: list[Any], where: str, max_rows: int) -> pd.DataFrame:
         if first == "a list" and len(item) != width:
             raise invalid_parameter(f"{where}[{i}] has {len(item)} values, expected {width}")
     if first == "an object":
-        return pd.DataFrame.from_records(value)
+        return _table(lambda: pd.DataFrame.from_records(value), where)
     # Rows without names: columns 0..n-1, as MLflow does for tensor-style input.
-    return pd.DataFrame(value)
+    return _table(lambda: pd.DataFrame(value), where)
+
+
+def _table(build: Any, where: str) -> pd.DataFrame:
+    """pandas' frame of the parsed rows; a 400 when the values cannot make one (an integer past float range)."""
+    try:
+        return build()
+    except (OverflowError, ValueError, TypeError):
+        raise invalid_parameter(f"{where} has values that cannot form a table (a number out of range?)") from None
 
 
 def _parse_records(value: Any, max_rows: int) -> dict[str, Any]:
