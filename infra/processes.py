@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 MARK = "TOLLFREE_STACK_ID"
 
@@ -46,9 +47,9 @@ class ProcessRecord:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> ProcessRecord:
-        return cls(name=str(data["name"]), pid=int(data["pid"]), start_ticks=int(data["start_ticks"]),  # type: ignore[call-overload]
-                   argv=[str(a) for a in data["argv"]], log=str(data["log"]))  # type: ignore[union-attr]
+    def from_json(cls, data: Mapping[str, Any]) -> ProcessRecord:
+        return cls(name=str(data["name"]), pid=int(data["pid"]), start_ticks=int(data["start_ticks"]),
+                   argv=[str(a) for a in data["argv"]], log=str(data["log"]))
 
 
 def spawn(name: str, argv: Sequence[str], env: Mapping[str, str], log_path: Path, cwd: Path) -> ProcessRecord:

@@ -17,122 +17,25 @@ import argparse
 import json
 import logging
 import os
-import secrets
 import shutil
-import socket
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import httpx
 
-from infra.processes import MARK, ProcessRecord, marked, spawn, stop_pids, stop_record
-from serving.settings import export_defaults
+from infra.processes import ProcessRecord, marked, spawn, stop_pids, stop_record
+from infra.services import (
+    HOST, PORT_DEFAULTS, PROJECT_DIR, STARTUP_TIMEOUT_S, WORK_POOL, Service, StackConfig, admin_token,
+    child_environ, port_free, services, wait_healthy,
+)
 
-log = logging.getLogger("tollfree.stack")
-
-PROJECT_DIR = Path(__file__).resolve().parent.parent
-HOST = "127.0.0.1"
-WORK_POOL = "tollfree-local"
-PORT_DEFAULTS = {"prefect": ("TOLLFREE_PREFECT_PORT", 4200), "mlflow": ("TOLLFREE_MLFLOW_PORT", 5000),
-                 "gateway": ("TOLLFREE_GATEWAY_PORT", 8080)}
-STARTUP_TIMEOUT_S = float(os.environ.get("TOLLFREE_STACK_TIMEOUT_S", "180"))
 # Seconds each service gets to stop on SIGTERM before SIGKILL (the gateway drains and stops its replicas).
 GRACE_S = {"worker": 20.0, "gateway": 30.0, "mlflow-server": 15.0, "prefect-server": 15.0}
-
-
-@dataclass(frozen=True)
-class StackConfig:
-    home: Path
-    ports: dict[str, int]
-    backend_store_uri: str | None  # SQLite behind a local MLflow server; None when MLflow is external
-    external_tracking_uri: str | None
-    token_from_env: bool
-    seed_data: bool
-
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> StackConfig:
-        env = dict(environ)
-        user_uri = env.get("MLFLOW_TRACKING_URI") or None
-        settings = export_defaults(env)  # on a copy: the state folder made absolute, defaults filled in
-        ports = {}
-        for name, (var, default) in PORT_DEFAULTS.items():
-            raw = env.get(var) or str(default)
-            if not raw.isdigit() or not 0 < int(raw) < 65536:
-                raise ValueError(f"{var} must be a TCP port, got {raw!r}")
-            ports[name] = int(raw)
-        own_server = f"http://{HOST}:{ports['mlflow']}"
-        if user_uri is not None and user_uri.rstrip("/") == own_server:
-            user_uri = None  # the stack's own env file was sourced: that is our server, not an external one
-        local = user_uri is None or user_uri.startswith("sqlite:")
-        token_file = settings.home / "secrets" / "admin-token"
-        env_token = env.get("TOLLFREE_TOKEN") or ""
-        file_token = token_file.read_text().strip() if token_file.exists() else None
-        return cls(
-            home=settings.home, ports=ports,
-            backend_store_uri=(user_uri or f"sqlite:///{settings.home / 'mlflow.db'}") if local else None,
-            external_tracking_uri=None if local else user_uri,
-            token_from_env=bool(env_token) and env_token != file_token,
-            seed_data=env.get("TOLLFREE_SEED_DATA", "1") not in ("0", "false", "no"),
-        )
-
-    @property
-    def state_dir(self) -> Path:
-        return self.home / "stack"
-
-    @property
-    def record_path(self) -> Path:
-        return self.state_dir / "stack.json"
-
-    @property
-    def env_file(self) -> Path:
-        return self.state_dir / "env"
-
-    @property
-    def token_file(self) -> Path:
-        return self.home / "secrets" / "admin-token"
-
-    @property
-    def log_dir(self) -> Path:
-        return self.home / "logs"
-
-    def url(self, service: str) -> str:
-        return f"http://{HOST}:{self.ports[service]}"
-
-    @property
-    def prefect_api(self) -> str:
-        return self.url("prefect") + "/api"
-
-    @property
-    def tracking_uri(self) -> str:
-        return self.external_tracking_uri or self.url("mlflow")
-
-
-# ---- the admin token ---------------------------------------------------------------------------
-
-
-def admin_token(config: StackConfig, environ: Mapping[str, str]) -> str:
-    """``TOLLFREE_TOKEN`` if set; otherwise the token file's, generated once (0600, in a 0700 folder)."""
-    if config.token_from_env:
-        return environ["TOLLFREE_TOKEN"]
-    path = config.token_file
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.parent.chmod(0o700)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        token = path.read_text().strip()
-        if len(token) < 16:
-            raise ValueError(f"{path} holds no usable token (16+ characters); delete it to get a new one") from None
-        return token
-    with os.fdopen(fd, "w") as out:
-        out.write(secrets.token_urlsafe(32) + "\n")
-    return path.read_text().strip()
 
 
 # ---- the record of what runs -------------------------------------------------------------------
@@ -157,115 +60,6 @@ class StackRecord:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=2) + "\n")
         tmp.replace(path)
-
-
-# ---- services ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Service:
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-    port: int | None
-    healthy: Callable[[httpx.Client], bool]
-    url: str | None = None
-
-
-def _answers(url: str) -> Callable[[httpx.Client], bool]:
-    def check(client: httpx.Client) -> bool:
-        try:
-            return client.get(url).status_code == 200
-        except httpx.HTTPError:
-            return False
-    return check
-
-
-def worker_online(config: StackConfig, client: httpx.Client) -> bool:
-    try:
-        answer = client.post(f"{config.prefect_api}/work_pools/{WORK_POOL}/workers/filter", json={})
-    except httpx.HTTPError:
-        return False
-    return answer.status_code == 200 and any(w.get("status") == "ONLINE" for w in answer.json())
-
-
-def child_environ(config: StackConfig, environ: Mapping[str, str], stack_id: str, token: str) -> dict[str, str]:
-    """What every process of the stack (and every flow run and replica they start) sees."""
-    env = dict(environ)
-    export_defaults(env)
-    bin_dir = str(Path(sys.executable).parent)  # mlflow and prefect start helpers found on PATH
-    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
-    env.update({
-        MARK: stack_id,
-        "TOLLFREE_HOME": str(config.home),
-        "TOLLFREE_TOKEN": token,
-        "TOLLFREE_GATEWAY_URL": config.url("gateway"),
-        "MLFLOW_TRACKING_URI": config.tracking_uri,
-        "PREFECT_API_URL": config.prefect_api,
-        "PREFECT_HOME": str(config.home / "prefect"),
-        "PYTHONUNBUFFERED": "1",
-    })
-    env.setdefault("PREFECT_WORKER_QUERY_SECONDS", "5")
-    return env
-
-
-def services(config: StackConfig, env: Mapping[str, str]) -> list[Service]:
-    py = sys.executable
-    out = [Service(
-        "prefect-server", [py, "-m", "prefect", "server", "start", "--host", HOST, "--port", str(config.ports["prefect"])],
-        dict(env), config.ports["prefect"], _answers(f"{config.prefect_api}/health"), config.url("prefect"),
-    )]
-    if config.backend_store_uri is not None:
-        mlflow_env = {k: v for k, v in env.items() if k != "MLFLOW_TRACKING_URI"}
-        # MLflow's server-side job runner (huey) serves GenAI jobs tollfree does not use; it also outlives SIGTERM.
-        mlflow_env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
-        out.append(Service(
-            "mlflow-server",
-            [py, "-m", "mlflow", "server", "--host", HOST, "--port", str(config.ports["mlflow"]),
-             "--backend-store-uri", config.backend_store_uri,
-             "--artifacts-destination", str(config.home / "mlartifacts"), "--workers", "1"],
-            mlflow_env, config.ports["mlflow"], _answers(f"{config.url('mlflow')}/health"), config.url("mlflow"),
-        ))
-    out.append(Service(
-        "gateway", [py, "-m", "serving", "--host", HOST, "--port", str(config.ports["gateway"])],
-        dict(env), config.ports["gateway"], _answers(f"{config.url('gateway')}/healthz"), config.url("gateway"),
-    ))
-    out.append(Service(
-        "worker", [py, "-m", "prefect", "worker", "start", "--pool", WORK_POOL, "--type", "process",
-                   "--name", f"{WORK_POOL}-worker", "--install-policy", "never"],
-        dict(env), None, lambda client: worker_online(config, client),
-    ))
-    return out
-
-
-def port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers do: TIME_WAIT is no conflict
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
-def wait_healthy(pending: list[tuple[Service, ProcessRecord]], timeout_s: float = STARTUP_TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    with httpx.Client(timeout=3.0) as client:
-        while pending:
-            for service, record in list(pending):
-                if not record.alive():
-                    raise RuntimeError(f"{service.name} exited during start-up; see {record.log}")
-                if service.healthy(client):
-                    log.info("%s is up (pid %d)", service.name, record.pid)
-                    pending.remove((service, record))
-            if pending and time.monotonic() > deadline:
-                names = ", ".join(s.name for s, _ in pending)
-                raise RuntimeError(f"not healthy after {timeout_s:.0f}s: {names}; see {config_logs(pending)}")
-            time.sleep(0.25)
-
-
-def config_logs(pending: list[tuple[Service, ProcessRecord]]) -> str:
-    return ", ".join(r.log for _, r in pending)
 
 
 # ---- the commands ------------------------------------------------------------------------------
@@ -352,12 +146,13 @@ def up(config: StackConfig, environ: Mapping[str, str]) -> int:
         if seeded:
             print(f"seeded the demo's synthetic raw events into {seeded}")
         prefect = start("prefect-server")
-        mlflow = start("mlflow-server")
+        # The gateway need not wait for MLflow: it answers at once, and restoring its endpoints' models goes
+        # through the MLflow client, which retries until the server answers.
+        others = start("mlflow-server") + start("gateway")
         wait_healthy(prefect)
-        registration = start_registration(config, env)  # needs only Prefect; runs while MLflow comes up
+        registration = start_registration(config, env)  # needs only Prefect
         worker = start("worker")
-        wait_healthy(mlflow)
-        wait_healthy(start("gateway"))  # after MLflow: it restores its endpoints' models from the registry
+        wait_healthy(others)
         registered = finish_registration(config, registration)
         wait_healthy(worker)
     except (RuntimeError, subprocess.TimeoutExpired) as exc:
@@ -367,6 +162,8 @@ def up(config: StackConfig, environ: Mapping[str, str]) -> int:
         for proc in reversed(started):
             stop_record(proc, GRACE_S.get(proc.name, 15.0))
             del record.services[proc.name]
+        if not live:  # a stack of this run alone: whatever its processes started goes too
+            stop_pids(marked(stack_id), 10.0)
         record.save(config.record_path, config)
         return 1
     write_env_file(config)
@@ -406,9 +203,9 @@ def down(config: StackConfig) -> int:
             print(f"{name} (pid {proc.pid}) was not running")
     leftovers = marked(record.stack_id)  # replicas, flow runs: started by ours, perhaps in sessions of their own
     if leftovers:
-        killed = stop_pids(leftovers, 10.0)
+        forced = stop_pids(leftovers, 10.0)
         print(f"stopped {len(leftovers)} process(es) started by the stack: {sorted(p for p, _ in leftovers)}"
-              + (f" (killed: {killed})" if killed else ""))
+              + (f" (killed: {forced})" if forced else ""))
     config.record_path.unlink()
     config.env_file.unlink(missing_ok=True)
     print(f"tollfree is down; state kept in {config.home}")

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from infra.processes import MARK, marked, spawn, start_ticks, stop_pids, stop_record
-from infra.stack import StackConfig, StackRecord, admin_token, port_free, write_env_file
+from infra.services import StackConfig, admin_token, port_free
+from infra.stack import StackRecord, write_env_file
 
 
 def test_ports_come_from_the_environment_and_are_checked(tmp_path: Path):
@@ -99,3 +100,18 @@ def test_a_recycled_pid_is_not_ours(tmp_path: Path):
     assert start_ticks(os.getpid()) is not None
     fake = type(record)(name="me", pid=os.getpid(), start_ticks=start_ticks(os.getpid()) + 1, argv=[], log="")
     assert not fake.alive()  # same pid, another start time
+
+
+def test_up_refuses_a_taken_port_before_starting_anything(tmp_path: Path):
+    from infra.stack import up
+    from serving.local_replicas import free_port
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        environ = {"TOLLFREE_HOME": str(tmp_path), "TOLLFREE_GATEWAY_PORT": str(sock.getsockname()[1]),
+                   "TOLLFREE_PREFECT_PORT": str(free_port()), "TOLLFREE_MLFLOW_PORT": str(free_port()),
+                   "TOLLFREE_SEED_DATA": "0", "PATH": os.environ["PATH"]}
+        with pytest.raises(SystemExit, match="TOLLFREE_GATEWAY_PORT"):
+            up(StackConfig.from_environ(environ), environ)
+    assert not (tmp_path / "stack" / "stack.json").exists()
