@@ -37,7 +37,8 @@ class ScalingConfig:
     decision_interval_s: float = 5.0
     scale_up_window_s: float = 20.0
     scale_down_window_s: float = 300.0
-    tolerance: float = 0.1                 # |desired/current - 1| within this: no change
+    tolerance: float = 0.1                 # load within this share under capacity: no scale-down
+    up_tolerance: float = 0.0              # load within this share over capacity: no scale-up
     max_growth: float = 2.0                # one cycle adds at most what max_growth x current load needs
     min_growth_replicas: int = 4           # ...or this many replicas, whichever is more
     # vertical axis: per-replica target concurrency (the horizontal denominator)
@@ -83,7 +84,7 @@ class ScalingConfig:
             elif f.type == "float":
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                     raise ScalingConfigError(f.name, "must be a finite number")
-        for name in ("min_replicas", "provisioned_concurrency", "tolerance", "min_growth_replicas"):
+        for name in ("min_replicas", "provisioned_concurrency", "tolerance", "up_tolerance", "min_growth_replicas"):
             if getattr(self, name) < 0:
                 raise ScalingConfigError(name, "must not be negative")
         for name in ("max_replicas", "max_queue", "idle_window_s", "decision_interval_s", "scale_up_window_s",

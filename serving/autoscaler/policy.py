@@ -7,7 +7,8 @@ each axis acts only when its interval has passed.
 Horizontal (every ``decision_interval_s``): ``desired = ceil(concurrency / target)`` with the
 concurrency taken as the max of the 1-s samples over the last ``scale_up_window_s`` when scaling up,
 and over the last ``scale_down_window_s`` when scaling down (so replicas leave only after the load has
-stayed low for the whole window). A tolerance band around the current count suppresses flapping, and
+stayed low for the whole window). A tolerance band under the current capacity (``tolerance``; and
+``up_tolerance`` over it) suppresses flapping, and
 one cycle adds at most ``max(current + min_growth_replicas, ceil(max_growth x demand / target))``,
 where demand is the concurrency the current arrival rate needs (Little's law: arrivals/s x the
 measured service time, plus what drains the backlog in ``DRAIN_S``): in-flight counts inflated by a
@@ -21,8 +22,8 @@ horizontal denominator. The aim is the in-flight count that keeps a replica ``ta
 busy (busy requests / utilisation x target_utilisation; the utilisation signal measures the replica's
 parallel capacity, whatever the model). Each metric has its own hysteresis (it enters "stressed"
 above a high mark and leaves below a lower one). Under latency or queue stress the target drops at
-once, by up to ``max_step_down`` per cycle, to what would put p99 at ``LATENCY_GOAL`` of the SLO
-(Little's law), and the target that caused it becomes a ceiling that lifts only 5 % per calm cycle
+once, by up to ``max_step_down`` per cycle, in proportion to the latency excess over ``LATENCY_GOAL``
+of the SLO, and the target that caused it becomes a ceiling that lifts only 5 % per calm cycle
 (slow increase). When calm, the target moves to the utilisation aim, by at most ``max_step_up`` per
 cycle; changes under ``MIN_CHANGE`` are not made, which keeps the target steady under constant load.
 """
@@ -109,7 +110,7 @@ def decide(config: ScalingConfig, signals: Signals, state: PolicyState, now: flo
     reason = "hold"
     activation = state.replicas == 0 and last is not None and (last.requests > 0 or last.in_flight > 0)
     # a surge (and, once in one, any load over capacity) is decided at once, not at the next boundary
-    over = SURGE if not state.surging else 1 + config.tolerance
+    over = SURGE if not state.surging else 1 + config.up_tolerance
     surge = (last is not None and state.replicas > 0
              and _load(last, _recent_service_s(config, signals, now)) > over * state.replicas * state.target)
     if activation or surge or _due(state.last_horizontal, state.started_at, config.decision_interval_s, now):
@@ -213,7 +214,7 @@ def _horizontal(config: ScalingConfig, signals: Signals, state: PolicyState, now
     if current == 0:
         if load_up > 0:
             desired, reason = max(1, math.ceil(load_now / target - 1e-9), want_up), "activation"
-    elif load_up > current * target * (1 + config.tolerance):
+    elif load_up > current * target * (1 + config.up_tolerance):
         cap = max(current + 1, math.ceil(config.max_growth * load_now / target - 1e-9))
         desired = min(want_up, cap)
         reason = "scale up" if desired == want_up else "scale up (growth capped)"
@@ -266,7 +267,10 @@ def _vertical(config: ScalingConfig, signals: Signals, state: PolicyState, now: 
     # a model whose own service time is slow does not get faster with fewer requests per replica
     contention = queued_share > QUEUE_CONTENTION or not util_on or util > config.target_utilisation
     if (lat_stressed and contention) or (queue_stressed and not lat_calm):
-        proposal = min(x for x in (by_latency, by_util, target * (1 - MIN_CHANGE)) if x is not None)
+        # down by the latency excess (relative to the target, not to the in-flight count, which runs
+        # below the target between scale-ups), at least MIN_CHANGE, at most max_step_down
+        by_excess = target * goal / p99 if lat_on and p99 > 0 else None
+        proposal = min(x for x in (by_excess, by_util, target * (1 - MIN_CHANGE)) if x is not None)
         new = max(target * config.max_step_down, proposal)
         ceiling = target       # the target that proved too high: probe back towards it only slowly
         how = "decrease: stressed"
