@@ -23,6 +23,8 @@ from prefect.deployments.runner import EntrypointType, RunnerDeployment
 from prefect.events.schemas.deployment_triggers import DeploymentEventTrigger
 
 from flows.batch_score import batch_score
+from flows.canary import canary
+from flows.labels import ingest_labels
 from flows.materialize import materialize
 from flows.promote import promote
 from flows.skew import skew
@@ -32,6 +34,7 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 HOURLY = "0 * * * *"
 NIGHTLY = "0 2 * * *"
 DAILY_MORNING = "0 5 * * *"
+EVERY_5_MINUTES = "*/5 * * * *"
 TRAINING_DEPLOYMENT = "nightly"
 
 
@@ -54,7 +57,7 @@ def promote_after_training(model_name: str) -> DeploymentEventTrigger:
 
 
 def deployments(endpoint: str = "fraud", batch_input: str | None = None, batch_output: str | None = None,
-                model_name: str = "fraud") -> list[RunnerDeployment]:
+                model_name: str = "fraud", labels_input: str | None = None) -> list[RunnerDeployment]:
     """The deployments with their schedules; retraining registers a ``candidate`` and never promotes."""
     out = [
         _deployment(materialize, "hourly", cron=HOURLY, description="Recompute feature tables and load the online store."),
@@ -64,8 +67,14 @@ def deployments(endpoint: str = "fraud", batch_input: str | None = None, batch_o
                     triggers=[promote_after_training(model_name)],
                     description="Promotion gates on the candidate of each finished training run (event trigger)."),
         _deployment(skew, "hourly", cron=HOURLY, parameters={"endpoint": endpoint},
-                    description="Drift of served features against the training data."),
+                    description="Drift of served inputs and predictions against the training data; parity skew."),
+        _deployment(canary, "every-5-minutes", cron=EVERY_5_MINUTES, parameters={"endpoint": endpoint},
+                    description="Canary verdict: start, advance, hold, roll back or promote the endpoint's challenger."),
     ]
+    if labels_input:
+        out.append(_deployment(ingest_labels, "daily", cron=DAILY_MORNING,
+                               parameters={"endpoint": endpoint, "input_path": labels_input},
+                               description="Join the day's delayed labels to logged requests by request id."))
     if batch_input and batch_output:
         out.append(_deployment(batch_score, "daily", cron=DAILY_MORNING,
                                parameters={"input_path": batch_input, "output": batch_output},
@@ -127,9 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-name", default="fraud")
     parser.add_argument("--batch-input", help="parquet the daily batch-score deployment reads")
     parser.add_argument("--batch-output", help="folder the daily batch-score deployment writes")
+    parser.add_argument("--labels-input", help="parquet or CSV of delayed labels the daily label ingestion reads")
     args = parser.parse_args(argv)
     kwargs = dict(endpoint=args.endpoint, model_name=args.model_name, batch_input=args.batch_input,
-                  batch_output=args.batch_output)
+                  batch_output=args.batch_output, labels_input=args.labels_input)
     if args.work_pool is None:
         serve(*deployments(**kwargs))
         return 0
