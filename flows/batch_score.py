@@ -22,6 +22,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.runtime import flow_run
 
 from serving import batch
 from serving.settings import Settings
@@ -68,7 +69,8 @@ def batch_score(input_path: str, output: str, model_uri: str = DEFAULT_MODEL_URI
                 dask_workers: int = 2) -> dict[str, Any]:
     """Score a parquet dataset of entity keys, timestamps and request fields with a registered model."""
     logger = get_run_logger()
-    run_id = run_id or uuid.uuid4().hex[:12]
+    # default: this flow run's id, so a Prefect retry of the run replaces its own partial attempt
+    run_id = run_id or str(flow_run.id or uuid.uuid4().hex[:12])
     result = score(Path(input_path), Path(output), model_uri, run_id, engine, chunk_rows, dask_address, dask_workers)
     logger.info("scored %d rows with %s (version %s, engine %s) in %.1fs -> %s", result.rows, model_uri,
                 result.model_version, engine, result.seconds, result.output)
@@ -83,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", required=True, help="output root directory")
     parser.add_argument("--model-uri", default=DEFAULT_MODEL_URI, help="models:/NAME@ALIAS or models:/NAME/VERSION")
     parser.add_argument("--engine", choices=list(batch.engines.ENGINES), default="local")
-    parser.add_argument("--run-id", default=None, help="re-using a run id replaces that run's output (default: random)")
+    parser.add_argument("--run-id", default=None, help="re-using a run id replaces that run's output (default: the flow run id)")
     parser.add_argument("--chunk-rows", type=int, default=batch.job.DEFAULT_CHUNK_ROWS, help="rows per chunk (bounds memory)")
     parser.add_argument("--dask-address", default=None, help="Dask scheduler address; default: a local cluster")
     parser.add_argument("--dask-workers", type=int, default=2, help="local cluster worker processes")

@@ -37,7 +37,7 @@ PREDICTION = "prediction"
 class Chunk:
     index: int
     path: str
-    row_group: int
+    row_group: int | None  # None: the whole file
     start: int
     length: int
 
@@ -71,7 +71,8 @@ def plan_chunks(plan: InputPlan, chunk_rows: int) -> list[Chunk]:
         raise ValueError(f"chunk_rows must be > 0, got {chunk_rows}")
     chunks: list[Chunk] = []
     for file in plan.files:
-        for group, rows in enumerate(file.row_groups):
+        groups = [(None, file.rows)] if file.whole else list(enumerate(file.row_groups))
+        for group, rows in groups:
             for start in range(0, rows, chunk_rows):
                 chunks.append(Chunk(len(chunks), file.path, group, start, min(chunk_rows, rows - start)))
     return chunks
@@ -86,6 +87,7 @@ def _resources(home: str, tracking_uri: str, model_uri: str, service_name: str) 
     from feature_repo import store as feature_store
 
     mlflow.set_tracking_uri(tracking_uri)
+    _quiet_duckdb()
     store = feature_store.open_store(Path(home))
     service = feature_store.feature_service(store, service_name)
     model = mlflow.pyfunc.load_model(model_uri)
@@ -94,16 +96,28 @@ def _resources(home: str, tracking_uri: str, model_uri: str, service_name: str) 
     return store, service, model, list(names)
 
 
+def _quiet_duckdb() -> None:
+    """DuckDB draws a progress bar on stderr for long queries; batch logs carry progress themselves."""
+    import ibis
+
+    try:
+        ibis.get_backend().raw_sql("SET enable_progress_bar = false")
+    except Exception as exc:  # an offline store that is not DuckDB: nothing to silence
+        log.debug("could not turn off the DuckDB progress bar: %s", exc)
+
+
 _local = threading.local()
 
 
-def _row_group(path: str, group: int, columns: list[str]) -> pa.Table:
-    """One row group's columns; the last one read is kept, as consecutive chunks share it."""
+def _row_group(path: str, group: int | None, columns: list[str]) -> pa.Table:
+    """One row group's columns (or the whole file's); the last one read is kept, as consecutive chunks share it."""
     key = (path, group, tuple(columns))
     cached = getattr(_local, "row_group", None)
     if cached is None or cached[0] != key:
         _local.row_group = None  # drop the previous one before reading the next
-        cached = (key, pq.ParquetFile(path).read_row_group(group, columns=columns))
+        source = pq.ParquetFile(path)
+        table = source.read(columns=columns) if group is None else source.read_row_group(group, columns=columns)
+        cached = (key, table)
         _local.row_group = cached
     return cached[1]
 

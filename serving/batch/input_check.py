@@ -32,6 +32,7 @@ class BatchInputError(ValueError):
 class InputFile:
     path: str
     row_groups: tuple[int, ...]  # rows per row group
+    whole: bool = False  # read as one table (a bucket file of many small row groups), not by row group
 
     @property
     def rows(self) -> int:

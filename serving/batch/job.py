@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from serving.batch import engines, input_check, output_layout
-from serving.batch.chunks import ChunkResult, ScoringContext, plan_chunks
+from serving.batch import engines, input_check, output_layout, partition
+from serving.batch.chunks import Chunk, ChunkResult, ScoringContext, plan_chunks
 from serving.batch.engines import DaskOptions
 from serving.batch.input_check import InputSpec
 
@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 FEATURE_SERVICE_KEY = "feature_service"  # the model metadata key the train flow writes (as serving.runtime reads)
 DEFAULT_CHUNK_ROWS = 100_000
+WORK_DIR = "_work"  # inside the staging directory: the regrouped input, deleted before publishing
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,7 @@ def score_dataset(
     engine: str = "local",
     dask: DaskOptions | None = None,
     on_progress: Callable[[Progress], None] | None = None,
+    regroup: bool = True,
 ) -> BatchResult:
     """Score every row of ``input_path``; publish ``output_root/run=ID/`` atomically (see ``output_layout``)."""
     started = time.perf_counter()
@@ -131,13 +133,18 @@ def score_dataset(
     spec = input_spec(home, model.feature_service, key_column)
     plan = input_check.inspect(Path(input_path), spec)
     input_check.validate_values(plan, spec)
-    chunks = plan_chunks(plan, chunk_rows)
     checked = time.perf_counter()
-    log.info("batch %s: %d rows in %d file(s), %d chunk(s), %s -> version %s, engine %s", run_id, plan.rows,
-             len(plan.files), len(chunks), model_uri, model.version, engine)
 
     final = output_layout.run_dir(Path(output_root), run_id)
     staging = output_layout.new_staging(Path(output_root), run_id)
+    try:
+        chunks = _chunks(plan, spec, chunk_rows, staging / WORK_DIR if regroup else None)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    log.info("batch %s: %d rows in %d file(s), %d chunk(s)%s, %s -> version %s, engine %s", run_id, plan.rows,
+             len(plan.files), len(chunks), f" by {spec.join_keys[0]} range" if regroup and spec.join_keys else "",
+             model_uri, model.version, engine)
     ctx = ScoringContext(str(Path(home).resolve()), tracking_uri, model.pinned, model.version, model.feature_service,
                          spec, run_id, str(staging))
     done = {"rows": 0, "chunks": 0}
@@ -153,6 +160,7 @@ def score_dataset(
         rows = sum(r.rows for r in results)
         if rows != plan.rows:
             raise RuntimeError(f"scored {rows} rows of {plan.rows}: refusing to publish an incomplete run")
+        shutil.rmtree(staging / WORK_DIR, ignore_errors=True)
         files = [{"path": path, "rows": n} for r in results for path, n in r.files]
         stages = {k: round(sum(r.seconds[k] for r in results), 3) for k in ("read", "features", "predict", "write")}
         missing = sum(r.rows_without_features for r in results)
@@ -161,6 +169,8 @@ def score_dataset(
             "feature_service": model.feature_service, "input": str(Path(input_path).resolve()), "rows": rows,
             "rows_without_features": missing, "files": files, "engine": engine, "chunk_rows": chunk_rows,
             "finished_at": datetime.now(timezone.utc).isoformat(), "user": _user(), "stage_seconds": stages,
+            "regrouped_by": spec.join_keys[0] if regroup and spec.join_keys else None,
+            "seconds": round(time.perf_counter() - started, 3),
         })
         output_layout.publish(staging, final)
     except BaseException:
@@ -171,6 +181,14 @@ def score_dataset(
         log.warning("batch %s: %d of %d rows had no features in the store (prediction left null)", run_id, missing, rows)
     log.info("batch %s: published %d rows in %d files to %s in %.1f s", run_id, rows, len(files), final, seconds)
     return BatchResult(rows, final, model_uri, model.version, seconds, missing, len(files), len(chunks), engine, stages)
+
+
+def _chunks(plan: input_check.InputPlan, spec: InputSpec, chunk_rows: int, work: Path | None) -> list[Chunk]:
+    """Chunks of the input regrouped by the first entity key's range (see ``partition``), or in input order."""
+    if work is not None and spec.join_keys:
+        buckets = partition.plan_buckets(plan, spec.join_keys[0], chunk_rows)
+        plan = partition.write_buckets(plan, spec, buckets, work)
+    return plan_chunks(plan, chunk_rows)
 
 
 def _user() -> str:

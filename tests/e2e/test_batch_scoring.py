@@ -173,3 +173,16 @@ def test_the_cli_exits_2_naming_an_unknown_alias(world, two_days, tmp_path):
          "--model-uri", f"models:/{MODEL_NAME}@nope"], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and "models:/fraud@nope" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_flow_reports_progress_as_a_prefect_artifact(world, two_days, tmp_path):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.batch_score import batch_score
+
+    result = batch_score(input_path=str(two_days), output=str(tmp_path / "out"), run_id="Progress_1", chunk_rows=800)
+    assert result["rows"] == len(pd.read_parquet(two_days))
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["batch-score-progress-1"])))
+    assert [a.type for a in found] == ["progress"] and float(found[0].data) == 100.0

@@ -1,0 +1,419 @@
+"""Batch scoring throughput and peak memory: tollfree vs a naive pandas script vs `mlflow models predict`.
+
+    python -m benchmarks.batch [--sizes 1000000,10000000] [--mlflow-sizes 10000,1000000] [--chunk-rows N]
+                               [--workdir DIR] [--json]
+
+Set-up (once per work dir; ``--workdir`` keeps it between invocations): synthetic data from
+``feature_repo.synthetic`` large enough for the biggest size, the feature tables from
+``feature_repo.aggregations``, the Feast definitions applied (DuckDB offline store), a GBDT (100 trees
+of depth 3, the train flow's model) fitted on 20k point-in-time rows and registered as
+``fraud@champion`` with its FeatureService. Inputs are the last N transactions (row key, entity keys,
+amount, timestamp) as parquet. For ``mlflow models predict`` the same rows' features are computed
+beforehand (untimed) and written as CSV: it cannot join features, so it is given them for free.
+
+Every measured run is a fresh process started by a small wrapper that reports the wall time and the
+peak RSS of its children (``getrusage(RUSAGE_CHILDREN).ru_maxrss``: the largest single descendant,
+e.g. the scorer, not the sum with Prefect's API server). Rows/s is rows over the process's wall
+time, start-up included; ``work rows/s`` excludes the fixed start-up where the tool reports it
+(tollfree: the flow's own timing; naive: its own timing; mlflow: wall minus the wall of the same
+command on 10 rows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+PROJECT = Path(__file__).resolve().parent.parent
+MODEL = "fraud"
+SERVICE = "fraud_v1"
+COLUMNS = ["transaction_id", "customer_id", "merchant_id", "event_timestamp", "amount"]
+DAYS = 36
+TXNS_PER_CUSTOMER = 2.0 * DAYS * 1.05  # the generator's mean rate, plus sprees and bursts
+TARGETS = {"vs_mlflow": 10.0, "vs_naive": 1.0, "rss_10m_over_1m": 1.5}
+
+WRAPPER = """
+import json, resource, subprocess, sys, time
+import psutil
+started = time.perf_counter()
+cap_mb = float(sys.argv[2])
+tree_peak = 0.0
+with open(sys.argv[1], "w") as out:
+    child = subprocess.Popen(sys.argv[3:], stdout=out)
+    parent = psutil.Process(child.pid)
+    over = False
+    while child.poll() is None:
+        try:
+            procs = [parent, *parent.children(recursive=True)]
+            rss = sum(p.memory_info().rss for p in procs) / 2**20
+        except psutil.Error:
+            rss = 0.0
+        tree_peak = max(tree_peak, rss)
+        if rss > cap_mb:
+            over = True
+            for p in reversed(procs):
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
+        time.sleep(0.2)
+print(json.dumps({"code": child.returncode, "wall": time.perf_counter() - started, "over_cap": over,
+                  "tree_peak_mb": tree_peak,
+                  "maxrss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+"""
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# --- set-up -------------------------------------------------------------------------------------
+
+
+def environ(home: Path, **extra: str) -> dict[str, str]:
+    from serving.settings import export_defaults
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TOLLFREE_", "MLFLOW_TRACKING", "PREFECT_"))}
+    env |= {"TOLLFREE_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
+            "PREFECT_HOME": str(home / "prefect"), **extra}
+    export_defaults(env)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    return env
+
+
+def set_up(work: Path, largest: int, mlflow_largest: int, seed: int = 20267) -> dict[str, Any]:
+    """Data, features, definitions, model and inputs in ``work`` (reused when already complete)."""
+    done = work / "setup.json"
+    if done.exists():
+        info = json.loads(done.read_text())
+        if info["largest"] >= largest and info["mlflow_largest"] >= mlflow_largest:
+            log(f"reusing set-up in {work}")
+            return info
+    home = work / "home"
+    os.environ.update(environ(home))
+    from feature_repo import aggregations, synthetic
+    from feature_repo import store as feature_store
+
+    customers = int(largest / TXNS_PER_CUSTOMER * 1.1) + 100
+    started = time.perf_counter()
+    now = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    config = synthetic.SyntheticConfig(n_customers=customers, n_merchants=2000, days=DAYS, seed=seed,
+                                       start=now - timedelta(days=DAYS))
+    data = synthetic.generate(config)
+    synthetic.write(data, home / "data")
+    tx = data.transactions
+    log(f"generated {len(tx)} transactions for {customers} customers in {time.perf_counter() - started:.0f} s")
+    if len(tx) < largest:
+        raise RuntimeError(f"generated {len(tx)} transactions, fewer than {largest}")
+    started = time.perf_counter()
+    tables = aggregations.feature_tables(tx, data.customers["customer_id"], data.merchants["merchant_id"])
+    for name, frame in tables.items():
+        feature_store.write_table(home, name, frame)
+    rows = {name: len(frame) for name, frame in tables.items()}
+    del tables
+    store = feature_store.open_store(home)
+    feature_store.apply_definitions(store)
+    log(f"feature tables {rows} written and applied in {time.perf_counter() - started:.0f} s")
+
+    version = _train_and_register(home, store, tx)
+    inputs, features = {}, {}
+    for size in sorted({*_sizes(largest), largest}):
+        path = work / f"input-{size}.parquet"
+        tx.tail(size)[COLUMNS].to_parquet(path, index=False)
+        inputs[str(size)] = str(path)
+    for size in sorted({10, mlflow_largest}):
+        path = work / f"features-{size}.csv"
+        _feature_csv(store, tx.tail(size)[COLUMNS], path)
+        features[str(size)] = str(path)
+    info = {"home": str(home), "largest": largest, "mlflow_largest": mlflow_largest, "transactions": len(tx),
+            "feature_rows": rows, "model_version": version, "inputs": inputs, "features": features}
+    done.write_text(json.dumps(info, indent=2))
+    return info
+
+
+def _sizes(largest: int) -> list[int]:
+    return [s for s in (1_000_000, 10_000_000) if s <= largest]
+
+
+def _train_and_register(home: Path, store: Any, tx: Any) -> str:
+    """The train flow's model on 20k point-in-time rows, registered as fraud@champion with its FeatureService."""
+    import mlflow
+    import sklearn
+    from mlflow import MlflowClient
+    from mlflow.models import infer_signature
+
+    from feature_repo import store as feature_store
+    from flows import registry, training
+    from flows.train import SKOPS_TRUSTED_TYPES
+
+    started = time.perf_counter()
+    middle = tx[(tx["event_timestamp"] >= tx["event_timestamp"].min() + timedelta(days=8))]
+    sample = middle.sample(20_000, random_state=3)
+    frame = training.historical_features(store, SERVICE, training.entity_frame(sample))
+    names = feature_store.feature_names(feature_store.feature_service(store, SERVICE))
+    labels = sample.set_index("transaction_id").loc[frame["transaction_id"], "is_fraud"].to_numpy()
+    model = training.fit(frame[names], labels, seed=7)
+    uri = f"sqlite:///{home / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    client = MlflowClient(uri)
+    experiment = registry.ensure_experiment(client, "bench-batch", home / "mlartifacts")
+    with mlflow.start_run(experiment_id=experiment):
+        example = frame[names].head(3)
+        info = mlflow.sklearn.log_model(
+            model, name="model", signature=infer_signature(example, model.predict_proba(example)), input_example=example,
+            pip_requirements=[f"scikit-learn=={sklearn.__version__}", f"mlflow=={mlflow.__version__}"],
+            pyfunc_predict_fn="predict_proba", skops_trusted_types=SKOPS_TRUSTED_TYPES, registered_model_name=MODEL,
+            metadata={"feature_service": SERVICE},
+        )
+    version = str(info.registered_model_version)
+    client.set_model_version_tag(MODEL, version, "feature_service", SERVICE)
+    client.set_registered_model_alias(MODEL, "champion", version)
+    log(f"trained and registered {MODEL} v{version} in {time.perf_counter() - started:.0f} s")
+    return version
+
+
+def _feature_csv(store: Any, rows: Any, path: Path, chunk: int = 250_000) -> None:
+    """The model's input columns for ``rows``, as mlflow models predict reads them (CSV), built in chunks."""
+    from feature_repo import store as feature_store
+    from flows import training
+
+    names = feature_store.feature_names(feature_store.feature_service(store, SERVICE))
+    with path.open("w") as out:
+        for i, start in enumerate(range(0, len(rows), chunk)):
+            frame = training.historical_features(store, SERVICE, training.entity_frame(rows.iloc[start:start + chunk]))
+            frame[names].to_csv(out, index=False, header=i == 0)
+
+
+# --- the naive anchor ---------------------------------------------------------------------------
+
+
+def naive(input_path: Path, output: Path) -> None:
+    """Read everything, one get_historical_features for all rows, predict, write one file."""
+    import mlflow.pyfunc
+    import pandas as pd
+
+    from feature_repo import store as feature_store
+    from serving.settings import Settings
+
+    started = time.perf_counter()
+    settings = Settings.from_environ(os.environ)
+    store = feature_store.open_store(settings.home)
+    service = store.get_feature_service(SERVICE)
+    model = mlflow.pyfunc.load_model(f"models:/{MODEL}@champion")
+    names = model.metadata.get_input_schema().input_names()
+    rows = pd.read_parquet(input_path)
+    rows["event_timestamp"] = pd.to_datetime(rows["event_timestamp"], utc=True).dt.floor("us")
+    features = store.get_historical_features(entity_df=rows, features=service).to_df()
+    features["prediction"] = model.predict(features[names])[:, 1]
+    features[["transaction_id", "event_timestamp", "prediction"]].to_parquet(output, index=False)
+    print(json.dumps({"seconds": time.perf_counter() - started, "rows": len(features)}))
+
+
+# --- measuring ----------------------------------------------------------------------------------
+
+
+def measure(cmd: list[str], env: dict[str, str], timeout: float, cap_mb: float) -> dict[str, Any]:
+    """Wall time and peak RSS of ``cmd`` in a fresh wrapper process (killed above ``cap_mb``); its stdout is kept."""
+    out_file = Path(tempfile.mkstemp(prefix="bench-batch-", suffix=".out")[1])
+    done = subprocess.run([sys.executable, "-c", WRAPPER, str(out_file), str(cap_mb), *cmd], env=env, cwd=PROJECT, capture_output=True, text=True,
+                          timeout=timeout)
+    try:
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError) as exc:
+        raise RuntimeError(f"measurement failed for {cmd[:4]}: {done.stderr[-2000:]}") from exc
+    result["stdout"] = out_file.read_text()
+    out_file.unlink()
+    if result["over_cap"]:
+        raise RuntimeError(f"killed above the memory cap of {cap_mb:.0f} MB (--cap-mb)")
+    if result["code"] != 0:
+        raise RuntimeError(f"{' '.join(cmd[:4])} ... exited {result['code']}: {result['stdout'][-2000:]} {done.stderr[-2000:]}")
+    return result
+
+
+@contextlib.contextmanager
+def prefect_server(home: Path, env: dict[str, str]) -> Iterator[str]:
+    """A Prefect API server on 127.0.0.1, as a deployment would have (no temporary server per run)."""
+    import httpx
+
+    from serving.local_replicas import free_port
+
+    port = free_port()
+    log_file = (home / "prefect-server.log").open("w")
+    server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port",
+                               str(port)], env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/api"
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            if server.poll() is not None:
+                raise RuntimeError(f"prefect server exited; see {log_file.name}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        server.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            server.wait(30)
+        if server.poll() is None:
+            server.kill()
+        log_file.close()
+
+
+def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
+    sizes = [int(s) for s in args.sizes.split(",")]
+    mlflow_sizes = [int(s) for s in args.mlflow_sizes.split(",")]
+    work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="tollfree-bench-batch-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        info = set_up(work, max(sizes), max(mlflow_sizes))
+        home = Path(info["home"])
+        env = environ(home)
+        results: list[dict[str, Any]] = []
+        with prefect_server(home, env) as api:
+            flow_env = env | {"PREFECT_API_URL": api}
+            for size in sizes:
+                source = info["inputs"][str(size)]
+                out = work / "out"
+                shutil.rmtree(out, ignore_errors=True)
+                log(f"tollfree local, {size} rows")
+                m = measure([sys.executable, "-m", "flows.batch_score", "--input", source, "--output", str(out),
+                             "--run-id", f"bench-{size}", "--chunk-rows", str(args.chunk_rows)], flow_env, args.timeout, args.cap_mb)
+                manifest = json.loads((out / f"run=bench-{size}" / "_SUCCESS").read_text())
+                work_s = _flow_seconds(out / f"run=bench-{size}")
+                results.append(_row("tollfree (local)", size, m, work_s, manifest["rows"]))
+                log(f"  {results[-1]}")
+                if args.dask:
+                    shutil.rmtree(out, ignore_errors=True)
+                    log(f"tollfree dask, {size} rows")
+                    m = measure([sys.executable, "-m", "flows.batch_score", "--input", source, "--output", str(out),
+                                 "--run-id", f"bench-{size}", "--chunk-rows", str(args.chunk_rows), "--engine", "dask",
+                                 "--dask-workers", "2"], flow_env, args.timeout, args.cap_mb)
+                    results.append(_row("tollfree (dask, 2 workers)", size, m, None, size))
+                    log(f"  {results[-1]}")
+                shutil.rmtree(out, ignore_errors=True)
+                if size in args.naive_sizes:
+                    log(f"naive pandas, {size} rows")
+                    try:
+                        m = measure([sys.executable, "-m", "benchmarks.batch", "naive", "--input", source, "--output",
+                                     str(work / "naive.parquet")], env, args.timeout, args.cap_mb)
+                        naive_out = json.loads(m["stdout"].strip().splitlines()[-1])
+                        results.append(_row("naive pandas script", size, m, naive_out["seconds"], naive_out["rows"]))
+                    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                        results.append({"tool": "naive pandas script", "rows": size, "error": str(exc)[:300]})
+                    log(f"  {results[-1]}")
+                    (work / "naive.parquet").unlink(missing_ok=True)
+            overhead = None
+            for size in sorted({10, *mlflow_sizes}):
+                log(f"mlflow models predict, {size} rows")
+                m = measure([str(Path(sys.executable).parent / "mlflow"), "models", "predict", "-m",
+                             f"models:/{MODEL}/{info['model_version']}", "-i", info["features"][str(size)], "-t", "csv",
+                             "-o", str(work / "mlflow-out.json"), "--env-manager", "local"], env, args.timeout, args.cap_mb)
+                if size == 10:
+                    overhead = m["wall"]
+                    continue
+                results.append(_row("mlflow models predict", size, m, m["wall"] - (overhead or 0.0), size))
+                log(f"  {results[-1]}")
+                (work / "mlflow-out.json").unlink(missing_ok=True)
+        return {"setup": {k: v for k, v in info.items() if k not in ("inputs", "features")}, "results": results,
+                "verdicts": verdicts(results), "chunk_rows": args.chunk_rows,
+                "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}
+    finally:
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _flow_seconds(run: Path) -> float | None:
+    """The scorer's own time (model, input checks, scoring, up to the publish) from the run's manifest."""
+    return json.loads((run / "_SUCCESS").read_text()).get("seconds")
+
+
+def _row(tool: str, rows: int, m: dict[str, Any], work_s: float | None, scored: int) -> dict[str, Any]:
+    return {"tool": tool, "rows": rows, "scored": scored, "wall_s": round(m["wall"], 2), "rows_per_s": round(rows / m["wall"]),
+            "work_s": round(work_s, 2) if work_s else None,
+            "work_rows_per_s": round(rows / work_s) if work_s else None, "peak_rss_mb": round(m["maxrss_mb"]),
+            "tree_peak_mb": round(m["tree_peak_mb"])}
+
+
+def verdicts(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def pick(tool: str, rows: int) -> dict[str, Any] | None:
+        return next((r for r in results if r["tool"] == tool and r["rows"] == rows and "error" not in r), None)
+
+    out = []
+    ours = {r["rows"]: r for r in results if r["tool"] == "tollfree (local)"}
+    mlflow = [r for r in results if r["tool"] == "mlflow models predict"]
+    if mlflow:
+        best = max(mlflow, key=lambda r: r["rows"])
+        for rows, r in sorted(ours.items()):
+            for key in ("rows_per_s", "work_rows_per_s"):
+                if r.get(key) and best.get(key):
+                    ratio = r[key] / best[key]
+                    out.append({"target": f"{key} vs mlflow models predict ({best['rows']} rows)", "rows": rows,
+                                "ratio": round(ratio, 2), "need": TARGETS["vs_mlflow"], "pass": ratio >= TARGETS["vs_mlflow"]})
+    for rows, r in sorted(ours.items()):
+        n = pick("naive pandas script", rows)
+        if n:
+            ratio = r["rows_per_s"] / n["rows_per_s"]
+            out.append({"target": "rows_per_s vs naive pandas script", "rows": rows, "ratio": round(ratio, 2),
+                        "need": TARGETS["vs_naive"], "pass": ratio >= TARGETS["vs_naive"]})
+    if 1_000_000 in ours and 10_000_000 in ours:
+        ratio = ours[10_000_000]["peak_rss_mb"] / ours[1_000_000]["peak_rss_mb"]
+        out.append({"target": "peak RSS 10M / 1M", "rows": 10_000_000, "ratio": round(ratio, 2),
+                    "need": f"<= {TARGETS['rss_10m_over_1m']}", "pass": ratio <= TARGETS["rss_10m_over_1m"]})
+    return out
+
+
+def table(report: dict[str, Any]) -> str:
+    lines = [f"{'tool':28} {'rows':>10} {'wall s':>8} {'rows/s':>9} {'work s':>8} {'work rows/s':>11} {'peak RSS MB':>11}"]
+    for r in report["results"]:
+        if "error" in r:
+            lines.append(f"{r['tool']:28} {r['rows']:>10} failed: {r['error'][:120]}")
+            continue
+        lines.append(f"{r['tool']:28} {r['rows']:>10} {r['wall_s']:>8.1f} {r['rows_per_s']:>9} "
+                     f"{r['work_s'] if r['work_s'] is not None else '-':>8} {r['work_rows_per_s'] or '-':>11} {r['peak_rss_mb']:>11}")
+    lines.append("")
+    for v in report["verdicts"]:
+        lines.append(f"{'PASS' if v['pass'] else 'FAIL'}  {v['target']} at {v['rows']} rows: {v['ratio']} (need {v['need']})")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command")
+    child = sub.add_parser("naive", help="(internal) the naive anchor, run in its own process")
+    child.add_argument("--input", type=Path, required=True)
+    child.add_argument("--output", type=Path, required=True)
+    parser.add_argument("--sizes", default="1000000,10000000")
+    parser.add_argument("--naive-sizes", default="1000000,10000000")
+    parser.add_argument("--mlflow-sizes", default="1000000", help="mlflow models predict sizes (plus 10 rows for its start-up)")
+    parser.add_argument("--chunk-rows", type=int, default=200_000)
+    parser.add_argument("--dask", action="store_true", help="also run the Dask engine (LocalCluster, 2 workers)")
+    parser.add_argument("--workdir", default=None, help="keep the set-up here and reuse it")
+    parser.add_argument("--timeout", type=float, default=3600)
+    parser.add_argument("--cap-mb", type=float, default=12_000, help="kill a measured run whose process tree exceeds this RSS")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.command == "naive":
+        naive(args.input, args.output)
+        return 0
+    args.naive_sizes = [int(s) for s in args.naive_sizes.split(",") if s]
+    report = run_benchmark(args)
+    print(json.dumps(report, indent=2) if args.json else table(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,98 @@
+"""Regroup the input by entity-key range, so each chunk's point-in-time join touches few keys.
+
+Feast's DuckDB point-in-time join scans the whole feature table on every call and hash-joins it
+with the chunk; DuckDB pushes the min/max of the chunk's join key into that scan. A chunk of rows in
+input (time) order spans every customer, so every call probes the whole table; a chunk holding one
+narrow range of customers skips most of it before the join. Measured here (1 M input rows, 16 M
+feature rows): 100k rows of one customer range join in about half the time of 100k rows in input
+order.
+
+Two streaming passes, memory bounded by one input batch: (1) a systematic sample of the key column
+gives range boundaries for ``ceil(rows / chunk_rows)`` buckets of about equal size; (2) every input
+batch is split by bucket and appended to that bucket's parquet file in the run's hidden staging
+directory. Deterministic: the same input and chunk size give the same buckets, whatever the engine.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from serving.batch.input_check import InputFile, InputPlan, InputSpec
+
+SAMPLE_ROWS = 200_000
+BATCH_ROWS = 262_144
+MAX_BUCKETS = 4096
+
+
+@dataclass(frozen=True)
+class Buckets:
+    key: str
+    boundaries: tuple[int, ...]  # bucket i holds keys in [boundaries[i-1], boundaries[i])
+
+    def assign(self, keys: np.ndarray) -> np.ndarray:
+        return np.searchsorted(np.asarray(self.boundaries, dtype=np.int64), keys, side="right")
+
+
+def plan_buckets(plan: InputPlan, key: str, chunk_rows: int) -> Buckets:
+    """Equal-frequency key ranges from a systematic sample of the key column (one streaming pass)."""
+    wanted = min(MAX_BUCKETS, max(1, math.ceil(plan.rows / chunk_rows)))
+    if wanted == 1:
+        return Buckets(key, ())
+    stride = max(1, plan.rows // SAMPLE_ROWS)
+    samples, offset = [], 0
+    for batch in _dataset(plan).to_batches(columns=[key], batch_size=BATCH_ROWS):
+        values = batch.column(0).to_numpy(zero_copy_only=False)
+        first = (-offset) % stride
+        samples.append(values[first::stride].astype(np.int64, copy=False))
+        offset += len(values)
+    sample = np.sort(np.concatenate(samples))
+    cuts = np.quantile(sample, np.arange(1, wanted) / wanted, method="higher")
+    return Buckets(key, tuple(int(c) for c in np.unique(cuts)))
+
+
+def write_buckets(plan: InputPlan, spec: InputSpec, buckets: Buckets, folder: Path) -> InputPlan:
+    """Every input row into its bucket's file under ``folder`` (second streaming pass); the new plan."""
+    folder.mkdir(parents=True, exist_ok=True)
+    writers: dict[int, pq.ParquetWriter] = {}
+    schema: pa.Schema | None = None
+    try:
+        for batch in _dataset(plan).to_batches(columns=spec.columns, batch_size=BATCH_ROWS):
+            if batch.num_rows == 0:
+                continue
+            table = pa.Table.from_batches([batch])
+            schema = schema or table.schema
+            ids = buckets.assign(table.column(buckets.key).to_numpy().astype(np.int64, copy=False))
+            order = np.argsort(ids, kind="stable")
+            ids_sorted = ids[order]
+            table = table.take(pa.array(order))
+            starts = np.flatnonzero(np.r_[True, ids_sorted[1:] != ids_sorted[:-1]])
+            ends = np.r_[starts[1:], len(ids_sorted)]
+            for start, end in zip(starts, ends):
+                bucket = int(ids_sorted[start])
+                if bucket not in writers:
+                    writers[bucket] = pq.ParquetWriter(folder / f"bucket-{bucket:05d}.parquet", schema)
+                writers[bucket].write_table(table.slice(start, end - start).cast(schema))
+    except BaseException:
+        for writer in writers.values():
+            writer.close()
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    files = []
+    for bucket in sorted(writers):
+        writers[bucket].close()
+        path = folder / f"bucket-{bucket:05d}.parquet"
+        files.append(InputFile(str(path), (pq.ParquetFile(path).metadata.num_rows,), whole=True))
+    return InputPlan(str(folder), tuple(files))
+
+
+def _dataset(plan: InputPlan) -> ds.Dataset:
+    return ds.dataset([f.path for f in plan.files], format="parquet")
+
