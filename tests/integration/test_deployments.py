@@ -54,3 +54,48 @@ def test_registering_twice_updates_in_place(prefect_harness):
     assert first == second
     with get_client(sync_client=True) as client:
         assert len(client.read_automations_by_name("promote-fraud-after-training")) == 1
+
+
+def test_a_completed_training_run_event_starts_a_promote_run(prefect_harness):
+    """The automation really fires: an event shaped like the server's own for a finished train/nightly run."""
+    import time
+    import uuid
+
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+    from prefect.events import emit_event
+
+    register("tollfree-test-process")
+    with get_client(sync_client=True) as client:
+        promote = client.read_deployment_by_name("promote/after-training")
+    only_promote = DeploymentFilter(id=DeploymentFilterId(any_=[promote.id]))
+    with get_client(sync_client=True) as client:
+        before = len(client.read_flow_runs(deployment_filter=only_promote))
+
+    def completed(flow_name: str, deployment_name: str) -> None:
+        emit_event(
+            event="prefect.flow-run.Completed",
+            resource={"prefect.resource.id": f"prefect.flow-run.{uuid.uuid4()}", "prefect.resource.name": "a-run"},
+            related=[
+                {"prefect.resource.id": f"prefect.flow.{uuid.uuid4()}", "prefect.resource.role": "flow",
+                 "prefect.resource.name": flow_name},
+                {"prefect.resource.id": f"prefect.deployment.{uuid.uuid4()}", "prefect.resource.role": "deployment",
+                 "prefect.resource.name": deployment_name},
+            ],
+        )
+
+    completed("materialize", "hourly")  # not a training run: no promotion
+    completed("train", "adhoc")  # training outside the nightly deployment (the demo's): no promotion either
+    completed("train", "nightly")
+    deadline = time.monotonic() + 60
+    runs = []
+    while time.monotonic() < deadline:
+        with get_client(sync_client=True) as client:
+            runs = client.read_flow_runs(deployment_filter=only_promote)
+        if len(runs) > before:
+            break
+        time.sleep(1)
+    time.sleep(3)  # the two events before it had their chance to (wrongly) fire too
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(deployment_filter=only_promote)
+    assert len(runs) == before + 1, "the trigger should fire once, for the nightly training run only"
+    assert runs[0].parameters == {"model_name": "fraud"}
