@@ -20,7 +20,7 @@ MARK = "VAL\u00a7"  # every string value starts with it; no message text contain
 KEYS = [*INPUT_KEYS, "params", "columns", "data", "index", "customer_id", "merchant_id", "amount", "x", ""]
 CONTENT_TYPES = ["application/json", "application/json; charset=utf-8", "text/csv", "TEXT/CSV", None, "",
                  "application/x-www-form-urlencoded", "text/plain"]
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 values = st.one_of(
     st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
