@@ -27,6 +27,7 @@ HOST = "127.0.0.1"
 WORK_POOL = "tollfree-local"
 PORT_DEFAULTS = {"prefect": ("TOLLFREE_PREFECT_PORT", 4200), "mlflow": ("TOLLFREE_MLFLOW_PORT", 5000),
                  "gateway": ("TOLLFREE_GATEWAY_PORT", 8080)}
+DATABASE_SCHEMES = {"sqlite", "postgresql", "mysql", "mssql"}
 STARTUP_TIMEOUT_S = float(os.environ.get("TOLLFREE_STACK_TIMEOUT_S", "180"))
 
 
@@ -34,7 +35,7 @@ STARTUP_TIMEOUT_S = float(os.environ.get("TOLLFREE_STACK_TIMEOUT_S", "180"))
 class StackConfig:
     home: Path
     ports: dict[str, int]
-    backend_store_uri: str | None  # SQLite behind a local MLflow server; None when MLflow is external
+    backend_store_uri: str | None  # the database behind a local MLflow server; None when MLflow is external
     external_tracking_uri: str | None
     token_from_env: bool
     seed_data: bool
@@ -53,7 +54,8 @@ class StackConfig:
         own_server = f"http://{HOST}:{ports['mlflow']}"
         if user_uri is not None and user_uri.rstrip("/") == own_server:
             user_uri = None  # the stack's own env file was sourced: that is our server, not an external one
-        local = user_uri is None or user_uri.startswith("sqlite:")
+        # A database URI gets a local MLflow server in front of it; a server URI (http, databricks) is used as is.
+        local = user_uri is None or user_uri.split(":", 1)[0].split("+", 1)[0] in DATABASE_SCHEMES
         token_file = settings.home / "secrets" / "admin-token"
         env_token = env.get("TOLLFREE_TOKEN") or ""
         file_token = token_file.read_text().strip() if token_file.exists() else None

@@ -7,8 +7,9 @@ the URLs. ``down`` stops exactly what ``up`` started, by the recorded process id
 ``TOLLFREE_HOME``, so ``up`` after ``down`` finds every run, model and endpoint again.
 
 Ports: ``TOLLFREE_PREFECT_PORT`` (4200), ``TOLLFREE_MLFLOW_PORT`` (5000), ``TOLLFREE_GATEWAY_PORT`` (8080).
-A set ``MLFLOW_TRACKING_URI`` that is not SQLite (a remote server) is used as is and no local MLflow
-server starts. The admin token comes from ``TOLLFREE_TOKEN`` or is generated once into a 0600 file.
+A set ``MLFLOW_TRACKING_URI`` naming a database (SQLite, PostgreSQL, MySQL) becomes the local MLflow
+server's backend store; one naming a server (http, databricks) is used as is and no local MLflow server
+starts. The admin token comes from ``TOLLFREE_TOKEN`` or is generated once into a 0600 file.
 """
 
 from __future__ import annotations
