@@ -203,7 +203,7 @@ class StandbyApp:
     token) loads, warms and profiles the model, and from then on it is a ``ReplicaApp``. Until then
     ``/health/ready`` answers 503 and ``/health/live`` 200."""
 
-    def __init__(self, home: Path, *, token: str | None, profile_budget_s: float = 0.5) -> None:
+    def __init__(self, home: Path, *, token: str | None, profile_budget_s: float = 0.3) -> None:
         self.home = home
         self.token = token
         self.profile_budget_s = profile_budget_s
@@ -255,12 +255,22 @@ class StandbyApp:
         return create_replica_app(runtime, token=self.token)
 
 
-def _preload_runtime() -> None:
-    """Import what loading a model will need, so a warm replica pays only for the model itself."""
+def _preload_runtime(home: Path) -> None:
+    """Import what loading a model will need and open the registry's database (SQLAlchemy's engine and
+    MLflow's schema check cost seconds on first use), so a warm replica pays only for the model itself."""
     import mlflow.pyfunc  # noqa: F401
     import mlflow.sklearn  # noqa: F401
     import sklearn.ensemble  # noqa: F401
-    from feature_repo import store  # noqa: F401
+    from mlflow import MlflowClient
+
+    from feature_repo import store
+    from serving import online_features  # noqa: F401
+
+    try:
+        MlflowClient().search_registered_models(max_results=1)
+        store.open_store(home)  # Feast's imports and registry code paths
+    except Exception as exc:  # the model load will say what is wrong, precisely
+        log.warning("standby preload incomplete: %s", type(exc).__name__)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -283,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     token = os.environ.get(REPLICA_TOKEN_ENV) or None
     app: Any
     if args.standby:
-        _preload_runtime()
+        _preload_runtime(Path(settings.home))
         app = StandbyApp(Path(settings.home), token=token)
     else:
         runtime = ModelRuntime.load(args.model_uri, Path(settings.home))

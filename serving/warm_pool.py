@@ -25,6 +25,7 @@ class WarmPool:
         self._log_dir = log_dir
         self._env = dict(env)
         self._idle: list[LocalReplica] = []
+        self._booting: list[LocalReplica] = []  # started, not yet live: close() stops these too
         self._starting = 0
         self._lock = threading.Lock()
         self._closed = False
@@ -35,30 +36,42 @@ class WarmPool:
             return sum(r.alive() for r in self._idle)
 
     def fill(self) -> None:
-        """Start standby processes until ``size`` are idle or starting (blocking; run it off the loop)."""
-        while True:
-            with self._lock:
-                self._idle = [r for r in self._idle if r.alive()]
-                if self._closed or len(self._idle) + self._starting >= self.size:
-                    return
-                self._starting += 1
-            replica = None
-            try:
-                replica = start_replica("", self._log_dir, self._env)
-                wait_live(replica)
-            except (ReplicaStartError, OSError) as exc:
-                log.warning("warm pool: a standby replica failed to start: %s", exc)
-                if replica is not None:
-                    stop_replica(replica)
-                with self._lock:
-                    self._starting -= 1
+        """Start standby processes until ``size`` are idle or starting (blocking; run it off the loop).
+        The missing ones start together and are waited for together."""
+        with self._lock:
+            self._idle = [r for r in self._idle if r.alive()]
+            missing = 0 if self._closed else self.size - len(self._idle) - self._starting
+            if missing <= 0:
                 return
+            self._starting += missing
+        started: list[LocalReplica] = []
+        try:
+            for _ in range(missing):
+                replica = start_replica("", self._log_dir, self._env)
+                started.append(replica)
+                with self._lock:
+                    self._booting.append(replica)
+        except OSError as exc:
+            log.warning("warm pool: could not start a standby replica: %s", exc)
+        for replica in started:
+            try:
+                wait_live(replica)
+            except ReplicaStartError as exc:
+                log.warning("warm pool: a standby replica failed to start: %s", exc)
+                stop_replica(replica)
+                continue
             with self._lock:
-                self._starting -= 1
+                if replica in self._booting:
+                    self._booting.remove(replica)
                 if self._closed:
                     stop_replica(replica)
-                    return
-                self._idle.append(replica)
+                else:
+                    self._idle.append(replica)
+        with self._lock:
+            self._starting -= missing
+            for replica in started:
+                if replica in self._booting:
+                    self._booting.remove(replica)
 
     def take(self) -> LocalReplica | None:
         """An idle standby process, or None (the caller then starts a replica cold)."""
@@ -73,5 +86,6 @@ class WarmPool:
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
-        for replica in idle:
+            booting, self._booting = self._booting, []
+        for replica in idle + booting:
             stop_replica(replica)
