@@ -282,16 +282,16 @@ def prefect_server(home: Path, env: dict[str, str]) -> Iterator[str]:
 
 
 def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
-    sizes = [int(s) for s in args.sizes.split(",")]
-    mlflow_sizes = [int(s) for s in args.mlflow_sizes.split(",")]
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    mlflow_sizes = [int(s) for s in args.mlflow_sizes.split(",") if s]
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="tollfree-bench-batch-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        info = set_up(work, max(sizes), max(mlflow_sizes))
+        info = set_up(work, max(sizes, default=1_000_000), max(mlflow_sizes, default=10))
         home = Path(info["home"])
         env = environ(home)
         results: list[dict[str, Any]] = []
-        with prefect_server(home, env) as api:
+        with prefect_server(home, env) if sizes else contextlib.nullcontext("") as api:
             flow_env = env | {"PREFECT_API_URL": api}
             for size in sizes:
                 source = info["inputs"][str(size)]
@@ -325,7 +325,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                     log(f"  {results[-1]}")
                     (work / "naive.parquet").unlink(missing_ok=True)
             overhead = None
-            for size in sorted({10, *mlflow_sizes}):
+            for size in sorted({10, *mlflow_sizes}) if mlflow_sizes else []:
                 log(f"mlflow models predict, {size} rows")
                 m = measure([str(Path(sys.executable).parent / "mlflow"), "models", "predict", "-m",
                              f"models:/{MODEL}/{info['model_version']}", "-i", info["features"][str(size)], "-t", "csv",
