@@ -28,6 +28,7 @@ def test_the_simulator_is_deterministic_for_a_seed():
     assert a != c
 
 
+@pytest.mark.slow
 def test_tollfree_beats_hpa_defaults_on_a_10x_spike():
     profile = PRESETS["cpu"]
     trace = tr.spike(base_rps=150.0, seed=1)
@@ -79,6 +80,7 @@ def test_bad_traces_and_profiles_are_refused_naming_what_is_wrong(tmp_path):
         load_profile("no-such-profile")
 
 
+@pytest.mark.slow
 def test_cli_prints_one_json_object_keyed_by_policy_and_draws_a_plot(tmp_path, capsys):
     csv = tmp_path / "t.csv"
     rng = np.random.default_rng(0)
