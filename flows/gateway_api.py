@@ -17,7 +17,7 @@ import httpx
 URL_ENV, TOKEN_ENV, DEFAULT_URL = "TOLLFREE_GATEWAY_URL", "TOLLFREE_TOKEN", "http://127.0.0.1:8080"
 API = "/api/2.0/serving-endpoints"
 _ENTITY_KEYS = ("name", "entity_name", "workload_size", "workload_type", "scale_to_zero_enabled", "environment_vars",
-                "min_replicas", "max_replicas", "max_concurrency")
+                "min_replicas", "max_replicas", "max_concurrency", "autoscaling")
 
 
 class GatewayError(RuntimeError):
