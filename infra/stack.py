@@ -84,7 +84,8 @@ def start_registration(config: StackConfig, env: Mapping[str, str]) -> subproces
     """``python -m flows.deployments --work-pool ...``: the one list of deployments, on the process pool."""
     batch = config.home / "batch"
     argv = [sys.executable, "-m", "flows.deployments", "--work-pool", WORK_POOL, "--pool-type", "process",
-            "--batch-input", str(batch / "inbox" / "latest.parquet"), "--batch-output", str(batch / "scores")]
+            "--batch-input", str(batch / "inbox" / "latest.parquet"), "--batch-output", str(batch / "scores"),
+            "--labels-input", str(config.home / "inbox" / "labels" / "latest.parquet")]
     with open(config.log_dir / "register.log", "ab") as err:
         return subprocess.Popen(argv, env=dict(env), cwd=str(PROJECT_DIR), stdout=subprocess.PIPE, stderr=err)
 

@@ -78,6 +78,8 @@ def test_up_registers_every_deployment_runs_one_from_the_cli_and_down_leaves_not
             assert crons["train/nightly"] == ["0 2 * * *"]
             assert crons["skew-drift/hourly"] == ["0 * * * *"]
             assert crons["batch-score/daily"] == ["0 5 * * *"]
+            assert crons["canary/every-5-minutes"] == ["*/5 * * * *"]
+            assert crons["labels/daily"] == ["0 5 * * *"]
             assert "promote/after-training" in deployments
             assert all(d["work_pool_name"] == "tollfree-local" for d in deployments.values())
             automations = client.post(f"{api}/automations/filter", json={}).json()
