@@ -68,12 +68,15 @@ def test_batch_refuses_bad_input_before_writing(world, batch_input, tmp_path):
 
 
 def _log_served(world, endpoint: str, rows: pd.DataFrame) -> None:
+    """Log ``rows`` as served features, with the champion's real predictions on them."""
+    model = mlflow.pyfunc.load_model(f"models:/{MODEL_NAME}/{world.trained['version']}")
+    predictions = np.asarray(model.predict(rows[list(model.metadata.get_input_schema().input_names())])).tolist()
     with InferenceLogWriter(world.settings.inference_log_dir) as log:
-        for i, row in enumerate(rows.to_dict(orient="records")):
+        for i, (row, prediction) in enumerate(zip(rows.to_dict(orient="records"), predictions)):
             log.record(InferenceRecord(
                 request_id=f"{endpoint}-{i}", timestamp=datetime.now(timezone.utc), endpoint=endpoint,
                 served_entity=f"{MODEL_NAME}-champion", model_version=world.trained["version"], status_code=200,
-                latency_ms=1.0, inputs=None, served_features=json.dumps([row]), outputs="[[0.9, 0.1]]",
+                latency_ms=1.0, inputs=None, served_features=json.dumps([row]), outputs=json.dumps([prediction]),
                 error_code=None, rows=1))
 
 
