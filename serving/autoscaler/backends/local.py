@@ -75,7 +75,8 @@ class LocalBackend:
                 ready = await run_in_threadpool(activate, replica, served.model_uri, self.manager.replica_token)
                 self.warm_starts += 1
             else:
-                replica = await run_in_threadpool(start_replica, served.model_uri, self.manager.log_dir, self.manager.replica_env)
+                # spawned here, not in a thread: a cancelled task must always know its process, to stop it
+                replica = start_replica(served.model_uri, self.manager.log_dir, self.manager.replica_env)
                 ready = await run_in_threadpool(wait_ready, replica)
                 self.cold_starts += 1
             live = self.manager.live.get(key[0])
@@ -92,6 +93,11 @@ class LocalBackend:
             log.error("could not add a replica to %s/%s: %s", key[0], key[1], exc)
             if replica is not None:
                 await run_in_threadpool(stop_replica, replica)
+        except asyncio.CancelledError:
+            # the gateway is stopping while this replica starts: it must not outlive the gateway
+            if replica is not None and replica not in served.replicas:
+                stop_replica(replica)
+            raise
         finally:
             self.starting[key] = max(0, self.starting.get(key, 1) - 1)
             if self.pool is not None:
