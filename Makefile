@@ -12,7 +12,7 @@ export DO_NOT_TRACK := true
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export FEAST_USAGE := False
 
-.PHONY: demo test test-fast env clean-state help up down status
+.PHONY: demo test test-fast env clean-state help up down status soak
 
 help:
 	@echo "make demo   - create the environment if needed, then run the main job on embedded defaults"
@@ -23,6 +23,7 @@ help:
 	@echo "              TOLLFREE_MLFLOW_PORT (5000), TOLLFREE_GATEWAY_PORT (8080)"
 	@echo "make status - what runs: services, deployments with their schedules, endpoints"
 	@echo "make down   - stop exactly what make up started (state in TOLLFREE_HOME is kept)"
+	@echo "make soak   - 60 s at 5x capacity (overload), then 10 min at 70 % of capacity with autoscaling (~15 min)"
 
 $(STAMP): pyproject.toml uv.lock
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), f"tollfree needs Python 3.11, found {sys.version.split()[0]}"'
@@ -37,6 +38,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The long versions of the reliability runs (CI runs the overload for 20 s): figures printed.
+SOAK_MINUTES ?= 10
+soak: $(STAMP)
+	TOLLFREE_OVERLOAD_S=60 $(PY) -m pytest -s -q tests/e2e/test_overload.py $(PYTEST_ARGS)
+	$(PY) -m benchmarks.soak --minutes $(SOAK_MINUTES)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)

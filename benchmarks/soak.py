@@ -1,0 +1,149 @@
+"""Soak: an endpoint at 70 % of its capacity for 10 minutes with the autoscaler on; no errors, memory flat.
+
+    python -m benchmarks.soak [--minutes 10] [--load 0.7] [--home DIR] [--json]
+
+In a throw-away TOLLFREE_HOME (or ``--home``, which must hold ``fraud@champion``, e.g. after
+``make demo``) the real flows build the synthetic world and train the fraud model; a gateway
+(``python -m serving``, autoscaler and warm pool on) serves it on loopback. Capacity is measured
+first on the endpoint pinned at one replica (closed loop, 8 clients, 10 s); the endpoint is then
+reconfigured to autoscale (1 to 2 replicas) and loaded open loop at ``--load`` x capacity for
+``--minutes``. Printed per minute: answers by status, p50/p99, gateway + replica RSS, replicas.
+Pass/fail: no answer other than 200, RSS growth from the end of minute 1 to the end under 10 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from benchmarks.load import LoadResult, run_load
+
+ROWS = 20
+NAME = "soak"
+
+
+def _world(home: Path) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from feature_repo import synthetic
+    from flows.materialize import materialize
+    from flows.train import train
+
+    start = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=36)
+    config = synthetic.SyntheticConfig(n_customers=600, n_merchants=100, days=36, seed=11, start=start)
+    synthetic.write(synthetic.generate(config), home / "data")
+    materialize()
+    train(model_name="fraud", alias="champion")
+
+
+def _rss_mb(pid: int) -> float:
+    total = 0
+    root = psutil.Process(pid)
+    for p in (root, *root.children(recursive=True)):
+        try:
+            total += p.memory_info().rss
+        except psutil.NoSuchProcess:
+            continue
+    return total / 2**20
+
+
+def _body(home: Path) -> bytes:
+    from feature_repo import synthetic
+
+    tx = synthetic.read_transactions(home / "data")
+    rows = tx.sample(ROWS, random_state=21)[["customer_id", "merchant_id", "amount"]]
+    return json.dumps({"dataframe_records": rows.to_dict(orient="records")}).encode()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--load", type=float, default=0.7, help="fraction of the measured capacity")
+    parser.add_argument("--home", type=Path, default=None)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+
+    own_home = args.home is None
+    home = Path(tempfile.mkdtemp(prefix="tollfree-soak-")) if own_home else args.home.resolve()
+    os.environ["TOLLFREE_HOME"] = str(home)
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    os.environ.setdefault("TOLLFREE_TOKEN", "soak-" + secrets.token_hex(16))
+    from serving.settings import export_defaults
+
+    export_defaults(os.environ)
+    if own_home:
+        print(f"building the world in {home} ...", flush=True)
+        _world(home)
+    from serving.gateway_process import start_gateway, wait_endpoint_ready
+
+    token = os.environ["TOLLFREE_TOKEN"]
+    headers = {"Authorization": f"Bearer {token}"}
+    gateway = start_gateway(dict(os.environ), home / "logs" / "gateway-soak.log")
+    report: dict[str, Any] = {}
+    try:
+        base = {"entity_name": "fraud", "entity_alias": "champion"}
+        reply = httpx.post(f"{gateway.url}/api/2.0/serving-endpoints", headers=headers, timeout=120, json={
+            "name": NAME, "config": {"served_entities": [{**base, "min_replicas": 1, "max_replicas": 1}]}})
+        reply.raise_for_status()
+        wait_endpoint_ready(gateway.url, token, NAME, timeout_s=300)
+        url = f"{gateway.url}/serving-endpoints/{NAME}/invocations"
+        body = _body(home)
+        asyncio.run(run_load(url, token, body, 3.0, concurrency=4))
+        calibration = asyncio.run(run_load(url, token, body, 10.0, concurrency=8))
+        capacity = calibration.rate()
+        print(f"capacity at 1 replica: {capacity:.0f} req/s ({ROWS} rows each) [{calibration.summary()}]", flush=True)
+        reply = httpx.put(f"{gateway.url}/api/2.0/serving-endpoints/{NAME}/config", headers=headers, timeout=120, json={
+            "served_entities": [{**base, "min_replicas": 1, "max_replicas": 2}]})
+        reply.raise_for_status()
+        wait_endpoint_ready(gateway.url, token, NAME, timeout_s=300)
+        rate = args.load * capacity
+        minutes: list[dict[str, Any]] = []
+        total = LoadResult()
+        for minute in range(max(1, round(args.minutes))):
+            span = 60.0 if args.minutes >= 1 else args.minutes * 60
+            part = asyncio.run(run_load(url, token, body, span, rate=rate, max_outstanding=500))
+            total.outcomes.extend(part.outcomes)
+            total.duration_s += part.duration_s
+            total.skipped += part.skipped
+            replicas = httpx.get(f"{gateway.url}/metrics", headers=headers, timeout=30).text
+            count = sum(float(line.rsplit(" ", 1)[1]) for line in replicas.splitlines()
+                        if line.startswith("tollfree_replicas{") and f'endpoint="{NAME}"' in line)
+            row = {"minute": minute + 1, "statuses": part.statuses(), "rps": round(part.rate(), 1),
+                   "p50_ms": round(part.percentile(50) * 1000, 1), "p99_ms": round(part.percentile(99) * 1000, 1),
+                   "rss_mb": round(_rss_mb(gateway.process.pid)), "replicas": count, "not_sent": part.skipped}
+            minutes.append(row)
+            print(json.dumps(row), flush=True)
+        errors = {k: v for k, v in total.statuses().items() if k != "200"}
+        first, last = minutes[0]["rss_mb"], minutes[-1]["rss_mb"]
+        growth = (last - first) / first if first else 0.0
+        report = {"capacity_rps": round(capacity, 1), "offered_rps": round(rate, 1), "minutes": len(minutes),
+                  "requests": len(total.outcomes), "errors": errors, "p50_ms": round(total.percentile(50) * 1000, 1),
+                  "p99_ms": round(total.percentile(99) * 1000, 1), "rss_first_mb": first, "rss_last_mb": last,
+                  "rss_growth": round(growth, 4), "not_sent": total.skipped,
+                  "passed": not errors and growth < 0.10}
+    finally:
+        gateway.stop(grace_s=60)
+        if own_home and not os.environ.get("TOLLFREE_KEEP_TEST_STATE"):
+            shutil.rmtree(home, ignore_errors=True)
+    print(json.dumps(report) if args.json else
+          f"soak: {report['requests']} requests at {report['offered_rps']} req/s "
+          f"({args.load:.0%} of {report['capacity_rps']}) for {report['minutes']} min; errors {report['errors'] or 'none'}; "
+          f"p50 {report['p50_ms']} ms, p99 {report['p99_ms']} ms; RSS {report['rss_first_mb']} -> {report['rss_last_mb']} MB "
+          f"({report['rss_growth']:+.1%}); {'PASS' if report['passed'] else 'FAIL'}")
+    return 0 if report.get("passed") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Overload: 5x an endpoint's measured capacity. The excess gets 429 with Retry-After at once, the
+admitted requests keep their latency within the SLO, and the gateway's memory stays flat.
+
+The endpoint is pinned at one replica (the autoscaler on, ``max_replicas: 1``) with a short queue, so
+its capacity is fixed and measured first (closed loop, 8 clients, 5 s). The overload then runs open
+loop at 5x that rate for ``TOLLFREE_OVERLOAD_S`` seconds: 20 in CI, 60 in ``make soak``
+(``benchmarks/soak.py --overload``). The SLO is the autoscaler's default ``latency_slo_ms`` (500 ms).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+
+import httpx
+import pytest
+
+from benchmarks.load import run_load
+from serving.autoscaler.config import ScalingConfig
+from serving.gateway_process import environ_with, start_gateway
+from tests.e2e.test_faults import ENTITY, create, rows_body, rss_mb
+
+pytestmark = pytest.mark.slow
+
+OVERLOAD_S = float(os.environ.get("TOLLFREE_OVERLOAD_S", "20"))
+SLO_S = ScalingConfig().latency_slo_ms / 1000
+ROWS = 20  # rows per request: heavier requests keep 5x capacity within what one load-generator process can send
+
+
+def test_five_times_capacity_gets_429_with_retry_after_and_the_admitted_stay_within_the_slo(world, record_property):
+    env = environ_with({"TOLLFREE_WARM_POOL": "0"})
+    log = world.home / "logs" / "gateway-overload.log"
+    gateway = start_gateway(env, log, timeout_s=240)
+    name = "fraud-overload"
+    token = os.environ["TOLLFREE_TOKEN"]
+    body = rows_body(world, ROWS, seed=21)
+    try:
+        create(gateway, name, {**ENTITY, "min_replicas": 1, "max_replicas": 1, "autoscaling": {"max_queue": 16}})
+        url = f"{gateway.url}/serving-endpoints/{name}/invocations"
+        asyncio.run(run_load(url, token, body, 2.0, concurrency=4))  # warm-up
+        calibration = asyncio.run(run_load(url, token, body, 5.0, concurrency=8))
+        capacity = calibration.rate()
+        assert capacity > 5, calibration.summary()
+        record_property("capacity_rps", round(capacity, 1))
+
+        samples: list[tuple[float, float]] = []
+        done = threading.Event()
+
+        def sample() -> None:
+            began = time.monotonic()
+            while not done.is_set():
+                samples.append((time.monotonic() - began, rss_mb(gateway)))
+                done.wait(1.0)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        offered = 5 * capacity
+        result = asyncio.run(run_load(url, token, body, OVERLOAD_S, rate=offered, max_outstanding=1000, timeout_s=40.0))
+        done.set()
+        sampler.join(5)
+        summary = (f"capacity {capacity:.0f} req/s ({ROWS} rows each); offered {offered:.0f} req/s for {OVERLOAD_S:.0f}s: "
+                   f"{result.summary()}; not sent (generator bound) {result.skipped}")
+        print(summary)
+        record_property("overload", summary)
+        statuses = result.statuses()
+        assert set(statuses) <= {"200", "429"}, statuses
+        refused = result.with_status(429)
+        admitted = result.with_status(200)
+        assert refused and admitted
+        assert all(o.retry_after is not None and int(o.retry_after) >= 1 for o in refused)
+        sent = len(result.outcomes)
+        assert sent >= 0.8 * offered * OVERLOAD_S, f"the generator sent only {sent} of {offered * OVERLOAD_S:.0f}"
+        assert len(refused) >= 0.5 * sent, "at 5x capacity most requests must be turned away"
+        p99 = result.percentile(99)
+        record_property("admitted_p99_ms", round(p99 * 1000, 1))
+        assert p99 <= SLO_S, f"admitted p99 {p99 * 1000:.0f} ms over the {SLO_S * 1000:.0f} ms SLO"
+        # memory: flat from the first quarter of the run to its end (within 10 %)
+        settled = [mb for t, mb in samples if t >= OVERLOAD_S / 4]
+        assert len(settled) >= 3, samples
+        growth = (max(settled[-3:]) - settled[0]) / settled[0]
+        record_property("rss_mb", [round(mb) for _, mb in samples])
+        print(f"gateway + replica RSS (MB) per second: {[round(mb) for _, mb in samples]}")
+        assert growth < 0.10, f"memory grew {growth:.0%} under overload"
+        # and it serves normally once the overload stops
+        after = httpx.post(url, content=body, headers={"Authorization": f"Bearer {token}", "content-type": "application/json"},
+                           timeout=60)
+        assert after.status_code == 200, after.text
+    finally:
+        gateway.stop(grace_s=60)
