@@ -276,11 +276,14 @@ def _decide(checks: tuple[Check, ...], since: datetime, now: datetime) -> Canary
     def named(status: str) -> list[Check]:
         return [c for c in checks if c.status == status]
 
+    def reasons(held: list[Check]) -> str:
+        return "; ".join(dict.fromkeys(c.reason for c in held))  # p50 and p99 may wait for the same data
+
     if named(ROLLBACK):
-        return CanaryVerdict(ROLLBACK, checks, since, now, "; ".join(c.reason for c in named(ROLLBACK)))
+        return CanaryVerdict(ROLLBACK, checks, since, now, reasons(named(ROLLBACK)))
     if named(WARN):
-        return CanaryVerdict(WARN, checks, since, now, "; ".join(c.reason for c in named(WARN)))
+        return CanaryVerdict(WARN, checks, since, now, reasons(named(WARN)))
     waiting = named(INSUFFICIENT) + named(INCONCLUSIVE)
     if waiting:  # "not enough data yet": no alarm, no move
-        return CanaryVerdict(INSUFFICIENT, checks, since, now, "; ".join(c.reason for c in waiting))
+        return CanaryVerdict(INSUFFICIENT, checks, since, now, reasons(waiting))
     return CanaryVerdict(OK, checks, since, now, "every check within its thresholds")
