@@ -266,6 +266,13 @@ class RedisStoreReader(OnlineStoreReader):
         self.empty_response_columns = tuple(f"_ts:{v.name}" for v in views)
         # Feast's own client construction (connection string parsing: host, port, db, password, ssl)
         self._client = RedisOnlineStore()._get_client(config.online_store)
+        # redis-py's default retries with exponential backoff (about 7 s with Redis down) held every request
+        # of the batch past the gateway's queue wait: one immediate retry (a pooled connection gone stale
+        # after a Redis restart) and then the caller's clear 503.
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        self._client.set_retry(Retry(NoBackoff(), 1))
 
     def _store_key(self, entity_key: EntityKeyProto) -> bytes:
         return self._redis_key(self._project, entity_key, self._version)
