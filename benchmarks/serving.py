@@ -13,8 +13,9 @@ Per model, one server at a time (never two under load at once):
 
   mlflow-1w   mlflow models serve -m models:/NAME/1 --env-manager local (1 uvicorn worker, its default)
   mlflow-2w   the same with -w 2
-  tollfree    python -m serving (the gateway) + endpoint "bench" (1 replica, max_concurrency 64),
-              requests to /serving-endpoints/bench/invocations with a bearer token
+  tollfree    python -m serving (the gateway; no warm pool) + endpoint "bench" (1 replica, max_concurrency
+              64), requests to /serving-endpoints/bench/invocations with a bearer token; the replica
+              batches concurrent requests when its load-time profile says batches pay
 
 Load: wrk (closed loop, keep-alive; a Lua script sets the POST body and headers), one single-row
 `dataframe_split` body, for each concurrency a 2 s warm-up then --seconds timed. CPU-s per 1000
@@ -230,7 +231,10 @@ def _start_tollfree(model: dict[str, Any], env: dict[str, str], logs: Path) -> S
     from serving.gateway_process import start_gateway, wait_endpoint_ready
 
     token = secrets.token_urlsafe(24)
-    gateway = start_gateway({**env, "TOLLFREE_TOKEN": token}, logs / f"gateway-{model['name']}.log", timeout_s=READY_TIMEOUT_S)
+    # no warm pool: nothing but the gateway and the endpoint's replica runs (max_concurrency 64 fixes one
+    # replica's concurrency, so the autoscaler keeps the one replica at c <= 32)
+    gateway = start_gateway({**env, "TOLLFREE_TOKEN": token, "TOLLFREE_WARM_POOL": "0"}, logs / f"gateway-{model['name']}.log",
+                            timeout_s=READY_TIMEOUT_S)
     auth = {"Authorization": f"Bearer {token}"}
 
     def stop() -> None:

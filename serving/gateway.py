@@ -165,6 +165,8 @@ def create_gateway_app(
         for name, live in manager.live.items():
             for entity in live.entities.values():
                 metrics.replicas.labels(name, entity.name).set(sum(r.alive() for r in entity.replicas))
+                if entity.dispatcher is not None:
+                    metrics.queue_depth.labels(name, entity.name).set(entity.dispatcher.waiting)
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     data_plane = InvocationsHandler(manager, tokens, inference_log, metrics, rng=route_rng, max_body_bytes=max_body_bytes,

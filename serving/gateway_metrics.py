@@ -16,6 +16,7 @@ class GatewayMetrics:
     latency: Histogram
     in_flight: Gauge
     replicas: Gauge
+    queue_depth: Gauge
     cache_hits: Counter
 
     @classmethod
@@ -33,6 +34,8 @@ class GatewayMetrics:
             ),
             in_flight=Gauge("tollfree_in_flight_requests", "Invocations in flight.", ["endpoint"], registry=registry),
             replicas=Gauge("tollfree_replicas", "Ready replicas per served entity.", ["endpoint", "served_entity"], registry=registry),
+            queue_depth=Gauge("tollfree_queue_depth", "Requests waiting at the gateway for a replica, per served entity.",
+                              ["endpoint", "served_entity"], registry=registry),
             cache_hits=Counter("tollfree_cache_hits_total", "Invocations answered from the response cache.", ["endpoint"],
                                registry=registry),
         )

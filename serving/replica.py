@@ -203,8 +203,9 @@ class StandbyApp:
     token) loads, warms and profiles the model, and from then on it is a ``ReplicaApp``. Until then
     ``/health/ready`` answers 503 and ``/health/live`` 200."""
 
-    def __init__(self, home: Path, *, token: str | None, profile_budget_s: float = 0.3) -> None:
+    def __init__(self, home: Path, *, token: str | None, profile_budget_s: float = 0.3, store: Any = None) -> None:
         self.home = home
+        self.store = store
         self.token = token
         self.profile_budget_s = profile_budget_s
         self.inner: ReplicaApp | None = None
@@ -249,13 +250,15 @@ class StandbyApp:
             await _respond(send, 500, orjson.dumps(error_body(err)), request_id)
 
     def _load(self, model_uri: str) -> ReplicaApp:
-        runtime = ModelRuntime.load(model_uri, self.home)
+        started = time.perf_counter()
+        runtime = ModelRuntime.load(model_uri, self.home, store=self.store)
         runtime.warm()
         runtime.profile(budget_s=self.profile_budget_s)
+        log.info("standby loaded %s in %.2fs", model_uri, time.perf_counter() - started)
         return create_replica_app(runtime, token=self.token)
 
 
-def _preload_runtime(home: Path) -> None:
+def _preload_runtime(home: Path) -> Any:
     """Import what loading a model will need and open the registry's database (SQLAlchemy's engine and
     MLflow's schema check cost seconds on first use), so a warm replica pays only for the model itself."""
     import mlflow.pyfunc  # noqa: F401
@@ -268,9 +271,12 @@ def _preload_runtime(home: Path) -> None:
 
     try:
         MlflowClient().search_registered_models(max_results=1)
-        store.open_store(home)  # Feast's imports and registry code paths
+        feature_store = store.open_store(home)
+        feature_store.list_feature_services()  # the registry, read once
+        return feature_store
     except Exception as exc:  # the model load will say what is wrong, precisely
         log.warning("standby preload incomplete: %s", type(exc).__name__)
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -293,8 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     token = os.environ.get(REPLICA_TOKEN_ENV) or None
     app: Any
     if args.standby:
-        _preload_runtime(Path(settings.home))
-        app = StandbyApp(Path(settings.home), token=token)
+        app = StandbyApp(Path(settings.home), token=token, store=_preload_runtime(Path(settings.home)))
     else:
         runtime = ModelRuntime.load(args.model_uri, Path(settings.home))
         runtime.warm()

@@ -87,13 +87,19 @@ class ModelRuntime:
         self.plan: BatchPlan | None = None
 
     @classmethod
-    def load(cls, model_uri: str, home: Path) -> ModelRuntime:
+    def load(cls, model_uri: str, home: Path, store: Any = None) -> ModelRuntime:
+        """``store``: a Feast FeatureStore already open on ``home`` (a warm replica opens it in advance)."""
         import mlflow.pyfunc
 
         model = mlflow.pyfunc.load_model(model_uri)
         metadata = model.metadata.metadata or {}
         service = metadata.get(FEATURE_SERVICE_KEY)
-        reader = OnlineFeatureReader.open(home, service) if service else None
+        if not service:
+            reader = None
+        elif store is not None:
+            reader = OnlineFeatureReader(store, service)
+        else:
+            reader = OnlineFeatureReader.open(home, service)
         schema = model.metadata.get_input_schema()
         columns = schema.input_names() if schema is not None and schema.has_input_names() else None
         fast = NumpyPath.for_model(model)

@@ -143,7 +143,7 @@ def test_scale_to_zero_and_the_first_request_after_idle_comes_from_the_warm_pool
     with httpx.Client(base_url=process.url, headers=auth, timeout=60) as api:
         created = api.post("/api/2.0/serving-endpoints", json={"name": "idle", "config": {"served_entities": [{
             "entity_name": MODEL_NAME, "entity_alias": "champion", "scale_to_zero_enabled": True, "min_replicas": 0,
-            "autoscaling": {"idle_window_s": 3}}]}})
+            "autoscaling": {"idle_window_s": 5, "scale_down_window_s": 20}}]}})
         assert created.status_code == 200, created.text
         wait_endpoint_ready(process.url, auth["Authorization"].split()[1], "idle")
         assert api.post("/serving-endpoints/idle/invocations", json=body).status_code == 200
