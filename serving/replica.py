@@ -263,12 +263,20 @@ def _preload_runtime(home: Path) -> Any:
     MLflow's schema check cost seconds on first use), so a warm replica pays only for the model itself."""
     import mlflow.pyfunc  # noqa: F401
     import mlflow.sklearn  # noqa: F401
+    import skops.io  # noqa: F401  (how scikit-learn models are stored by default)
     import sklearn.ensemble  # noqa: F401
     from mlflow import MlflowClient
+    from mlflow.utils import requirements_utils
 
     from feature_repo import store
     from serving import online_features  # noqa: F401
 
+    try:
+        # MLflow checks a model's requirements against the installed packages on load; the package map
+        # it builds for that takes seconds the first time (private API: a failure only costs the time)
+        requirements_utils._init_packages_to_modules_map()
+    except Exception:  # noqa: BLE001
+        pass
     try:
         MlflowClient().search_registered_models(max_results=1)
         feature_store = store.open_store(home)
@@ -299,7 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     token = os.environ.get(REPLICA_TOKEN_ENV) or None
     app: Any
     if args.standby:
+        started = time.perf_counter()
         app = StandbyApp(Path(settings.home), token=token, store=_preload_runtime(Path(settings.home)))
+        log.info("standby ready to load a model (preloaded in %.2fs)", time.perf_counter() - started)
     else:
         runtime = ModelRuntime.load(args.model_uri, Path(settings.home))
         runtime.warm()
