@@ -219,7 +219,9 @@ def test_a_good_challenger_walks_to_100_and_becomes_champion(world, gateway, cli
         outcomes = _until(gateway, lambda o: (o["action"] == "advance" and o["traffic"] == 50)
                           or o["action"] not in ("hold", "advance"))
         assert outcomes[-1]["action"] == "advance" and outcomes[-1]["traffic"] == 50, outcomes[-1]
-        # delayed ground truth arrives for what was served so far: the label is the champion's answer
+        # delayed ground truth arrives for what was served so far (the label is the champion's answer),
+        # enough of it inside the 50 % step for the accuracy check to judge
+        time.sleep(5.0)
         answered = [s for s in list(traffic.sent) if s.status == 200]
         time.sleep(3.0)  # the inference log is written off the request path, about every second
         labels = pd.DataFrame([{"request_id": s.request_id, "label": int(s.predictions[0][1] > s.predictions[0][0])}
