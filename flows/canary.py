@@ -35,7 +35,7 @@ from prefect.artifacts import create_table_artifact
 from prefect.events import emit_event
 
 from flows import lifecycle
-from flows.gateway_api import GatewayApi, config_body, entity_input, routes_of
+from flows.gateway_api import GatewayApi, GatewayError, config_body, entity_input, routes_of
 from flows.labels import read_labelled
 from flows.replica_memory import replica_rss_mb
 from flows.skew import artifact_key
@@ -167,10 +167,21 @@ def _drop_challenger_alias(client: MlflowClient, state: CanaryState) -> None:
 
 
 # ---- evaluating and acting -----------------------------------------------------------------------
-def _memory_samples(state: CanaryState, now: datetime) -> list[dict[str, Any]]:
+def _memory_samples(state: CanaryState, now: datetime, api: GatewayApi | None = None) -> list[dict[str, Any]]:
+    """Each side's replica memory: from the gateway (it knows every replica, warm-pool ones included),
+    else from /proc by command line."""
+    by_entity: dict[str, float] = {}
+    if api is not None:
+        try:
+            for replica in api.replicas(state.endpoint):
+                if replica.get("rss_mb") is not None:
+                    key = str(replica["served_entity"])
+                    by_entity[key] = by_entity.get(key, 0.0) + float(replica["rss_mb"])
+        except GatewayError:
+            by_entity = {}
     out = []
     for entity, version in ((state.champion_entity, state.champion_version), (state.challenger_entity, state.challenger_version)):
-        rss = replica_rss_mb(state.model, version)
+        rss = by_entity.get(entity) if by_entity else replica_rss_mb(state.model, version)
         if rss is not None:
             out.append({"timestamp": now.isoformat(), "served_entity": entity, "rss_mb": rss})
     return out
@@ -190,7 +201,7 @@ def _evaluate(api: GatewayApi, client: MlflowClient, settings: Settings, state: 
         state = state.moved(now, status=FAILED, ended=now.isoformat(), cleaned=True, last_reason=why)
         return _outcome(endpoint, "abandoned", why, state), state
     since = state.step_started_at()
-    state = with_memory(plan, state, _memory_samples(state, now))
+    state = with_memory(plan, state, _memory_samples(state, now, api))
     log = read_inference_log(settings.inference_log_dir, endpoint=endpoint, since=since, until=now)
     labels = read_labelled(settings, endpoint, since)
     verdict = canary_verdict(log, state.champion_entity, state.challenger_entity, since, now, config,

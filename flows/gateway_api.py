@@ -84,6 +84,10 @@ class GatewayApi:
     def get(self, endpoint: str) -> dict[str, Any]:
         return self._call("GET", f"{API}/{endpoint}")
 
+    def replicas(self, endpoint: str) -> list[dict[str, Any]]:
+        """The endpoint's replica processes as the gateway sees them (served entity, version, pid, rss_mb)."""
+        return list(self._call("GET", f"{API}/{endpoint}/replicas").get("replicas", []))
+
     def put_config(self, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._call("PUT", f"{API}/{endpoint}/config", body)
 

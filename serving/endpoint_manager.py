@@ -111,7 +111,8 @@ class EndpointManager:
         self.store = store
         self._resolve = resolver
         # Replicas accept invocations only with this token; it lives in this process and their environment.
-        replica_token = secrets.token_urlsafe(32)
+        # Set TOLLFREE_REPLICA_TOKEN (a Kubernetes Secret, say) when replicas run apart from the gateway.
+        replica_token = replica_env.get(REPLICA_TOKEN_ENV) or secrets.token_urlsafe(32)
         # Replicas never see the gateway's admin token.
         self._env = {**{k: v for k, v in replica_env.items() if k != "TOLLFREE_TOKEN"}, REPLICA_TOKEN_ENV: replica_token}
         if replica_client is None:

@@ -307,7 +307,7 @@ def _entity_views(e: ServedEntityInput, state: dict[str, str]) -> tuple[dict[str
     version = e.resolved_version or e.entity_version
     if version is not None:
         entity["entity_version"] = model["model_version"] = version
-    extensions = ("entity_alias", "min_replicas", "max_replicas", "max_concurrency")
+    extensions = ("entity_alias", "min_replicas", "max_replicas", "max_concurrency", "autoscaling")
     entity.update({k: getattr(e, k) for k in extensions if getattr(e, k) is not None})
     return entity, model
 

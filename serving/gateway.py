@@ -27,6 +27,7 @@ from serving.endpoint_manager import EndpointManager
 from serving.errors import ApiError, error_body, install_error_handlers, not_found, payload_too_large, permission_denied
 from serving.gateway_metrics import GatewayMetrics
 from serving.inference_log import InferenceLogWriter
+from serving.local_replicas import rss_mb
 from serving.rate_limit import TokenBuckets
 from serving.warm_pool import WarmPool
 
@@ -158,6 +159,20 @@ def create_gateway_app(
         pool = backend.pool.idle if backend.pool is not None else 0
         return {"enabled": True, "warm_pool_idle": pool, "warm_starts": backend.warm_starts,
                 "cold_starts": backend.cold_starts, "decisions": decisions}
+
+    @app.get(API + "/{name}/replicas")
+    async def endpoint_replicas(name: str, request: Request) -> dict[str, Any]:
+        """tollfree extension: the endpoint's replica processes (pid, memory, requests in flight)."""
+        principal(request, name)
+        manager.store.get(name)
+        live = manager.live.get(name)
+        replicas = []
+        for entity in (live.entities.values() if live else ()):
+            for replica in entity.replicas:
+                replicas.append({"served_entity": entity.name, "model_version": entity.version, "pid": replica.pid,
+                                 "alive": replica.alive(), "outstanding": replica.outstanding,
+                                 "rss_mb": rss_mb(replica.pid)})
+        return {"replicas": replicas}
 
     @app.get("/metrics")
     async def prometheus(request: Request) -> Response:

@@ -53,6 +53,18 @@ class LocalReplica:
         return self.process.poll() is None
 
 
+def rss_mb(pid: int) -> float | None:
+    """A process's resident memory in MB, from /proc (None if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def start_replica(model_uri: str, log_dir: Path, env: Mapping[str, str], host: str = "127.0.0.1") -> LocalReplica:
     """Spawn one replica process; returns at once (use ``wait_ready``).
 
