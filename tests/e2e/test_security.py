@@ -354,7 +354,7 @@ def two_ports(world, tmp_path_factory) -> Iterator[TwoPortGateway]:  # type: ign
                                    stdout=out, stderr=subprocess.STDOUT, env=env, cwd=str(PROJECT_DIR))
     gw = TwoPortGateway(process, port, admin_port, log_path)
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 240
         while True:
             assert process.poll() is None, log_path.read_text()[-3000:]
             try:
