@@ -253,8 +253,8 @@ class EndpointManager:
                                       scaling=spec.scaling_config(entity))
                 dispatcher = served.attach(self.replica_client.send, self.request_timeout_s)
                 started.append(served)
-                for _ in range(wanted):
-                    served.replicas.append(await run_in_threadpool(start_replica, served.model_uri, self._log_dir, self._env))
+                for _ in range(wanted):  # spawned on the loop, not in a thread: a cancelled rollout must know every process
+                    served.replicas.append(start_replica(served.model_uri, self._log_dir, self._env))
                 for replica in served.replicas:
                     ready = await run_in_threadpool(wait_ready, replica, self._ready_timeout_s)
                     if isinstance(ready, dict) and isinstance(ready.get("batching"), dict):
