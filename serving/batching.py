@@ -14,7 +14,7 @@ from typing import Any
 PROFILE_SIZES = (1, 2, 4, 8, 16, 32, 64)
 MIN_GAIN = 2.0  # batching is on when a row in a full batch costs at most half a single-row call
 FLAT_WITHIN = 1.15  # the batch size where per-row cost is within 15 % of its best
-MAX_WAIT_CAP_MS = 2.0
+MAX_WAIT_CAP_MS = 1.0
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,8 @@ OFF = BatchPlan(enabled=False, max_batch=1, max_wait_ms=0.0, single_ms=0.0, gain
 def plan_from_profile(ms_per_call: Mapping[int, float]) -> BatchPlan:
     """The plan for a model whose predict took ``ms_per_call[size]`` milliseconds at each batch size.
 
-    The gathering wait is a quarter of a single-row call, capped: a request waits at most that long for
-    company, and only while the replica is busy anyway (the gateway never holds a lone request).
+    The gathering wait is a quarter of a single-row call, capped at 1 ms: a request waits at most that
+    long for company, and only while the replica is busy anyway (the gateway never holds a lone request).
     """
     sizes = sorted(s for s, ms in ms_per_call.items() if s >= 1 and ms > 0)
     if not sizes or sizes[0] != 1:

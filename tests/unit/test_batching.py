@@ -22,7 +22,7 @@ def test_a_model_that_costs_the_same_per_row_at_any_size_is_not_batched():
 
 
 def test_the_gathering_wait_is_capped_and_a_profile_needs_size_one():
-    assert plan_from_profile({1: 40.0, 64: 41.0}).max_wait_ms == 2.0
+    assert plan_from_profile({1: 40.0, 64: 41.0}).max_wait_ms == 1.0
     with pytest.raises(ValueError):
         plan_from_profile({8: 1.0})
     with pytest.raises(ValueError):
