@@ -20,7 +20,8 @@ from serving.scoring_protocol import parse_scoring_request
 ROW_KEY = "__logged_row"
 
 
-def _request_frame(inputs: str) -> pd.DataFrame | None:
+def request_frame(inputs: str) -> pd.DataFrame | None:
+    """The rows of a logged request body (any scoring format); None if it does not parse."""
     for content_type in ("application/json", "text/csv"):
         try:
             return parse_scoring_request(inputs.encode(), content_type, max_rows=1_000_000).frame
@@ -34,7 +35,7 @@ def logged_rows(log: pd.DataFrame, sample: int | None = None, seed: int = 0) -> 
     ok = log[(log["status_code"] == 200) & log["served_features"].notna() & log["inputs"].notna()]
     rows: list[pd.DataFrame] = []
     for request_id, ts, inputs, served in zip(ok["request_id"], ok["timestamp"], ok["inputs"], ok["served_features"]):
-        request = _request_frame(inputs)
+        request = request_frame(inputs)
         features = pd.DataFrame(json.loads(served))
         if request is None or len(request) != len(features):
             continue

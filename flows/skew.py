@@ -37,9 +37,7 @@ from monitoring.drift import DriftConfig, DriftResult, compute_drift
 from monitoring.inference_frames import served_feature_rows
 from monitoring.parity import ParityResult
 from serving.endpoint_store import EndpointStore
-from serving.errors import ApiError
 from serving.inference_log import read_inference_log
-from serving.scoring_protocol import parse_scoring_request
 from serving.settings import Settings
 
 NOT_FEATURES = ("request_id", "timestamp", "row", "event_timestamp", "transaction_id", "served_entity", "model_version")
@@ -79,16 +77,6 @@ def prediction_score(value: Any) -> float | None:
         return None
 
 
-def request_frame(inputs: str) -> pd.DataFrame | None:
-    """The rows of a logged request body (any scoring format); None if it does not parse."""
-    for content_type in ("application/json", "text/csv"):
-        try:
-            return parse_scoring_request(inputs.encode(), content_type, max_rows=1_000_000).frame
-        except ApiError:
-            continue
-    return None
-
-
 def served_rows(log: pd.DataFrame) -> pd.DataFrame:
     """One row per served row of successful requests: the features the model was fed (or, without a
     FeatureService, the request's columns), its prediction, request id, time, entity and version."""
@@ -99,7 +87,7 @@ def served_rows(log: pd.DataFrame) -> pd.DataFrame:
     frames = [with_features] if not with_features.empty else []
     plain = ok[ok["served_features"].isna() & ok["inputs"].notna()]
     for request_id, ts, inputs in zip(plain["request_id"], plain["timestamp"], plain["inputs"]):
-        frame = request_frame(inputs)
+        frame = feature_parity.request_frame(inputs)
         if frame is not None:
             frames.append(frame.reset_index(drop=True).assign(request_id=request_id, timestamp=ts, row=range(len(frame))))
     if not frames:
