@@ -140,7 +140,8 @@ def _start(api: GatewayApi, client: MlflowClient, settings: Settings, endpoint: 
     if name == champion["name"]:
         name = f"{name}-canary"
     challenger = {"name": name, "entity_name": model, "entity_version": challenger_version,
-                  **{k: champion[k] for k in ("workload_size", "max_concurrency", "min_replicas", "max_replicas") if k in champion}}
+                  **{k: champion[k] for k in ("workload_size", "max_concurrency", "min_replicas", "max_replicas", "scale_to_zero_enabled",
+                                              "autoscaling") if k in champion}}
     first = plan.steps[0]
     body = config_body(view, [entity_input(champion), challenger], {champion["name"]: 100 - first, name: first})
     settled = api.apply(endpoint, body, timeout_s)

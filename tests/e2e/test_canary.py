@@ -123,7 +123,9 @@ def models(world, client) -> dict[str, str]:
 def endpoint(world, gateway, models):
     with gateway.client(gateway.admin) as api:
         created = api.post("/api/2.0/serving-endpoints", json={"name": ENDPOINT, "config": {
-            "served_entities": [{"entity_name": MODEL, "entity_alias": "champion"}]}})
+            # a fixed per-replica concurrency: the vertical autoscaler's state (it re-tunes each side from its
+            # own history) would otherwise differ between champion and challenger and confound the latency check
+            "served_entities": [{"entity_name": MODEL, "entity_alias": "champion", "max_concurrency": 32}]}})
         assert created.status_code == 200, created.text
     wait_endpoint_ready(gateway.url, gateway.admin, ENDPOINT)
     yield ENDPOINT
