@@ -27,7 +27,8 @@ def _log_requests(settings: Settings) -> None:
                 outputs=json.dumps([[0.8, 0.2]]) if i != 5 else None, error_code=None, rows=1))
 
 
-def _events(name: str, timeout_s: float = 30.0) -> list:
+def _events(name: str, resource_id: str, timeout_s: float = 30.0) -> list:
+    """This test's events only: other tests in the session emit the same event for their endpoints."""
     from prefect.client.orchestration import get_client
     from prefect.events.filters import EventFilter, EventNameFilter
 
@@ -35,8 +36,9 @@ def _events(name: str, timeout_s: float = 30.0) -> list:
     with get_client(sync_client=True) as client:
         while True:
             page = client.read_events(filter=EventFilter(event=EventNameFilter(name=[name])), limit=50)
-            if page.events or time.monotonic() > deadline:
-                return page.events
+            mine = [e for e in page.events if e.resource.id == resource_id]
+            if mine or time.monotonic() > deadline:
+                return mine
             time.sleep(0.5)
 
 
@@ -59,7 +61,7 @@ def test_labels_are_joined_stored_reported_and_announced(prefect_harness, tmp_pa
     assert read_labelled(settings, ENDPOINT).set_index("request_id").loc["req-2", "correct"]
     assert len(read_labelled(settings, ENDPOINT, since=datetime.now(timezone.utc) - timedelta(minutes=9, seconds=30))) == 2
 
-    events = _events("tollfree.labels.ingested")
+    events = _events("tollfree.labels.ingested", f"tollfree.endpoint.{ENDPOINT}")
     assert events and events[0].resource.id == f"tollfree.endpoint.{ENDPOINT}"
     assert {"matched", "unmatched"} <= set(events[0].payload)
 
