@@ -26,6 +26,7 @@ from prefect.tasks import exponential_backoff
 
 from feature_repo import store as feature_store
 from flows import gates, lifecycle, training
+from flows.registry import answering
 from flows.policy import Policy, load_policy, policy_for
 from flows.skew import artifact_key
 from monitoring.fairness import group_rates
@@ -158,9 +159,10 @@ def promote(model_name: str = "fraud", version: str | None = None, policy_file: 
     policy = load_policy(Path(policy_file)) if policy_file else policy_for(model_name)  # refused before anything runs
     settings = Settings.from_environ(os.environ)
     mlflow.set_tracking_uri(settings.tracking_uri)
-    candidate = resolve_candidate(settings.tracking_uri, model_name, version)
-    results = evaluate_gates(settings, policy, candidate, model_name)
-    record_results(settings.tracking_uri, model_name, candidate["version"], policy, results)
+    with answering(settings.tracking_uri, f"gating {model_name} (no alias moved)"):
+        candidate = resolve_candidate(settings.tracking_uri, model_name, version)
+        results = evaluate_gates(settings, policy, candidate, model_name)
+        record_results(settings.tracking_uri, model_name, candidate["version"], policy, results)
     create_table_artifact(key=artifact_key(f"promotion-{model_name}-v{candidate['version']}"),
                           table=[r.as_row() for r in results],
                           description=f"Promotion gates for {model_name} v{candidate['version']} ({policy.path.name})")
@@ -170,7 +172,9 @@ def promote(model_name: str = "fraud", version: str | None = None, policy_file: 
     if failed:
         raise PromotionBlocked(f"{model_name} v{candidate['version']} blocked by gate(s): "
                                + "; ".join(f"{r.gate}: {r.reason}" for r in failed))
-    alias = move_aliases(settings.tracking_uri, model_name, candidate["version"], policy.bootstrap_champion, getpass.getuser())
+    with answering(settings.tracking_uri, f"moving the aliases of {model_name} v{candidate['version']} "
+                   "(champion moves in one step and is never left missing; rerun to complete)"):
+        alias = move_aliases(settings.tracking_uri, model_name, candidate["version"], policy.bootstrap_champion, getpass.getuser())
     logger.info("%s v%s passed every gate and is now @%s", model_name, candidate["version"], alias)
     return {"version": candidate["version"], "alias": alias, "gates": [r.as_row() for r in results]}
 

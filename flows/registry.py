@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
@@ -35,3 +38,37 @@ def training_reference(tracking_uri: str, model_name: str, version: str, dest: P
     run_id = client.get_model_version(model_name, version).run_id
     dest.mkdir(parents=True, exist_ok=True)
     return Path(client.download_artifacts(run_id, "training/train.parquet", str(dest)))
+
+
+class RegistryUnavailable(RuntimeError):
+    """The MLflow tracking server did not answer (down, or unreachable)."""
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether an MLflow error is a failed connection or a timeout, not an answer from the server."""
+    import requests
+
+    if not isinstance(exc, MlflowException):
+        return False
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(cause, requests.exceptions.RequestException):
+        return True
+    message = str(exc.message)
+    return message.startswith("API request to") and ("failed with exception" in message or "failed with timeout" in message)
+
+
+def server_address(tracking_uri: str) -> str:
+    """The URI without credentials or path, fit for a message."""
+    parts = urlsplit(tracking_uri)
+    return f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}" if parts.hostname else parts.scheme
+
+
+@contextmanager
+def answering(tracking_uri: str, doing: str) -> Iterator[None]:
+    """Turn an unreachable registry into one clear ``RegistryUnavailable`` naming the server and the step."""
+    try:
+        yield
+    except MlflowException as exc:
+        if not unreachable(exc):
+            raise
+        raise RegistryUnavailable(f"the MLflow registry at {server_address(tracking_uri)} did not answer while {doing}") from exc

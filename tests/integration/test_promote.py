@@ -16,6 +16,7 @@ from mlflow.models import infer_signature
 from flows import lifecycle
 from flows.lineage import lineage
 from flows.promote import PromotionBlocked, promote
+from flows.registry import RegistryUnavailable
 from flows.rollback import rollback
 from flows.train import train
 from tests.models import SleepyModel, UnfairModel
@@ -199,7 +200,7 @@ def test_mlflow_unreachable_fails_the_run_and_moves_nothing(client, first, polic
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
-    with pytest.raises(Exception):
+    with pytest.raises(RegistryUnavailable, match=r"registry at http://127\.0\.0\.1:9 did not answer .*no alias moved"):
         promote(model_name=MODEL, policy_file=str(policies / "no_serving.yaml"))
     assert lifecycle.aliases(client, MODEL) == before
 
