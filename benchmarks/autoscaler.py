@@ -86,7 +86,7 @@ def sweep_one(job: tuple) -> dict:
     profile_name, target, seed, seconds = job
     profile = PRESETS[profile_name]
     policy = Tollfree(tollfree_config(profile, vertical=False, initial_target=target, min_target=min(1.0, target),
-                                      max_target=max(1024.0, target)), queue_limit=profile.queue_limit)
+                                      max_target=max(1024.0, target)))
     r = simulate(constant(CONSTANT_RPS[profile_name], seconds, seed), profile, policy, seed=seed, timeline=False,
                  warmup_s=WARMUP_S)
     return {"profile": profile_name, "target": target, "replica_seconds": r.replica_seconds,

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
 from serving.autoscaler.signals import Sample
-from serving.autoscaler.simulate.baselines import HPA, KPA, RayServe
-from serving.autoscaler.simulate.engine import View
+from serving.autoscaler.simulate import traces as tr
+from serving.autoscaler.simulate.baselines import HPA, KPA, KPA_TIMEOUT_S, RayServe
+from serving.autoscaler.simulate.engine import View, simulate
+from serving.autoscaler.simulate.profiles import PRESETS
 
 
 def second(t: float, in_flight: float, ready: int) -> View:
@@ -100,3 +107,44 @@ def test_ray_waits_for_the_upscale_delay_and_the_downscale_delay():
             down_at = t
             break
     assert down_at is not None and down_at - 70.0 >= 600.0
+
+
+# -- each baseline's request path at its defaults, through the engine ---------------------------------
+
+def overload(rps: float = 400.0, seconds: float = 120.0):
+    return tr.from_rate("overload", lambda t: np.full_like(t, rps), seconds, seed=5)
+
+
+def test_kpa_default_has_no_queue_limit_so_its_concurrency_passes_the_target_and_it_scales():
+    # containerConcurrency 0: no queue-proxy breaker; a 4-slot model at 400 req/s on one pod builds a
+    # backlog in the pod (not rejections), the observed concurrency passes 70, and KPA adds pods
+    profile = PRESETS["cpu"]
+    r = simulate(overload(), profile, KPA(), seed=5, timeline=True)
+    assert r.rejected == 0
+    assert max(r.timeline["replicas"]) > 1
+    assert r.over_slo > 0        # the wait in the pod is paid in latency
+
+
+def test_kpa_requests_time_out_after_the_revision_timeout():
+    profile = replace(PRESETS["cpu"], max_replicas=1)    # no pod can be added: the backlog only grows
+    r = simulate(overload(rps=200.0, seconds=400.0), profile, KPA(), seed=5, timeline=False)
+    assert r.rejected > 0                                # the 504s after 300 s
+    assert r.p99_ms <= KPA_TIMEOUT_S * 1000 + 1000
+
+
+def test_kpa_with_container_concurrency_queues_ten_times_it_per_pod():
+    kpa = KPA(container_concurrency=4)
+    assert kpa.replica_queue == 40 and kpa.target == pytest.approx(2.8)
+    assert KPA().replica_queue is None                   # the pod's own (unbounded) room
+
+
+def test_ray_queues_without_limit_at_the_router_and_hpa_in_the_pod():
+    profile = PRESETS["cpu"]
+    spike = tr.spike(base_rps=100.0, seed=5)             # 10x within 5 s: both fall behind for a while
+    for policy in (RayServe(), HPA(target=profile.user_target)):
+        r = simulate(spike, profile, policy, seed=5, timeline=False)
+        assert r.rejected == 0 and r.over_slo > 0
+    # a model server that does limit its waiting room (a profile sets one) rejects past it under HPA
+    limited = replace(profile, queue_limit=8)
+    r = simulate(spike, limited, HPA(target=profile.user_target), seed=5, timeline=False)
+    assert r.rejected > 0

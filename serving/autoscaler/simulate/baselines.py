@@ -1,7 +1,10 @@
 """What users run today, re-implemented from the sources with their defaults (each cited).
 
 These are simulator policies (:class:`serving.autoscaler.simulate.engine.SimPolicy`): they observe a
-:class:`View` every 100 ms and return an :class:`Action`. Each keeps to its own cadence.
+:class:`View` every 100 ms and return an :class:`Action`. Each keeps to its own cadence, and each
+brings the queueing of its system's request path at its defaults (``front_queue``, ``replica_queue``,
+``timeout_s``): where the system puts no limit, requests wait (and count over the SLO when they
+waited too long), they are not rejected.
 
 * :class:`HPA` -- Kubernetes HorizontalPodAutoscaler (autoscaling/v2) on a Pods metric "in-flight
   requests" with an ``AverageValue`` target.
@@ -45,7 +48,12 @@ class HPA:
 
     name = "hpa"
     warm_pool = False
-    front_queue: Optional[float] = None   # a Service has no queue: pods' own backlog only
+    # A Service (kube-proxy) forwards connections and holds nothing: no queue of its own, no timeout
+    # (pkg/proxy: iptables/IPVS rules only). What waits, waits in the pod's model server (its own room,
+    # ``profile.queue_limit``: unbounded for a plain HTTP server).
+    front_queue: Optional[float] = None
+    replica_queue: Optional[float] = None
+    timeout_s: Optional[float] = None
 
     def __init__(self, target: float, min_replicas: int = 1, max_replicas: int = 1000) -> None:
         self.target = target
@@ -126,7 +134,16 @@ KPA_TICK_S = 2.0                # tick-interval: 2s (pkg/autoscaler/config: Tick
 KPA_MAX_UP = 1000.0             # max-scale-up-rate: "1000.0"
 KPA_MAX_DOWN = 2.0              # max-scale-down-rate: "2.0"
 KPA_ZERO_GRACE_S = 30.0         # scale-to-zero-grace-period: "30s" (enable-scale-to-zero: "true")
+KPA_TBC = 211.0                 # target-burst-capacity: "211" (activator in the path while spare capacity < it)
 KPA_ACTIVATOR_QUEUE = 10000     # pkg/activator/net/throttler.go: breakerQueueDepth = 10000
+# config/core/configmaps/defaults.yaml revision-timeout-seconds: "300" (pkg/apis/config/defaults.go
+# DefaultRevisionTimeoutSeconds = 5 * 60): a request not answered by then gets a timeout.
+KPA_TIMEOUT_S = 300.0
+# pkg/queue/sharedmain/main.go buildBreaker: no breaker when containerConcurrency < 1 (the default 0:
+# every request is proxied to the user container and waits there); otherwise at most
+# containerConcurrency in the container and a queue of 10 x containerConcurrency in front of it
+# ("queueDepth := 10 * env.ContainerConcurrency"), beyond which the queue-proxy answers 503.
+KPA_BREAKER_QUEUE_FACTOR = 10
 
 
 class KPA:
@@ -138,10 +155,18 @@ class KPA:
     after the last time it held; while panicking the count never goes down. At 0 desired pods the
     revision goes to zero after the 30 s grace period; while at zero the activator holds up to 10,000
     requests and its stat wakes the autoscaler. containerConcurrency 0 (unlimited) is the default.
+
+    Queueing: with containerConcurrency 0 nothing limits what reaches a pod (no queue-proxy breaker,
+    the activator's per-revision breaker is infinite too), so requests wait in the pod up to the 300 s
+    revision timeout. With containerConcurrency set, the queue-proxy admits that many and queues
+    10 x as many; the activator, in the path whenever the spare capacity ``ready x cc - panic
+    concurrency`` is below the 211 target burst capacity (``excessBCF`` in ``Scale``), or at zero,
+    holds up to 10,000 more.
     """
 
     name = "kpa"
     warm_pool = False
+    timeout_s: Optional[float] = KPA_TIMEOUT_S
 
     def __init__(self, container_concurrency: int = 0, max_replicas: int = 1000, name: str = "kpa") -> None:
         # containerConcurrency 0 (the default): target = container-concurrency-target-default x 70 %;
@@ -157,14 +182,20 @@ class KPA:
         self.zero_since: Optional[float] = None
         self.current = 0
         self.front_queue: Optional[float] = None
+        self.replica_queue: Optional[float] = (KPA_BREAKER_QUEUE_FACTOR * container_concurrency
+                                               if container_concurrency > 0 else None)
+        self.panic_value = 0.0
 
     def initial(self, load: float) -> tuple[int, Optional[int]]:
         self.current = max(1, math.ceil(load / self.target))
         return self.current, (self.cc or None)
 
     def step(self, view: View) -> Optional[Action]:
-        # the activator is in the path only while no pod is ready: then it buffers
-        self.front_queue = KPA_ACTIVATOR_QUEUE if view.ready == 0 else None
+        # the activator is in the path while no pod is ready, or (target burst capacity) while the
+        # spare capacity is under 211: then it buffers -- when it has a limit to enforce (cc > 0)
+        total = self.cc or KPA_TARGET
+        ebc = math.floor(view.ready * total - KPA_TBC - self.panic_value)
+        self.front_queue = KPA_ACTIVATOR_QUEUE if view.ready == 0 or (self.cc and ebc < 0) else None
         if view.second is not None:
             self.window.append(view.second.in_flight)
         now = view.now
@@ -177,6 +208,7 @@ class KPA:
         stable = sum(samples) / len(samples)
         recent = samples[-KPA_PANIC_S:]
         panic = sum(recent) / len(recent)
+        self.panic_value = panic
         ready = max(1.0, float(view.ready))
         max_up = math.ceil(KPA_MAX_UP * ready)
         max_down = math.floor(ready / KPA_MAX_DOWN)
@@ -221,7 +253,9 @@ RAY_UPSCALE_DELAY_S = 30.0      # upscale_delay_s: 30.0
 RAY_DOWNSCALE_DELAY_S = 600.0   # downscale_delay_s: 600.0
 RAY_LOOK_BACK_S = 30.0          # look_back_period_s: 30.0 (mean of the ongoing requests)
 RAY_CONTROL_LOOP_S = 0.1        # ray/serve/_private/constants.py: CONTROL_LOOP_INTERVAL_S = 0.1
-# max_queued_requests: -1 (unbounded) -> the router queue has no limit
+# max_queued_requests: -1 (ray/serve/_private/constants.py DEFAULT_MAX_QUEUED_REQUESTS = -1): the
+# router queue beyond max_ongoing_requests has no limit; HTTPOptions.request_timeout_s: None
+# (python/ray/serve/config.py): no timeout either.
 
 
 class RayServe:
@@ -235,7 +269,9 @@ class RayServe:
 
     name = "ray"
     warm_pool = True            # Ray starts replica actors in pre-started worker processes
-    front_queue: Optional[float] = INF
+    front_queue: Optional[float] = INF      # the router's queue: unbounded
+    replica_queue: Optional[float] = 0.0    # a replica gets at most max_ongoing_requests
+    timeout_s: Optional[float] = None
 
     def __init__(self, min_replicas: int = 1, max_replicas: int = 1000, target_ongoing: float = RAY_TARGET_ONGOING,
                  max_ongoing: int = RAY_MAX_ONGOING, name: str = "ray") -> None:

@@ -6,9 +6,15 @@ order, as a gateway that routes each request to the least-loaded replica behaves
 next free time in a heap; a request starts at ``max(arrival, earliest free time)``. Capacity changes
 only at step boundaries (every ``STEP_S``), so a start is committed only if it falls before the end of
 the current step; later ones wait in the FIFO and are retried at the next step, once the policy has
-had its say. Replicas being started are servers whose first free time is their ready time. A request
-that finds the waiting room full (``queue_limit`` per ready replica, or the policy's own queue) is
-rejected.
+had its say. Replicas being started are servers whose first free time is their ready time.
+
+The waiting room is what the policy's system puts in front of the model server: ``front_queue``
+(a gateway's, router's or activator's queue; INF: unbounded) plus, per ready replica, the requests a
+replica admits beyond its parallelism (``admission_limit - parallelism``) and ``replica_queue``
+(what waits inside or just in front of a replica: a queue-proxy's breaker queue, say; None: the model
+server's own, ``profile.queue_limit``, unbounded unless the profile sets one). A request that finds
+the room full is rejected. With ``timeout_s`` set (Knative's revision timeout), a request still
+waiting that long after it arrived is answered with a timeout: it counts with the rejected ones.
 
 Policies see what a real one would: every ``STEP_S`` the in-flight count (queued included), what
 waits, ready and provisioned replicas; at every full second a :class:`Sample` (means over the second,
@@ -59,6 +65,8 @@ class SimPolicy(Protocol):
     name: str
     warm_pool: bool
     front_queue: Optional[float]       # extra waiting room besides the replicas'; INF: unbounded
+    replica_queue: Optional[float]     # per ready replica; None: the model server's own (profile.queue_limit)
+    timeout_s: Optional[float]         # a request waiting this long is answered with a timeout; None: never
 
     def initial(self, load: float) -> tuple[int, Optional[int]]:
         """Replicas ready at t=0 for an initial in-flight ``load``, and the per-replica admission limit."""
@@ -231,7 +239,8 @@ def _simulate(trace: Trace, profile: ModelProfile, policy: SimPolicy, seed: int,
     pool.resize(0.0, rep0, 0.0, pool.slots)
     pool.ready_at = [0.0] * rep0
     heap = pool.heap
-    qlimit = profile.queue_limit
+    server_queue = INF if profile.queue_limit is None else float(profile.queue_limit)
+    timeout = getattr(policy, "timeout_s", None)
 
     deferred: deque[int] = deque()
     qstarts: deque[float] = deque()
@@ -261,18 +270,24 @@ def _simulate(trace: Trace, profile: ModelProfile, policy: SimPolicy, seed: int,
     heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
     ready_n = rep0
 
-    backlog = getattr(policy, "replica_backlog", True)
-
     def room() -> float:
         front = policy.front_queue
         extra = front if front is not None else 0.0
-        per = (qlimit if backlog else 0) + (max(0, (limit or 0) - profile.parallelism) if not batch else 0)
-        return max(ready_n, 0) * per + extra
+        own = getattr(policy, "replica_queue", None)
+        per = (server_queue if own is None else own) + (max(0, (limit or 0) - profile.parallelism) if not batch else 0)
+        if ready_n <= 0 or per <= 0:
+            return extra
+        return ready_n * per + extra
 
     cur_room = room()
     for k in range(n_steps):
         t0 = k * STEP_S
         t1 = t0 + STEP_S
+        if timeout is not None:
+            # the oldest waiting requests whose timeout has passed get their timeout answer
+            while deferred and arr_l[deferred[0]] + timeout <= t0:
+                deferred.popleft()
+                rejected += 1
         # -- deferred requests first (FIFO), now that capacity may have changed
         if batch:
             while deferred and heap and heap[0] < t1:
@@ -444,6 +459,8 @@ def _simulate(trace: Trace, profile: ModelProfile, policy: SimPolicy, seed: int,
         i = deferred.popleft()
         f = heap[0]
         s = max(f, arr_l[i])
+        if timeout is not None and s - arr_l[i] >= timeout:
+            continue
         done = s + svc_l[i]
         heapreplace(heap, done)
         lat_l[i] = done - arr_l[i]

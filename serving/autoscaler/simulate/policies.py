@@ -14,14 +14,19 @@ from serving.autoscaler.simulate.engine import Action, SimPolicy, View
 from serving.autoscaler.simulate.profiles import ModelProfile
 
 
+# serving/dispatcher.py: a request waits at most max_wait_s (5.0 by default) in the gateway's queue, then 429
+GATEWAY_MAX_WAIT_S = 5.0
+
+
 class Tollfree:
     name = "tollfree"
 
-    def __init__(self, config: ScalingConfig, warm_pool: bool = True, queue_limit: int = 64) -> None:
+    def __init__(self, config: ScalingConfig, warm_pool: bool = True) -> None:
         self.config = config
         self.warm_pool = warm_pool
         self.front_queue: Optional[float] = float(config.max_queue)  # the gateway's bounded queue
-        self.replica_backlog = False   # the gateway admits at most max_concurrency per replica
+        self.replica_queue: Optional[float] = 0.0   # the gateway admits at most max_concurrency per replica
+        self.timeout_s: Optional[float] = GATEWAY_MAX_WAIT_S
         self.scaler: Optional[EntityScaler] = None
         self.targets: list[tuple[float, float]] = []       # (t, target) after each vertical cycle
 
@@ -62,8 +67,7 @@ USER_VARIANTS = ("kpa-user", "ray-user")
 def make_policy(name: str, profile: ModelProfile, warm_pool: bool = True, **tollfree_overrides) -> SimPolicy:
     """A fresh policy object by name. HPA's AverageValue target is the profile's ``user_target``."""
     if name == "tollfree":
-        return Tollfree(tollfree_config(profile, **tollfree_overrides), warm_pool=warm_pool,
-                        queue_limit=profile.queue_limit)
+        return Tollfree(tollfree_config(profile, **tollfree_overrides), warm_pool=warm_pool)
     if name == "hpa":
         return HPA(target=profile.user_target, max_replicas=profile.max_replicas)
     if name == "kpa":

@@ -16,7 +16,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 
@@ -34,16 +34,22 @@ class ModelProfile:
     model_load_s: float = 10.0
     cold_start_s: float = 8.0
     warm_start_s: float = 0.5
-    queue_limit: int = 64              # requests allowed to wait per ready replica; more are rejected
+    # The model server's own waiting room per replica (what a replica accepts beyond its parallelism
+    # and refuses past): None -- unbounded, a plain HTTP server's default (uvicorn's limit_concurrency
+    # is None, uvicorn/config.py; KServe's model server runs on it). A system that limits what reaches
+    # a replica (a gateway, a queue-proxy breaker, a router) overrides it in the simulator.
+    queue_limit: Optional[int] = None
     max_replicas: int = 1000
 
     def __post_init__(self) -> None:
         for name in ("service_ms", "parallelism", "slo_ms", "user_target", "max_batch", "max_replicas"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"profile {self.name!r}: {name} must be positive")
-        for name in ("service_sigma", "batch_marginal", "model_load_s", "cold_start_s", "warm_start_s", "queue_limit"):
+        for name in ("service_sigma", "batch_marginal", "model_load_s", "cold_start_s", "warm_start_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"profile {self.name!r}: {name} must not be negative")
+        if self.queue_limit is not None and self.queue_limit < 0:
+            raise ValueError(f"profile {self.name!r}: queue_limit must not be negative")
 
     def start_s(self, warm_pool: bool) -> float:
         """Seconds from the decision to a ready replica."""
@@ -72,15 +78,15 @@ PRESETS: dict[str, ModelProfile] = {
     # A CPU-bound model (gradient-boosted trees, small CNN): one request per core, 4 cores a replica.
     # A user would load-test it, see latency rise past 4 in flight, and set 70 % of that.
     "cpu": ModelProfile(name="cpu", service_ms=40.0, service_sigma=0.4, parallelism=4, slo_ms=200.0,
-                        user_target=2.8, model_load_s=10.0, queue_limit=64),
+                        user_target=2.8, model_load_s=10.0),
     # An I/O-bound agent: each request mostly waits on tools/LLM calls; hundreds in flight a replica.
     "io_agent": ModelProfile(name="io_agent", service_ms=1500.0, service_sigma=0.6, parallelism=256,
-                             slo_ms=10000.0, user_target=180.0, model_load_s=10.0, queue_limit=512),
+                             slo_ms=10000.0, user_target=180.0, model_load_s=10.0),
     # A batch-friendly embedding model: one worker a replica batches what waits (up to 64); a batch of n
     # costs 1 + 0.08 (n - 1) times a single request. Users would set ~70 % of the batch that fills in SLO.
     "embedding": ModelProfile(name="embedding", service_ms=15.0, service_sigma=0.2, parallelism=1,
                               max_batch=64, batch_marginal=0.08, slo_ms=150.0, user_target=11.0,
-                              model_load_s=10.0, queue_limit=128),
+                              model_load_s=10.0),
 }
 
 
