@@ -4,7 +4,8 @@
                                 [--run-id ID] [--chunk-rows N] [--dask-address ADDR] [--dask-workers N]
 
 Input: parquet (a file or a directory) with the row key, the entity keys, the request-time fields and
-``event_timestamp``. Output: ``OUTPUT/run=ID/version=V/date=D/part-*.parquet`` plus a ``_SUCCESS``
+``event_timestamp``; for a model registered without a FeatureService, the row key, ``event_timestamp``
+and the model's signature columns (features given; no feature store is opened). Output: ``OUTPUT/run=ID/version=V/date=D/part-*.parquet`` plus a ``_SUCCESS``
 manifest, published in one rename; the same run id replaces its own output and nothing else.
 Progress: a Prefect progress artifact (``batch-score-<run id>``) and log lines (rows done, rows/s).
 """
@@ -67,7 +68,8 @@ def score(input_path: Path, output: Path, model_uri: str, run_id: str, engine: s
 def batch_score(input_path: str, output: str, model_uri: str = DEFAULT_MODEL_URI, run_id: str | None = None,
                 engine: str = "local", chunk_rows: int = batch.job.DEFAULT_CHUNK_ROWS, dask_address: str | None = None,
                 dask_workers: int = 2) -> dict[str, Any]:
-    """Score a parquet dataset of entity keys, timestamps and request fields with a registered model."""
+    """Score a parquet dataset of entity keys, timestamps and request fields (or, for a model without a
+    FeatureService, of the model's own input columns) with a registered model."""
     logger = get_run_logger()
     # default: this flow run's id, so a Prefect retry of the run replaces its own partial attempt
     run_id = run_id or str(flow_run.id or uuid.uuid4().hex[:12])

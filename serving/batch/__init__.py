@@ -1,7 +1,9 @@
-"""Batch scoring: point-in-time features through the model's FeatureService, predictions in bounded
-chunks (in process or on Dask), output published atomically and idempotently per run id.
+"""Batch scoring: point-in-time features through the model's FeatureService (or, for a model without one,
+the input's own columns named by its signature), predictions in bounded chunks (in process or on
+Dask), output published atomically and idempotently per run id.
 
     input_check    the input's files, columns, types and values (Great Expectations), before any write
+    model_columns  a model's own input columns (its signature) and the parquet types each accepts
     chunks         one chunk: its slice of the input, features, predictions, files
     engines        where chunks run: local, or Dask distributed
     output_layout  the output's layout, staging and the one-rename publish

@@ -18,6 +18,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from serving.batch.model_columns import ModelColumn, type_problem
+
 log = logging.getLogger(__name__)
 
 TIMESTAMP = "event_timestamp"
@@ -41,15 +43,30 @@ class InputFile:
 
 @dataclass(frozen=True)
 class InputSpec:
-    """What the model's FeatureService needs on every input row, and of which kind."""
+    """What every input row must carry, and of which kind: the row key, ``event_timestamp`` and either what the
+    model's FeatureService needs (entity keys, request fields) or, for a model without one, the model's own input
+    columns (``model_columns``, from its signature: the features are given)."""
 
     key: str
     join_keys: tuple[str, ...]
     request_fields: tuple[str, ...]
+    model_columns: tuple[ModelColumn, ...] = ()
+
+    @property
+    def features_given(self) -> bool:
+        return bool(self.model_columns)
 
     @property
     def columns(self) -> list[str]:
-        return list(dict.fromkeys([self.key, *self.join_keys, *self.request_fields, TIMESTAMP]))
+        return list(dict.fromkeys([self.key, *self.join_keys, *self.request_fields,
+                                   *(c.name for c in self.model_columns), TIMESTAMP]))
+
+    @property
+    def not_null(self) -> list[str]:
+        """Columns that may hold no null: all of them but optional float model inputs (NaN reaches the model)."""
+        nullable = {c.name for c in self.model_columns if c.nullable} - {self.key, *self.join_keys, *self.request_fields,
+                                                                          TIMESTAMP}
+        return [c for c in self.columns if c not in nullable]
 
 
 @dataclass(frozen=True)
@@ -106,15 +123,19 @@ def _type_problems(schema: pa.Schema, spec: InputSpec) -> Iterable[str]:
     for column in spec.request_fields:
         if not (pa.types.is_integer(kind(column)) or pa.types.is_floating(kind(column))):
             yield f"request field {column} must be numeric, got {kind(column)}"
+    for model_column in spec.model_columns:
+        problem = type_problem(model_column, kind(model_column.name))
+        if problem:
+            yield problem
     if not pa.types.is_timestamp(kind(TIMESTAMP)):
         yield f"column {TIMESTAMP} must be a timestamp, got {kind(TIMESTAMP)}"
 
 
 def input_suite(spec: InputSpec) -> list:
-    """The Great Expectations suite every input batch must meet (no nulls in any needed column)."""
+    """The Great Expectations suite every input batch must meet (no nulls in any needed column, see ``not_null``)."""
     import great_expectations as gx
 
-    return [gx.expectations.ExpectColumnValuesToNotBeNull(column=c) for c in spec.columns]
+    return [gx.expectations.ExpectColumnValuesToNotBeNull(column=c) for c in spec.not_null]
 
 
 def validate_values(plan: InputPlan, spec: InputSpec, batch_rows: int = VALIDATION_BATCH_ROWS) -> None:

@@ -1,10 +1,15 @@
 """A batch scoring run, start to publish: resolve the model, check the input, score chunks, publish.
 
 Order matters: everything that can be wrong with the request (run id, model reference, feature
-service, input files, columns, types, emptiness, values) is checked before the first byte is
+service or signature, input files, columns, types, emptiness, values) is checked before the first byte is
 written; only then is a hidden staging directory created, filled chunk by chunk, completed with its
 manifest and published with one rename (see ``output_layout``). Any failure, or a kill, leaves no
 visible output.
+
+Two kinds of model version: one with a FeatureService (the ``feature_service`` tag or model metadata
+the train flow writes) is scored from entity keys, features joined point in time through Feast; one
+without is scored from the input's own columns, the inputs of its signature (``model_columns``), and
+no feature store is opened.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from serving.batch import engines, input_check, output_layout, partition
+from serving.batch import engines, input_check, model_columns, output_layout, partition
 from serving.batch.chunks import Chunk, ChunkResult, ScoringContext, plan_chunks
 from serving.batch.engines import DaskOptions
 from serving.batch.input_check import InputSpec
@@ -35,7 +40,8 @@ class ModelRef:
     requested: str  # what the caller asked for, e.g. models:/fraud@champion
     pinned: str  # models:/NAME/VERSION, used for every chunk
     version: str
-    feature_service: str
+    feature_service: str | None  # None: the input carries the model's columns itself (``columns``)
+    columns: tuple[model_columns.ModelColumn, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -66,7 +72,8 @@ class BatchResult:
 
 
 def resolve_model(model_uri: str, tracking_uri: str) -> ModelRef:
-    """Pin ``models:/NAME@ALIAS`` or ``models:/NAME/VERSION`` to a version, with its FeatureService."""
+    """Pin ``models:/NAME@ALIAS`` or ``models:/NAME/VERSION`` to a version, with its FeatureService or, for a
+    version without one, its signature's input columns (a version with neither is refused)."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
@@ -86,17 +93,23 @@ def resolve_model(model_uri: str, tracking_uri: str) -> ModelRef:
     except MlflowException as exc:
         raise LookupError(f"no model version found for {model_uri}: {exc.message[:200]}") from exc
     pinned = f"models:/{version.name}/{version.version}"
-    service = version.tags.get(FEATURE_SERVICE_KEY) or _metadata_service(pinned, tracking_uri)
-    if not service:
-        raise ValueError(f"{model_uri} (version {version.version}) names no feature service; batch scoring needs one")
-    return ModelRef(model_uri, pinned, str(version.version), service)
+    service = version.tags.get(FEATURE_SERVICE_KEY)
+    if service:
+        return ModelRef(model_uri, pinned, str(version.version), service)
+    info = _model_info(pinned, tracking_uri)
+    service = (info.metadata or {}).get(FEATURE_SERVICE_KEY)
+    if service:
+        return ModelRef(model_uri, pinned, str(version.version), service)
+    columns = model_columns.from_signature(info.signature.inputs if info.signature else None,
+                                           f"{model_uri} (version {version.version})")
+    return ModelRef(model_uri, pinned, str(version.version), None, columns)
 
 
-def _metadata_service(pinned: str, tracking_uri: str) -> str | None:
+def _model_info(pinned: str, tracking_uri: str):  # -> mlflow.models.ModelInfo
     import mlflow
 
     mlflow.set_tracking_uri(tracking_uri)
-    return (mlflow.models.get_model_info(pinned).metadata or {}).get(FEATURE_SERVICE_KEY)
+    return mlflow.models.get_model_info(pinned)
 
 
 def input_spec(home: Path, service_name: str, key_column: str) -> InputSpec:
@@ -130,7 +143,10 @@ def score_dataset(
     if chunk_rows <= 0:
         raise ValueError(f"chunk_rows must be > 0, got {chunk_rows}")
     model = resolve_model(model_uri, tracking_uri)
-    spec = input_spec(home, model.feature_service, key_column)
+    if model.feature_service:
+        spec = input_spec(home, model.feature_service, key_column)
+    else:  # features given: no feature store is opened
+        spec = InputSpec(key_column, (), (), model.columns)
     plan = input_check.inspect(Path(input_path), spec)
     input_check.validate_values(plan, spec)
     checked = time.perf_counter()
@@ -142,9 +158,9 @@ def score_dataset(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    log.info("batch %s: %d rows in %d file(s), %d chunk(s)%s, %s -> version %s, engine %s", run_id, plan.rows,
+    log.info("batch %s: %d rows in %d file(s), %d chunk(s)%s, %s -> version %s, engine %s%s", run_id, plan.rows,
              len(plan.files), len(chunks), f" by {spec.join_keys[0]} range" if regroup and spec.join_keys else "",
-             model_uri, model.version, engine)
+             model_uri, model.version, engine, ", features given (no feature service)" if spec.features_given else "")
     ctx = ScoringContext(str(Path(home).resolve()), tracking_uri, model.pinned, model.version, model.feature_service,
                          spec, run_id, str(staging))
     done = {"rows": 0, "chunks": 0}
