@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--admin-port", type=int, default=None,
                         help="serve the control plane on this port only (default: on --port with the data plane)")
     parser.add_argument("--admin-host", default=None, help="interface for --admin-port (default: --host)")
+    parser.add_argument("--request-timeout", type=float, default=None, metavar="SECONDS",
+                        help="seconds a replica has to answer before the client gets 504 "
+                             "(default: TOLLFREE_REQUEST_TIMEOUT_S, else 30)")
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s gateway %(name)s: %(message)s")
@@ -45,6 +48,17 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    timeout_s = args.request_timeout
+    if timeout_s is None:
+        raw = os.environ.get("TOLLFREE_REQUEST_TIMEOUT_S", "30")
+        try:
+            timeout_s = float(raw)
+        except ValueError:
+            timeout_s = float("nan")
+    if not 0 < timeout_s <= 3600:
+        print("the request timeout (--request-timeout or TOLLFREE_REQUEST_TIMEOUT_S) must be a number of seconds "
+              "in (0, 3600]", file=sys.stderr)
+        return 2
     settings.home.mkdir(parents=True, exist_ok=True)
     manager = EndpointManager(
         EndpointStore(settings.endpoints_db),
@@ -52,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         replica_env=os.environ,
         log_dir=settings.home / "logs",
         home=settings.home,
+        request_timeout_s=timeout_s,
     )
     pool = os.environ.get("TOLLFREE_WARM_POOL", "1")
     if not pool.isdigit():

@@ -69,3 +69,19 @@ class RowCostModel(mlflow.pyfunc.PythonModel):
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict | None = None) -> np.ndarray:
         time.sleep(self.per_row_s * len(model_input))
         return model_input["x"].to_numpy(dtype=float) * 2
+
+
+class TrapModel(mlflow.pyfunc.PythonModel):
+    """``2 x`` for any ``x``, except two traps: ``x == 7`` raises (with a detail no client may see) and
+    ``x == 13`` sleeps ``hang_s`` (longer than the gateway's request timeout)."""
+
+    def __init__(self, hang_s: float) -> None:
+        self.hang_s = hang_s
+
+    def predict(self, context: Any, model_input: pd.DataFrame, params: dict | None = None) -> np.ndarray:
+        x = model_input["x"].to_numpy(dtype=float)
+        if (x == 7).any():
+            raise RuntimeError("internal model detail SECRET-MODEL-DETAIL")
+        if (x == 13).any():
+            time.sleep(self.hang_s)
+        return x * 2
