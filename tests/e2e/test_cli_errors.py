@@ -23,6 +23,13 @@ def test_the_gateway_refuses_to_start_without_an_admin_token(tmp_path):
     assert result.returncode == 2 and "TOLLFREE_TOKEN" in result.stderr
 
 
+@pytest.mark.parametrize("value", ["soon", "0"])
+def test_the_gateway_refuses_a_request_timeout_that_is_not_a_sane_number_of_seconds(tmp_path, value):
+    env = dict(os.environ) | {"TOLLFREE_HOME": str(tmp_path), "TOLLFREE_REQUEST_TIMEOUT_S": value}
+    result = run(["serving", "--port", "1"], env)
+    assert result.returncode == 2 and "TOLLFREE_REQUEST_TIMEOUT_S" in result.stderr and "(0, 3600]" in result.stderr
+
+
 def test_lineage_of_an_unknown_alias_exits_2_naming_it(world):
     result = run(["flows.lineage", "--model", "fraud", "--ref", "nope"], dict(os.environ))
     assert result.returncode == 2 and "'nope'" in result.stdout
