@@ -18,9 +18,12 @@ is decided at once instead of at the next 5-s boundary, and while a scale-up is 
 over capacity is too.
 
 Vertical (every ``vertical_interval_s``): re-tunes the per-replica target concurrency, which is the
-horizontal denominator. The aim is the in-flight count that keeps a replica ``target_utilisation``
-busy (busy requests / utilisation x target_utilisation; the utilisation signal measures the replica's
-parallel capacity, whatever the model). Each metric has its own hysteresis (it enters "stressed"
+horizontal denominator. The aim is the target at which replicas run ``target_utilisation`` busy: the
+in-flight count that keeps a replica that busy (busy requests / utilisation x target_utilisation; the
+utilisation signal measures the replica's parallel capacity, whatever the model), times the measured
+ratio of the target to the mean in-flight count (the horizontal sizes replicas for the peak of its
+window, so they run below the target on average; the ratio is bounded by ``HEADROOM_MAX`` and not
+applied at the replica floor, where the count does not follow the target). Each metric has its own hysteresis (it enters "stressed"
 above a high mark and leaves below a lower one). Under latency or queue stress the target drops at
 once, by up to ``max_step_down`` per cycle, in proportion to the latency excess over ``LATENCY_GOAL``
 of the SLO, and the target that caused it becomes a ceiling that lifts only 5 % per calm cycle
@@ -45,6 +48,7 @@ QUEUE_CONTENTION = 0.1        # a queued share above this is contention
 MIN_CHANGE = 0.1              # a vertical change smaller than this share is not made
 SURGE = 1.5                   # a 1-s load above this many times capacity is decided at once
 DRAIN_S = 10.0                # a backlog should be worked off in about this long
+HEADROOM_MAX = 1.5            # the vertical aim allows at most this target / mean in-flight ratio
 
 
 @dataclass(frozen=True)
@@ -254,8 +258,17 @@ def _vertical(config: ScalingConfig, signals: Signals, state: PolicyState, now: 
     target = state.target
     goal = LATENCY_GOAL * slo
     busy = per_replica * (1 - min(queued_share, 0.99))
-    # (a) utilisation: the in-flight count that keeps a replica target_utilisation busy
-    by_util = busy / util * config.target_utilisation if util_on and util > 0.01 else None
+    # (a) utilisation: the target at which the replicas run at the utilisation aim
+    by_util = None
+    if util_on and util > 0.01 and busy > 0:
+        slots = busy / util                              # a replica's parallel capacity, measured
+        # the target sizes replicas for the peak of the horizontal's window, so they run below it on
+        # average: scale the in-flight count at the aim by the measured target / in-flight ratio
+        # (bounded, so replicas held by the scale-down window after a drop do not inflate it)
+        # (and not at the floor: there the replica count does not follow the target)
+        at_floor = state.replicas <= floor_replicas(config, target)
+        headroom = 1.0 if at_floor else min(HEADROOM_MAX, max(1.0, target / per_replica))
+        by_util = slots * config.target_utilisation * headroom
     # (b) latency (Little's law): the in-flight count that would put p99 at the goal
     by_latency = per_replica * goal / p99 if lat_on and p99 > 0 else None
     inputs = {"per_replica_in_flight": per_replica, "queued_share": queued_share, "p99_ms": p99,

@@ -8,7 +8,7 @@ import pytest
 
 from serving.autoscaler.config import ScalingConfig
 from serving.autoscaler.controller import EntityScaler
-from serving.autoscaler.policy import PolicyState, decide
+from serving.autoscaler.policy import HEADROOM_MAX, PolicyState, decide
 from serving.autoscaler.signals import MaxWindow, MeanWindow, Sample, SampleHistory
 
 SERVICE_S = 0.1
@@ -105,17 +105,41 @@ def test_the_provisioned_minimum_holds_without_load():
 def test_vertical_raises_the_target_towards_the_utilisation_aim_in_capped_steps():
     config = ScalingConfig(initial_target=4.0, max_step_up=4.0, target_utilisation=0.8, latency_slo_ms=500)
     scaler = EntityScaler(config, replicas=10)
-    # each replica could hold 100 at 100 % busy: 4 in flight -> 4 % busy
+    # each replica could hold 100 at 100 % busy; the load stops growing at 40 a replica (40 % busy)
     targets = []
-    for cycle in range(4):
+    for cycle in range(5):
         t0 = 2 + 30 * cycle if cycle else 1  # a vertical cycle ends at t = 31, 61, ...
         target = scaler.state.target
         run(scaler, t0, 32 + 30 * cycle, lambda t: 10 * min(target, 40.0), ready=10, util=min(target, 40.0) / 100)
         targets.append(scaler.state.target)
     assert targets[0] == pytest.approx(16.0)          # capped at 4x
     assert targets[1] == pytest.approx(64.0)
-    assert targets[2] == pytest.approx(80.0)          # 0.8 x 100
-    assert targets[3] == pytest.approx(80.0)          # steady
+    # replicas run at 40 in flight under a target of 64: the aim in flight (100 slots x 0.8) is
+    # scaled by that headroom, at most HEADROOM_MAX
+    assert targets[2] == pytest.approx(100 * 0.8 * HEADROOM_MAX)
+    assert targets[3] == targets[4] == targets[2]     # steady
+
+
+def test_vertical_target_compensates_the_horizontal_headroom_and_holds():
+    # 4 slots a replica, the load holds 2.7 a replica under a target of 3.2 (the horizontal sized the
+    # replicas for the window's peak): 68 % busy against an 80 % aim -> the target rises once, by
+    # the measured target / in-flight ratio, then holds while nothing changes
+    config = ScalingConfig(initial_target=3.2, latency_slo_ms=500)
+    scaler = EntityScaler(config, replicas=20)
+    run(scaler, 1, 32, 20 * 2.7, ready=20, util=2.7 / 4)
+    assert scaler.state.target == pytest.approx(3.2 * 0.8 / (2.7 / 4), rel=1e-6)
+    first = scaler.state.target
+    run(scaler, 32, 200, 20 * 2.7 * first / 3.2, ready=20, util=2.7 * first / 3.2 / 4)
+    assert scaler.state.target == first
+
+
+def test_at_the_replica_floor_the_target_is_not_raised_for_headroom():
+    # one replica (the minimum) at 10 in flight of 64 slots under a target of 40: the count does not
+    # follow the target here, so the aim is the plain 0.8 x 64, not scaled by 40 / 10
+    config = ScalingConfig(initial_target=40.0, latency_slo_ms=500)
+    scaler = EntityScaler(config, replicas=1)
+    run(scaler, 1, 32, 10.0, ready=1, util=10 / 64)
+    assert scaler.state.target == pytest.approx(0.8 * 64)
 
 
 def test_vertical_decreases_fast_under_latency_stress_and_holds_when_between_marks():
@@ -132,8 +156,9 @@ def test_latency_from_a_slow_model_without_contention_does_not_lower_the_target(
     config = ScalingConfig(initial_target=40.0, latency_slo_ms=100)
     scaler = EntityScaler(config, replicas=5)
     run(scaler, 1, 32, 100.0, ready=5, p99=300.0, util=0.5)  # slow, but half idle and no queue
-    # 20 in flight a replica at 50 % busy: the utilisation aim is 32, not a latency-driven halving
-    assert scaler.state.target == pytest.approx(32.0)
+    # 20 in flight a replica at 50 % busy under a target of 40: utilisation says a replica could take
+    # more, latency (the model's own) says do not raise it: held, not halved
+    assert scaler.state.target == pytest.approx(40.0)
 
 
 def test_decide_is_pure():
