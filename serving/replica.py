@@ -6,10 +6,11 @@ answer carries the micro-batching plan (``serving.batching``) the gateway follow
 
 Routes: ``POST /invocations`` (one scoring request, the MLflow protocol, for direct clients and
 probes), ``POST /invocations/batch`` (the gateway's envelope of several, ``serving.replica_wire``),
-``GET /health/ready`` and ``GET /health/live`` (probes; no token). When ``TOLLFREE_REPLICA_TOKEN`` is set
-(the gateway sets it for the replicas it starts) the invocation routes require it as a bearer token.
+``GET /health/ready`` and ``GET /health/live`` (probes; no token), ``GET /metrics`` (Prometheus,
+``serving.replica_metrics``). When ``TOLLFREE_REPLICA_TOKEN`` is set (the gateway sets it for the replicas
+it starts) every route but the probes requires it as a bearer token.
 
-A plain ASGI app on uvicorn rather than FastAPI: the replica has four fixed routes, and routing and
+A plain ASGI app on uvicorn rather than FastAPI: the replica has five fixed routes, and routing and
 request objects cost more than its numpy path predicts a row. Requests are parsed, predicted and
 serialised on one worker thread, so the event loop keeps reading the next request meanwhile.
 """
@@ -31,6 +32,7 @@ import orjson
 import pandas as pd
 
 from serving import replica_wire as wire
+from serving.replica_metrics import ReplicaMetrics
 from serving.errors import REQUEST_ID_HEADER, ApiError, error_body, internal, not_found, resolve_request_id, unauthenticated
 from serving.runtime import ModelError, ModelRuntime, Prediction
 from serving.scoring_protocol import parse_scoring_request, to_jsonable
@@ -40,6 +42,7 @@ log = logging.getLogger(__name__)
 RETURN_FEATURES_HEADER = "x-tollfree-return-features"
 REPLICA_TOKEN_ENV = "TOLLFREE_REPLICA_TOKEN"
 MAX_BODY_BYTES = 64 * 1024 * 1024
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def dumps_predictions(predictions: Any) -> bytes:
@@ -63,8 +66,9 @@ def answer_for(result: Prediction | Exception, request_id: str, rows: int) -> wi
     return wire.WireAnswer(500, 0, orjson.dumps(error_body(err)), b"")
 
 
-def score_envelope(runtime: ModelRuntime, envelope: bytes, max_rows: int) -> bytes:
+def score_envelope(runtime: ModelRuntime, envelope: bytes, max_rows: int, metrics: ReplicaMetrics | None = None) -> bytes:
     """Parse every request in the envelope, predict those that parsed as one batch, answer each."""
+    started = time.perf_counter()
     requests = wire.decode_requests(envelope)
     parsed: list[Any] = []
     for request in requests:
@@ -82,17 +86,22 @@ def score_envelope(runtime: ModelRuntime, envelope: bytes, max_rows: int) -> byt
     for request, item in zip(requests, parsed):
         result = item if isinstance(item, ApiError) else next(predicted)
         answers.append(answer_for(result, request.request_id, 0 if isinstance(item, ApiError) else item.n_rows))
+    if metrics is not None:
+        metrics.observe_call(time.perf_counter() - started, (a.status for a in answers))
     return wire.encode_answers(answers)
 
 
 def score_one(runtime: ModelRuntime, body: bytes, content_type: str | None, request_id: str, want_features: bool,
-              max_rows: int) -> tuple[int, bytes]:
+              max_rows: int, metrics: ReplicaMetrics | None = None) -> tuple[int, bytes]:
+    started = time.perf_counter()
     try:
         parsed = parse_scoring_request(body, content_type, max_rows=max_rows)
         result: Prediction | Exception = runtime.predict_request(parsed)
     except (ApiError, ModelError) as exc:
         result = exc
     answer = answer_for(result, request_id, 0)
+    if metrics is not None:
+        metrics.observe_call(time.perf_counter() - started, (answer.status,))
     if answer.status != 200:
         return answer.status, answer.first
     if want_features and answer.second:
@@ -103,9 +112,11 @@ def score_one(runtime: ModelRuntime, body: bytes, content_type: str | None, requ
 class ReplicaApp:
     """The ASGI application."""
 
-    def __init__(self, runtime: ModelRuntime, *, token: str | None = None, max_rows: int = 10_000) -> None:
+    def __init__(self, runtime: ModelRuntime, *, token: str | None = None, max_rows: int = 10_000,
+                 metrics: ReplicaMetrics | None = None) -> None:
         self.runtime = runtime
         self.max_rows = max_rows
+        self.metrics = metrics or ReplicaMetrics.create("unknown")
         self._token = f"Bearer {token}".encode() if token else None
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="predict")
         plan = runtime.plan.to_json() if runtime.plan is not None else None
@@ -125,6 +136,9 @@ class ReplicaApp:
                 await _respond(send, 200, self._ready, request_id)
             elif path == "/health/live" and method == "GET":
                 await _respond(send, 200, b'{"status":"live"}', request_id)
+            elif path == "/metrics" and method == "GET":
+                self._authorize(headers)
+                await _respond(send, 200, self.metrics.exposition(), request_id, METRICS_CONTENT_TYPE)
             elif path in ("/invocations", wire.PATH) and method == "POST":
                 self._authorize(headers)
                 body = await _read_body(receive)
@@ -132,16 +146,17 @@ class ReplicaApp:
                 if path == wire.PATH:
                     started = time.perf_counter()
                     if body.startswith(b'{"items":[[') and body.find(b"],[", 0, body.find(b"\n")) < 0:
-                        out = score_envelope(self.runtime, body, self.max_rows)  # one request: no thread hop
+                        out = score_envelope(self.runtime, body, self.max_rows, self.metrics)  # one request: no thread hop
                     else:
-                        out = await loop.run_in_executor(self._worker, score_envelope, self.runtime, body, self.max_rows)
+                        out = await loop.run_in_executor(self._worker, score_envelope, self.runtime, body, self.max_rows,
+                                                         self.metrics)
                     await _respond(send, 200, out, request_id, wire.CONTENT_TYPE,
                                    [(b"x-tollfree-predict-ms", f"{(time.perf_counter() - started) * 1000:.3f}".encode())])
                 else:
                     content_type = headers.get(b"content-type", b"").decode("latin-1") or None
                     want = headers.get(RETURN_FEATURES_HEADER.encode()) == b"1"
                     status, out = await loop.run_in_executor(self._worker, score_one, self.runtime, body, content_type,
-                                                             request_id, want, self.max_rows)
+                                                             request_id, want, self.max_rows, self.metrics)
                     await _respond(send, status, out, request_id)
             else:
                 raise not_found(f"no route {method} {path[:100]}")
@@ -194,8 +209,9 @@ async def _respond(send: Any, status: int, body: bytes, request_id: str, content
     await send({"type": "http.response.body", "body": body})
 
 
-def create_replica_app(runtime: ModelRuntime, *, token: str | None = None, max_rows: int = 10_000) -> ReplicaApp:
-    return ReplicaApp(runtime, token=token, max_rows=max_rows)
+def create_replica_app(runtime: ModelRuntime, *, token: str | None = None, max_rows: int = 10_000,
+                       model_uri: str = "unknown", load_seconds: float | None = None) -> ReplicaApp:
+    return ReplicaApp(runtime, token=token, max_rows=max_rows, metrics=ReplicaMetrics.create(model_uri, load_seconds))
 
 
 class StandbyApp:
@@ -254,8 +270,9 @@ class StandbyApp:
         runtime = ModelRuntime.load(model_uri, self.home, store=self.store)
         runtime.warm()
         runtime.profile(budget_s=self.profile_budget_s)
-        log.info("standby loaded %s in %.2fs", model_uri, time.perf_counter() - started)
-        return create_replica_app(runtime, token=self.token)
+        seconds = time.perf_counter() - started
+        log.info("standby loaded %s in %.2fs", model_uri, seconds)
+        return create_replica_app(runtime, token=self.token, model_uri=model_uri, load_seconds=seconds)
 
 
 def _preload_runtime(home: Path) -> Any:
@@ -311,10 +328,11 @@ def main(argv: list[str] | None = None) -> int:
         app = StandbyApp(Path(settings.home), token=token, store=_preload_runtime(Path(settings.home)))
         log.info("standby ready to load a model (preloaded in %.2fs)", time.perf_counter() - started)
     else:
+        started = time.perf_counter()
         runtime = ModelRuntime.load(args.model_uri, Path(settings.home))
         runtime.warm()
         runtime.profile()
-        app = create_replica_app(runtime, token=token)
+        app = create_replica_app(runtime, token=token, model_uri=args.model_uri, load_seconds=time.perf_counter() - started)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, loop="uvloop",
                 http="httptools", lifespan="on")
     return 0

@@ -120,7 +120,7 @@ def test_a_batch_is_predicted_together_and_split_back_and_a_bad_request_fails_al
 def test_the_replica_answers_an_envelope_item_by_item_and_wants_its_token(models):
     runtime = load(models, "numeric")
     runtime.profile(sizes=(1, 2), budget_s=1.0)
-    app = create_replica_app(runtime, token="replica-secret-0123456789")
+    app = create_replica_app(runtime, token="replica-secret-0123456789", model_uri="models:/numeric/1", load_seconds=1.5)
     good = json.dumps({"dataframe_split": {"columns": COLUMNS, "data": [[0.1] * 6]}}).encode()
     envelope = wire.encode_requests([
         wire.WireRequest("a", "application/json", good),
@@ -137,9 +137,20 @@ def test_the_replica_answers_an_envelope_item_by_item_and_wants_its_token(models
         answer = client.post(wire.PATH, content=envelope, headers=auth)
         single = client.post("/invocations", content=good, headers={**auth, "content-type": "application/json"})
         garbage = client.post(wire.PATH, content=b"junk", headers=auth)
+        assert client.get("/metrics").status_code == 401
+        metrics = client.get("/metrics", headers=auth).text
     items = wire.decode_answers(answer.content, expected=4)
     assert [i.status for i in items] == [200, 400, 415, 200]
     assert orjson.loads(items[1].first)["error_code"] == "MALFORMED_REQUEST" and b"not json" not in items[1].first
     expected = runtime._model.predict(pd.DataFrame([[0.1] * 6], columns=COLUMNS)).tolist()
     assert orjson.loads(items[0].client_body()) == {"predictions": expected} == single.json()
     assert garbage.status_code == 400
+    # the replica's own metrics count each answer by status and each predict call with its requests
+    uri = 'model_uri="models:/numeric/1"'
+    assert f'tollfree_replica_answers_total{{{uri},status="200"}} 3.0' in metrics
+    assert f'tollfree_replica_answers_total{{{uri},status="400"}} 1.0' in metrics
+    assert f'tollfree_replica_answers_total{{{uri},status="415"}} 1.0' in metrics
+    assert f"tollfree_replica_predict_seconds_count{{{uri}}} 2.0" in metrics  # the envelope, then the single call
+    assert f"tollfree_replica_batch_requests_sum{{{uri}}} 5.0" in metrics
+    assert f"tollfree_replica_model_load_seconds{{{uri}}} 1.5" in metrics
+    assert "process_resident_memory_bytes" in metrics and "process_cpu_seconds_total" in metrics
