@@ -23,7 +23,8 @@ in-flight count that keeps a replica that busy (busy requests / utilisation x ta
 utilisation signal measures the replica's parallel capacity, whatever the model), times the measured
 ratio of the target to the mean in-flight count (the horizontal sizes replicas for the peak of its
 window, so they run below the target on average; the ratio is bounded by ``HEADROOM_MAX`` and not
-applied at the replica floor, where the count does not follow the target). Each metric has its own hysteresis (it enters "stressed"
+applied at the replica floor or while the scale-down window holds more replicas than ``HEADROOM_MAX``
+times the recent peak needs: there the count does not follow the target). Each metric has its own hysteresis (it enters "stressed"
 above a high mark and leaves below a lower one). Under latency or queue stress the target drops at
 once, by up to ``max_step_down`` per cycle, in proportion to the latency excess over ``LATENCY_GOAL``
 of the SLO, and the target that caused it becomes a ceiling that lifts only 5 % per calm cycle
@@ -265,9 +266,13 @@ def _vertical(config: ScalingConfig, signals: Signals, state: PolicyState, now: 
         # the target sizes replicas for the peak of the horizontal's window, so they run below it on
         # average: scale the in-flight count at the aim by the measured target / in-flight ratio
         # (bounded, so replicas held by the scale-down window after a drop do not inflate it)
-        # (and not at the floor: there the replica count does not follow the target)
-        at_floor = state.replicas <= floor_replicas(config, target)
-        headroom = 1.0 if at_floor else min(HEADROOM_MAX, max(1.0, target / per_replica))
+        # (not at the floor, and not while the scale-down window holds more replicas than HEADROOM_MAX x
+        # the recent peak needs: then the count does not follow the target, and a fallen load is no headroom)
+        service_s = _recent_service_s(config, signals, now)
+        load_up = MaxWindow(config.scale_up_window_s).of(signals, now, lambda s: _load(s, service_s)) or 0.0
+        floor = floor_replicas(config, target)
+        held = state.replicas <= floor or state.replicas > math.ceil(HEADROOM_MAX * load_up / target - 1e-9)
+        headroom = 1.0 if held else min(HEADROOM_MAX, max(1.0, target / per_replica))
         by_util = slots * config.target_utilisation * headroom
     # (b) latency (Little's law): the in-flight count that would put p99 at the goal
     by_latency = per_replica * goal / p99 if lat_on and p99 > 0 else None

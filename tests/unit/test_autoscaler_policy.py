@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -185,3 +186,14 @@ def test_windows():
     assert MaxWindow(2.5).of(s, 3.0, lambda x: x.in_flight) == 9.0
     assert MeanWindow(3).of(s, 3.0, lambda x: x.in_flight) == 5.0
     assert MaxWindow(1).of(s, 10.0, lambda x: x.in_flight) is None
+
+
+def test_replicas_held_by_the_scale_down_window_do_not_raise_the_target():
+    # 10 replicas held after the load fell to 8 in flight (3 replicas' worth at target 3.2): the low
+    # in-flight count a replica is the hold, not headroom; the target stays at the plain aim or below
+    config = ScalingConfig(initial_target=3.2, latency_slo_ms=500)
+    scaler = EntityScaler(config, replicas=10)
+    scaler.state = replace(scaler.state, last_horizontal=1e9)   # the horizontal holds (not due)
+    run(scaler, 1, 32, 8.0, ready=10, util=0.8 / 4)
+    assert scaler.state.replicas == 10
+    assert scaler.state.target <= 0.8 * 4 + 1e-9
