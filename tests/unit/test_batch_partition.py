@@ -44,3 +44,20 @@ def test_buckets_hold_every_row_once_in_disjoint_key_ranges(tmp_path):
 def test_one_chunk_worth_of_rows_is_one_bucket(tmp_path):
     plan = _input(tmp_path)
     assert partition.plan_buckets(plan, "customer_id", 10_000).boundaries == ()
+
+
+def test_buckets_fit_one_chunk_each_so_no_remainder_chunk_pays_a_join(tmp_path):
+    rng = np.random.default_rng(4)
+    rows = 20_000
+    frame = pd.DataFrame({
+        "transaction_id": np.arange(rows), "customer_id": rng.integers(0, 5000, rows),
+        "merchant_id": rng.integers(1, 50, rows), "amount": rng.random(rows),
+        "event_timestamp": pd.Timestamp("2026-11-01", tz="UTC") + pd.to_timedelta(np.arange(rows), unit="s"),
+    })
+    path = tmp_path / "uniform.parquet"
+    frame.to_parquet(path, index=False)
+    plan = InputPlan(str(path), (InputFile(str(path), (rows,)),))
+    regrouped = partition.write_buckets(plan, SPEC, partition.plan_buckets(plan, "customer_id", 2000), tmp_path / "w")
+    chunks = plan_chunks(regrouped, 2000)
+    assert len(chunks) == len(regrouped.files) == 11 and max(c.length for c in chunks) <= 2000
+    assert sum(c.length for c in chunks) == rows
