@@ -49,7 +49,7 @@ class ScalingConfig:
     max_target: float = 1024.0
     latency_slo_ms: float = 500.0          # p99 goal the vertical axis protects
     target_utilisation: float = 0.8        # aim: this share of a replica's parallel capacity busy
-    max_step_up: float = 5.0               # one vertical cycle multiplies the target by at most this
+    max_step_up: float = 4.0               # one vertical cycle multiplies the target by at most this
     max_step_down: float = 0.5             # ...and by at least this (fast decrease under stress)
     vertical_metrics: tuple[str, ...] = ("latency", "queue", "utilisation")
     admission_headroom: float = 1.5        # per-replica admission limit = target x this
