@@ -274,12 +274,14 @@ def _report(outcome: Outcome, logger: Any) -> None:
 @flow(name="canary")
 def canary(endpoint: str, thresholds: dict[str, Any] | None = None, steps: list[int] | None = None,
            min_dwell_s: float = 600.0, drain_s: float = 60.0, gateway_url: str | None = None,
+           max_warn_hold_s: float = 1800.0,
            rollout_timeout_s: float = 300.0) -> dict[str, Any]:
     """Evaluate the endpoint's canary once and act: start, advance, hold, roll back or promote."""
     logger = get_run_logger()
     settings = Settings.from_environ(os.environ)
     config = CanaryThresholds.from_mapping(thresholds)
-    plan = CanaryPlan(steps=tuple(steps) if steps else CanaryPlan().steps, min_dwell_s=min_dwell_s, drain_s=drain_s)
+    plan = CanaryPlan(steps=tuple(steps) if steps else CanaryPlan().steps, min_dwell_s=min_dwell_s, drain_s=drain_s,
+                      max_warn_hold_s=max_warn_hold_s)
     client = MlflowClient(settings.tracking_uri)
     api = GatewayApi.from_environ(os.environ, gateway_url)
     try:
@@ -326,12 +328,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--endpoint", required=True)
     parser.add_argument("--min-dwell-s", type=float, default=600.0)
     parser.add_argument("--drain-s", type=float, default=60.0)
+    parser.add_argument("--max-warn-hold-s", type=float, default=1800.0,
+                        help="how long from a step's start a warning holds it (then it moves on, warning recorded)")
     parser.add_argument("--steps", type=lambda s: [int(x) for x in s.split(",")], default=None, help="e.g. 5,25,50,100")
     parser.add_argument("--thresholds", type=json.loads, default=None, help='JSON, e.g. {"min_requests": 500}')
     parser.add_argument("--gateway-url", default=None)
     args = parser.parse_args(argv)
     result = canary(endpoint=args.endpoint, thresholds=args.thresholds, steps=args.steps, min_dwell_s=args.min_dwell_s,
-                    drain_s=args.drain_s, gateway_url=args.gateway_url)
+                    drain_s=args.drain_s, gateway_url=args.gateway_url, max_warn_hold_s=args.max_warn_hold_s)
     print(json.dumps({k: v for k, v in result.items() if k != "checks"}, default=str))  # the CLI's answer
     return 0
 

@@ -15,7 +15,8 @@ A threshold counts as crossed only when a test says so at level ``alpha``, never
 - memory: a one-sided Kendall test of a rising trend, a growth over ``memory_growth``, and a champion
   that does not rise the same way.
 Below the minimum sample sizes a check is ``insufficient`` ("not enough data yet"); a point estimate
-beyond a warning without a significant test is ``inconclusive``. Both hold the canary where it is.
+beyond a warning without a significant test is ``inconclusive`` (more data settles it either way). Both
+hold the canary where it is; a significant warning holds a step only for a bounded time (``canary_steps``).
 """
 
 from __future__ import annotations

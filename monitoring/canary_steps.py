@@ -4,6 +4,13 @@ Pure: ``next_action(plan, state, decision, now)`` returns what to do; the canary
 stores the new state. Traffic goes 5 -> 25 -> 50 -> 100 % by default, each step held for at least
 ``min_dwell_s`` with a clean verdict before the next; reaching 100 % promotes the challenger; a
 rollback verdict acts at once, whatever the dwell.
+
+A warning (a threshold crossed short of a rollback) holds a step longer, up to ``max_warn_hold_s`` from
+its start, and then lets it move on, with the warning in the reason: a warning is not a rollback, and a
+challenger with a small share is measured slower than a busy champion even when the two are the same
+model (an idle replica's caches are cold: +21 % p50 for an identical copy at 5 %, measured on a 2-core
+machine), so an unbounded hold on a latency warning would keep a good canary at its first step forever.
+Not enough data yet holds without a bound.
 """
 
 from __future__ import annotations
@@ -21,14 +28,15 @@ class CanaryPlan:
     steps: tuple[int, ...] = (5, 25, 50, 100)
     min_dwell_s: float = 600.0  # at each step, with a clean verdict, before moving on
     drain_s: float = 60.0  # after traffic leaves an entity, before it is removed from the endpoint
+    max_warn_hold_s: float = 1800.0  # how long from a step's start a warning holds it
     max_memory_samples: int = 200
 
     def __post_init__(self) -> None:
         steps = tuple(int(s) for s in self.steps)
         if not steps or steps[-1] != 100 or any(not 0 < s <= 100 for s in steps) or list(steps) != sorted(set(steps)):
             raise ValueError(f"canary steps must rise strictly within (0, 100] and end at 100, got {list(self.steps)}")
-        if self.min_dwell_s < 0 or self.drain_s < 0:
-            raise ValueError("min_dwell_s and drain_s must be >= 0")
+        if self.min_dwell_s < 0 or self.drain_s < 0 or self.max_warn_hold_s < 0:
+            raise ValueError("min_dwell_s, drain_s and max_warn_hold_s must be >= 0")
         object.__setattr__(self, "steps", steps)
 
 
@@ -85,15 +93,23 @@ def next_action(plan: CanaryPlan, state: CanaryState, decision: str, reason: str
         raise ValueError(f"canary of {state.endpoint} is {state.status}, not active")
     if decision == "rollback":
         return Action(ROLLBACK, 0, reason)
+    dwelt = (now - state.step_started_at()).total_seconds()
+    if decision == "warn":
+        hold_s = max(plan.min_dwell_s, plan.max_warn_hold_s)
+        if dwelt < hold_s:
+            return Action(HOLD, state.traffic, f"warning, held {dwelt:.0f} s of at most {hold_s:.0f} s at {state.traffic} %: {reason}")
+        return _next_step(plan, state, f"warned for {dwelt:.0f} s at {state.traffic} %, moving on (not a rollback): {reason}")
     if decision != "ok":
         return Action(HOLD, state.traffic, reason)
-    dwelt = (now - state.step_started_at()).total_seconds()
     if dwelt < plan.min_dwell_s:
         return Action(HOLD, state.traffic, f"clean so far; {dwelt:.0f} s of the {plan.min_dwell_s:.0f} s dwell at {state.traffic} %")
+    return _next_step(plan, state, f"clean for {dwelt:.0f} s at {state.traffic} %: {reason}")
+
+
+def _next_step(plan: CanaryPlan, state: CanaryState, reason: str) -> Action:
     later = [s for s in plan.steps if s > state.traffic]
     target = later[0] if later else 100
-    kind = PROMOTE if target == 100 else ADVANCE
-    return Action(kind, target, f"clean for {dwelt:.0f} s at {state.traffic} %: {reason}")
+    return Action(PROMOTE if target == 100 else ADVANCE, target, reason)
 
 
 def drained(plan: CanaryPlan, state: CanaryState, now: datetime) -> bool:

@@ -150,7 +150,21 @@ def test_a_rollback_verdict_acts_at_once_and_anything_unclear_holds():
     assert next_action(plan, fresh, "rollback", "p99", NOW) .kind == ROLLBACK
     assert next_action(plan, fresh, "rollback", "p99", NOW).traffic == 0
     for decision in ("warn", "insufficient"):
-        assert next_action(plan, _state(25), decision, "why", NOW).kind == HOLD
+        assert next_action(plan, fresh, decision, "why", NOW).kind == HOLD
+
+
+def test_a_warning_holds_a_step_for_a_bounded_time_and_not_enough_data_holds_without_one():
+    plan = CanaryPlan(min_dwell_s=600, max_warn_hold_s=1800)
+    warned = next_action(plan, _state(5, started=NOW - timedelta(minutes=20)), "warn", "p50 +21%", NOW)
+    assert warned.kind == HOLD and warned.traffic == 5 and "p50 +21%" in warned.reason
+    on = next_action(plan, _state(5, started=NOW - timedelta(minutes=31)), "warn", "p50 +21%", NOW)
+    assert (on.kind, on.traffic) == (ADVANCE, 25) and "not a rollback" in on.reason and "p50 +21%" in on.reason
+    last = next_action(plan, _state(50, started=NOW - timedelta(minutes=31)), "warn", "p99 +30%", NOW)
+    assert (last.kind, last.traffic) == (PROMOTE, 100)
+    waiting = next_action(plan, _state(5, started=NOW - timedelta(days=2)), "insufficient", "not enough data yet", NOW)
+    assert waiting.kind == HOLD
+    short = CanaryPlan(min_dwell_s=600, max_warn_hold_s=0)  # the dwell still applies to a warned step
+    assert next_action(short, _state(5, started=NOW - timedelta(minutes=5)), "warn", "w", NOW).kind == HOLD
 
 
 def test_plan_validation_state_round_trip_drain_and_memory_cap():
