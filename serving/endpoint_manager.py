@@ -159,6 +159,7 @@ class EndpointManager:
         task = self._tasks.pop(name, None)
         if task is not None:
             task.cancel()
+            await asyncio.gather(task, return_exceptions=True)  # its replicas are stopped before delete answers
         live = self.live.pop(name, None)
         if live is not None:
             await self._stop_all(live.entities.values())
@@ -197,8 +198,12 @@ class EndpointManager:
             self._spawn(record.name, self._deploy(record.name, record.config, record.config_version, restoring=True))
 
     async def shutdown(self) -> None:
-        for task in self._tasks.values():
+        rollouts = list(self._tasks.values())
+        for task in rollouts:
             task.cancel()
+        # wait for each cancelled rollout to stop the replicas it started: the loop ends after this returns,
+        # and a rollout never resumed would leave a replica still loading its model behind (an orphan)
+        await asyncio.gather(*rollouts, return_exceptions=True)
         entities = [e for live in self.live.values() for e in live.entities.values()]
         self.live.clear()
         await self._stop_all(entities)
