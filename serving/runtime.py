@@ -206,10 +206,12 @@ class ModelRuntime:
                 raise invalid_parameter("input does not match the model's signature (column names or types)") from exc
             raise ModelError(type(exc).__name__) from exc
 
-    def profile(self, sizes: Sequence[int] = PROFILE_SIZES, budget_s: float = 3.0) -> BatchPlan:
+    def profile(self, sizes: Sequence[int] = PROFILE_SIZES, budget_s: float = 3.0, runs: int = 5) -> BatchPlan:
         """Time the model at each batch size on its logged input example; keep the plan in ``self.plan``.
 
-        Models without an example (or whose example fails) are not batched: nothing is guessed.
+        Each size is timed ``runs`` times (the least disturbed run counts); past ``budget_s`` no larger size
+        is tried, so a slow model or a busy machine costs at most about the budget. Models without an
+        example (or whose example fails) are not batched: nothing is guessed.
         """
         example = getattr(self._model, "input_example", None)
         if not isinstance(example, pd.DataFrame) or example.empty:
@@ -221,12 +223,14 @@ class ModelRuntime:
         try:
             for size in sizes:
                 frame = pd.concat([row] * size, ignore_index=True)
-                runs = []
-                for _ in range(5):
+                took = []
+                for _ in range(max(1, runs)):
                     started = time.perf_counter()
                     self._call_features(frame)  # the model part: features are fetched per request either way
-                    runs.append(time.perf_counter() - started)
-                timings[size] = min(runs) * 1000  # the least disturbed run: a busy machine only adds time
+                    took.append(time.perf_counter() - started)
+                    if time.perf_counter() > deadline:
+                        break
+                timings[size] = min(took) * 1000  # the least disturbed run: a busy machine only adds time
                 if time.perf_counter() > deadline:
                     break
         except Exception as exc:  # a model that cannot take its own example is served, just not batched
