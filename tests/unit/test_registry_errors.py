@@ -1,0 +1,40 @@
+"""How the flows tell an unreachable MLflow registry from an answer it gave, and what they say about it."""
+
+from __future__ import annotations
+
+import pytest
+import requests
+from mlflow.exceptions import MlflowException
+
+from flows.registry import RegistryUnavailable, answering, server_address, unreachable
+
+
+def _connection_failure() -> MlflowException:
+    try:
+        try:
+            raise requests.exceptions.ConnectionError("connection refused")
+        except requests.exceptions.ConnectionError as exc:
+            raise MlflowException(f"API request to http://127.0.0.1:9/api failed with exception {exc}")
+    except MlflowException as wrapped:  # MLflow raises it inside the except block: the cause is the context
+        return wrapped
+
+
+def test_a_failed_connection_is_unreachable_and_an_answer_is_not():
+    assert unreachable(_connection_failure())
+    assert not unreachable(MlflowException("RESOURCE_DOES_NOT_EXIST: no such model"))
+    assert not unreachable(ValueError("API request to x failed with exception y"))
+
+
+def test_the_address_in_messages_carries_no_credentials_or_path():
+    assert server_address("https://user:secret@mlflow.internal:5000/prefix?x=1") == "https://mlflow.internal:5000"
+    assert server_address("http://127.0.0.1:9") == "http://127.0.0.1:9"
+    assert server_address("sqlite:////tmp/mlflow.db") == "sqlite"
+
+
+def test_answering_names_the_server_and_the_step_and_lets_other_errors_through():
+    with pytest.raises(RegistryUnavailable, match=r"registry at https://mlflow\.internal did not answer while gating m"):
+        with answering("https://u:secret@mlflow.internal/x", "gating m"):
+            raise _connection_failure()
+    with pytest.raises(MlflowException, match="no such model"):
+        with answering("http://127.0.0.1:9", "gating m"):
+            raise MlflowException("no such model")
