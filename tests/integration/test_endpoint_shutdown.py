@@ -16,11 +16,16 @@ from serving.endpoint_manager import EndpointManager
 from serving.endpoint_store import EndpointStore
 
 
+MODEL = "no-such-model"  # never loads in time: the replica is still starting when the gateway stops
+
+
 def _replicas() -> list[psutil.Process]:
+    """This test's replicas: the manager's own children serving MODEL (other tests' gateways have replicas too)."""
     out = []
-    for child in psutil.Process().children(recursive=True):
+    for child in psutil.Process().children(recursive=False):
         try:
-            if "serving.replica" in child.cmdline() and child.status() != psutil.STATUS_ZOMBIE:
+            cmd = child.cmdline()
+            if "serving.replica" in cmd and f"models:/{MODEL}/1" in cmd and child.status() != psutil.STATUS_ZOMBIE:
                 out.append(child)
         except psutil.NoSuchProcess:
             continue
@@ -36,14 +41,13 @@ async def _until_spawned(timeout_s: float = 30.0) -> list[psutil.Process]:
 
 
 def _manager(tmp_path) -> EndpointManager:
-    # the model URI never loads in time: the replica is still starting when the gateway stops
     return EndpointManager(EndpointStore(tmp_path / "endpoints.db"), lambda *a: "1", dict(os.environ), tmp_path / "logs",
                            home=tmp_path)
 
 
 def _request(name: str) -> spec.CreateEndpointRequest:
     return spec.CreateEndpointRequest.model_validate(
-        {"name": name, "config": {"served_entities": [{"entity_name": "no-such-model", "entity_version": "1"}]}})
+        {"name": name, "config": {"served_entities": [{"entity_name": MODEL, "entity_version": "1"}]}})
 
 
 @pytest.mark.parametrize("how", ["shutdown", "delete"])
