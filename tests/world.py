@@ -43,3 +43,17 @@ def build_world() -> World:
     materialized = materialize()
     trained = train(model_name=MODEL_NAME, alias="champion")
     return World(settings, materialized, trained)
+
+
+def two_days_of_transactions(world: World, path: Path, columns: list[str]) -> Path:
+    """Two days of the world's transactions (two date partitions), from five days before the data's end,
+    written to ``path`` with ``columns``: the batch-scoring tests' input."""
+    import pandas as pd
+
+    from feature_repo import synthetic
+
+    tx = synthetic.read_transactions(world.settings.data_dir)
+    day = tx["event_timestamp"].max().floor("D") - pd.Timedelta(days=5)
+    rows = tx[(tx["event_timestamp"] >= day) & (tx["event_timestamp"] < day + pd.Timedelta(days=2))]
+    rows[columns].to_parquet(path, index=False)
+    return path

@@ -17,11 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from feature_repo import store as feature_store
-from feature_repo import synthetic
 from flows import registry, training
 from serving import batch
 from serving.batch import output_layout
-from tests.world import MODEL_NAME
+from tests.world import MODEL_NAME, two_days_of_transactions
 
 pytestmark = pytest.mark.slow
 SERVICE = "fraud_v1"
@@ -69,12 +68,8 @@ def names(world) -> list[str]:
 @pytest.fixture(scope="module")
 def entity_keys(world, tmp_path_factory) -> Path:
     """Two days of transactions (two date partitions): what the FeatureService path is given."""
-    tx = synthetic.read_transactions(world.settings.data_dir)
-    day = tx["event_timestamp"].max().floor("D") - pd.Timedelta(days=5)
-    rows = tx[(tx["event_timestamp"] >= day) & (tx["event_timestamp"] < day + pd.Timedelta(days=2))]
-    path = tmp_path_factory.mktemp("given") / "entity_keys.parquet"
-    rows[["transaction_id", *training.REQUEST_COLUMNS]].to_parquet(path, index=False)
-    return path
+    return two_days_of_transactions(world, tmp_path_factory.mktemp("given") / "entity_keys.parquet",
+                                    ["transaction_id", *training.REQUEST_COLUMNS])
 
 
 @pytest.fixture(scope="module")

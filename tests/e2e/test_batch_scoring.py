@@ -17,10 +17,9 @@ import pandas as pd
 import pyarrow.dataset as ds
 import pytest
 
-from feature_repo import synthetic
 from serving import batch
 from serving.batch import output_layout
-from tests.world import MODEL_NAME
+from tests.world import MODEL_NAME, two_days_of_transactions
 
 pytestmark = pytest.mark.slow
 PROJECT = Path(__file__).resolve().parents[2]
@@ -30,12 +29,7 @@ COLUMNS = ["transaction_id", "customer_id", "merchant_id", "event_timestamp", "a
 @pytest.fixture(scope="module")
 def two_days(world, tmp_path_factory) -> Path:
     """Two days of transactions (two date partitions), from a few days before the data's end."""
-    tx = synthetic.read_transactions(world.settings.data_dir)
-    day = tx["event_timestamp"].max().floor("D") - pd.Timedelta(days=5)
-    rows = tx[(tx["event_timestamp"] >= day) & (tx["event_timestamp"] < day + pd.Timedelta(days=2))]
-    path = tmp_path_factory.mktemp("batch-input") / "two_days.parquet"
-    rows[COLUMNS].to_parquet(path, index=False)
-    return path
+    return two_days_of_transactions(world, tmp_path_factory.mktemp("batch-input") / "two_days.parquet", COLUMNS)
 
 
 def _score(world, input_path: Path, out: Path, run_id: str, **kwargs):
