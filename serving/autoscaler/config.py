@@ -53,7 +53,10 @@ class ScalingConfig:
     max_step_down: float = 0.5             # ...and by at least this (fast decrease under stress)
     vertical_metrics: tuple[str, ...] = ("latency", "queue", "utilisation")
     admission_headroom: float = 1.5        # per-replica admission limit = target x this
-    max_queue: int = 1000                  # gateway queue bound (held while no replica is ready)
+    # gateway queue bound (held while no replica is ready; the policy's queue_bound lowers it to what
+    # can still meet the SLO). 10,000 as Knative's activator (breakerQueueDepth): 1000 refused bursts
+    # of a slow-SLO model (the 10 s io_agent) that its replicas would have drained within the SLO.
+    max_queue: int = 10000
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "ScalingConfig":
