@@ -24,7 +24,10 @@ utilisation signal measures the replica's parallel capacity, whatever the model)
 ratio of the target to the mean in-flight count (the horizontal sizes replicas for the peak of its
 window, so they run below the target on average; the ratio is bounded by ``HEADROOM_MAX`` and not
 applied at the replica floor or while the scale-down window holds more replicas than ``HEADROOM_MAX``
-times the recent peak needs: there the count does not follow the target). Each metric has its own hysteresis (it enters "stressed"
+times the recent peak needs: there the count does not follow the target). While nothing queues and
+p99 is well inside the goal, the utilisation aim rises with that latency slack, at most to
+``1 - 1/sqrt(slots)`` (one standard deviation of a replica's in-flight count kept spare) and never
+past the measured capacity (see ``_utilisation_aim``). Each metric has its own hysteresis (it enters "stressed"
 above a high mark and leaves below a lower one). Under latency or queue stress the target drops at
 once, by up to ``max_step_down`` per cycle, in proportion to the latency excess over ``LATENCY_GOAL``
 of the SLO, and the target that caused it becomes a ceiling that lifts only 5 % per calm cycle
@@ -235,6 +238,24 @@ def _mean(values: list[float]) -> Optional[float]:
     return sum(values) / len(values) if values else None
 
 
+def _utilisation_aim(config: ScalingConfig, p99: Optional[float], queued_share: float, slots: float) -> float:
+    """The busy share of a replica's parallel capacity (``slots``) the vertical aims at.
+
+    ``target_utilisation`` by default. While nothing queues (queued share at most
+    ``QUEUE_CONTENTION``) and p99 is inside the latency goal, it rises with the latency slack, to
+    ``target_utilisation x goal / p99``: the spare slots are kept so that bursts do not wait past the
+    SLO, and a p99 that far inside the goal tolerates proportionally fewer of them. Bounded by
+    ``1 - 1 / sqrt(slots)`` -- a replica's in-flight count varies by about its square root (Poisson),
+    so one standard deviation of slots stays spare; a narrow replica (4 slots: 50 %) gets no slack --
+    and by ``UTIL_HIGH``, the mark the vertical itself counts as high utilisation.
+    """
+    aim = config.target_utilisation
+    if p99 is not None and p99 > 0 and queued_share <= QUEUE_CONTENTION and slots > 1:
+        noise = 1.0 - 1.0 / math.sqrt(slots)
+        aim = max(aim, min(UTIL_HIGH, noise, aim * LATENCY_GOAL * config.latency_slo_ms / p99))
+    return aim
+
+
 def _vertical(config: ScalingConfig, signals: Signals, state: PolicyState, now: float) -> tuple[PolicyState, dict]:
     window = signals.since(now - config.vertical_interval_s)
     active = [s for s in window if s.ready_replicas > 0 and s.in_flight > 0]
@@ -273,7 +294,12 @@ def _vertical(config: ScalingConfig, signals: Signals, state: PolicyState, now: 
         floor = floor_replicas(config, target)
         held = state.replicas <= floor or state.replicas > math.ceil(HEADROOM_MAX * load_up / target - 1e-9)
         headroom = 1.0 if held else min(HEADROOM_MAX, max(1.0, target / per_replica))
-        by_util = slots * config.target_utilisation * headroom
+        aim = _utilisation_aim(config, p99 if lat_on else None, queued_share, slots)
+        by_util = slots * aim * headroom
+        if aim > config.target_utilisation:
+            # the latency slack buys busy slots, not a queue: what it adds stops at the measured
+            # capacity (the plain aim with its headroom is never lowered by it)
+            by_util = max(slots * config.target_utilisation * headroom, min(by_util, slots))
     # (b) latency (Little's law): the in-flight count that would put p99 at the goal
     by_latency = per_replica * goal / p99 if lat_on and p99 > 0 else None
     inputs = {"per_replica_in_flight": per_replica, "queued_share": queued_share, "p99_ms": p99,

@@ -137,10 +137,39 @@ def test_vertical_target_compensates_the_horizontal_headroom_and_holds():
 def test_at_the_replica_floor_the_target_is_not_raised_for_headroom():
     # one replica (the minimum) at 10 in flight of 64 slots under a target of 40: the count does not
     # follow the target here, so the aim is the plain 0.8 x 64, not scaled by 40 / 10
+    # (p99 far inside the SLO with nothing queued, so the aim is the latency slack's 1 - 1/sqrt(64);
+    # headroom would have made it 0.8 x 64 x HEADROOM_MAX)
     config = ScalingConfig(initial_target=40.0, latency_slo_ms=500)
     scaler = EntityScaler(config, replicas=1)
     run(scaler, 1, 32, 10.0, ready=1, util=10 / 64)
-    assert scaler.state.target == pytest.approx(0.8 * 64)
+    assert scaler.state.target == pytest.approx(64 * (1 - 1 / 8))
+
+
+def test_latency_slack_lets_a_wide_replica_run_fuller_but_never_past_its_capacity():
+    # 256 slots a replica, p99 at 6 s against an 8 s goal (10 s SLO), nothing queued: the aim rises
+    # from 80 % busy to 1 - 1/sqrt(256) (one standard deviation of a replica's in-flight count spare)
+    config = ScalingConfig(initial_target=200.0, latency_slo_ms=10_000)
+    scaler = EntityScaler(config, replicas=10)
+    run(scaler, 1, 32, 10 * 200.0, ready=10, util=200 / 256, p99=6000.0)
+    assert scaler.state.target == pytest.approx(256 * (1 - 1 / 16))
+    # the same replicas below the target (the horizontal's headroom, 1.2x): the slack stops at the
+    # measured capacity, 256, where the plain aim with that headroom (0.8 x 256 x 1.2) would pass it
+    scaler = EntityScaler(config, replicas=10)
+    run(scaler, 1, 32, 10 * 200.0 / 1.2, ready=10, util=200 / 1.2 / 256, p99=6000.0)
+    assert scaler.state.target == pytest.approx(256.0)
+
+
+def test_no_latency_slack_while_requests_queue_or_for_a_narrow_replica():
+    config = ScalingConfig(initial_target=200.0, latency_slo_ms=10_000)
+    scaler = EntityScaler(config, replicas=10)
+    # 20 % of the in-flight requests wait: contention, the plain 80 % aim (of the 256 slots measured)
+    run(scaler, 1, 32, 10 * 250.0, ready=10, queued=10 * 50.0, util=200 / 256, p99=6000.0)
+    assert scaler.state.target == pytest.approx(200.0)  # 0.8 x 256 = 204.8: within MIN_CHANGE, held
+    # 4 slots a replica: 1 - 1/sqrt(4) = 50 % is below the plain aim, which stays (80 % of 4 = 3.2)
+    config = ScalingConfig(initial_target=2.0, latency_slo_ms=200)
+    scaler = EntityScaler(config, replicas=10)
+    run(scaler, 1, 32, 10 * 2.0, ready=10, util=2.0 / 4, p99=50.0)
+    assert scaler.state.target == pytest.approx(3.2)
 
 
 def test_vertical_decreases_fast_under_latency_stress_and_holds_when_between_marks():
