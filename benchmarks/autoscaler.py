@@ -18,7 +18,8 @@ Targets checked (the issue's):
   ramp < 60 s  ramp: ready capacity for 10,000 QPS within 60 s of the ramp's start
   vertical     constant load per profile: the learned target after 3 vertical cycles (90 s) is within
                20 % of the best fixed target of a sweep (fewest replica-seconds with <= 1 % bad
-               requests), and every later target stays within 20 % of it
+               requests, both as means over 3 seeds), and every later target stays within
+               20 % of it
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ WARMUP_S = 120.0
 REAL_MEAN_RPS = 2000.0
 CONSTANT_RPS = {"cpu": 1000.0, "io_agent": 2000.0, "embedding": 2000.0}
 VERTICAL_CYCLES = 3
+# The sweep's replica-seconds differ by 1-2 % between seeds (io_agent at 281.6 / 320 / 384: 9,381 /
+# 9,358 / 9,281 with seed 0, 9,156 / 9,343 / 9,309 with seed 1, 9,032 / 9,319 / 9,305 with seed 2), as
+# much as neighbouring targets differ: one seed picks its "best" by noise, so the sweep averages three.
+SWEEP_SEEDS = 3
 
 
 @lru_cache(maxsize=8)
@@ -107,6 +112,16 @@ def sweep_grid(profile_name: str) -> list[float]:
     return sorted({round(cap * f, 2) for f in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5)})
 
 
+def _mean_over_seeds(runs: list[dict]) -> list[dict]:
+    """One point per (profile, target): replica-seconds and bad share averaged over its seeds."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in runs:
+        groups.setdefault((r["profile"], r["target"]), []).append(r)
+    return [{"profile": p, "target": t, "seeds": len(g),
+             "replica_seconds": sum(r["replica_seconds"] for r in g) / len(g),
+             "bad_share": sum(r["bad_share"] for r in g) / len(g)} for (p, t), g in groups.items()]
+
+
 def beats(t: dict, b: dict) -> bool:
     """The issue's rule: fewer bad at no more replica-seconds, or >= 30 % fewer replica-seconds at no more bad."""
     return ((t["bad"] < b["bad"] and t["replica_seconds"] <= b["replica_seconds"])
@@ -123,13 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     jobs = [(t, p, pol, args.seed, args.quick) for t in TRACES for p in PROFILES for pol in ALL_POLICIES]
     seconds = 300.0 if args.quick else 600.0
-    sweeps = [(p, target, args.seed, seconds) for p in PROFILES for target in sweep_grid(p)]
+    sweeps = [(p, target, args.seed + k, seconds) for p in PROFILES for target in sweep_grid(p)
+              for k in range(SWEEP_SEEDS)]
     learns = [(p, args.seed, seconds) for p in PROFILES]
-    print(f"{len(jobs)} trace x profile x policy runs, {len(sweeps)} sweep runs, {args.workers} workers ...",
+    print(f"{len(jobs)} trace x profile x policy runs, {len(sweeps)} sweep runs ({SWEEP_SEEDS} seeds), {args.workers} workers ...",
           file=sys.stderr)
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         learned = list(pool.map(learn_one, learns))
-        swept = list(pool.map(sweep_one, sweeps))
+        swept = _mean_over_seeds(list(pool.map(sweep_one, sweeps)))
         rows = list(pool.map(run_one, jobs, chunksize=1))
     by = {(r["trace"], r["profile"], r["policy"]): r for r in rows}
     checks: list[dict] = []
@@ -186,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {'PASS' if c['ok'] else 'FAIL'}  {c['target']:<44} {c['trace']:<11} {c['profile']:<10} {c['detail']}")
     for p, v in vertical.items():
         sweep = ", ".join(f"{s['target']:g}:{s['replica_seconds']:,.0f}rs/{s['bad_share']:.2%}" for s in v["sweep"])
-        print(f"  sweep {p}: {sweep}")
+        print(f"  sweep {p} (mean of {SWEEP_SEEDS} seeds): {sweep}")
         print(f"  learned {p}: {v['learned']}")
     passed = sum(c["ok"] for c in checks)
     print(f"{passed}/{len(checks)} targets met; {elapsed:.0f} s wall, {args.workers} workers")
