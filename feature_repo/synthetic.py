@@ -461,13 +461,13 @@ def _assemble(
 # --- persistence -----------------------------------------------------------------
 
 
-def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
+def write_parquet_atomic(frame: pd.DataFrame, path: Path, row_group_size: int | None = None) -> None:
     """Write a parquet file so a reader sees the old file or the new one, never half of one."""
     # A unique sibling name rather than mkstemp, so the file gets the usual
     # umask-based permissions instead of mkstemp's 0600.
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     try:
-        frame.to_parquet(tmp, index=False)
+        frame.to_parquet(tmp, index=False, row_group_size=row_group_size)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
