@@ -7,7 +7,9 @@ each axis acts only when its interval has passed.
 Horizontal (every ``decision_interval_s``): ``desired = ceil(concurrency / target)`` with the
 concurrency taken as the max of the 1-s samples over the last ``scale_up_window_s`` when scaling up,
 and over the last ``scale_down_window_s`` when scaling down (so replicas leave only after the load has
-stayed low for the whole window). A tolerance band under the current capacity (``tolerance``; and
+stayed low for the whole window). A second's concurrency is the requests in service, or, when more,
+the requests that arrived within the last service time (Little's law over one service time: a burst
+shorter than a slow model's service time never has rate x service time requests in flight). A tolerance band under the current capacity (``tolerance``; and
 ``up_tolerance`` over it) suppresses flapping, and
 one cycle adds at most ``max(current + min_growth_replicas, ceil(max_growth x demand / target))``,
 where demand is the concurrency the current arrival rate needs (Little's law: arrivals/s x the
@@ -42,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
 
 from serving.autoscaler.config import ScalingConfig
-from serving.autoscaler.signals import MaxWindow, MeanWindow, Sample, Signals
+from serving.autoscaler.signals import Sample, Signals
 
 LATENCY_GOAL = 0.8            # aim p99 at this share of the SLO
 LATENCY_HIGH, LATENCY_LOW = 0.9, 0.7    # hysteresis marks, as shares of the SLO
@@ -120,7 +122,7 @@ def decide(config: ScalingConfig, signals: Signals, state: PolicyState, now: flo
     # a surge (and, once in one, any load over capacity) is decided at once, not at the next boundary
     over = SURGE if not state.surging else 1 + config.up_tolerance
     surge = (last is not None and state.replicas > 0
-             and _load(last, _recent_service_s(config, signals, now)) > over * state.replicas * state.target)
+             and _last_load(config, signals, now) > over * state.replicas * state.target)
     if activation or surge or _due(state.last_horizontal, state.started_at, config.decision_interval_s, now):
         desired, reason, hinputs = _horizontal(config, signals, state, now)
         inputs.update(hinputs)
@@ -174,14 +176,57 @@ def _recent_service_s(config: ScalingConfig, signals: Signals, now: float) -> Op
             or _service_s(signals.since(now - config.scale_up_window_s)))
 
 
-def _load(s: Sample, service_s: Optional[float]) -> float:
-    """A second's concurrency: the requests in service, or what its arrivals need (``rate x service
-    time``) when more -- requests turned away with a 429 still count as demand -- plus the share of the
-    queue that drains it in ``DRAIN_S``. Without a measured service time: the in-flight count."""
+def _load(s: Sample, service_s: Optional[float], arrivals: Optional[float] = None) -> float:
+    """A second's concurrency: the requests in service, or what its arrivals need when more --
+    requests turned away with a 429 still count as demand -- plus the share of the queue that drains
+    it in ``DRAIN_S``. What arrivals need is Little's law over one service time: the requests that
+    arrived in the last ``service_s`` seconds (``arrivals``, see :func:`_loads`; without it, this
+    second's rate x the service time). Without a measured service time: the in-flight count."""
     if service_s is None:
         return s.in_flight
     busy = max(0.0, s.in_flight - s.queue_depth)
-    return max(busy, s.requests * service_s) + s.queue_depth * service_s / DRAIN_S
+    needed = s.requests * service_s if arrivals is None else arrivals
+    return max(busy, needed) + s.queue_depth * service_s / DRAIN_S
+
+
+def _loads(samples: tuple[Sample, ...], service_s: Optional[float]) -> list[float]:
+    """``_load`` of each sample, its arrivals term counted over the last service time.
+
+    The in-flight count a stream of arrivals keeps up is what arrived during one service time (Little's
+    law), not one second's rate times the service time: for a model slower than the 1-s sample, a
+    burst shorter than its service time never has rate x service time requests in flight, and a rate
+    that holds shows in the seconds that follow. So each second's arrivals term sums the samples of the
+    last ``service_s`` seconds (the oldest one in part); a model faster than a second keeps this
+    second's rate x the service time.
+    """
+    if service_s is None or service_s <= 1.0:
+        return [_load(s, service_s) for s in samples]
+    whole = int(service_s)
+    part = service_s - whole
+    out = []
+    for i, s in enumerate(samples):
+        window = samples[max(0, i - whole + 1): i + 1]
+        arrivals = float(sum(x.requests for x in window))
+        if i - whole >= 0:
+            arrivals += part * samples[i - whole].requests
+        else:  # history shorter than the service time: the oldest known rate stands in
+            arrivals += (service_s - len(window)) * samples[0].requests
+        out.append(_load(s, service_s, arrivals))
+    return out
+
+
+def _max_load(signals: Signals, now: float, window_s: float, service_s: Optional[float]) -> Optional[float]:
+    """The largest ``_loads`` value of the samples of the last ``window_s`` (None without samples)."""
+    since = now - window_s
+    values = [v for s, v in zip(signals.samples, _loads(signals.samples, service_s)) if s.t > since]
+    return max(values) if values else None
+
+
+def _last_load(config: ScalingConfig, signals: Signals, now: float) -> float:
+    """``_loads`` of the last sample (its arrivals over the last service time)."""
+    service_s = _recent_service_s(config, signals, now)
+    recent = signals.since(now - max(1.0, math.ceil(service_s or 0.0)) - 1.0)
+    return _loads(recent, service_s)[-1] if recent else 0.0
 
 
 def _demand(samples: tuple[Sample, ...], service_s: Optional[float]) -> float:
@@ -205,9 +250,8 @@ def _horizontal(config: ScalingConfig, signals: Signals, state: PolicyState, now
     current = state.replicas
     floor = floor_replicas(config, target)
     service_s = _recent_service_s(config, signals, now)
-    load = lambda s: _load(s, service_s)  # noqa: E731
-    load_up = MaxWindow(config.scale_up_window_s).of(signals, now, load) or 0.0
-    load_down = MaxWindow(config.scale_down_window_s).of(signals, now, load) or 0.0
+    load_up = _max_load(signals, now, config.scale_up_window_s, service_s) or 0.0
+    load_down = _max_load(signals, now, config.scale_down_window_s, service_s) or 0.0
     # demand now: over the decision interval, or over the last second when that is higher (a surge)
     load_now = max(_demand(signals.since(now - config.decision_interval_s), service_s),
                    _demand(signals.since(now - 1.0), service_s))
@@ -290,7 +334,7 @@ def _vertical(config: ScalingConfig, signals: Signals, state: PolicyState, now: 
         # (not at the floor, and not while the scale-down window holds more replicas than HEADROOM_MAX x
         # the recent peak needs: then the count does not follow the target, and a fallen load is no headroom)
         service_s = _recent_service_s(config, signals, now)
-        load_up = MaxWindow(config.scale_up_window_s).of(signals, now, lambda s: _load(s, service_s)) or 0.0
+        load_up = _max_load(signals, now, config.scale_up_window_s, service_s) or 0.0
         floor = floor_replicas(config, target)
         held = state.replicas <= floor or state.replicas > math.ceil(HEADROOM_MAX * load_up / target - 1e-9)
         headroom = 1.0 if held else min(HEADROOM_MAX, max(1.0, target / per_replica))

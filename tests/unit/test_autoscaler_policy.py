@@ -9,7 +9,7 @@ import pytest
 
 from serving.autoscaler.config import ScalingConfig
 from serving.autoscaler.controller import EntityScaler
-from serving.autoscaler.policy import HEADROOM_MAX, PolicyState, decide
+from serving.autoscaler.policy import HEADROOM_MAX, Decision, PolicyState, decide
 from serving.autoscaler.signals import MaxWindow, MeanWindow, Sample, SampleHistory
 
 SERVICE_S = 0.1
@@ -81,6 +81,24 @@ def test_a_surge_is_decided_within_a_second_and_sized_for_the_new_rate():
     assert scaler.state.replicas == 2
     d = run(scaler, 12, 13, 150.0)[-1]  # t=12 is not a 5-s boundary
     assert d.horizontal and d.replicas == 15
+
+
+def test_a_burst_shorter_than_the_service_time_counts_its_arrivals_not_rate_x_service_time():
+    # a 2 s model: 10 requests/s keep 20 in flight; one second of 1000 arrivals keeps at most the
+    # ~1010 that arrived within a service time in flight (Little's law over 2 s), not 1000/s x 2 s
+    scaler = EntityScaler(horizontal_only(max_growth=100.0), replicas=2)
+    def second(t: float, requests: int) -> Decision:
+        scaler.observe(Sample(t=t, in_flight=20.0, ready_replicas=scaler.state.replicas,
+                              replicas=scaler.state.replicas, requests=requests, completed=10,
+                              latency_p99_ms=2000.0))
+        return scaler.decide(t)
+    for t in range(1, 20):
+        second(float(t), 10)
+    assert scaler.state.replicas == 2
+    d = second(20.0, 1000)  # a surge: decided at once
+    assert d.horizontal and d.replicas == math.ceil(1010 / 10)
+    second(21.0, 1000)      # the rate held for a service time: now it needs 1000/s x 2 s
+    assert scaler.state.replicas == 200
 
 
 def test_scale_to_zero_after_the_idle_window_and_back_on_the_first_request():
