@@ -3,9 +3,11 @@
 Feast's DuckDB point-in-time join scans the whole feature table on every call and hash-joins it
 with the chunk; DuckDB pushes the min/max of the chunk's join key into that scan. A chunk of rows in
 input (time) order spans every customer, so every call probes the whole table; a chunk holding one
-narrow range of customers skips most of it before the join. Measured here (1 M input rows, 16 M
-feature rows): 100k rows of one customer range join in about half the time of 100k rows in input
-order.
+narrow range of customers skips most of it before the join: row by row, and whole row groups where
+the table is stored sorted by key (``feature_repo.store.write_table``: 64k-row groups of disjoint key
+ranges, whose min/max statistics DuckDB reads first). Measured here (1 M input rows, 16 M feature
+rows): 100k rows of one customer range join in about half the time of 100k rows in input order; on
+the sorted table a 200k-row chunk of one range took 2.7 s against 3.5 s on the table in time order.
 
 Two streaming passes, memory bounded by one input batch: (1) a systematic sample of the key column
 gives range boundaries for buckets of about equal size, a little under ``chunk_rows`` each (``BUCKET_FILL``)
