@@ -27,10 +27,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from serving.batch.input_check import InputFile, InputPlan, InputSpec
+from serving.batch.input_check import InputFile, InputPlan, InputSpec, stream_batches
 
 SAMPLE_ROWS = 200_000
 BATCH_ROWS = 262_144
@@ -54,7 +53,7 @@ def plan_buckets(plan: InputPlan, key: str, chunk_rows: int) -> Buckets:
         return Buckets(key, ())
     stride = max(1, plan.rows // SAMPLE_ROWS)
     samples, offset = [], 0
-    for batch in _dataset(plan).to_batches(columns=[key], batch_size=BATCH_ROWS):
+    for batch in stream_batches(plan, [key], BATCH_ROWS):
         values = batch.column(0).to_numpy(zero_copy_only=False)
         first = (-offset) % stride
         samples.append(values[first::stride].astype(np.int64, copy=False))
@@ -70,7 +69,7 @@ def write_buckets(plan: InputPlan, spec: InputSpec, buckets: Buckets, folder: Pa
     writers: dict[int, pq.ParquetWriter] = {}
     schema: pa.Schema | None = None
     try:
-        for batch in _dataset(plan).to_batches(columns=spec.columns, batch_size=BATCH_ROWS):
+        for batch in stream_batches(plan, spec.columns, BATCH_ROWS):
             if batch.num_rows == 0:
                 continue
             table = pa.Table.from_batches([batch])
@@ -97,8 +96,4 @@ def write_buckets(plan: InputPlan, spec: InputSpec, buckets: Buckets, folder: Pa
         path = folder / f"bucket-{bucket:05d}.parquet"
         files.append(InputFile(str(path), (pq.ParquetFile(path).metadata.num_rows,), whole=True))
     return InputPlan(str(folder), tuple(files))
-
-
-def _dataset(plan: InputPlan) -> ds.Dataset:
-    return ds.dataset([f.path for f in plan.files], format="parquet")
 

@@ -61,3 +61,18 @@ def test_buckets_fit_one_chunk_each_so_no_remainder_chunk_pays_a_join(tmp_path):
     chunks = plan_chunks(regrouped, 2000)
     assert len(chunks) == len(regrouped.files) == 11 and max(c.length for c in chunks) <= 2000
     assert sum(c.length for c in chunks) == rows
+
+
+def test_the_input_streams_in_order_in_batches_no_larger_than_asked(tmp_path):
+    from serving.batch.input_check import stream_batches
+
+    plan = _input(tmp_path)  # 5000 rows in row groups of 1500
+    second = tmp_path / "second.parquet"
+    pd.read_parquet(plan.files[0].path).assign(transaction_id=lambda f: f["transaction_id"] + 5000).to_parquet(
+        second, index=False, row_group_size=5000)
+    two = InputPlan(str(tmp_path), (*plan.files, InputFile(str(second), (5000,))))
+    batches = list(stream_batches(two, ["transaction_id", "customer_id"], 1000))
+    assert max(b.num_rows for b in batches) <= 1000
+    assert batches[0].schema.names == ["transaction_id", "customer_id"]
+    ids = np.concatenate([b.column(0).to_numpy() for b in batches])
+    assert ids.tolist() == list(range(10_000))  # every row once, file by file, in row order
