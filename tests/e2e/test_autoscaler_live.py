@@ -31,6 +31,7 @@ from tests.world import MODEL_NAME, World
 pytestmark = pytest.mark.slow
 
 PER_ROW_S = 0.025  # one replica serves 40 requests/s
+WARM_POOL = 3  # standby replicas: a 10x step needs several new replicas at once
 BASE_RPS, STEP_RPS = 8, 80
 SCALE_DOWN_WINDOW_S = 20
 
@@ -38,8 +39,7 @@ SCALE_DOWN_WINDOW_S = 20
 @pytest.fixture(scope="module")
 def live(world: World) -> Iterator[tuple[GatewayProcess, dict[str, str]]]:
     token = os.environ["TOLLFREE_TOKEN"]
-    # three standby replicas: a 10x step needs several new replicas at once
-    process = start_gateway(environ_with({"TOLLFREE_WARM_POOL": "3"}), world.home / "logs" / "gateway-autoscaler.log")
+    process = start_gateway(environ_with({"TOLLFREE_WARM_POOL": str(WARM_POOL)}), world.home / "logs" / "gateway-autoscaler.log")
     try:
         yield process, {"Authorization": f"Bearer {token}"}
     finally:
@@ -50,6 +50,17 @@ def ready_replicas(client: httpx.Client, endpoint: str) -> int | None:
     text = client.get("/metrics").text
     found = re.search(r'tollfree_autoscaler_ready_replicas\{endpoint="%s",served_entity="[^"]+"\} (\d+)' % endpoint, text)
     return int(found.group(1)) if found else None
+
+
+def wait_pool_full(client: httpx.Client, endpoint: str, timeout_s: float = 120.0) -> None:
+    """Until every standby is up and idle: the pool refills after each activation by starting processes,
+    which on 2 cores would slow the very activation a test times (a system at rest has a full pool)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if client.get(f"/api/2.0/serving-endpoints/{endpoint}/autoscaler").json()["warm_pool_idle"] >= WARM_POOL:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the warm pool did not refill to {WARM_POOL} standbys within {timeout_s:.0f} s")
 
 
 def register_row_cost_model(world: World) -> str:
@@ -97,6 +108,7 @@ def test_a_10x_step_adds_replicas_within_10s_without_errors_and_they_leave_after
             "autoscaling": {"scale_down_window_s": SCALE_DOWN_WINDOW_S}}]}})
         assert created.status_code == 200, created.text
         wait_endpoint_ready(process.url, auth["Authorization"].split()[1], "steps")
+        wait_pool_full(api, "steps")
         observed: list[tuple[float, int | None]] = []
         stop = threading.Event()
 
@@ -152,8 +164,9 @@ def test_scale_to_zero_and_the_first_request_after_idle_comes_from_the_warm_pool
                                                    and api.get("/api/2.0/serving-endpoints/idle/autoscaler").json()["warm_pool_idle"] >= 1):
             time.sleep(0.5)
         assert ready_replicas(api, "idle") == 0, "scaled to zero after the idle window"
+        wait_pool_full(api, "idle")
         before = api.get("/api/2.0/serving-endpoints/idle/autoscaler").json()
-        assert before["warm_pool_idle"] >= 1
+        assert before["warm_pool_idle"] == WARM_POOL
         started = time.perf_counter()
         first = api.post("/serving-endpoints/idle/invocations", json=body, headers={"x-request-id": secrets.token_hex(8)})
         elapsed = time.perf_counter() - started
