@@ -11,7 +11,7 @@ stayed low for the whole window). A second's concurrency is the requests in serv
 the requests that arrived within the last service time (Little's law over one service time: a burst
 shorter than a slow model's service time never has rate x service time requests in flight). A tolerance band under the current capacity (``tolerance``; and
 ``up_tolerance`` over it) suppresses flapping, and
-one cycle grows to at most ``max(current + 1, ceil(max_growth x demand / target))`` replicas,
+one cycle adds at most ``max(current + min_growth_replicas, ceil(max_growth x demand / target))``,
 where demand is the concurrency the current arrival rate needs (Little's law: arrivals/s x the
 measured service time, plus what drains the backlog in ``DRAIN_S``): in-flight counts inflated by a
 queue that built up while replicas were starting do not buy a flood of replicas. A surge (the last
@@ -216,16 +216,10 @@ def _loads(samples: tuple[Sample, ...], service_s: Optional[float]) -> list[floa
 
 
 def _max_load(signals: Signals, now: float, window_s: float, service_s: Optional[float]) -> Optional[float]:
-    """The largest ``_loads`` value of the samples of the last ``window_s`` (None without samples).
-
-    Only the window's samples are valued, each with the one service time of samples before it that its
-    arrivals term reads, not the whole history the snapshot keeps."""
-    window = signals.since(now - window_s)
-    if not window:
-        return None
-    lookback = int(service_s) + 1 if service_s is not None and service_s > 1.0 else 0
-    context = signals.samples[max(0, len(signals.samples) - len(window) - lookback):]
-    return max(_loads(context, service_s)[len(context) - len(window):])
+    """The largest ``_loads`` value of the samples of the last ``window_s`` (None without samples)."""
+    since = now - window_s
+    values = [v for s, v in zip(signals.samples, _loads(signals.samples, service_s)) if s.t > since]
+    return max(values) if values else None
 
 
 def _last_load(config: ScalingConfig, signals: Signals, now: float) -> float:
