@@ -190,9 +190,12 @@ class Controller:
                 log.warning("autoscaler: concurrency update failed for %s/%s: %s", endpoint, entity, type(exc).__name__)
         pending = self._pending.get(key)
         # a new desired count needs an apply; so does a backend that stays below the floor (a replica
-        # died): the same count is re-applied every ``reconcile_s`` until the backend has recovered
-        lost = ready < scaler.floor and now - self._applied_at.get(key, now) >= self.reconcile_s
-        if (self._applied.get(key) != wanted or lost) and (pending is None or pending.replicas != wanted):
+        # died) or above the count applied (one came up after a scale-down, or was scaled by hand):
+        # the same count is re-applied every ``reconcile_s`` until the backend agrees
+        applied_n = self._applied.get(key)
+        drifted = ready < scaler.floor or (applied_n is not None and ready > applied_n)
+        lost = drifted and now - self._applied_at.get(key, now) >= self.reconcile_s
+        if (applied_n != wanted or lost) and (pending is None or pending.replicas != wanted):
             pending = self._pending[key] = _Pending(replicas=wanted, attempts=0, next_at=now)
         applied: Optional[bool] = None
         error: Optional[str] = None

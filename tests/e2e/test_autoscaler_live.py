@@ -140,10 +140,13 @@ def test_a_10x_step_adds_replicas_within_10s_without_errors_and_they_leave_after
     assert before and max(before) == 1  # the base load needs one replica
     grown = [t for t, n in observed if t >= step_at and (n or 0) >= 2]
     assert grown and grown[0] - step_at <= 10.0, f"replicas grew {grown[0] - step_at if grown else None} s after the step"
+    trail = [(round(d["t"] - load_ended, 1), d["replicas"], d["reason"], d["ready_replicas"],
+              {k: d["inputs"].get(k) for k in ("load_down", "target", "current", "service_s", "vertical")})
+             for d in decisions["decisions"] if d["t"] >= load_ended - 5]
     held = [n for t, n in observed if load_ended + 2 <= t <= load_ended + SCALE_DOWN_WINDOW_S - 5]
-    assert held and min(held) >= 2, "replicas stay through the scale-down window"
+    assert held and min(held) >= 2, f"replicas stay through the scale-down window: {held}; decisions after the load {trail}"
     final = [n for t, n in observed if t >= load_ended + SCALE_DOWN_WINDOW_S + 30]
-    assert final and final[-1] == 1, f"back to one replica after the window: {observed[-5:]}"
+    assert final and final[-1] == 1, f"back to one replica after the window: {observed[-5:]}; decisions after the load {trail}"
     reasons = [d["reason"] for d in decisions["decisions"]]
     assert decisions["enabled"] and len(reasons) >= 2 and all(d["inputs"] is not None for d in decisions["decisions"])
 

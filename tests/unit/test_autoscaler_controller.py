@@ -85,6 +85,18 @@ def test_a_lost_replica_below_the_minimum_is_reapplied():
     assert len(backend.calls) > first and backend.calls[-1][1] == 2
 
 
+def test_a_backend_left_above_the_applied_count_is_reapplied():
+    source, backend = Source(), FlakyBackend()
+    controller = Controller(source, backend, {KEY: config()}, reconcile_s=10.0)
+    step(controller, backend, 1, 10)
+    first = len(backend.calls)
+    backend.ready = 3   # replicas the backend kept after a scale-down to one
+    step(controller, backend, 10, 40)
+    again = backend.calls[first:]
+    assert again and all(n == 1 for _, n in again)
+    assert 2 <= len(again) <= 4  # every reconcile_s, not every second
+
+
 def test_decisions_are_recorded_with_their_inputs_and_exported():
     source, backend = Source(), FlakyBackend()
     controller = Controller(source, backend, {KEY: config()}, history_size=5)

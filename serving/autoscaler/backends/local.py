@@ -2,8 +2,11 @@
 
 ``set_replicas`` is called by the controller on the gateway's event loop and returns at once: new
 replicas start in the background (from the warm pool when it has one: only the model load remains),
-surplus ones leave the routing at once and stop once their requests are answered. Dead replicas are
-dropped from the routing when counted, so the controller sees them missing and replaces them.
+surplus ones leave the routing at once and stop once their requests are answered. A count lowered
+while replicas are still starting holds for them too: a start that completes past the count last asked
+for is stopped, not added (a scale-down during a slow start does not leave the extra replica behind).
+Dead replicas are dropped from the routing when counted, so the controller sees them missing and
+replaces them.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class LocalBackend:
         self.pool = pool
         self.drain_timeout_s = drain_timeout_s
         self.starting: dict[tuple[str, str], int] = {}
+        self.wanted: dict[tuple[str, str], int] = {}   # the count last asked for, per entity
         self.cold_starts = 0
         self.warm_starts = 0
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -51,12 +55,15 @@ class LocalBackend:
     def set_replicas(self, endpoint: str, entity: str, n: int) -> None:
         served = self._entity(endpoint, entity)
         key = (endpoint, entity)
+        self.wanted[key] = n
         current = self.ready_replicas(endpoint, entity) + self.starting.get(key, 0)
         for _ in range(n - current):
             self.starting[key] = self.starting.get(key, 0) + 1
             self._spawn(self._add(key, served))
         surplus = current - n
         if surplus > 0:
+            # ready replicas leave first; what is left of the surplus is still starting, and ``_add``
+            # stops those when they come up past the wanted count
             victims = sorted(served.replicas, key=lambda r: r.outstanding)[:surplus]
             for replica in victims:
                 served.replicas.remove(replica)  # no new requests from here on
@@ -81,6 +88,11 @@ class LocalBackend:
                 self.cold_starts += 1
             live = self.manager.live.get(key[0])
             if live is None or live.entities.get(key[1]) is not served:  # the entity went away meanwhile
+                await run_in_threadpool(stop_replica, replica)
+                return
+            if len(served.replicas) >= self.wanted.get(key, len(served.replicas) + 1):
+                log.info("replica pid %d of %s/%s came up after a scale-down to %d: stopped", replica.pid,
+                         key[0], key[1], self.wanted[key])
                 await run_in_threadpool(stop_replica, replica)
                 return
             served.replicas.append(replica)
