@@ -1,13 +1,15 @@
 """The autoscaler's targets, in the simulator: every trace x profile x policy in one table.
 
-    python -m benchmarks.autoscaler [--json] [--quick] [--workers 2] [--seed 0]
+    python -m benchmarks.autoscaler [--json] [--quick] [--workers 2] [--seed 0] [--hold]
 
 Traces: the two Azure LLM traces (../shared/traces) rescaled to a mean of 2,000 req/s (time
 compressed 6x -- an hour becomes ~10 min -- then shifted copies superposed, shifts up to 2 s, so
 bursts and gaps keep their shape), and the synthetic spike (10x within 5 s), ramp (10 -> 10,000 QPS
 in 30 s), diurnal (a day in 20 min) and on/off bursts. Profiles: cpu, io_agent, embedding (presets in
-serving/autoscaler/simulate/profiles.py, 10 s model load each). Policies: tollfree (warm pool), HPA,
-KPA and Ray Serve at the defaults the issue names, and kpa-user / ray-user, the same systems with the
+serving/autoscaler/simulate/profiles.py, 10 s model load each). Policies: tollfree (warm pool; its
+endpoint sets ``shed_load: true``, so the gateway refuses at once what cannot be answered within the
+SLO, as the live gateway does with that setting; ``--hold`` runs it with the default, false, where the
+gateway holds up to ``max_queue`` for at most 5 s each), HPA, KPA and Ray Serve at the defaults the issue names, and kpa-user / ray-user, the same systems with the
 per-replica target a user would set for the profile (see policies.py). Every run is preceded by 120 s
 at the trace's initial rate that is not counted (all policies settle; tollfree learns its target).
 
@@ -76,10 +78,11 @@ def constant(rps: float, seconds: float, seed: int) -> tr.Trace:
 
 
 def run_one(job: tuple) -> dict:
-    trace_name, profile_name, policy_name, seed, quick = job
+    trace_name, profile_name, policy_name, seed, quick, shed = job
     profile = PRESETS[profile_name]
     t0 = time.perf_counter()
-    result = simulate(load_trace(trace_name, seed, quick), profile, make_policy(policy_name, profile),
+    extra = {"shed_load": shed} if policy_name == "tollfree" else {}
+    result = simulate(load_trace(trace_name, seed, quick), profile, make_policy(policy_name, profile, **extra),
                       seed=seed, timeline=False, warmup_s=WARMUP_S)
     out = result.summary()
     out.update(trace=trace_name, profile=profile_name, policy=policy_name, bad=result.bad,
@@ -88,10 +91,10 @@ def run_one(job: tuple) -> dict:
 
 
 def sweep_one(job: tuple) -> dict:
-    profile_name, target, seed, seconds = job
+    profile_name, target, seed, seconds, shed = job
     profile = PRESETS[profile_name]
     policy = Tollfree(tollfree_config(profile, vertical=False, initial_target=target, min_target=min(1.0, target),
-                                      max_target=max(1024.0, target)))
+                                      max_target=max(1024.0, target), shed_load=shed))
     r = simulate(constant(CONSTANT_RPS[profile_name], seconds, seed), profile, policy, seed=seed, timeline=False,
                  warmup_s=WARMUP_S)
     return {"profile": profile_name, "target": target, "replica_seconds": r.replica_seconds,
@@ -99,9 +102,9 @@ def sweep_one(job: tuple) -> dict:
 
 
 def learn_one(job: tuple) -> dict:
-    profile_name, seed, seconds = job
+    profile_name, seed, seconds, shed = job
     profile = PRESETS[profile_name]
-    policy = make_policy("tollfree", profile)
+    policy = make_policy("tollfree", profile, shed_load=shed)
     simulate(constant(CONSTANT_RPS[profile_name], seconds, seed), profile, policy, seed=seed, timeline=False)
     return {"profile": profile_name, "targets": [(round(t, 1), round(x, 3)) for t, x in policy.targets]}
 
@@ -134,13 +137,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="shorter real traces, diurnal and on/off (for a smoke run)")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--hold", action="store_true",
+                    help="tollfree with shed_load false (the default config: the gateway holds up to max_queue)")
     args = ap.parse_args(argv)
     started = time.perf_counter()
-    jobs = [(t, p, pol, args.seed, args.quick) for t in TRACES for p in PROFILES for pol in ALL_POLICIES]
+    shed = not args.hold
+    jobs = [(t, p, pol, args.seed, args.quick, shed) for t in TRACES for p in PROFILES for pol in ALL_POLICIES]
     seconds = 300.0 if args.quick else 600.0
-    sweeps = [(p, target, args.seed + k, seconds) for p in PROFILES for target in sweep_grid(p)
+    sweeps = [(p, target, args.seed + k, seconds, shed) for p in PROFILES for target in sweep_grid(p)
               for k in range(SWEEP_SEEDS)]
-    learns = [(p, args.seed, seconds) for p in PROFILES]
+    learns = [(p, args.seed, seconds, shed) for p in PROFILES]
     print(f"{len(jobs)} trace x profile x policy runs, {len(sweeps)} sweep runs ({SWEEP_SEEDS} seeds), {args.workers} workers ...",
           file=sys.stderr)
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
@@ -182,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                        "detail": f"best fixed {b:g}, after 3 cycles {after[0]:g}, later {min(after):g}..{max(after):g}"})
     elapsed = time.perf_counter() - started
     if args.json:
-        print(json.dumps({"rows": rows, "checks": checks, "vertical": vertical, "elapsed_s": round(elapsed, 1)}, indent=1))
+        print(json.dumps({"rows": rows, "checks": checks, "vertical": vertical, "shed_load": shed,
+                          "elapsed_s": round(elapsed, 1)}, indent=1))
         return 0
     print(f"{'trace':<11} {'profile':<10} {'policy':<9} {'replica-s':>10} {'bad':>9} {'over SLO':>8} {'rejected':>9} "
           f"{'p50 ms':>8} {'p99 ms':>9} {'to cap s':>8} {'events':>6}  tollfree beats it")
@@ -205,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  sweep {p} (mean of {SWEEP_SEEDS} seeds): {sweep}")
         print(f"  learned {p}: {v['learned']}")
     passed = sum(c["ok"] for c in checks)
-    print(f"{passed}/{len(checks)} targets met; {elapsed:.0f} s wall, {args.workers} workers")
+    print(f"{passed}/{len(checks)} targets met (tollfree with shed_load {str(shed).lower()}); {elapsed:.0f} s wall, "
+          f"{args.workers} workers")
     return 0
 
 

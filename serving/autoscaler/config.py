@@ -53,10 +53,14 @@ class ScalingConfig:
     max_step_down: float = 0.5             # ...and by at least this (fast decrease under stress)
     vertical_metrics: tuple[str, ...] = ("latency", "queue", "utilisation")
     admission_headroom: float = 1.5        # per-replica admission limit = target x this
-    # gateway queue bound (held while no replica is ready; the policy's queue_bound lowers it to what
-    # can still meet the SLO). 10,000 as Knative's activator (breakerQueueDepth): 1000 refused bursts
+    # gateway queue bound. 10,000 as Knative's activator (breakerQueueDepth): 1000 refused bursts
     # of a slow-SLO model (the 10 s io_agent) that its replicas would have drained within the SLO.
     max_queue: int = 10000
+    # load shedding: true bounds the queue, while a replica is ready, by what the measured throughput
+    # answers within 80 % of the SLO (the policy's queue_bound), so a request past it gets a 429 at once
+    # instead of a late answer; false (the default) holds up to max_queue, each request at most the
+    # dispatcher's 5 s, so a burst waits for the replicas a scale-up adds rather than being refused
+    shed_load: bool = False
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "ScalingConfig":

@@ -8,6 +8,9 @@ Two narrow seams (the gateway and the backends plug in here):
 * :class:`Backend` -- ``set_replicas(endpoint, entity, n)`` and ``ready_replicas(endpoint, entity)``.
   ``set_replicas`` may raise; the controller logs it and retries with exponential backoff.
 
+Two optional sinks take the decision's per-entity limits: ``concurrency_sink`` the per-replica admission
+limit (when it changes), ``queue_sink`` the gateway queue bound (every step).
+
 :class:`EntityScaler` is the per-entity stepper (history + policy state). The simulator drives the very
 same class, so simulated and live decisions come from one code path.
 """
@@ -125,12 +128,14 @@ class Controller:
         retry: RetryPolicy = RetryPolicy(),
         history_size: int = 2000,
         concurrency_sink: Optional[Callable[[str, str, int], None]] = None,
+        queue_sink: Optional[Callable[[str, str, int], None]] = None,
         reconcile_s: float = 30.0,
     ) -> None:
         self.source = source
         self.backend = backend
         self.retry = retry
         self.concurrency_sink = concurrency_sink
+        self.queue_sink = queue_sink
         self.scalers: dict[EntityKey, EntityScaler] = {k: EntityScaler(c) for k, c in configs.items()}
         self.history: deque[DecisionRecord] = deque(maxlen=history_size)
         self._applied: dict[EntityKey, int] = {}
@@ -158,6 +163,7 @@ class Controller:
             self.scalers.pop(key, None)
             self._pending.pop(key, None)
             self._applied.pop(key, None)
+            self._limits.pop(key, None)
 
     def step(self, now: float) -> list[Decision]:
         """Collect one sample per entity, decide, apply what changed (retrying failed applies)."""
@@ -188,6 +194,11 @@ class Controller:
                 self._limits[key] = decision.max_concurrency
             except Exception as exc:  # noqa: BLE001
                 log.warning("autoscaler: concurrency update failed for %s/%s: %s", endpoint, entity, type(exc).__name__)
+        if self.queue_sink is not None:  # every step: the bound moves with the measured throughput
+            try:
+                self.queue_sink(endpoint, entity, decision.queue_limit)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("autoscaler: queue bound update failed for %s/%s: %s", endpoint, entity, type(exc).__name__)
         pending = self._pending.get(key)
         # a new desired count needs an apply; so does a backend that stays below the floor (a replica
         # died) or above the count applied (one came up after a scale-down, or was scaled by hand):

@@ -97,7 +97,8 @@ class LiveAutoscaler:
         self.manager = manager
         self.interval_s = interval_s
         self.clock = clock
-        self.controller = Controller(GatewaySignals(manager, starting), backend, {}, concurrency_sink=self._set_limit)
+        self.controller = Controller(GatewaySignals(manager, starting), backend, {}, concurrency_sink=self._set_limit,
+                                     queue_sink=self._set_queue)
         self._configs: dict[EntityKey, tuple[int, ScalingConfig]] = {}  # key -> (id of the entity, its config)
         self._last_step = 0.0
         self._poke: asyncio.Handle | None = None
@@ -131,6 +132,15 @@ class LiveAutoscaler:
             served.max_concurrency = limit
             if served.dispatcher is not None:
                 served.dispatcher.capacity_changed()
+
+    def _set_queue(self, endpoint: str, entity: str, limit: int) -> None:
+        """With ``shed_load``, the policy's queue bound: what can wait and still be answered within the SLO
+        (see ``policy.queue_bound``); requests past it get a 429 at once, those already waiting stay.
+        Without it, ``max_queue``."""
+        live = self.manager.live.get(endpoint)
+        served = live.entities.get(entity) if live else None
+        if served is not None and served.dispatcher is not None and served.scaling is not None:
+            served.dispatcher.max_queue = limit if served.scaling.shed_load else served.scaling.max_queue
 
     def step(self) -> None:
         self._poke = None

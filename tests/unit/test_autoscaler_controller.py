@@ -97,6 +97,20 @@ def test_a_backend_left_above_the_applied_count_is_reapplied():
     assert 2 <= len(again) <= 4  # every reconcile_s, not every second
 
 
+def test_the_queue_bound_of_every_decision_reaches_the_queue_sink():
+    source, backend = Source(), FlakyBackend()
+    bounds: list[tuple[str, str, int]] = []
+    controller = Controller(source, backend, {KEY: config()}, queue_sink=lambda e, n, q: bounds.append((e, n, q)))
+    source.in_flight = 5.0
+    decisions = []
+    for t in range(1, 30):
+        backend.now = float(t)
+        decisions += controller.step(float(t))
+    assert [b[2] for b in bounds] == [d.queue_limit for d in decisions]
+    assert {b[:2] for b in bounds} == {KEY}
+    assert bounds[-1][2] < config().max_queue  # serving at a measured rate: bounded below max_queue
+
+
 def test_decisions_are_recorded_with_their_inputs_and_exported():
     source, backend = Source(), FlakyBackend()
     controller = Controller(source, backend, {KEY: config()}, history_size=5)

@@ -1,0 +1,38 @@
+"""The gateway's queue under the live autoscaler: the policy's SLO bound with ``shed_load``, else
+``max_queue``. A real endpoint manager and dispatcher (no replica process is needed: nothing is sent)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from serving.autoscaler.backends.local import LocalBackend
+from serving.autoscaler.config import ScalingConfig
+from serving.autoscaler.live import LiveAutoscaler
+from serving.endpoint_manager import EndpointManager, LiveEndpoint, ServedEntity
+from serving.endpoint_store import EndpointStore
+
+
+async def _never(replica, requests):  # pragma: no cover - nothing is dispatched in these tests
+    raise AssertionError("no request is sent")
+
+
+@pytest.mark.parametrize(("shed", "expected"), [(True, 7), (False, 500)])
+def test_the_queue_takes_the_policy_bound_only_when_shedding(tmp_path, shed, expected):
+    manager = EndpointManager(EndpointStore(tmp_path / "endpoints.db"), lambda *a: "1", dict(os.environ),
+                              tmp_path / "logs", home=tmp_path)
+    served = ServedEntity(name="champion", model_name="m", version="1",
+                          scaling=ScalingConfig(max_queue=500, shed_load=shed))
+    served.attach(_never)
+    manager.live["e"] = LiveEndpoint(entities={"champion": served}, weights=[("champion", 100)])
+    autoscaler = LiveAutoscaler(manager, LocalBackend(manager))
+    autoscaler.sync()
+    assert served.dispatcher.max_queue == 500  # held up to max_queue until the policy has measured anything
+    autoscaler.controller.queue_sink("e", "champion", 7)
+    assert served.dispatcher.max_queue == expected
+
+
+def test_shed_load_must_be_a_boolean():
+    with pytest.raises(ValueError, match="shed_load: must be true or false"):
+        ScalingConfig.from_mapping({"shed_load": "yes"})
