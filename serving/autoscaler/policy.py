@@ -30,11 +30,16 @@ times the recent peak needs: there the count does not follow the target). While 
 p99 is well inside the goal, the utilisation aim rises with that latency slack, at most to
 ``1 - 1/sqrt(slots)`` (one standard deviation of a replica's in-flight count kept spare) and never
 past the measured capacity (see ``_utilisation_aim``). Each metric has its own hysteresis (it enters "stressed"
-above a high mark and leaves below a lower one). Under latency or queue stress the target drops at
-once, by up to ``max_step_down`` per cycle, in proportion to the latency excess over ``LATENCY_GOAL``
-of the SLO, and the target that caused it becomes a ceiling that lifts only 5 % per calm cycle
-(slow increase). When calm, the target moves to the utilisation aim, by at most ``max_step_up`` per
-cycle; changes under ``MIN_CHANGE`` are not made, which keeps the target steady under constant load.
+above a high mark and leaves below a lower one). Latency stress is judged on the seconds in which
+every replica asked for was ready (a second with replicas still starting shows the capacity that is
+coming, not the target; with too few such seconds, on all), calm on all seconds. Under latency or
+queue stress the target drops at once, by up to ``max_step_down`` per cycle, in proportion to the
+latency excess over ``LATENCY_GOAL`` of the SLO -- or, near saturation, by the smaller cut that
+queueing asks for (waiting grows as ``1 / (1 - u)``, see ``_latency_cut``) -- and the target that
+caused it becomes a ceiling that lifts only 5 % per calm cycle (slow increase). When calm, the target
+moves to the utilisation aim, by at most ``max_step_up`` per cycle. Changes under ``MIN_CHANGE`` are
+not made, either way (a latency-stress cut that small holds the target and marks it as the ceiling),
+which keeps the target steady under constant load.
 """
 
 from __future__ import annotations
@@ -300,6 +305,29 @@ def _utilisation_aim(config: ScalingConfig, p99: Optional[float], queued_share: 
     return aim
 
 
+def _weighted_p99(samples: list[Sample]) -> Optional[float]:
+    """The seconds' p99, weighted by their requests (None without a latency)."""
+    weighted = [(s.latency_p99_ms, max(1, s.requests)) for s in samples if s.latency_p99_ms is not None]
+    return sum(v * w for v, w in weighted) / sum(w for _, w in weighted) if weighted else None
+
+
+def _latency_cut(target: float, p99: float, goal: float, util: Optional[float]) -> float:
+    """The target that brings p99 to the goal: ``target x goal / p99`` (latency in proportion to the
+    load, Little's law), or, when the replicas are busy enough that their latency is queueing, the
+    smaller cut queueing asks for. Waiting grows as ``1 / (1 - u)`` with the utilisation ``u`` (M/M/1;
+    a replica of many slots is flatter below saturation and steeper near it), so near saturation a
+    little less load takes much latency off: the utilisation that puts p99 at the goal is
+    ``1 - (1 - u) x p99 / goal``, and the target falls in that proportion. Far from saturation that
+    formula would cut more than the proportional one, which stays the bound (how far latency there
+    follows the load at all is the contention test's question)."""
+    cut = target * goal / p99
+    if util is not None and 0 < util < 1:
+        u_goal = 1 - (1 - util) * p99 / goal
+        if u_goal > 0:
+            cut = max(cut, target * u_goal / util)
+    return cut
+
+
 def _vertical(config: ScalingConfig, signals: Signals, state: PolicyState, now: float) -> tuple[PolicyState, dict]:
     window = signals.since(now - config.vertical_interval_s)
     active = [s for s in window if s.ready_replicas > 0 and s.in_flight > 0]
@@ -310,14 +338,21 @@ def _vertical(config: ScalingConfig, signals: Signals, state: PolicyState, now: 
     slo = config.latency_slo_ms
     per_replica = _mean([s.in_flight / s.ready_replicas for s in active]) or 0.0
     queued_share = _mean([s.queue_depth / s.in_flight for s in active]) or 0.0
-    weighted = [(s.latency_p99_ms, max(1, s.requests)) for s in active if s.latency_p99_ms is not None]
-    p99 = sum(v * w for v, w in weighted) / sum(w for _, w in weighted) if weighted else None
+    p99 = _weighted_p99(active)
+    # stress (and the cut it makes) is judged on the seconds in which every replica asked for was ready:
+    # a second with replicas still starting shows the capacity that is coming, not the target (the
+    # horizontal has answered that latency already). Calm, which lets the target rise, is judged on
+    # every second. With too few settled seconds (a long scale-up), every second counts for both.
+    settled = [s for s in active if s.ready_replicas >= s.replicas]
+    p99_stress = _weighted_p99(settled) if len(settled) >= max(1, len(window) // 3) else None
+    if p99_stress is None:
+        p99_stress = p99
     util = _mean([s.utilisation for s in active if s.utilisation is not None])
     lat_on = "latency" in metrics and p99 is not None
     queue_on = "queue" in metrics
     util_on = "utilisation" in metrics and util is not None
     # per-metric hysteresis: enter above the high mark, leave below the low one
-    lat_stressed = lat_on and (p99 > slo * (LATENCY_LOW if state.latency_stressed else LATENCY_HIGH))
+    lat_stressed = lat_on and (p99_stress > slo * (LATENCY_LOW if state.latency_stressed else LATENCY_HIGH))
     queue_stressed = queue_on and (queued_share > (QUEUE_LOW if state.queue_stressed else QUEUE_HIGH))
     util_high = util_on and (util > (UTIL_LOW if state.utilisation_high else UTIL_HIGH))
     state = replace(state, latency_stressed=lat_stressed, queue_stressed=queue_stressed, utilisation_high=util_high)
@@ -347,6 +382,7 @@ def _vertical(config: ScalingConfig, signals: Signals, state: PolicyState, now: 
     # (b) latency (Little's law): the in-flight count that would put p99 at the goal
     by_latency = per_replica * goal / p99 if lat_on and p99 > 0 else None
     inputs = {"per_replica_in_flight": per_replica, "queued_share": queued_share, "p99_ms": p99,
+              "p99_settled_ms": p99_stress,
               "utilisation": util, "latency_stressed": lat_stressed, "queue_stressed": queue_stressed,
               "utilisation_high": util_high, "by_utilisation": by_util, "by_latency": by_latency}
     lat_calm = not lat_on or p99 < slo * LATENCY_LOW
@@ -354,14 +390,20 @@ def _vertical(config: ScalingConfig, signals: Signals, state: PolicyState, now: 
     # latency stress lowers the target only when it comes from contention (busy replicas or a queue);
     # a model whose own service time is slow does not get faster with fewer requests per replica
     contention = queued_share > QUEUE_CONTENTION or not util_on or util > config.target_utilisation
-    if (lat_stressed and contention) or (queue_stressed and not lat_calm):
+    queue_cut = queue_stressed and not lat_calm
+    if (lat_stressed and contention) or queue_cut:
         # down by the latency excess (relative to the target, not to the in-flight count, which runs
         # below the target between scale-ups), at least MIN_CHANGE, at most max_step_down
-        by_excess = target * goal / p99 if lat_on and p99 > 0 else None
-        proposal = min(x for x in (by_excess, by_util, target * (1 - MIN_CHANGE)) if x is not None)
-        new = max(target * config.max_step_down, proposal)
+        by_excess = (_latency_cut(target, p99_stress, goal, util if util_on else None)
+                     if lat_on and p99_stress > 0 else None)
         ceiling = target       # the target that proved too high: probe back towards it only slowly
-        how = "decrease: stressed"
+        if by_excess is not None and by_excess >= target * (1 - MIN_CHANGE) and not queue_cut:
+            # p99 within MIN_CHANGE of the goal (or under it, still above the low mark): no change
+            new, how = target, "hold: stressed, change too small"
+        else:
+            proposal = min(x for x in (by_excess, by_util, target * (1 - MIN_CHANGE)) if x is not None)
+            new = max(target * config.max_step_down, proposal)
+            how = "decrease: stressed"
     elif by_util is not None and by_util < target * (1 - MIN_CHANGE):
         new = max(target * config.max_step_down, by_util)
         how = "decrease: over the utilisation target"

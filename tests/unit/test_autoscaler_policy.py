@@ -244,3 +244,73 @@ def test_replicas_held_by_the_scale_down_window_do_not_raise_the_target():
     run(scaler, 1, 32, 8.0, ready=10, util=0.8 / 4)
     assert scaler.state.replicas == 10
     assert scaler.state.target <= 0.8 * 4 + 1e-9
+
+
+def test_near_saturation_the_stress_cut_follows_queueing_not_proportion():
+    # 75 % busy, p99 150 ms against a goal of 80 ms (SLO 100): latency in proportion to the load would
+    # cut the target to 40 x 80/150 = 21.3; waiting that grows as 1/(1-u) puts p99 at the goal at
+    # u = 1 - 0.25 x 150/80 = 53 %, so the target falls by 0.53/0.75 only
+    config = ScalingConfig(initial_target=40.0, latency_slo_ms=100, max_step_down=0.5)
+    scaler = EntityScaler(config, replicas=5)
+    run(scaler, 1, 32, 200.0, ready=5, queued=20.0, p99=150.0, util=0.75)
+    u_goal = 1 - 0.25 * 150 / 80
+    assert scaler.state.target == pytest.approx(40.0 * u_goal / 0.75)
+    assert scaler.state.ceiling == 40.0
+    # far from saturation the proportional cut is the bound: 30 % busy, the same latency excess
+    scaler = EntityScaler(config, replicas=5)
+    run(scaler, 1, 32, 200.0, ready=5, queued=50.0, p99=150.0, util=0.3)
+    assert scaler.state.target == pytest.approx(40.0 * 80 / 150)
+
+
+def test_a_stress_cut_smaller_than_min_change_is_not_made():
+    # 95 % busy, p99 92 ms (over the 90 % mark, 15 % over the 80 ms goal): queueing asks for a 1 %
+    # lower target, under MIN_CHANGE: the target holds (the ceiling marks it), not the old forced -10 %
+    config = ScalingConfig(initial_target=40.0, latency_slo_ms=100)
+    scaler = EntityScaler(config, replicas=5)
+    run(scaler, 1, 32, 200.0, ready=5, queued=20.0, p99=92.0, util=0.95)
+    assert scaler.state.latency_stressed
+    assert scaler.state.target == 40.0
+    assert scaler.state.ceiling == 40.0
+    # still stressed (above the 70 % low mark) with p99 under the goal: held, not lowered again
+    run(scaler, 32, 62, 200.0, ready=5, queued=20.0, p99=75.0, util=0.9)
+    assert scaler.state.latency_stressed
+    assert scaler.state.target == 40.0
+
+
+def test_seconds_while_replicas_start_do_not_make_stress_but_do_not_count_as_calm():
+    # 10 of 30 s with replicas starting (p99 300 ms, SLO 100), 20 s with all of them ready (p99 60 ms):
+    # stress is judged on the 20 settled seconds (none), calm on all 30 (p99 140: not calm), so the
+    # target neither falls nor rises
+    config = ScalingConfig(initial_target=40.0, latency_slo_ms=100)
+    def cycle(settled_p99: float) -> Decision:
+        scaler = EntityScaler(config, replicas=10)
+        scaler.state = replace(scaler.state, last_horizontal=1e9)   # the horizontal holds (not due)
+        for t in range(1, 32):
+            starting = t <= 11
+            scaler.observe(Sample(t=float(t), in_flight=400.0, ready_replicas=5 if starting else 10, replicas=10,
+                                  queue_depth=100.0, requests=2000, completed=2000,
+                                  latency_p99_ms=300.0 if starting else settled_p99, utilisation=0.5))
+            d = scaler.decide(float(t))
+        assert d.vertical
+        return d
+    d = cycle(60.0)
+    assert d.inputs["p99_settled_ms"] == pytest.approx(60.0)
+    assert d.inputs["p99_ms"] == pytest.approx((10 * 300 + 20 * 60) / 30)
+    assert not d.inputs["latency_stressed"] and d.inputs["vertical"] == "hold: between marks"
+    assert d.target_concurrency == 40.0
+    # the settled seconds themselves over the goal: the target is cut, by what they show
+    d = cycle(160.0)
+    assert d.inputs["latency_stressed"] and d.target_concurrency < 40.0 * 0.9
+
+
+def test_a_long_scale_up_still_lets_latency_lower_the_target():
+    # every second of the cycle with replicas starting: too few settled seconds to judge on, so all of
+    # them count (a target too high for the load stays visible during a long scale-up)
+    config = ScalingConfig(initial_target=40.0, latency_slo_ms=100, max_step_down=0.5)
+    scaler = EntityScaler(config, replicas=10)
+    scaler.state = replace(scaler.state, last_horizontal=1e9)
+    for t in range(1, 32):
+        scaler.observe(Sample(t=float(t), in_flight=400.0, ready_replicas=5, replicas=10, queue_depth=200.0,
+                              requests=2000, completed=2000, latency_p99_ms=400.0, utilisation=1.0))
+        scaler.decide(float(t))
+    assert scaler.state.target == 20.0
