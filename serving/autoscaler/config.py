@@ -40,7 +40,7 @@ class ScalingConfig:
     tolerance: float = 0.1                 # load within this share under capacity: no scale-down
     up_tolerance: float = 0.0              # load within this share over capacity: no scale-up
     max_growth: float = 2.0                # one cycle adds at most what max_growth x current load needs
-    min_growth_replicas: int = 4           # ...or this many replicas, whichever is more
+    min_growth_replicas: int = 1           # ...or this many replicas (at least one), whichever is more
     # vertical axis: per-replica target concurrency (the horizontal denominator)
     vertical: bool = True
     vertical_interval_s: float = 30.0

@@ -272,7 +272,7 @@ def _horizontal(config: ScalingConfig, signals: Signals, state: PolicyState, now
         if load_up > 0:
             desired, reason = max(1, math.ceil(load_now / target - 1e-9), want_up), "activation"
     elif load_up > current * target * (1 + config.up_tolerance):
-        cap = max(current + 1, math.ceil(config.max_growth * load_now / target - 1e-9))
+        cap = max(current + max(1, config.min_growth_replicas), math.ceil(config.max_growth * load_now / target - 1e-9))
         desired = min(want_up, cap)
         reason = "scale up" if desired == want_up else "scale up (growth capped)"
     elif load_down < current * target * (1 - config.tolerance):

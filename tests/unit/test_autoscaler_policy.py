@@ -75,6 +75,16 @@ def test_a_backlog_does_not_buy_a_flood_of_replicas():
     assert scaler.state.replicas <= 4
 
 
+@pytest.mark.parametrize("min_growth", [1, 3])
+def test_a_cycle_whose_growth_is_capped_still_adds_min_growth_replicas(min_growth):
+    # 100 in service (10 replicas' worth) but arrivals of 10/s x 0.1 s: the demand cap allows 1 replica,
+    # so the cycle adds min_growth_replicas
+    scaler = EntityScaler(horizontal_only(min_growth_replicas=min_growth), replicas=2)
+    ups = [d for d in run(scaler, 1, 12, 100.0, rate=10.0) if d.horizontal and d.replicas > 2]
+    assert ups and ups[0].reason == "scale up (growth capped)"
+    assert ups[0].replicas == 2 + min_growth
+
+
 def test_a_surge_is_decided_within_a_second_and_sized_for_the_new_rate():
     scaler = EntityScaler(horizontal_only(), replicas=2)
     run(scaler, 1, 12, 15.0)
