@@ -2,7 +2,7 @@
 
 A scale-up (or a scale from zero) takes one and loads its model into it (``local_replicas.activate``),
 so a cold start costs the model load only, not the interpreter start and the imports (several seconds
-here). The pool refills itself in the background after every take.
+here). The pool refills itself in the background after every take, one standby at a time.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ class WarmPool:
         self._env = dict(env)
         self._idle: list[LocalReplica] = []
         self._booting: list[LocalReplica] = []  # started, not yet live: close() stops these too
-        self._starting = 0
         self._lock = threading.Lock()
+        self._filling = threading.Lock()  # held by the one fill that runs
+        self._failed = False  # the last start failed: stop until the next call
         self._closed = False
 
     @property
@@ -36,42 +37,56 @@ class WarmPool:
             return sum(r.alive() for r in self._idle)
 
     def fill(self) -> None:
-        """Start standby processes until ``size`` are idle or starting (blocking; run it off the loop).
-        The missing ones start together and are waited for together."""
-        with self._lock:
-            self._idle = [r for r in self._idle if r.alive()]
-            missing = 0 if self._closed else self.size - len(self._idle) - self._starting
-            if missing <= 0:
+        """Start standby processes until ``size`` are idle (blocking; run it off the loop).
+
+        One at a time: a refill runs right after a scale-up took standbys, while the replicas they became
+        serve the load that asked for them, and several interpreters importing the runtime at once take
+        the cores from those replicas (on 2 cores, three standbys started together kept both busy for
+        ~30 s of a 10x step). A call while a fill runs returns at once: the running fill checks the pool
+        again after each start, and once more after it ends.
+        """
+        while True:
+            if not self._filling.acquire(blocking=False):
                 return
-            self._starting += missing
-        started: list[LocalReplica] = []
-        try:
-            for _ in range(missing):
+            try:
+                self._fill_one_at_a_time()
+            finally:
+                self._filling.release()
+            with self._lock:  # a take between the last check and the release
+                if self._closed or self._failed or sum(r.alive() for r in self._idle) >= self.size:
+                    self._failed = False
+                    return
+
+    def _fill_one_at_a_time(self) -> None:
+        while True:
+            with self._lock:
+                self._idle = [r for r in self._idle if r.alive()]
+                if self._closed or len(self._idle) >= self.size:
+                    return
+            try:
                 replica = start_replica("", self._log_dir, self._env)
-                started.append(replica)
-                with self._lock:
-                    self._booting.append(replica)
-        except OSError as exc:
-            log.warning("warm pool: could not start a standby replica: %s", exc)
-        for replica in started:
+            except OSError as exc:
+                log.warning("warm pool: could not start a standby replica: %s", exc)
+                self._failed = True  # the next take retries, not this loop
+                return
+            with self._lock:
+                self._booting.append(replica)
             try:
                 wait_live(replica)
             except ReplicaStartError as exc:
                 log.warning("warm pool: a standby replica failed to start: %s", exc)
                 stop_replica(replica)
-                continue
+                self._failed = True
+                return
+            finally:
+                with self._lock:
+                    if replica in self._booting:
+                        self._booting.remove(replica)
             with self._lock:
-                if replica in self._booting:
-                    self._booting.remove(replica)
                 if self._closed:
                     stop_replica(replica)
-                else:
-                    self._idle.append(replica)
-        with self._lock:
-            self._starting -= missing
-            for replica in started:
-                if replica in self._booting:
-                    self._booting.remove(replica)
+                    return
+                self._idle.append(replica)
 
     def take(self) -> LocalReplica | None:
         """An idle standby process, or None (the caller then starts a replica cold)."""

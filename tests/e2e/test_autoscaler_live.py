@@ -133,8 +133,9 @@ def test_a_10x_step_adds_replicas_within_10s_without_errors_and_they_leave_after
         api.delete("/api/2.0/serving-endpoints/steps")
 
     statuses = [status for _, status in results]
-    assert not [s for s in statuses if s >= 500], "no 5xx under the step"
-    assert statuses.count(429) <= 0.01 * len(statuses), f"{statuses.count(429)} of {len(statuses)} refused"
+    counts = {code: statuses.count(code) for code in sorted(set(statuses))}
+    assert not [s for s in statuses if s >= 500], f"no 5xx under the step: {counts}"
+    assert statuses.count(429) <= 0.01 * len(statuses), f"{statuses.count(429)} of {len(statuses)} refused: {counts}"
     step_at = started + base_s
     before = [n for t, n in observed if t < step_at and n is not None]
     assert before and max(before) == 1  # the base load needs one replica
