@@ -28,7 +28,6 @@ class WarmPool:
         self._booting: list[LocalReplica] = []  # started, not yet live: close() stops these too
         self._lock = threading.Lock()
         self._filling = threading.Lock()  # held by the one fill that runs
-        self._failed = False  # the last start failed: stop until the next call
         self._closed = False
 
     @property
@@ -49,26 +48,27 @@ class WarmPool:
             if not self._filling.acquire(blocking=False):
                 return
             try:
-                self._fill_one_at_a_time()
+                started = self._fill_one_at_a_time()
             finally:
                 self._filling.release()
+            if not started:  # a start failed: the next take retries, not this loop
+                return
             with self._lock:  # a take between the last check and the release
-                if self._closed or self._failed or sum(r.alive() for r in self._idle) >= self.size:
-                    self._failed = False
+                if self._closed or sum(r.alive() for r in self._idle) >= self.size:
                     return
 
-    def _fill_one_at_a_time(self) -> None:
+    def _fill_one_at_a_time(self) -> bool:
+        """Start standbys until the pool is full or closed (True), or until one fails to start (False)."""
         while True:
             with self._lock:
                 self._idle = [r for r in self._idle if r.alive()]
                 if self._closed or len(self._idle) >= self.size:
-                    return
+                    return True
             try:
                 replica = start_replica("", self._log_dir, self._env)
             except OSError as exc:
                 log.warning("warm pool: could not start a standby replica: %s", exc)
-                self._failed = True  # the next take retries, not this loop
-                return
+                return False
             with self._lock:
                 self._booting.append(replica)
             try:
@@ -76,17 +76,18 @@ class WarmPool:
             except ReplicaStartError as exc:
                 log.warning("warm pool: a standby replica failed to start: %s", exc)
                 stop_replica(replica)
-                self._failed = True
-                return
+                return False
             finally:
                 with self._lock:
                     if replica in self._booting:
                         self._booting.remove(replica)
             with self._lock:
-                if self._closed:
-                    stop_replica(replica)
-                    return
-                self._idle.append(replica)
+                closed = self._closed
+                if not closed:
+                    self._idle.append(replica)
+            if closed:  # the gateway stopped while it started
+                stop_replica(replica)
+                return True
 
     def take(self) -> LocalReplica | None:
         """An idle standby process, or None (the caller then starts a replica cold)."""
