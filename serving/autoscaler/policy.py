@@ -17,7 +17,10 @@ measured service time, plus what drains the backlog in ``DRAIN_S``): in-flight c
 queue that built up while replicas were starting do not buy a flood of replicas. A surge (the last
 second's load above ``SURGE`` x the current replicas' target concurrency, Knative's panic threshold)
 is decided at once instead of at the next 5-s boundary, and while a scale-up is under way any load
-over capacity is too.
+over capacity is too. A surge is judged with the last second's service time when it is longer than the
+interval's (a surge slows a batching or saturated model at once), and a surge decision between
+boundaries sizes for the load the last second's rise reaches within one decision interval (the
+replicas asked for now serve only after their start; the growth cap still bounds one decision).
 
 Vertical (every ``vertical_interval_s``): re-tunes the per-replica target concurrency, which is the
 horizontal denominator. The aim is the target at which replicas run ``target_utilisation`` busy: the
@@ -128,8 +131,11 @@ def decide(config: ScalingConfig, signals: Signals, state: PolicyState, now: flo
     over = SURGE if not state.surging else 1 + config.up_tolerance
     surge = (last is not None and state.replicas > 0
              and _last_load(config, signals, now) > over * state.replicas * state.target)
-    if activation or surge or _due(state.last_horizontal, state.started_at, config.decision_interval_s, now):
-        desired, reason, hinputs = _horizontal(config, signals, state, now)
+    due = _due(state.last_horizontal, state.started_at, config.decision_interval_s, now)
+    if activation or surge or due:
+        # between boundaries a surge is decided from the last second (see _horizontal); on a boundary the
+        # regular decision from the windows stands
+        desired, reason, hinputs = _horizontal(config, signals, state, now, surge=surge and not due)
         inputs.update(hinputs)
         state = replace(state, replicas=desired, last_horizontal=now, surging=desired > state.replicas)
         horizontal = True
@@ -175,10 +181,19 @@ def _service_s(samples: tuple[Sample, ...]) -> Optional[float]:
     return busy / completed
 
 
-def _recent_service_s(config: ScalingConfig, signals: Signals, now: float) -> Optional[float]:
-    """The service time over the last decision interval (it moves with batch sizes), else the last 20 s."""
-    return (_service_s(signals.since(now - config.decision_interval_s))
+def _recent_service_s(config: ScalingConfig, signals: Signals, now: float, surge: bool = False) -> Optional[float]:
+    """The service time over the last decision interval (it moves with batch sizes), else the last 20 s.
+
+    With ``surge``, the last second's when it is longer: a surge makes a saturating or batching model
+    slower at once (bigger batches, a replica past its parallelism), and the interval's mean still
+    holds the seconds before it, so demand taken from it would lag the surge by the interval."""
+    base = (_service_s(signals.since(now - config.decision_interval_s))
             or _service_s(signals.since(now - config.scale_up_window_s)))
+    if surge and base is not None:
+        last = _service_s(signals.since(now - 1.0))
+        if last is not None:
+            return max(base, last)
+    return base
 
 
 def _load(s: Sample, service_s: Optional[float], arrivals: Optional[float] = None) -> float:
@@ -228,8 +243,8 @@ def _max_load(signals: Signals, now: float, window_s: float, service_s: Optional
 
 
 def _last_load(config: ScalingConfig, signals: Signals, now: float) -> float:
-    """``_loads`` of the last sample (its arrivals over the last service time)."""
-    service_s = _recent_service_s(config, signals, now)
+    """``_loads`` of the last sample (its arrivals over the last service time, taken as in a surge)."""
+    service_s = _recent_service_s(config, signals, now, surge=True)
     recent = signals.since(now - max(1.0, math.ceil(service_s or 0.0)) - 1.0)
     return _loads(recent, service_s)[-1] if recent else 0.0
 
@@ -250,18 +265,44 @@ def _demand(samples: tuple[Sample, ...], service_s: Optional[float]) -> float:
     return rate * service_s + queued * service_s / DRAIN_S
 
 
-def _horizontal(config: ScalingConfig, signals: Signals, state: PolicyState, now: float) -> tuple[int, str, dict]:
+def _rising(signals: Signals, now: float, service_s: Optional[float]) -> Optional[tuple[float, float]]:
+    """The last second's ``_loads`` and how much the load rises a second, when the arrival rate rose in
+    each of the last two seconds (a ramp still going: a step rises once and stops), else None. The rise
+    is the smaller of the two rate increases times the service time (Little's law)."""
+    if service_s is None:
+        return None
+    recent = signals.since(now - max(1.0, math.ceil(service_s)) - 3.0)
+    if len(recent) < 3:
+        return None
+    a, b, c = (x.requests for x in recent[-3:])
+    if not c > b > a:
+        return None
+    return _loads(recent, service_s)[-1], min(c - b, b - a) * service_s
+
+
+def _horizontal(config: ScalingConfig, signals: Signals, state: PolicyState, now: float,
+                surge: bool = False) -> tuple[int, str, dict]:
     target = state.target
     current = state.replicas
     floor = floor_replicas(config, target)
-    service_s = _recent_service_s(config, signals, now)
+    service_s = _recent_service_s(config, signals, now, surge=surge)
     load_up = _max_load(signals, now, config.scale_up_window_s, service_s) or 0.0
+    projected = None
+    if surge:
+        # a surge still rising: size for where it is heading over the next decision interval (its last
+        # second's rise continued), not for where it was -- the replicas asked for now are ready only
+        # after their start; the growth cap below still bounds what one decision adds
+        rising = _rising(signals, now, service_s)
+        if rising is not None:
+            last_load, rise = rising
+            projected = last_load + rise * config.decision_interval_s
+            load_up = max(load_up, projected)
     load_down = _max_load(signals, now, config.scale_down_window_s, service_s) or 0.0
     # demand now: over the decision interval, or over the last second when that is higher (a surge)
     load_now = max(_demand(signals.since(now - config.decision_interval_s), service_s),
                    _demand(signals.since(now - 1.0), service_s))
     inputs = {"load_up": load_up, "load_down": load_down, "load_now": load_now, "target": target,
-              "current": current, "service_s": service_s}
+              "current": current, "service_s": service_s, "surge": surge, "projected": projected}
     idle_for = now - (state.last_busy if state.last_busy is not None else now)
     if (config.scale_to_zero and floor == 0 and load_down == 0 and idle_for >= config.idle_window_s):
         return 0, "idle: scale to zero", inputs

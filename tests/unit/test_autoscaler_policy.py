@@ -93,6 +93,58 @@ def test_a_surge_is_decided_within_a_second_and_sized_for_the_new_rate():
     assert d.horizontal and d.replicas == 15
 
 
+def test_a_surge_still_ramping_is_sized_for_where_it_heads_within_the_interval():
+    # 150 arrivals/s of 0.1 s (15 in flight), then 300 -> 600 -> 900 a second
+    scaler = EntityScaler(horizontal_only(max_growth=100.0), replicas=2)
+    run(scaler, 1, 11, 15.0)
+    d = run(scaler, 11, 12, 30.0)[-1]    # the 5-s boundary: the regular decision, no projection
+    assert d.replicas == 3 and d.inputs["projected"] is None
+    d = run(scaler, 12, 13, 60.0)[-1]    # a surge that rose in each of the last two seconds (150/s at least)
+    # the last second's 60 in flight plus 150/s x 0.1 s for each of the interval's 5 s
+    assert d.inputs["surge"] and d.inputs["projected"] == pytest.approx(135.0)
+    assert d.replicas == 14
+    d = run(scaler, 13, 14, 90.0)[-1]    # within what was asked: nothing more
+    assert not d.horizontal and scaler.state.replicas == 14
+    run(scaler, 14, 18, 90.0)            # the ramp stopped at 90: the next boundary (t=17) sizes for what was seen
+    assert scaler.state.replicas == 9
+
+
+def test_a_step_is_not_projected():
+    scaler = EntityScaler(horizontal_only(max_growth=100.0), replicas=2)
+    run(scaler, 1, 12, 15.0)
+    d = run(scaler, 12, 13, 150.0)[-1]   # one rise, then flat: sized for the second seen
+    assert d.inputs["surge"] and d.inputs["projected"] is None and d.replicas == 15
+    d = run(scaler, 13, 14, 150.0)[-1]
+    assert not d.horizontal and scaler.state.replicas == 15
+
+
+def test_a_ramp_projection_is_bounded_by_the_growth_cap():
+    scaler = EntityScaler(horizontal_only(), replicas=2)   # max_growth 2
+    run(scaler, 1, 12, 15.0)
+    d = run(scaler, 12, 13, 40.0)[-1]    # a surge, one rise: 4
+    assert d.replicas == 4
+    d = run(scaler, 13, 14, 80.0)[-1]    # rose 250/s and 400/s: 80 + 250 x 0.1 x 5 = 205, 21 replicas...
+    assert d.inputs["projected"] == pytest.approx(205.0)
+    assert d.replicas == math.ceil(2 * 80 / 10)  # ...capped at 2 x the demand now over the target
+
+
+def test_a_surge_on_a_batching_model_is_judged_by_the_last_seconds_service_time():
+    # a batching model: at 300/s its batches take 25 ms; in the surge second they take 80 ms (bigger
+    # batches), so 1000/s needs 80 in flight, not the 25 the interval's service time would say
+    scaler = EntityScaler(horizontal_only(), replicas=1)
+    for t in range(1, 12):
+        scaler.observe(Sample(t=float(t), in_flight=7.5, ready_replicas=1, replicas=1, requests=300,
+                              completed=300, latency_p99_ms=40.0))
+        scaler.decide(float(t))
+    assert scaler.state.replicas == 1
+    scaler.observe(Sample(t=12.0, in_flight=80.0, ready_replicas=1, replicas=1, requests=1000,
+                          completed=1000, latency_p99_ms=120.0))
+    d = scaler.decide(12.0)   # not a boundary: decided at once
+    assert d.horizontal and d.inputs["surge"]
+    assert d.inputs["service_s"] == pytest.approx(0.08)
+    assert d.replicas == math.ceil(1000 * 0.08 / 10)
+
+
 def test_a_burst_shorter_than_the_service_time_counts_its_arrivals_not_rate_x_service_time():
     # a 2 s model: 10 requests/s keep 20 in flight; one second of 1000 arrivals keeps at most the
     # ~1010 that arrived within a service time in flight (Little's law over 2 s), not 1000/s x 2 s

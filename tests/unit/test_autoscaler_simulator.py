@@ -95,3 +95,34 @@ def test_cli_prints_one_json_object_keyed_by_policy_and_draws_a_plot(tmp_path, c
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert main(["--trace", str(csv), "--profile", "nope"]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+class _Fixed:
+    """One replica, a fixed per-replica admission limit, an unbounded front queue, a 1 s timeout."""
+
+    name = "fixed"
+    warm_pool = True
+    front_queue = float("inf")
+    replica_queue = 0.0
+    timeout_s = 1.0
+
+    def __init__(self, limit):
+        self.limit = limit
+
+    def initial(self, load):
+        return 1, self.limit
+
+    def step(self, view):
+        return None
+
+
+@pytest.mark.parametrize("limit, served_rps", [(None, 692), (5, 247)])
+def test_a_batching_models_batch_holds_no_more_than_the_admission_limit(limit, served_rps):
+    # the embedding model batches up to 64 (692 req/s a replica); a replica that may hold only 5 in
+    # flight (Ray Serve's default max_ongoing_requests) forms batches of 5 at most: ~247 req/s
+    profile = PRESETS["embedding"]
+    assert profile.replica_rps(limit) == pytest.approx(served_rps, rel=0.01)
+    trace = tr.from_rate("constant", lambda t: np.full_like(t, 500.0), 60.0, seed=1)
+    r = simulate(trace, profile, _Fixed(limit), seed=1, timeline=False)
+    answered = r.requests - r.rejected
+    assert answered / trace.duration_s == pytest.approx(min(500.0, served_rps), rel=0.05)

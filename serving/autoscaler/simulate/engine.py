@@ -2,7 +2,10 @@
 
 Request level and deterministic for a seed. The ready replicas form a pool of servers (``parallelism``
 per replica, fewer if the policy's per-replica admission limit is lower) fed from one FIFO in arrival
-order, as a gateway that routes each request to the least-loaded replica behaves. Each server is its
+order, as a gateway that routes each request to the least-loaded replica behaves. A batching
+model's batch holds at most what its replica may hold in flight (the admission limit over its
+parallelism): a Ray Serve replica gets at most ``max_ongoing_requests``, a tollfree one
+``max_concurrency``, and batches form from those. Each server is its
 next free time in a heap; a request starts at ``max(arrival, earliest free time)``. Capacity changes
 only at step boundaries (every ``STEP_S``), so a start is committed only if it falls before the end of
 the current step; later ones wait in the FIFO and are retried at the next step, once the policy has
@@ -279,7 +282,16 @@ def _simulate(trace: Trace, profile: ModelProfile, policy: SimPolicy, seed: int,
             return extra
         return ready_n * per + extra
 
+    def batch_cap() -> int:
+        # a replica holds at most its admission limit in flight, so one of its workers' batches holds at
+        # most limit / parallelism requests (Ray Serve: a replica gets at most max_ongoing_requests, and
+        # a @serve.batch batch is formed from those; a queue-proxy breaker likewise)
+        if limit is None:
+            return bmax
+        return max(1, min(bmax, int(limit) // profile.parallelism))
+
     cur_room = room()
+    bcap = batch_cap()
     for k in range(n_steps):
         t0 = k * STEP_S
         t1 = t0 + STEP_S
@@ -292,7 +304,7 @@ def _simulate(trace: Trace, profile: ModelProfile, policy: SimPolicy, seed: int,
         if batch:
             while deferred and heap and heap[0] < t1:
                 f = heappop(heap)
-                m = min(bmax, len(deferred))
+                m = min(bcap, len(deferred))
                 idx = [deferred.popleft() for _ in range(m)]
                 done = f + svc_l[idx[0]] * (1.0 + marg * (m - 1))
                 heappush(heap, done)
@@ -326,7 +338,7 @@ def _simulate(trace: Trace, profile: ModelProfile, policy: SimPolicy, seed: int,
                 a = arr_l[i]
                 while qstarts and qstarts[0] <= a:
                     qstarts.popleft()
-                if pend and a <= pend_f and len(pend) < bmax:
+                if pend and a <= pend_f and len(pend) < bcap:
                     pend.append(i)
                     qstarts.append(pend_f)
                     continue
@@ -454,6 +466,7 @@ def _simulate(trace: Trace, profile: ModelProfile, policy: SimPolicy, seed: int,
             limit = new_limit
             ready_n = pool.ready(t1)
         cur_room = room()
+        bcap = batch_cap()
     # requests still waiting at the end: served by what is left, in order (no more arrivals)
     while deferred and heap:
         i = deferred.popleft()

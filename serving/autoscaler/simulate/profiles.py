@@ -2,7 +2,8 @@
 
 A replica serves up to ``parallelism`` requests at once at full speed; requests admitted beyond that
 wait inside it (so latency grows past the parallelism). With ``max_batch`` > 1 each of the
-``parallelism`` workers takes every waiting request (up to ``max_batch``) as one batch whose time is
+``parallelism`` workers takes every waiting request (up to ``max_batch``, and up to the replica's
+admission limit over its parallelism where the serving system sets one) as one batch whose time is
 ``t1 x (1 + batch_marginal x (n - 1))``. Starting a replica costs ``cold_start_s`` (process or pod
 start and runtime import) or ``warm_start_s`` (warm pool), plus ``model_load_s``.
 
