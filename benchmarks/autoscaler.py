@@ -22,6 +22,10 @@ Targets checked (the issue's):
                20 % of the best fixed target of a sweep (fewest replica-seconds with <= 1 % bad
                requests, both as means over 3 seeds), and every later target stays within
                20 % of it
+
+For every row not beaten, the benchmark also prints its reach (:func:`reach`): the trace's floor of bad
+requests, and a lower bound on the replica-seconds of any policy that keeps tollfree's scale-down window,
+with the baselines that no such policy can beat.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from functools import lru_cache
 import numpy as np
 
 from serving.autoscaler.simulate import traces as tr
-from serving.autoscaler.simulate.engine import simulate
+from serving.autoscaler.simulate.engine import TAIL_S, service_times, simulate, with_warmup
 from serving.autoscaler.simulate.policies import POLICIES, USER_VARIANTS, Tollfree, make_policy, tollfree_config
 from serving.autoscaler.simulate.profiles import PRESETS
 
@@ -125,6 +129,42 @@ def _mean_over_seeds(runs: list[dict]) -> list[dict]:
              "bad_share": sum(r["bad_share"] for r in g) / len(g)} for (p, t), g in groups.items()]
 
 
+REACH_SMOOTH_S = 10          # the need is the 10-s mean rate: a burst shorter than a replica start is queued
+
+
+def reach(trace_name: str, profile_name: str, seed: int, quick: bool) -> dict:
+    """What no policy that keeps tollfree's scale-down window can do better than, on one trace x profile.
+
+    ``floor_bad``: the requests whose own service time (a batch of one) is over the SLO -- bad whatever
+    the capacity. ``bound_rs``: the replica-seconds of a clairvoyant policy that runs every replica 100 %
+    busy at its full (batched) throughput on the trace's 10-s mean rate, and, like tollfree, removes a
+    replica only after its need has stayed lower for the whole scale-down window (the issue's ~5 min:
+    ``scale_down_window_s``). Both are optimistic for the policy (no headroom, bursts under 10 s free),
+    so a baseline's figures that ask for fewer replica-seconds than ``bound_rs`` at ``floor_bad`` are
+    out of reach of any policy with that window, not only of tollfree's.
+    """
+    profile = PRESETS[profile_name]
+    window = tollfree_config(profile).scale_down_window_s
+    full = with_warmup(load_trace(trace_name, seed, quick), WARMUP_S, seed)
+    n_warm = int(np.count_nonzero(full.arrivals < WARMUP_S))
+    svc_ms = service_times(full, profile, seed)[n_warm:] * 1000.0
+    end = int(math.ceil(full.arrivals[-1] + TAIL_S))
+    counts = np.bincount(full.arrivals.astype(np.int64), minlength=end + 1)[: end + 1].astype(float)
+    kernel = np.ones(REACH_SMOOTH_S) / REACH_SMOOTH_S
+    rate = np.convolve(counts, kernel)[: len(counts)]
+    need = np.maximum(1.0, np.ceil(rate / profile.replica_rps() - 1e-9))
+    held = np.array([need[max(0, i - int(window)): i + 1].max() for i in range(len(need))])
+    start = int(WARMUP_S)
+    return {"floor_bad": int(np.count_nonzero(svc_ms > profile.slo_ms)), "bound_rs": float(held[start:].sum())}
+
+
+def out_of_reach(b: dict, r: dict) -> bool:
+    """Neither way of beating baseline ``b`` is open to a policy bounded by ``r`` (see :func:`reach`)."""
+    fewer_bad = b["bad"] > r["floor_bad"] and b["replica_seconds"] >= r["bound_rs"]
+    cheaper = 0.7 * b["replica_seconds"] >= r["bound_rs"] and b["bad"] >= r["floor_bad"]
+    return not (fewer_bad or cheaper)
+
+
 def beats(t: dict, b: dict) -> bool:
     """The issue's rule: fewer bad at no more replica-seconds, or >= 30 % fewer replica-seconds at no more bad."""
     return ((t["bad"] < b["bad"] and t["replica_seconds"] <= b["replica_seconds"])
@@ -155,12 +195,17 @@ def main(argv: list[str] | None = None) -> int:
         rows = list(pool.map(run_one, jobs, chunksize=1))
     by = {(r["trace"], r["profile"], r["policy"]): r for r in rows}
     checks: list[dict] = []
+    reaches: list[dict] = []
     for t in TRACES:
         for p in PROFILES:
             mine = by[(t, p, "tollfree")]
             lost = [b for b in BASELINES if not beats(mine, by[(t, p, b)])]
             checks.append({"target": "beats every baseline", "trace": t, "profile": p, "ok": not lost,
                            "detail": "all" if not lost else "not vs " + ", ".join(lost)})
+            if lost:
+                r = reach(t, p, args.seed, args.quick)
+                reaches.append({"trace": t, "profile": p, **r,
+                                "out_of_reach": [b for b in lost if out_of_reach(by[(t, p, b)], r)]})
     for p in PROFILES:
         mine, hpa = by[("spike", p, "tollfree")], by[("spike", p, "hpa")]
         ratio = hpa["bad"] / max(1, mine["bad"])
@@ -188,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
                        "detail": f"best fixed {b:g}, after 3 cycles {after[0]:g}, later {min(after):g}..{max(after):g}"})
     elapsed = time.perf_counter() - started
     if args.json:
-        print(json.dumps({"rows": rows, "checks": checks, "vertical": vertical, "shed_load": shed,
+        print(json.dumps({"rows": rows, "checks": checks, "vertical": vertical, "reach": reaches, "shed_load": shed,
                           "elapsed_s": round(elapsed, 1)}, indent=1))
         return 0
     print(f"{'trace':<11} {'profile':<10} {'policy':<9} {'replica-s':>10} {'bad':>9} {'over SLO':>8} {'rejected':>9} "
@@ -207,6 +252,13 @@ def main(argv: list[str] | None = None) -> int:
     print("targets:")
     for c in checks:
         print(f"  {'PASS' if c['ok'] else 'FAIL'}  {c['target']:<44} {c['trace']:<11} {c['profile']:<10} {c['detail']}")
+    if reaches:
+        print(f"reach of the rows not beaten (clairvoyant, 100 % busy, 10-s mean rate, the "
+              f"{tollfree_config(PRESETS['cpu']).scale_down_window_s:.0f} s scale-down window; see reach()):")
+        for r in reaches:
+            oor = ", ".join(r["out_of_reach"]) or "none"
+            print(f"  {r['trace']:<11} {r['profile']:<10} floor {r['floor_bad']:,} bad, bound {r['bound_rs']:,.0f} "
+                  f"replica-s; out of reach of any such policy: {oor}")
     for p, v in vertical.items():
         sweep = ", ".join(f"{s['target']:g}:{s['replica_seconds']:,.0f}rs/{s['bad_share']:.2%}" for s in v["sweep"])
         print(f"  sweep {p} (mean of {SWEEP_SEEDS} seeds): {sweep}")
