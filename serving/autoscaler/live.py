@@ -91,6 +91,9 @@ def seeded(config: ScalingConfig, entity: ServedEntity) -> ScalingConfig:
     return replace(config, initial_target=min(config.max_target, max(config.min_target, target)))
 
 
+POKE_GAP_S = 0.05    # a poked step runs at least this long after the one before
+
+
 class LiveAutoscaler:
     def __init__(self, manager: EndpointManager, backend: Backend, *, interval_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic, starting: Callable[[EntityKey], int] = lambda key: 0) -> None:
@@ -150,9 +153,13 @@ class LiveAutoscaler:
         self.controller.step(now)
 
     def poke(self) -> None:
-        """Step soon (a request found no replica), at most every 50 ms."""
-        if self._poke is None and self.clock() - self._last_step > 0.05:
-            self._poke = asyncio.get_running_loop().call_soon(self.step)
+        """Step soon (a request found no replica): at once, or 50 ms after the last step when that was
+        sooner -- never dropped, or the request would wait for the next tick (up to ``interval_s``)."""
+        if self._poke is not None:
+            return
+        loop = asyncio.get_running_loop()
+        wait = POKE_GAP_S - (self.clock() - self._last_step)
+        self._poke = loop.call_later(wait, self.step) if wait > 0 else loop.call_soon(self.step)
 
     async def run(self) -> None:
         next_at = self.clock()

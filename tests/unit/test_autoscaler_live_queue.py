@@ -36,3 +36,35 @@ def test_the_queue_takes_the_policy_bound_only_when_shedding(tmp_path, shed, exp
 def test_shed_load_must_be_a_boolean():
     with pytest.raises(ValueError, match="shed_load: must be true or false"):
         ScalingConfig.from_mapping({"shed_load": "yes"})
+
+
+def test_a_poke_right_after_a_step_still_steps_within_the_gap(tmp_path):
+    # a request that finds no replica pokes the autoscaler; a poke that comes within 50 ms of the last
+    # step used to be dropped, so scale from zero waited for the next 1-s tick
+    import asyncio
+
+    gap = 0.05   # serving.autoscaler.live.POKE_GAP_S
+    manager = EndpointManager(EndpointStore(tmp_path / "endpoints.db"), lambda *a: "1", dict(os.environ),
+                              tmp_path / "logs", home=tmp_path)
+    autoscaler = LiveAutoscaler(manager, LocalBackend(manager))
+    steps: list[float] = []
+    real_step = autoscaler.step
+
+    def counted() -> None:
+        steps.append(autoscaler.clock())
+        real_step()
+
+    autoscaler.step = counted
+
+    async def scenario() -> None:
+        counted()                      # a regular tick
+        autoscaler.poke()              # at once after it
+        autoscaler.poke()              # a second poke while one is pending adds nothing
+        await asyncio.sleep(gap + 0.1)
+        autoscaler.poke()              # long after: at once
+        await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())
+    assert len(steps) == 3
+    assert steps[1] - steps[0] >= gap - 0.005
+    assert steps[2] - steps[1] < 0.5
