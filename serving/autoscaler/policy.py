@@ -40,7 +40,9 @@ queue stress the target drops at once, by up to ``max_step_down`` per cycle, in 
 latency excess over ``LATENCY_GOAL`` of the SLO -- or, near saturation, by the smaller cut that
 queueing asks for (waiting grows as ``1 / (1 - u)``, see ``_latency_cut``) -- and the target that
 caused it becomes a ceiling that lifts only 5 % per calm cycle (slow increase). When calm, the target
-moves to the utilisation aim, by at most ``max_step_up`` per cycle. Changes under ``MIN_CHANGE`` are
+moves to the utilisation aim, by at most ``max_step_up`` per cycle. A cycle with too little traffic, or whose
+last second is idle (the load stopped: a target raised then would take replicas before the scale-down
+window is over), holds. Changes under ``MIN_CHANGE`` are
 not made, either way (a latency-stress cut that small holds the target and marks it as the ceiling),
 which keeps the target steady under constant load.
 """
@@ -375,6 +377,11 @@ def _vertical(config: ScalingConfig, signals: Signals, state: PolicyState, now: 
     state = replace(state, last_vertical=now)
     if len(active) < max(1, len(window) // 2):
         return state, {"vertical": "hold: not enough traffic"}
+    if window[-1].requests == 0 and window[-1].in_flight == 0:
+        # the load has stopped: a window that ends idle is no evidence either way, and a target raised
+        # now would take replicas before the scale-down window is over (the window holds the load, not
+        # the target it was sized with)
+        return state, {"vertical": "hold: idle now"}
     metrics = set(config.vertical_metrics)
     slo = config.latency_slo_ms
     per_replica = _mean([s.in_flight / s.ready_replicas for s in active]) or 0.0

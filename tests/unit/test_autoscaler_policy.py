@@ -376,3 +376,27 @@ def test_a_long_scale_up_still_lets_latency_lower_the_target():
                               requests=2000, completed=2000, latency_p99_ms=400.0, utilisation=1.0))
         scaler.decide(float(t))
     assert scaler.state.target == 20.0
+
+
+def test_a_vertical_cycle_after_the_load_stopped_holds_so_replicas_stay_for_the_window():
+    # 20 s of calm traffic on 4 replicas (2 in flight, 10 % busy, p99 far inside the SLO), then nothing.
+    # The vertical cycle at t=31 sees a calm window; raising the target then would size the window's
+    # load with a 4x target and take replicas before the 20 s scale-down window is over.
+    config = ScalingConfig(initial_target=1.0, scale_down_window_s=20.0, latency_slo_ms=500)
+    scaler = EntityScaler(config, replicas=4)
+    for t in range(1, 21):
+        scaler.observe(Sample(t=float(t), in_flight=2.0, ready_replicas=4, replicas=4, requests=80, completed=80,
+                              latency_p99_ms=30.0, utilisation=0.1))
+        scaler.decide(float(t))
+    assert scaler.state.replicas == 2          # 2 in flight at target 1
+    decisions = []
+    for t in range(21, 40):
+        scaler.observe(Sample(t=float(t), in_flight=0.0, ready_replicas=2, replicas=2, requests=0, completed=0,
+                              latency_p99_ms=None, utilisation=0.0))
+        decisions.append(scaler.decide(float(t)))
+    vertical = [d for d in decisions if d.vertical]
+    assert vertical and vertical[0].inputs["vertical"] == "hold: idle now"
+    assert scaler.state.target == 1.0
+    assert min(d.replicas for d in decisions) == 2   # held through the window (the last load at t=20)
+    run(scaler, 40, 47, 0.0, ready=2, p99=None, util=0.0)
+    assert scaler.state.replicas == 1
