@@ -41,6 +41,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
+import pandas as pd
 
 from serving.autoscaler.simulate import traces as tr
 from serving.autoscaler.simulate.engine import TAIL_S, service_times, simulate, with_warmup
@@ -149,13 +150,12 @@ def reach(trace_name: str, profile_name: str, seed: int, quick: bool) -> dict:
     n_warm = int(np.count_nonzero(full.arrivals < WARMUP_S))
     svc_ms = service_times(full, profile, seed)[n_warm:] * 1000.0
     end = int(math.ceil(full.arrivals[-1] + TAIL_S))
-    counts = np.bincount(full.arrivals.astype(np.int64), minlength=end + 1)[: end + 1].astype(float)
-    kernel = np.ones(REACH_SMOOTH_S) / REACH_SMOOTH_S
-    rate = np.convolve(counts, kernel)[: len(counts)]
+    counts = pd.Series(np.bincount(full.arrivals.astype(np.int64), minlength=end + 1)[: end + 1], dtype=float)
+    rate = counts.rolling(REACH_SMOOTH_S, min_periods=1).sum() / REACH_SMOOTH_S
     need = np.maximum(1.0, np.ceil(rate / profile.replica_rps() - 1e-9))
-    held = np.array([need[max(0, i - int(window)): i + 1].max() for i in range(len(need))])
-    start = int(WARMUP_S)
-    return {"floor_bad": int(np.count_nonzero(svc_ms > profile.slo_ms)), "bound_rs": float(held[start:].sum())}
+    held = need.rolling(int(window) + 1, min_periods=1).max()
+    return {"floor_bad": int(np.count_nonzero(svc_ms > profile.slo_ms)),
+            "bound_rs": float(held.iloc[int(WARMUP_S):].sum())}
 
 
 def out_of_reach(b: dict, r: dict) -> bool:
