@@ -1,7 +1,8 @@
 """Training logic the train flow orchestrates: time split, training set, fit, evaluate, log.
 
-Features come only from the model's Feast FeatureService (``get_historical_features``, point in time),
-so training reads exactly the definitions serving reads.
+Features come only from the model's Feast FeatureService (``get_historical_features``, point in time;
+its on-demand views run on their own inputs, as in batch scoring: ``feature_repo.retrieval``), so
+training reads exactly the definitions serving reads.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 import pandas as pd
 from feast import FeatureStore
 
+from feature_repo import retrieval
 from feature_repo import store as feature_store
 
 log = logging.getLogger(__name__)
@@ -97,7 +99,7 @@ def historical_features(store: FeatureStore, service_name: str, entities: pd.Dat
     """Point-in-time features for every entity row, in the input's order; no row may be dropped."""
     check_entity_frame(store, service_name, entities, key)
     service = feature_store.feature_service(store, service_name)
-    frame = store.get_historical_features(entity_df=entities, features=service).to_df()
+    frame = retrieval.historical_features(store, service, entities)
     if len(frame) != len(entities):
         raise RuntimeError(
             f"feature retrieval returned {len(frame)} rows for {len(entities)} entity rows: rows were dropped"

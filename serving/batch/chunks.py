@@ -3,7 +3,8 @@
 A chunk is at most ``chunk_rows`` rows of one parquet row group, so a worker holds one row group's
 needed columns and one chunk's features at a time, whatever the input's size. ``score_chunk`` is the
 unit both engines run (in process, or as a Dask task): it joins the chunk's features point in time
-through the model's FeatureService (``get_historical_features``) or, for a model without one, takes
+through the model's FeatureService (``get_historical_features``; its on-demand views fed only their
+inputs, see ``feature_repo.retrieval``) or, for a model without one, takes
 the model's columns from the chunk itself (features given, no feature store), predicts, and writes
 the rows of each date to ``part-<chunk>.parquet`` in the run's staging directory. Names depend only on the chunk,
 so a retried task overwrites its own files and both engines produce the same files.
@@ -25,6 +26,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from feature_repo import retrieval
 from serving.batch import output_layout
 from serving.batch.input_check import TIMESTAMP, InputPlan, InputSpec
 
@@ -144,7 +146,7 @@ def score_chunk(ctx: ScoringContext, chunk: Chunk) -> ChunkResult:
     entities[ROW_POSITION] = np.arange(len(entities), dtype=np.int64)
     read = time.perf_counter()
 
-    features = store.get_historical_features(entity_df=entities, features=service).to_df()
+    features = retrieval.historical_features(store, service, entities)
     if len(features) != len(entities):
         raise RuntimeError(f"feature retrieval returned {len(features)} rows for {len(entities)} in chunk {chunk.index}")
     features = features.sort_values(ROW_POSITION, kind="stable").reset_index(drop=True)

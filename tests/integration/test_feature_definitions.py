@@ -135,3 +135,39 @@ def test_feature_tables_are_stored_by_key_range_and_join_the_same_as_in_time_ord
     got, want = joined(store), joined(time_ordered)
     assert len(got) == len(entities) and got["cust_spend_7d"].notna().mean() > 0.5
     pd.testing.assert_frame_equal(got, want)
+
+
+def test_retrieval_with_on_demand_views_fed_only_their_inputs_equals_feasts_own(world, tmp_path):
+    """``retrieval.historical_features`` (batch scoring's join: Feast joins the batch views, each on-demand
+    view's transform runs on its declared inputs only) returns what Feast's own ``get_historical_features``
+    returns for the service: the same columns and values, short and full feature names, and for a service
+    that projects a subset of a view and of the on-demand view's features."""
+    from feast import FeatureService
+
+    from feature_repo import retrieval
+    from feature_repo.features import customer_activity, merchant_risk
+    from feature_repo.on_demand_features import transaction_context
+
+    data = world.settings.data_dir
+    tx = synthetic.read_transactions(data)
+    store = _store_for(tmp_path / "home", tx, pd.read_parquet(data / "customers.parquet"),
+                       pd.read_parquet(data / "merchants.parquet"))
+    subset = FeatureService(name="fraud_subset", features=[
+        customer_activity[["cust_spend_1h"]], merchant_risk, transaction_context[["log_amount"]]])
+    store.apply([subset])
+    entities = training.entity_frame(tx.sample(3_000, random_state=11))
+    for name in (SERVICE, "fraud_subset"):
+        service = feature_store.feature_service(store, name)
+        for full in (False, True):
+            want = store.get_historical_features(entity_df=entities, features=service, full_feature_names=full).to_df()
+            got = retrieval.historical_features(store, service, entities, full_feature_names=full)
+            assert sorted(got.columns) == sorted(want.columns), (name, full)
+            assert got.filter(like="log_amount").notna().all().all() and got.filter(like="log_amount").nunique().min() > 100
+
+            def ordered(frame):
+                return frame.sort_values("transaction_id", ignore_index=True)[sorted(frame.columns)]
+
+            pd.testing.assert_frame_equal(ordered(got), ordered(want), check_exact=True)
+    # the subset service still gets the on-demand view's source features it does not list (Feast returns them)
+    assert "cust_mean_amount_7d" in retrieval.historical_features(
+        store, feature_store.feature_service(store, "fraud_subset"), entities.head(10)).columns
