@@ -171,3 +171,12 @@ def test_retrieval_with_on_demand_views_fed_only_their_inputs_equals_feasts_own(
     # the subset service still gets the on-demand view's source features it does not list (Feast returns them)
     assert "cust_mean_amount_7d" in retrieval.historical_features(
         store, feature_store.feature_service(store, "fraud_subset"), entities.head(10)).columns
+
+
+def test_retrieval_names_a_missing_request_field_of_an_on_demand_view(world):
+    from feature_repo import retrieval
+
+    store = feature_store.open_store(world.home)
+    entities = training.entity_frame(synthetic.read_transactions(world.settings.data_dir).head(5)).drop(columns=["amount"])
+    with pytest.raises(ValueError, match=r"transaction_context.*request field 'amount'"):
+        retrieval.historical_features(store, feature_store.feature_service(store, SERVICE), entities)
