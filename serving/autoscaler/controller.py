@@ -148,11 +148,15 @@ class Controller:
         self.reconcile_s = reconcile_s
         self._lock = threading.Lock()
 
-    def set_config(self, key: EntityKey, config: ScalingConfig) -> None:
-        """Add a served entity or replace its config (the learned target and replica count carry over)."""
+    def set_config(self, key: EntityKey, config: ScalingConfig, replicas: Optional[int] = None) -> None:
+        """Add a served entity or replace its config (the learned target and replica count carry over).
+
+        ``replicas``: what a new entity was deployed with (a rollout starts at least one, as Knative
+        starts a revision at its initial scale); the policy starts from it, not from ``min_replicas``,
+        so a scale-to-zero entity leaves only after its idle window, not at the first step."""
         with self._lock:
             old = self.scalers.get(key)
-            scaler = EntityScaler(config)
+            scaler = EntityScaler(config, replicas)
             if old is not None:
                 scaler.history = old.history
                 scaler.state = PolicyState(replicas=old.state.replicas, target=min(config.max_target, max(config.min_target, old.state.target)))
@@ -226,6 +230,10 @@ class Controller:
                 self._applied[key] = pending.replicas
                 self._applied_at[key] = now
                 del self._pending[key]
+                try:  # the gauge shows the count after the apply (replicas removed leave the routing at once)
+                    self._ready[key] = self.backend.ready_replicas(endpoint, entity)
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("autoscaler: ready_replicas failed for %s/%s: %s", endpoint, entity, type(exc).__name__)
         if decision.horizontal or decision.vertical or applied is not None:
             self.decisions_total[key] = self.decisions_total.get(key, 0) + 1
             self.history.append(DecisionRecord(

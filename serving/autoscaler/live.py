@@ -119,7 +119,7 @@ class LiveAutoscaler:
                 if known is None or known[0] != id(entity) or known[1] != entity.scaling:
                     if known is None or known[0] != id(entity):
                         self.controller.remove(key)  # a new entity (new version): start from its own plan
-                    self.controller.set_config(key, seeded(entity.scaling, entity))
+                    self.controller.set_config(key, seeded(entity.scaling, entity), len(entity.replicas))
                     self._configs[key] = (id(entity), entity.scaling)
                     # hold a burst while replicas start, rather than refuse it (the 5 s wait still bounds it)
                     entity.dispatcher.max_queue = entity.scaling.max_queue

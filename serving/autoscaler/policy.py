@@ -323,6 +323,10 @@ def _horizontal(config: ScalingConfig, signals: Signals, state: PolicyState, now
     bounded = min(config.max_replicas, max(floor, desired))
     if bounded != desired:
         reason += f" (bounded to [{floor}, {config.max_replicas}])"
+    if bounded == 0 and current > 0:
+        # zero only through the idle rule above: a scale-down window shorter than the idle window
+        # must not take the last replica early
+        bounded, reason = 1, reason + " (the last replica leaves after the idle window)"
     return bounded, reason, inputs
 
 

@@ -52,6 +52,12 @@ def ready_replicas(client: httpx.Client, endpoint: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
+def replica_processes(client: httpx.Client, endpoint: str) -> int:
+    """The endpoint's replica processes now (the gauge above is the count read at the last step, before
+    it applied its decision: a replica started since is not in it yet)."""
+    return len(client.get(f"/api/2.0/serving-endpoints/{endpoint}/replicas").json()["replicas"])
+
+
 def wait_pool_full(client: httpx.Client, endpoint: str, timeout_s: float = 120.0) -> None:
     """Until every standby is up and idle: the pool refills after each activation by starting processes,
     which on 2 cores would slow the very activation a test times (a system at rest has a full pool)."""
@@ -168,11 +174,13 @@ def test_scale_to_zero_and_the_first_request_after_idle_comes_from_the_warm_pool
         wait_endpoint_ready(process.url, auth["Authorization"].split()[1], "idle")
         assert api.post("/serving-endpoints/idle/invocations", json=body).status_code == 200
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (ready_replicas(api, "idle") == 0
+        while time.monotonic() < deadline and not (replica_processes(api, "idle") == 0
                                                    and api.get("/api/2.0/serving-endpoints/idle/autoscaler").json()["warm_pool_idle"] >= 1):
             time.sleep(0.5)
-        assert ready_replicas(api, "idle") == 0, "scaled to zero after the idle window"
+        assert replica_processes(api, "idle") == 0, "scaled to zero after the idle window"
         wait_pool_full(api, "idle")
+        trail = [(d["reason"], d["replicas"]) for d in api.get("/api/2.0/serving-endpoints/idle/autoscaler").json()["decisions"]]
+        assert replica_processes(api, "idle") == 0 and ready_replicas(api, "idle") == 0, f"still at zero: {trail}"
         before = api.get("/api/2.0/serving-endpoints/idle/autoscaler").json()
         assert before["warm_pool_idle"] == WARM_POOL
         started = time.perf_counter()

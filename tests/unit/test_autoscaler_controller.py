@@ -134,3 +134,38 @@ def test_the_concurrency_limit_reaches_the_gateway_hook():
                             concurrency_sink=lambda e, s, n: limits.append((e, s, n)))
     step(controller, backend, 1, 3)
     assert limits == [("fraud", "champion", 12)]  # ceil(8 x 1.5), sent once
+
+
+def test_a_scale_to_zero_entity_keeps_the_replica_it_was_deployed_with_until_its_idle_window_has_passed():
+    # a rollout starts one replica even at min_replicas 0; the policy starts from that replica, not from
+    # the minimum (the old start from 0 stopped the new replica at the controller's first step)
+    source, backend = Source(), FlakyBackend()
+    controller = Controller(source, backend, {})
+    controller.set_config(KEY, config(min_replicas=0, scale_to_zero=True, idle_window_s=30.0,
+                                      scale_down_window_s=30.0), replicas=1)
+    step(controller, backend, 1, 30)
+    assert [n for _, n in backend.calls if n == 0] == [] and backend.replicas == 1
+    step(controller, backend, 30, 40)
+    zero = [t for t, n in backend.calls if n == 0]
+    assert zero and 30.0 <= zero[0] <= 36.0  # at the first 5-s decision once 30 s have been idle
+    assert backend.replicas == 0
+
+
+def test_the_ready_gauge_shows_the_count_after_the_apply():
+    class DrainingBackend(FlakyBackend):
+        def ready_replicas(self, endpoint: str, entity: str) -> int:
+            return self.replicas  # a scale-down leaves the routing at once
+
+    source, backend = Source(), DrainingBackend()
+    controller = Controller(source, backend, {})
+    controller.set_config(KEY, config(min_replicas=0, scale_to_zero=True, idle_window_s=20.0,
+                                      scale_down_window_s=20.0), replicas=1)
+    registry = CollectorRegistry()
+    registry.register(controller.collector())
+    t = 0
+    while backend.replicas and t < 60:  # up to and including the step that applies 0, none after
+        t += 1
+        step(controller, backend, t, t + 1)
+    assert backend.replicas == 0 and controller.export()[-1]["ready_replicas"] == 1  # the decision saw 1
+    gauge = 'tollfree_autoscaler_ready_replicas{endpoint="fraud",served_entity="champion"} '
+    assert gauge + "0.0" in generate_latest(registry).decode()

@@ -176,6 +176,16 @@ def test_scale_to_zero_after_the_idle_window_and_back_on_the_first_request():
     assert d.horizontal and d.replicas >= 1
 
 
+def test_the_last_replica_leaves_only_after_the_idle_window_even_when_the_scale_down_window_is_shorter():
+    config = horizontal_only(min_replicas=0, scale_to_zero=True, idle_window_s=120.0, scale_down_window_s=20.0)
+    scaler = EntityScaler(config, replicas=1)
+    run(scaler, 1, 10, 5.0)
+    run(scaler, 10, 125, 0.0, p99=None)
+    assert scaler.state.replicas == 1  # the 20-s window emptied at t ~ 30; the idle window is 120 s
+    run(scaler, 125, 140, 0.0, p99=None)
+    assert scaler.state.replicas == 0
+
+
 def test_the_provisioned_minimum_holds_without_load():
     scaler = EntityScaler(horizontal_only(min_replicas=1, provisioned_concurrency=35), replicas=1)
     run(scaler, 1, 400, 0.0, p99=None)
