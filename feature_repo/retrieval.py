@@ -16,9 +16,20 @@ its request fields) instead of on all of them. The transform's definition stays 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class JoinedViews:
+    """The batch views joined point in time (a pyarrow table), and the on-demand views still to run on it."""
+
+    table: pa.Table
+    on_demand: tuple[Any, ...]
+    full_feature_names: bool
 
 
 def historical_features(store: Any, service: Any, entity_df: pd.DataFrame,
@@ -26,16 +37,27 @@ def historical_features(store: Any, service: Any, entity_df: pd.DataFrame,
     """The service's features for every row of ``entity_df``, point in time: what
     ``store.get_historical_features(entity_df=entity_df, features=service).to_df()`` returns, with the same
     columns and values (row order is Feast's in both)."""
+    return with_on_demand_features(join_batch_views(store, service, entity_df, full_feature_names))
+
+
+def join_batch_views(store: Any, service: Any, entity_df: pd.DataFrame, full_feature_names: bool = False) -> JoinedViews:
+    """The first half of ``historical_features``: Feast's point-in-time join of the service's batch views (and its
+    on-demand views' source views) -- the half that uses the offline store's connection."""
     refs, on_demand = _split(store, service)
-    if not on_demand:
-        return store.get_historical_features(entity_df=entity_df, features=service,
-                                             full_feature_names=full_feature_names).to_df()
-    table = store.get_historical_features(entity_df=entity_df, features=refs,
+    # without on-demand views Feast's own path runs nothing more (``to_df`` is ``to_arrow().to_pandas()``)
+    table = store.get_historical_features(entity_df=entity_df, features=refs if on_demand else service,
                                           full_feature_names=full_feature_names).to_arrow()
-    for view in on_demand:
+    return JoinedViews(table, tuple(on_demand), full_feature_names)
+
+
+def with_on_demand_features(joined: JoinedViews) -> pd.DataFrame:
+    """The second half: each on-demand view run through Feast's ``transform_arrow`` on its declared inputs, its
+    features appended; no store access (it can run while the store joins the next rows)."""
+    table = joined.table
+    for view in joined.on_demand:
         inputs = _inputs(view, table.column_names)
-        out = view.transform_arrow(table.select(inputs), full_feature_names)
-        for name in _outputs(view, full_feature_names):
+        out = view.transform_arrow(table.select(inputs), joined.full_feature_names)
+        for name in _outputs(view, joined.full_feature_names):
             if name not in out.column_names:
                 raise RuntimeError(f"on-demand feature view {view.name!r} did not return its feature {name!r}")
             table = table.append_column(name, out[name])

@@ -109,6 +109,15 @@ def _model(tracking_uri: str, model_uri: str) -> Any:
     return mlflow.pyfunc.load_model(model_uri)
 
 
+def preload(home: str, tracking_uri: str, model_uri: str, service_name: str | None) -> None:
+    """Load now, in this process, what ``score_chunk`` will need (the local engine does it while the input is
+    validated in a child process); ``home`` as the ``ScoringContext`` holds it (resolved)."""
+    if service_name is None:
+        _model(tracking_uri, model_uri)
+    else:
+        _resources(home, tracking_uri, model_uri, service_name)
+
+
 def _quiet_duckdb() -> None:
     """DuckDB draws a progress bar on stderr for long queries; batch logs carry progress themselves."""
     import ibis
@@ -135,22 +144,44 @@ def _row_group(path: str, group: int | None, columns: list[str]) -> pa.Table:
     return cached[1]
 
 
+@dataclass(frozen=True)
+class JoinedChunk:
+    """A chunk's rows with their batch views joined (``join_chunk``), waiting for ``finish_chunk``."""
+
+    entities: int
+    views: retrieval.JoinedViews
+    seconds: dict[str, float]
+
+
 def score_chunk(ctx: ScoringContext, chunk: Chunk) -> ChunkResult:
     """Features, predictions and output files of one chunk (runs in the driver or a Dask worker)."""
     if ctx.service_name is None:
         return _score_features_given(ctx, chunk)
+    return finish_chunk(ctx, chunk, join_chunk(ctx, chunk))
+
+
+def join_chunk(ctx: ScoringContext, chunk: Chunk) -> JoinedChunk:
+    """The part of a chunk that uses the feature store: read its rows, join its batch views point in time.
+    One at a time per process (the offline store's connection is not for concurrent queries)."""
     started = time.perf_counter()
-    store, service, model, names = _resources(ctx.home, ctx.tracking_uri, ctx.model_uri, ctx.service_name)
+    store, service, _, _ = _resources(ctx.home, ctx.tracking_uri, ctx.model_uri, ctx.service_name)
     entities = _row_group(chunk.path, chunk.row_group, ctx.spec.columns).slice(chunk.start, chunk.length).to_pandas()
     entities[TIMESTAMP] = pd.to_datetime(entities[TIMESTAMP], utc=True).dt.floor("us")
     entities[ROW_POSITION] = np.arange(len(entities), dtype=np.int64)
     read = time.perf_counter()
+    views = retrieval.join_batch_views(store, service, entities)
+    return JoinedChunk(len(entities), views, {"read": read - started, "features": time.perf_counter() - read})
 
-    features = retrieval.historical_features(store, service, entities)
-    if len(features) != len(entities):
-        raise RuntimeError(f"feature retrieval returned {len(features)} rows for {len(entities)} in chunk {chunk.index}")
+
+def finish_chunk(ctx: ScoringContext, chunk: Chunk, joined: JoinedChunk) -> ChunkResult:
+    """The rest, with no store access: on-demand features, input order, predict, write."""
+    started = time.perf_counter()
+    _, _, model, names = _resources(ctx.home, ctx.tracking_uri, ctx.model_uri, ctx.service_name)
+    features = retrieval.with_on_demand_features(joined.views)
+    if len(features) != joined.entities:
+        raise RuntimeError(f"feature retrieval returned {len(features)} rows for {joined.entities} in chunk {chunk.index}")
     features = features.sort_values(ROW_POSITION, kind="stable").reset_index(drop=True)
-    joined = time.perf_counter()
+    joined_at = time.perf_counter()
 
     complete = features[names].notna().all(axis=1).to_numpy()
     scores = np.full(len(features), np.nan)
@@ -169,7 +200,8 @@ def score_chunk(ctx: ScoringContext, chunk: Chunk) -> ChunkResult:
     done = time.perf_counter()
     return ChunkResult(
         chunk.index, len(out), int((~complete).sum()), files,
-        {"read": read - started, "features": joined - read, "predict": predicted - joined, "write": done - predicted},
+        {"read": joined.seconds["read"], "features": joined.seconds["features"] + joined_at - started,
+         "predict": predicted - joined_at, "write": done - predicted},
     )
 
 

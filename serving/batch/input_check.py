@@ -152,8 +152,9 @@ def input_suite(spec: InputSpec) -> list:
     return [gx.expectations.ExpectColumnValuesToNotBeNull(column=c) for c in spec.not_null]
 
 
-def validate_values(plan: InputPlan, spec: InputSpec, batch_rows: int = VALIDATION_BATCH_ROWS) -> None:
-    """Run the suite over the whole input, batch by batch; the first failing batch raises naming the columns."""
+def validate_values(plan: InputPlan, spec: InputSpec, batch_rows: int = VALIDATION_BATCH_ROWS) -> float:
+    """Run the suite over the whole input, batch by batch; the first failing batch raises naming the columns.
+    Returns the seconds it took."""
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
@@ -181,5 +182,6 @@ def validate_values(plan: InputPlan, spec: InputSpec, batch_rows: int = VALIDATI
             raise BatchInputError(f"batch input {plan.root} fails validation in rows {seen}..{seen + batch.num_rows - 1}: "
                                   + "; ".join(sorted(problems)))
         seen += batch.num_rows
-    log.info("batch input %s: %d rows passed %d expectations in %.2f s", plan.root, seen, len(suite.expectations),
-             time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    log.info("batch input %s: %d rows passed %d expectations in %.2f s", plan.root, seen, len(suite.expectations), seconds)
+    return seconds

@@ -14,6 +14,7 @@ no feature store is opened.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import logging
 import shutil
@@ -23,8 +24,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from serving.batch import engines, input_check, model_columns, output_layout, partition
-from serving.batch.chunks import Chunk, ChunkResult, ScoringContext, plan_chunks
+from serving.batch import engines, input_check, model_columns, output_layout, partition, validation_process
+from serving.batch.chunks import Chunk, ChunkResult, ScoringContext, plan_chunks, preload
 from serving.batch.engines import DaskOptions
 from serving.batch.input_check import InputSpec
 
@@ -134,21 +135,34 @@ def score_dataset(
     dask: DaskOptions | None = None,
     on_progress: Callable[[Progress], None] | None = None,
     regroup: bool = True,
+    validation: str = "auto",
 ) -> BatchResult:
-    """Score every row of ``input_path``; publish ``output_root/run=ID/`` atomically (see ``output_layout``)."""
+    """Score every row of ``input_path``; publish ``output_root/run=ID/`` atomically (see ``output_layout``).
+
+    ``validation``: where the input's Great Expectations suite runs -- ``auto`` (a child process started at
+    once when this process has not loaded Great Expectations yet, see ``validation_process``; else here),
+    ``process`` or ``inline``. Either way the verdict comes before anything is written."""
     started = time.perf_counter()
     output_layout.check_run_id(run_id)
     if engine not in engines.ENGINES:
         raise ValueError(f"engine must be one of {', '.join(engines.ENGINES)}, got {engine!r}")
     if chunk_rows <= 0:
         raise ValueError(f"chunk_rows must be > 0, got {chunk_rows}")
-    model = resolve_model(model_uri, tracking_uri)
-    if model.feature_service:
-        spec = input_spec(home, model.feature_service, key_column)
-    else:  # features given: no feature store is opened
-        spec = InputSpec(key_column, (), (), model.columns)
-    plan = input_check.inspect(Path(input_path), spec)
-    input_check.validate_values(plan, spec)
+    in_child = validation_process.wanted(validation)
+    with validation_process.ValidationProcess() if in_child else contextlib.nullcontext() as validator:
+        model = resolve_model(model_uri, tracking_uri)
+        if model.feature_service:
+            spec = input_spec(home, model.feature_service, key_column)
+        else:  # features given: no feature store is opened
+            spec = InputSpec(key_column, (), (), model.columns)
+        plan = input_check.inspect(Path(input_path), spec)
+        if validator is None:
+            input_check.validate_values(plan, spec)
+        else:
+            validator.submit(plan, spec)
+            if engine == "local":  # the model (and store) this process scores with load while the child validates
+                preload(str(Path(home).resolve()), tracking_uri, model.pinned, model.feature_service)
+            validator.verdict(plan, spec)
     checked = time.perf_counter()
 
     final = output_layout.run_dir(Path(output_root), run_id)

@@ -1,0 +1,68 @@
+"""The input suite in a child process (real child processes, real Great Expectations): the same verdict as
+inline, no child left behind, and inline validation when the child is gone."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from serving.batch import input_check, validation_process
+from serving.batch.input_check import InputSpec
+
+SPEC = InputSpec("transaction_id", ("customer_id",), ("amount",))
+
+
+def _plan(tmp_path, frame: pd.DataFrame) -> input_check.InputPlan:
+    path = tmp_path / "in.parquet"
+    frame.to_parquet(path, index=False)
+    return input_check.inspect(path, SPEC)
+
+
+def _rows(n: int = 500) -> pd.DataFrame:
+    return pd.DataFrame({"transaction_id": range(n), "customer_id": [i % 7 for i in range(n)],
+                         "amount": [float(i) for i in range(n)],
+                         "event_timestamp": pd.Timestamp("2026-11-01", tz="UTC")})
+
+
+def test_the_child_passes_a_good_input_and_refuses_a_bad_one_with_the_inline_message(tmp_path):
+    good = _plan(tmp_path, _rows())
+    with validation_process.ValidationProcess() as child:
+        child.submit(good, SPEC)
+        child.verdict(good, SPEC)  # passes: returns
+
+    rows = _rows()
+    rows.loc[rows.index % 9 == 0, "amount"] = None
+    bad = _plan(tmp_path, rows)
+    with pytest.raises(input_check.BatchInputError) as inline:
+        input_check.validate_values(bad, SPEC)
+    with validation_process.ValidationProcess() as child:
+        child.submit(bad, SPEC)
+        with pytest.raises(input_check.BatchInputError) as in_child:
+            child.verdict(bad, SPEC)
+    assert str(in_child.value) == str(inline.value)
+    assert "amount: 56 row(s) fail" in str(in_child.value) and "123.0" not in str(in_child.value)
+
+
+def test_a_child_never_handed_an_input_is_stopped_on_leaving():
+    with validation_process.ValidationProcess() as child:
+        process = child._child
+        assert process is not None and process.poll() is None
+    assert process.poll() is not None  # a run refused before validation leaves no process behind
+
+
+def test_a_child_that_died_is_replaced_by_inline_validation(tmp_path):
+    rows = _rows()
+    rows.loc[3, "customer_id"] = None
+    bad = _plan(tmp_path, rows.astype({"customer_id": "Int64"}))
+    child = validation_process.ValidationProcess()
+    child._child.kill()
+    child._child.wait()
+    child.submit(bad, SPEC)
+    with pytest.raises(input_check.BatchInputError, match="customer_id: 1 row"):
+        child.verdict(bad, SPEC)
+
+
+def test_where_the_suite_runs():
+    with pytest.raises(ValueError, match="validation must be one of auto, process, inline"):
+        validation_process.wanted("elsewhere")
+    assert validation_process.wanted("process") and not validation_process.wanted("inline")
