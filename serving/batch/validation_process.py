@@ -10,7 +10,8 @@ loaded already (a worker that scored before, a test session) validates inline: t
 left to hide.
 
 The child reserves its real stdout for the verdict (a pickle of a small tuple); anything a library
-prints there goes to stderr. If the child cannot start, or dies, the parent validates inline.
+prints there goes to stderr. If the child cannot start, dies, or fails other than by refusing the input,
+the parent validates inline (and so fails as an inline run would).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class ValidationProcess:
         self._child: Optional[subprocess.Popen[bytes]] = None
         try:
             self._child = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
-                                           stdout=subprocess.PIPE, env=dict(os.environ))
+                                           stdout=subprocess.PIPE)
         except OSError as exc:
             log.warning("could not start the input validation process (%s): validating inline", exc)
 
@@ -61,7 +62,8 @@ class ValidationProcess:
 
     def verdict(self, plan: InputPlan, spec: InputSpec) -> None:
         """Wait for the child's verdict: return if the input passes, raise ``BatchInputError`` naming the
-        problem if not. Without a usable child (it failed to start or died), validate here."""
+        problem if not. Without a verdict from the child (it failed to start, died, or could not read the
+        input), validate here: the caller then gets what an inline run raises."""
         child, self._child = self._child, None
         if child is None or child.stdout is None:
             validate_values(plan, spec)
@@ -75,15 +77,15 @@ class ValidationProcess:
             outcome = pickle.loads(raw) if code == 0 and raw else None
         except (pickle.UnpicklingError, EOFError, ValueError):
             outcome = None
-        if outcome is None:
-            log.warning("the input validation process exited with code %s and no verdict: validating inline", code)
-            validate_values(plan, spec)
-            return
-        kind, detail = outcome
+        kind, detail = outcome if outcome is not None else ("error", f"exited with code {code} and no verdict")
         if kind == "failed":
             raise BatchInputError(detail)
         if kind == "error":
-            raise RuntimeError(f"input validation failed: {detail}")
+            # no verdict (the child died, or could not read the input): validating here gives the error the
+            # caller would get inline (a missing file stays a FileNotFoundError the CLI names)
+            log.warning("the input validation process gave no verdict (%s): validating inline", detail)
+            validate_values(plan, spec)
+            return
         log.info("batch input %s: %s (in a child process)", plan.root, detail)
 
     def close(self) -> None:

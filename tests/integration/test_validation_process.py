@@ -66,3 +66,15 @@ def test_where_the_suite_runs():
     with pytest.raises(ValueError, match="validation must be one of auto, process, inline"):
         validation_process.wanted("elsewhere")
     assert validation_process.wanted("process") and not validation_process.wanted("inline")
+
+
+def test_an_input_gone_before_the_child_reads_it_fails_as_inline_naming_the_file(tmp_path):
+    plan = _plan(tmp_path, _rows())
+    (tmp_path / "in.parquet").unlink()  # after the footer check, before the values are read
+    with pytest.raises(FileNotFoundError) as inline:
+        input_check.validate_values(plan, SPEC)
+    with validation_process.ValidationProcess() as child:
+        child.submit(plan, SPEC)
+        with pytest.raises(FileNotFoundError) as in_child:
+            child.verdict(plan, SPEC)
+    assert "in.parquet" in str(in_child.value) and type(in_child.value) is type(inline.value)
