@@ -23,6 +23,7 @@ import hmac
 import logging
 import os
 import time
+from contextlib import nullcontext
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ import orjson
 import pandas as pd
 
 from serving import replica_wire as wire
-from serving.replica_metrics import ReplicaMetrics
+from serving.replica_metrics import BUSY_HEADER, ReplicaMetrics
 from serving.errors import REQUEST_ID_HEADER, ApiError, error_body, internal, not_found, resolve_request_id, unauthenticated
 from serving.runtime import ModelError, ModelRuntime, Prediction
 from serving.scoring_protocol import parse_scoring_request, to_jsonable
@@ -67,7 +68,13 @@ def answer_for(result: Prediction | Exception, request_id: str, rows: int) -> wi
 
 
 def score_envelope(runtime: ModelRuntime, envelope: bytes, max_rows: int, metrics: ReplicaMetrics | None = None) -> bytes:
-    """Parse every request in the envelope, predict those that parsed as one batch, answer each."""
+    """Parse every request in the envelope, predict those that parsed as one batch, answer each (the
+    whole call counted on the replica's busy clock)."""
+    with metrics.busy if metrics is not None else nullcontext():
+        return _score_envelope(runtime, envelope, max_rows, metrics)
+
+
+def _score_envelope(runtime: ModelRuntime, envelope: bytes, max_rows: int, metrics: ReplicaMetrics | None) -> bytes:
     started = time.perf_counter()
     requests = wire.decode_requests(envelope)
     parsed: list[Any] = []
@@ -93,6 +100,12 @@ def score_envelope(runtime: ModelRuntime, envelope: bytes, max_rows: int, metric
 
 def score_one(runtime: ModelRuntime, body: bytes, content_type: str | None, request_id: str, want_features: bool,
               max_rows: int, metrics: ReplicaMetrics | None = None) -> tuple[int, bytes]:
+    with metrics.busy if metrics is not None else nullcontext():
+        return _score_one(runtime, body, content_type, request_id, want_features, max_rows, metrics)
+
+
+def _score_one(runtime: ModelRuntime, body: bytes, content_type: str | None, request_id: str, want_features: bool,
+               max_rows: int, metrics: ReplicaMetrics | None) -> tuple[int, bytes]:
     started = time.perf_counter()
     try:
         parsed = parse_scoring_request(body, content_type, max_rows=max_rows)
@@ -151,7 +164,8 @@ class ReplicaApp:
                         out = await loop.run_in_executor(self._worker, score_envelope, self.runtime, body, self.max_rows,
                                                          self.metrics)
                     await _respond(send, 200, out, request_id, wire.CONTENT_TYPE,
-                                   [(b"x-tollfree-predict-ms", f"{(time.perf_counter() - started) * 1000:.3f}".encode())])
+                                   [(b"x-tollfree-predict-ms", f"{(time.perf_counter() - started) * 1000:.3f}".encode()),
+                                    (BUSY_HEADER.encode(), f"{self.metrics.busy.total():.6f}".encode())])
                 else:
                     content_type = headers.get(b"content-type", b"").decode("latin-1") or None
                     want = headers.get(RETURN_FEATURES_HEADER.encode()) == b"1"

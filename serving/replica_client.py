@@ -13,6 +13,7 @@ import aiohttp
 
 from serving import replica_wire as wire
 from serving.dispatcher import ReplicaUnreachable
+from serving.replica_metrics import BUSY_HEADER
 
 
 class ReplicaClient:
@@ -43,10 +44,16 @@ class ReplicaClient:
                                           headers=self._headers) as response:
                 body = await response.read()
                 status = response.status
+                busy = response.headers.get(BUSY_HEADER)
         except (aiohttp.ClientError, OSError, asyncio.IncompleteReadError) as exc:
             raise ReplicaUnreachable(type(exc).__name__) from exc
         if status != 200:
             raise ReplicaUnreachable(f"replica answered HTTP {status} to a batch")
+        if busy is not None:
+            try:
+                replica.busy_s = float(busy)   # the autoscaler's utilisation signal (serving.autoscaler.live)
+            except ValueError:
+                pass
         try:
             return wire.decode_answers(body, len(requests))
         except wire.WireError as exc:

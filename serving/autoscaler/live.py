@@ -2,7 +2,10 @@
 on the gateway's event loop, replica counts applied by the local backend.
 
 - ``GatewaySignals`` is the controller's ``SignalSource``: each served entity's load meter (in flight,
-  queued, arrivals, completions, latency; ``serving.load_meter``) plus its replicas' CPU from ``/proc``.
+  queued, arrivals, completions, latency; ``serving.load_meter``) plus its replicas' utilisation: the
+  rate of each replica's busy clock (``serving.replica_metrics.BusyClock``, carried on its answers), so a
+  model that waits (on a remote call, a sleep, a device) counts as busy as one that computes; the
+  process's CPU from ``/proc`` only until a replica has answered.
 - ``LiveAutoscaler`` keeps the controller's entity set in step with the live endpoints, seeds a batched
   model's per-replica target from its batching plan (a replica that predicts 32 rows in one call can
   take 32 requests at once: that is what "model-aware" means on the vertical axis), applies the
@@ -41,26 +44,45 @@ def cpu_seconds(pid: int) -> float | None:
         return None
 
 
+def busy_share(before: float, after: float, seconds: float, outstanding: int) -> float:
+    """A replica's busy share over the ``seconds`` between two samples, from its busy clock as its answers
+    carried it (``before`` at the first sample, ``after`` at the second): the clock's rise over the
+    interval, at most 1. When no answer came in between (the clock did not move), 1 if requests are
+    outstanding -- a call longer than the interval is running -- else 0."""
+    if after > before:
+        return min(1.0, (after - before) / seconds)
+    return 1.0 if outstanding > 0 else 0.0
+
+
 class GatewaySignals:
     def __init__(self, manager: EndpointManager, starting: Callable[[EntityKey], int] = lambda key: 0) -> None:
         self.manager = manager
         self.starting = starting
-        self._cpu: dict[int, tuple[float, float]] = {}  # pid -> (cpu seconds, when)
+        self._cpu: dict[int, tuple[float, float]] = {}   # pid -> (cpu seconds, when)
+        self._busy: dict[int, tuple[float, float]] = {}  # pid -> (busy clock, when)
 
     def _utilisation(self, entity: ServedEntity, now: float) -> float | None:
+        """The mean busy share of the entity's replicas over the last interval (see :func:`busy_share`);
+        for a replica that has not answered yet, the share of a core its process used."""
         shares = []
         for replica in entity.replicas:
             cpu = cpu_seconds(replica.pid)
-            if cpu is None:
-                continue
-            last = self._cpu.get(replica.pid)
-            self._cpu[replica.pid] = (cpu, now)
-            if last is not None and now > last[1]:
-                shares.append(min(1.0, (cpu - last[0]) / (now - last[1])))
+            last_cpu = self._cpu.get(replica.pid)
+            if cpu is not None:
+                self._cpu[replica.pid] = (cpu, now)
+            clock = replica.busy_s
+            last_busy = self._busy.get(replica.pid)
+            if clock is not None:
+                self._busy[replica.pid] = (clock, now)
+            if clock is not None and last_busy is not None and now > last_busy[1]:
+                shares.append(busy_share(last_busy[0], clock, now - last_busy[1], replica.outstanding))
+            elif cpu is not None and last_cpu is not None and now > last_cpu[1]:
+                shares.append(min(1.0, (cpu - last_cpu[0]) / (now - last_cpu[1])))
         return sum(shares) / len(shares) if shares else None
 
     def sample(self, now: float) -> Mapping[EntityKey, Sample]:
         out: dict[EntityKey, Sample] = {}
+        pids: set[int] = set()
         for endpoint, live in list(self.manager.live.items()):
             for name, entity in live.entities.items():
                 if entity.dispatcher is None:
@@ -75,6 +97,10 @@ class GatewaySignals:
                     utilisation=self._utilisation(entity, now),
                     per_replica_in_flight=tuple(float(r.outstanding) for r in entity.replicas),
                 )
+                pids.update(r.pid for r in entity.replicas)
+        for gone in (self._cpu.keys() | self._busy.keys()) - pids:   # stopped replicas' readings
+            self._cpu.pop(gone, None)
+            self._busy.pop(gone, None)
         return out
 
 

@@ -26,7 +26,7 @@ class Sample:
     completed: int = 0                    # responses during the second
     latency_p50_ms: Optional[float] = None  # over requests completed during the second
     latency_p99_ms: Optional[float] = None
-    utilisation: Optional[float] = None   # busy share of the ready replicas' parallel capacity (CPU), 0..1
+    utilisation: Optional[float] = None   # busy share of the ready replicas' parallel capacity, 0..1
     memory: Optional[float] = None        # share of the memory limit, 0..1
     per_replica_in_flight: tuple[float, ...] = ()
 

@@ -4,6 +4,8 @@
   replicas stay for the scale-down window and then go.
 - With scale to zero on, the endpoint goes to zero replicas after its idle window, and the first
   request after that is answered from the warm pool within 1 s (the demo model).
+- The vertical axis sees a model that waits (sleeps) as busy: its utilisation is the replica's busy
+  share, not its CPU, so a serial model's target is not raised.
 """
 
 from __future__ import annotations
@@ -192,3 +194,34 @@ def test_scale_to_zero_and_the_first_request_after_idle_comes_from_the_warm_pool
     assert first.status_code == 200 and len(first.json()["predictions"]) == 1
     assert after["warm_starts"] == before["warm_starts"] + 1  # from the warm pool, not a cold start
     assert elapsed < 1.0, f"first request after scale to zero took {elapsed:.2f} s"
+
+
+def test_the_vertical_axis_reads_a_waiting_model_as_busy_and_keeps_its_serial_target(world, live):
+    """RowCostModel sleeps 25 ms a request in one thread: at 30 requests/s its replica is ~75 % busy while
+    its process uses almost no CPU. Read from CPU, the vertical axis took the replica for nearly idle and
+    raised the target 1 -> 4 (four requests at once to a model that serves one); read from the replica's
+    busy clock it measures ~0.75 and keeps the target at one request per replica."""
+    process, auth = live
+    version = register_row_cost_model(world)
+    rate, seconds = 30, 28.0
+    with httpx.Client(base_url=process.url, headers=auth, timeout=30) as api:
+        created = api.post("/api/2.0/serving-endpoints", json={"name": "serial", "config": {"served_entities": [{
+            "entity_name": "rowcost", "entity_version": version, "min_replicas": 1, "max_replicas": 1,
+            "autoscaling": {"vertical_interval_s": 10}}]}})
+        assert created.status_code == 200, created.text
+        wait_endpoint_ready(process.url, auth["Authorization"].split()[1], "serial")
+        started = time.monotonic()
+        results = asyncio.run(open_loop(f"{process.url}/serving-endpoints/serial/invocations", auth, [(rate, seconds)]))
+        ended = time.monotonic()
+        decisions = api.get("/api/2.0/serving-endpoints/serial/autoscaler").json()["decisions"]
+        api.delete("/api/2.0/serving-endpoints/serial")
+    assert all(status == 200 for _, status in results), {s for _, s in results}
+    # the cycles whose whole 10-s window lay inside the load
+    cycles = [d for d in decisions if d["inputs"].get("vertical") and started + 10 <= d["t"] <= ended]
+    trail = [(round(d["t"] - started, 1), d["inputs"]["vertical"], d["inputs"].get("utilisation"),
+              d["target_concurrency"]) for d in decisions if d["inputs"].get("vertical")]
+    assert len(cycles) >= 2, f"vertical cycles under load: {trail}"
+    for d in cycles:
+        busy = d["inputs"]["utilisation"]
+        assert busy is not None and 0.5 <= busy <= 1.0, f"~0.75 busy (30/s x 25 ms): {trail}"
+        assert d["target_concurrency"] <= 1.5, f"a serial model keeps its target of one: {trail}"

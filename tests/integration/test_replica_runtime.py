@@ -5,6 +5,8 @@ answers an envelope item by item and refuses callers without its token."""
 from __future__ import annotations
 
 import json
+import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +19,12 @@ from serving import replica_wire as wire
 from serving.errors import ApiError
 from serving.replica import create_replica_app
 from serving.runtime import ModelRuntime
+from serving.replica_metrics import BUSY_HEADER
 from serving.scoring_protocol import parse_scoring_request
+from tests.models import RowCostModel
 
 COLUMNS = [f"f{i}" for i in range(6)]
+SLEEP_PER_ROW_S = 0.05
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +51,10 @@ def models(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
         info = mlflow.sklearn.log_model(model, name="integers", signature=infer_signature(Xi, model.predict(Xi)),
                                         input_example=Xi.iloc[:3], serialization_format="cloudpickle")
         uris["integers"] = info.model_uri
+        frame = pd.DataFrame({"x": [1.0]})
+        info = mlflow.pyfunc.log_model(name="sleepy", python_model=RowCostModel(SLEEP_PER_ROW_S), pip_requirements=["mlflow"],
+                                       signature=infer_signature(frame, [2.0]), input_example=frame)
+        uris["sleepy"] = info.model_uri
     uris["home"] = str(home)
     yield uris  # the runs' URIs are runs:/..., resolved against this tracking URI
     mlflow.set_tracking_uri(previous)
@@ -154,3 +163,27 @@ def test_the_replica_answers_an_envelope_item_by_item_and_wants_its_token(models
     assert f"tollfree_replica_batch_requests_sum{{{uri}}} 5.0" in metrics
     assert f"tollfree_replica_model_load_seconds{{{uri}}} 1.5" in metrics
     assert "process_resident_memory_bytes" in metrics and "process_cpu_seconds_total" in metrics
+
+
+def test_each_envelope_answer_carries_the_replica_busy_clock_which_counts_a_model_that_waits(models):
+    """A model that sleeps uses no CPU, yet its replica is busy while it runs: the clock on every answer
+    (what the gateway's autoscaler reads as utilisation) rises by the predict time, idle time not included."""
+    runtime = load(models, "sleepy")
+    runtime.profile(sizes=(1,), budget_s=0.5)
+    app = create_replica_app(runtime, token="replica-secret-0123456789", model_uri="models:/sleepy/1")
+    one = json.dumps({"dataframe_split": {"columns": ["x"], "data": [[1.0]]}}).encode()
+    auth = {"authorization": "Bearer replica-secret-0123456789", "content-type": wire.CONTENT_TYPE}
+    readings = []
+    with TestClient(app) as client:
+        for n in (1, 2, 1):   # one request (answered on the event loop), two (the worker thread), one
+            envelope = wire.encode_requests([wire.WireRequest(str(i), "application/json", one) for i in range(n)])
+            answer = client.post(wire.PATH, content=envelope, headers=auth)
+            assert answer.status_code == 200
+            readings.append(float(answer.headers[BUSY_HEADER]))
+            time.sleep(0.3)   # idle between calls: not busy time
+        metrics = client.get("/metrics", headers=auth).text
+    rises = [b - a for a, b in zip([0.0] + readings, readings)]
+    for rise, rows in zip(rises, (1, 2, 1)):   # each call sleeps SLEEP_PER_ROW_S a row (one batch)
+        assert rows * SLEEP_PER_ROW_S <= rise < rows * SLEEP_PER_ROW_S + 0.15, rises
+    counter = float(re.search(r'tollfree_replica_busy_seconds_total\{model_uri="models:/sleepy/1"\} (\S+)', metrics).group(1))
+    assert counter == pytest.approx(readings[-1], abs=1e-3)
