@@ -25,7 +25,10 @@ Targets checked (the issue's):
 
 For every row not beaten, the benchmark also prints its reach (:func:`reach`): the trace's floor of bad
 requests, and a lower bound on the replica-seconds of any policy that keeps tollfree's scale-down window,
-with the baselines that no such policy can beat.
+with the baselines that no such policy can beat. ``--fixed`` adds, for each such row, tollfree's own
+horizontal axis at every fixed target of the vertical sweep's grid and the user's target, with the gateway
+shedding and holding (:func:`fixed_targets`): whether any one target would beat every baseline there,
+and the nearest.
 """
 
 from __future__ import annotations
@@ -165,6 +168,37 @@ def out_of_reach(b: dict, r: dict) -> bool:
     return not (fewer_bad or cheaper)
 
 
+def fixed_one(job: tuple) -> dict:
+    trace_name, profile_name, target, seed, quick, shed = job
+    profile = PRESETS[profile_name]
+    policy = Tollfree(tollfree_config(profile, vertical=False, initial_target=target, min_target=min(1.0, target),
+                                      max_target=max(1024.0, target), shed_load=shed))
+    r = simulate(load_trace(trace_name, seed, quick), profile, policy, seed=seed, timeline=False, warmup_s=WARMUP_S)
+    return {"trace": trace_name, "profile": profile_name, "target": target, "shed_load": shed,
+            "replica_seconds": r.replica_seconds, "bad": r.bad}
+
+
+def fixed_jobs(rows: list[tuple[str, str]], seed: int, quick: bool) -> list[tuple]:
+    """For :func:`fixed_targets`: each row at every target of the sweep grid and the user's, shed and held."""
+    return [(t, p, target, seed, quick, shed) for t, p in rows
+            for target in sorted(set(sweep_grid(p)) | {PRESETS[p].user_target}) for shed in (True, False)]
+
+
+def fixed_targets(runs: list[dict], by: dict) -> list[dict]:
+    """Per row: tollfree's horizontal at each fixed target (vertical off), the baselines each run does not
+    beat, and the nearest run (fewest baselines not beaten, then fewest replica-seconds). A row that no
+    fixed target beats is one the vertical axis cannot win by learning a target: it needs a horizontal or
+    gateway that behaves otherwise."""
+    out = []
+    for key in dict.fromkeys((r["trace"], r["profile"]) for r in runs):
+        mine = [dict(r, lost=[b for b in BASELINES if not beats(r, by[(*key, b)])])
+                for r in runs if (r["trace"], r["profile"]) == key]
+        nearest = min(mine, key=lambda r: (len(r["lost"]), r["replica_seconds"]))
+        out.append({"trace": key[0], "profile": key[1], "runs": mine, "nearest": nearest,
+                    "any_beats_all": not nearest["lost"]})
+    return out
+
+
 def beats(t: dict, b: dict) -> bool:
     """The issue's rule: fewer bad at no more replica-seconds, or >= 30 % fewer replica-seconds at no more bad."""
     return ((t["bad"] < b["bad"] and t["replica_seconds"] <= b["replica_seconds"])
@@ -179,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hold", action="store_true",
                     help="tollfree with shed_load false (the default config: the gateway holds up to max_queue)")
+    ap.add_argument("--fixed", action="store_true",
+                    help="for each row not beaten, tollfree's horizontal at fixed targets, shed and held (slower)")
     args = ap.parse_args(argv)
     started = time.perf_counter()
     shed = not args.hold
@@ -206,6 +242,12 @@ def main(argv: list[str] | None = None) -> int:
                 r = reach(t, p, args.seed, args.quick)
                 reaches.append({"trace": t, "profile": p, **r,
                                 "out_of_reach": [b for b in lost if out_of_reach(by[(t, p, b)], r)]})
+    fixed: list[dict] = []
+    if args.fixed and reaches:
+        with ProcessPoolExecutor(max_workers=args.workers) as pool:
+            runs = list(pool.map(fixed_one, fixed_jobs([(r["trace"], r["profile"]) for r in reaches],
+                                                        args.seed, args.quick), chunksize=1))
+        fixed = fixed_targets(runs, by)
     for p in PROFILES:
         mine, hpa = by[("spike", p, "tollfree")], by[("spike", p, "hpa")]
         ratio = hpa["bad"] / max(1, mine["bad"])
@@ -233,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
                        "detail": f"best fixed {b:g}, after 3 cycles {after[0]:g}, later {min(after):g}..{max(after):g}"})
     elapsed = time.perf_counter() - started
     if args.json:
-        print(json.dumps({"rows": rows, "checks": checks, "vertical": vertical, "reach": reaches, "shed_load": shed,
+        print(json.dumps({"rows": rows, "checks": checks, "vertical": vertical, "reach": reaches, "fixed": fixed,
+                          "shed_load": shed,
                           "elapsed_s": round(elapsed, 1)}, indent=1))
         return 0
     print(f"{'trace':<11} {'profile':<10} {'policy':<9} {'replica-s':>10} {'bad':>9} {'over SLO':>8} {'rejected':>9} "
@@ -259,6 +302,16 @@ def main(argv: list[str] | None = None) -> int:
             oor = ", ".join(r["out_of_reach"]) or "none"
             print(f"  {r['trace']:<11} {r['profile']:<10} floor {r['floor_bad']:,} bad, bound {r['bound_rs']:,.0f} "
                   f"replica-s; out of reach of any such policy: {oor}")
+    if fixed:
+        print("fixed targets (tollfree's horizontal, vertical off; shed = shed_load true, held = false), per row not beaten:")
+        for f in fixed:
+            n = f["nearest"]
+            runs = ", ".join(f"{r['target']:g}{'s' if r['shed_load'] else 'h'}:{r['replica_seconds']:,.0f}rs/{r['bad']:,}"
+                             for r in f["runs"])
+            print(f"  {f['trace']:<11} {f['profile']:<10} any fixed target beats all: {'yes' if f['any_beats_all'] else 'no'}; "
+                  f"nearest {n['target']:g} {'shed' if n['shed_load'] else 'held'} {n['replica_seconds']:,.0f} replica-s "
+                  f"{n['bad']:,} bad, not vs {', '.join(n['lost']) or '-'}")
+            print(f"    {runs}")
     for p, v in vertical.items():
         sweep = ", ".join(f"{s['target']:g}:{s['replica_seconds']:,.0f}rs/{s['bad_share']:.2%}" for s in v["sweep"])
         print(f"  sweep {p} (mean of {SWEEP_SEEDS} seeds): {sweep}")
