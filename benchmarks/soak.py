@@ -7,7 +7,8 @@ In a throw-away TOLLFREE_HOME (or ``--home``, which must hold ``fraud@champion``
 (``python -m serving``, autoscaler and warm pool on) serves it on loopback. Capacity is measured
 first on the endpoint pinned at one replica (closed loop, 8 clients, 10 s); the endpoint is then
 reconfigured to autoscale (1 to 2 replicas) and loaded open loop at ``--load`` x capacity for
-``--minutes``. Printed per minute: answers by status, p50/p99, gateway + replica RSS, replicas.
+``--minutes``. Printed per minute: answers by status, p50/p99, gateway + replica RSS, replicas, the vertical
+axis's per-replica target and the busy share its last cycle measured.
 Pass/fail: no answer other than 200; RSS growth from the end of minute 1 to the end under 10 %, for
 the gateway process and for the mean model replica (per process, so a replica the autoscaler adds is
 not read as growth).
@@ -127,10 +128,19 @@ def main(argv: list[str] | None = None) -> int:
             gateway_mb, replica_mb = _rss_mb(gateway.process.pid)
             count = sum(float(line.rsplit(" ", 1)[1]) for line in replicas.splitlines()
                         if line.startswith("tollfree_replicas{") and f'endpoint="{NAME}"' in line)
+            # the vertical axis: its per-replica target now, and the busy share its last cycle measured
+            target = next((float(line.rsplit(" ", 1)[1]) for line in replicas.splitlines()
+                           if line.startswith("tollfree_autoscaler_target_concurrency{") and f'endpoint="{NAME}"' in line),
+                          None)
+            trail = httpx.get(f"{gateway.url}/api/2.0/serving-endpoints/{NAME}/autoscaler", params={"limit": 120},
+                              headers=headers, timeout=30).json()["decisions"]
+            cycles = [d["inputs"] for d in trail if d["inputs"].get("vertical")]
+            busy = cycles[-1].get("utilisation") if cycles else None
             row = {"minute": minute + 1, "statuses": part.statuses(), "rps": round(part.rate(), 1),
                    "p50_ms": round(part.percentile(50) * 1000, 1), "p99_ms": round(part.percentile(99) * 1000, 1),
                    "gateway_rss_mb": round(gateway_mb), "replica_rss_mb": round(replica_mb), "replicas": count,
-                   "not_sent": part.skipped}
+                   "target": None if target is None else round(target, 2),
+                   "busy": None if busy is None else round(busy, 3), "not_sent": part.skipped}
             minutes.append(row)
             print(json.dumps(row), flush=True)
         errors = {k: v for k, v in total.statuses().items() if k != "200"}
