@@ -66,17 +66,20 @@ class GatewaySignals:
         for a replica that has not answered yet, the share of a core its process used."""
         shares = []
         for replica in entity.replicas:
-            cpu = cpu_seconds(replica.pid)
-            last_cpu = self._cpu.get(replica.pid)
-            if cpu is not None:
-                self._cpu[replica.pid] = (cpu, now)
             clock = replica.busy_s
-            last_busy = self._busy.get(replica.pid)
             if clock is not None:
+                last_busy = self._busy.get(replica.pid)
                 self._busy[replica.pid] = (clock, now)
-            if clock is not None and last_busy is not None and now > last_busy[1]:
-                shares.append(busy_share(last_busy[0], clock, now - last_busy[1], replica.outstanding))
-            elif cpu is not None and last_cpu is not None and now > last_cpu[1]:
+                if last_busy is not None and now > last_busy[1]:
+                    shares.append(busy_share(last_busy[0], clock, now - last_busy[1], replica.outstanding))
+                    continue
+            # not answered yet (or its first reading): the process's CPU, read only until the clock takes over
+            cpu = cpu_seconds(replica.pid)
+            if cpu is None:
+                continue
+            last_cpu = self._cpu.get(replica.pid)
+            self._cpu[replica.pid] = (cpu, now)
+            if last_cpu is not None and now > last_cpu[1]:
                 shares.append(min(1.0, (cpu - last_cpu[0]) / (now - last_cpu[1])))
         return sum(shares) / len(shares) if shares else None
 
