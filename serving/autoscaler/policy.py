@@ -65,6 +65,7 @@ MIN_CHANGE = 0.1              # a vertical change smaller than this share is not
 SURGE = 1.5                   # a 1-s load above this many times capacity is decided at once
 DRAIN_S = 10.0                # a backlog should be worked off in about this long
 HEADROOM_MAX = 1.5            # the vertical aim allows at most this target / mean in-flight ratio
+CEILING_LIFT = 0.05           # slow increase: a ceiling lifts this share a calm cycle
 
 
 @dataclass(frozen=True)
@@ -130,9 +131,8 @@ def decide(config: ScalingConfig, signals: Signals, state: PolicyState, now: flo
     reason = "hold"
     activation = state.replicas == 0 and last is not None and (last.requests > 0 or last.in_flight > 0)
     # a surge (and, once in one, any load over capacity) is decided at once, not at the next boundary
-    over = SURGE if not state.surging else 1 + config.up_tolerance
     surge = (last is not None and state.replicas > 0
-             and _last_load(config, signals, now) > over * state.replicas * state.target)
+             and _last_load(config, signals, now) > _surge_over(config, state) * state.replicas * state.target)
     due = _due(state.last_horizontal, state.started_at, config.decision_interval_s, now)
     if activation or surge or due:
         # between boundaries a surge is decided from the last second (see _horizontal); on a boundary the
@@ -168,6 +168,12 @@ def queue_bound(config: ScalingConfig, signals: Signals, now: float) -> int:
     return int(min(config.max_queue, max(1, math.ceil(throughput * max(0.0, wait_s)))))
 
 
+def _surge_over(config: ScalingConfig, state: PolicyState) -> float:
+    """A 1-s load over this many times capacity is decided at once: ``SURGE``, and once a scale-up is
+    under way, any load over capacity (with ``up_tolerance``)."""
+    return 1 + config.up_tolerance if state.surging else SURGE
+
+
 def _due(last: Optional[float], started: Optional[float], interval: float, now: float) -> bool:
     """An axis acts once ``interval`` has passed since it last acted (or since the policy started)."""
     ref = last if last is not None else started
@@ -191,11 +197,13 @@ def _recent_service_s(config: ScalingConfig, signals: Signals, now: float, surge
     holds the seconds before it, so demand taken from it would lag the surge by the interval."""
     base = (_service_s(signals.since(now - config.decision_interval_s))
             or _service_s(signals.since(now - config.scale_up_window_s)))
-    if surge and base is not None:
-        last = _service_s(signals.since(now - 1.0))
-        if last is not None:
-            return max(base, last)
-    return base
+    return _surge_service_s(signals, now, base) if surge and base is not None else base
+
+
+def _surge_service_s(signals: Signals, now: float, base: float) -> float:
+    """In a surge, the last second's service time when it is longer than ``base``."""
+    last = _service_s(signals.since(now - 1.0))
+    return base if last is None else max(base, last)
 
 
 def _load(s: Sample, service_s: Optional[float], arrivals: Optional[float] = None) -> float:
@@ -315,8 +323,7 @@ def _horizontal(config: ScalingConfig, signals: Signals, state: PolicyState, now
         if load_up > 0:
             desired, reason = max(1, math.ceil(load_now / target - 1e-9), want_up), "activation"
     elif load_up > current * target * (1 + config.up_tolerance):
-        cap = max(current + max(1, config.min_growth_replicas), math.ceil(config.max_growth * load_now / target - 1e-9))
-        desired = min(want_up, cap)
+        desired = min(want_up, _growth_cap(config, current, load_now, target))
         reason = "scale up" if desired == want_up else "scale up (growth capped)"
     elif load_down < current * target * (1 - config.tolerance):
         desired, reason = want_down, "scale down"
@@ -328,6 +335,11 @@ def _horizontal(config: ScalingConfig, signals: Signals, state: PolicyState, now
         # must not take the last replica early
         bounded, reason = 1, reason + " (the last replica leaves after the idle window)"
     return bounded, reason, inputs
+
+
+def _growth_cap(config: ScalingConfig, current: int, load_now: float, target: float) -> float:
+    """One cycle adds at most ``min_growth_replicas`` or what ``max_growth`` x the demand now needs."""
+    return max(current + max(1, config.min_growth_replicas), math.ceil(config.max_growth * load_now / target - 1e-9))
 
 
 def _mean(values: list[float]) -> Optional[float]:
@@ -375,16 +387,48 @@ def _latency_cut(target: float, p99: float, goal: float, util: Optional[float]) 
     return cut
 
 
+def _ceiling_after_stress(target: float) -> Optional[float]:
+    """The target that proved too high becomes a ceiling that increases probe back towards slowly."""
+    return target
+
+
+def _idle_now(window: tuple[Sample, ...]) -> bool:
+    """The window ends idle: the load has stopped, which is no evidence either way, and a target raised
+    now would take replicas before the scale-down window is over (it holds the load, not the target)."""
+    return window[-1].requests == 0 and window[-1].in_flight == 0
+
+
+def _stress_samples(active: list[Sample], window: tuple[Sample, ...]) -> list[Sample]:
+    """The seconds stress is judged on: those in which every replica asked for was ready (a second with
+    replicas still starting shows the capacity that is coming), or all when too few."""
+    settled = [s for s in active if s.ready_replicas >= s.replicas]
+    return settled if len(settled) >= max(1, len(window) // 3) else active
+
+
+def _headroom(config: ScalingConfig, signals: Signals, state: PolicyState, now: float, per_replica: float) -> float:
+    """The measured target / mean in-flight ratio, at most ``HEADROOM_MAX``: the horizontal sizes for the
+    peak of its window, so replicas run below the target on average. 1 at the replica floor and while
+    the scale-down window holds more than ``HEADROOM_MAX`` x what the recent peak needs."""
+    target = state.target
+    load_up = _max_load(signals, now, config.scale_up_window_s, _recent_service_s(config, signals, now)) or 0.0
+    held = (state.replicas <= floor_replicas(config, target)
+            or state.replicas > math.ceil(HEADROOM_MAX * load_up / target - 1e-9))
+    return 1.0 if held else min(HEADROOM_MAX, max(1.0, target / per_replica))
+
+
+def _contention(config: ScalingConfig, queued_share: float, util: Optional[float]) -> bool:
+    """Latency stress lowers the target only when it comes from contention (a queue, or busy replicas):
+    a model whose own service time is slow does not get faster with fewer requests per replica."""
+    return queued_share > QUEUE_CONTENTION or util is None or util > config.target_utilisation
+
+
 def _vertical(config: ScalingConfig, signals: Signals, state: PolicyState, now: float) -> tuple[PolicyState, dict]:
     window = signals.since(now - config.vertical_interval_s)
     active = [s for s in window if s.ready_replicas > 0 and s.in_flight > 0]
     state = replace(state, last_vertical=now)
     if len(active) < max(1, len(window) // 2):
         return state, {"vertical": "hold: not enough traffic"}
-    if window[-1].requests == 0 and window[-1].in_flight == 0:
-        # the load has stopped: a window that ends idle is no evidence either way, and a target raised
-        # now would take replicas before the scale-down window is over (the window holds the load, not
-        # the target it was sized with)
+    if _idle_now(window):
         return state, {"vertical": "hold: idle now"}
     metrics = set(config.vertical_metrics)
     slo = config.latency_slo_ms
@@ -395,8 +439,7 @@ def _vertical(config: ScalingConfig, signals: Signals, state: PolicyState, now: 
     # a second with replicas still starting shows the capacity that is coming, not the target (the
     # horizontal has answered that latency already). Calm, which lets the target rise, is judged on
     # every second. With too few settled seconds (a long scale-up), every second counts for both.
-    settled = [s for s in active if s.ready_replicas >= s.replicas]
-    p99_stress = _weighted_p99(settled) if len(settled) >= max(1, len(window) // 3) else None
+    p99_stress = _weighted_p99(_stress_samples(active, window))
     if p99_stress is None:
         p99_stress = p99
     util = _mean([s.utilisation for s in active if s.utilisation is not None])
@@ -415,16 +458,7 @@ def _vertical(config: ScalingConfig, signals: Signals, state: PolicyState, now: 
     by_util = None
     if util_on and util > 0.01 and busy > 0:
         slots = busy / util                              # a replica's parallel capacity, measured
-        # the target sizes replicas for the peak of the horizontal's window, so they run below it on
-        # average: scale the in-flight count at the aim by the measured target / in-flight ratio
-        # (bounded, so replicas held by the scale-down window after a drop do not inflate it)
-        # (not at the floor, and not while the scale-down window holds more replicas than HEADROOM_MAX x
-        # the recent peak needs: then the count does not follow the target, and a fallen load is no headroom)
-        service_s = _recent_service_s(config, signals, now)
-        load_up = _max_load(signals, now, config.scale_up_window_s, service_s) or 0.0
-        floor = floor_replicas(config, target)
-        held = state.replicas <= floor or state.replicas > math.ceil(HEADROOM_MAX * load_up / target - 1e-9)
-        headroom = 1.0 if held else min(HEADROOM_MAX, max(1.0, target / per_replica))
+        headroom = _headroom(config, signals, state, now, per_replica)
         aim = _utilisation_aim(config, p99 if lat_on else None, queued_share, slots)
         by_util = slots * aim * headroom
         if aim > config.target_utilisation:
@@ -439,16 +473,14 @@ def _vertical(config: ScalingConfig, signals: Signals, state: PolicyState, now: 
               "utilisation_high": util_high, "by_utilisation": by_util, "by_latency": by_latency}
     lat_calm = not lat_on or p99 < slo * LATENCY_LOW
     ceiling = state.ceiling
-    # latency stress lowers the target only when it comes from contention (busy replicas or a queue);
-    # a model whose own service time is slow does not get faster with fewer requests per replica
-    contention = queued_share > QUEUE_CONTENTION or not util_on or util > config.target_utilisation
+    contention = _contention(config, queued_share, util if util_on else None)
     queue_cut = queue_stressed and not lat_calm
     if (lat_stressed and contention) or queue_cut:
         # down by the latency excess (relative to the target, not to the in-flight count, which runs
         # below the target between scale-ups), at least MIN_CHANGE, at most max_step_down
         by_excess = (_latency_cut(target, p99_stress, goal, util if util_on else None)
                      if lat_on and p99_stress > 0 else None)
-        ceiling = target       # the target that proved too high: probe back towards it only slowly
+        ceiling = _ceiling_after_stress(target)
         if by_excess is not None and by_excess >= target * (1 - MIN_CHANGE) and not queue_cut:
             # p99 within MIN_CHANGE of the goal (or under it, still above the low mark): no change
             new, how = target, "hold: stressed, change too small"
@@ -462,7 +494,7 @@ def _vertical(config: ScalingConfig, signals: Signals, state: PolicyState, now: 
     elif lat_calm and not queue_stressed:
         proposal = by_util if by_util is not None else (by_latency or target)
         if ceiling is not None:
-            ceiling *= 1 + MIN_CHANGE / 2      # slow increase: the ceiling lifts 5 % a calm cycle
+            ceiling *= 1 + CEILING_LIFT
             proposal = min(proposal, ceiling * (1 - MIN_CHANGE))
         new = min(proposal, target * config.max_step_up)
         how = "increase: calm"

@@ -101,7 +101,7 @@ class _Fixed:
     """One replica, a fixed per-replica admission limit, an unbounded front queue, a 1 s timeout."""
 
     name = "fixed"
-    warm_pool = True
+    warm_pool = 0
     front_queue = float("inf")
     replica_queue = 0.0
     timeout_s = 1.0

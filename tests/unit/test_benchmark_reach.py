@@ -1,26 +1,67 @@
-"""The autoscaler benchmark's reach: which baselines no policy with tollfree's scale-down window can beat."""
+"""The autoscaler benchmark's targets: dominance, the reach of a row, the distances to it, the extremes."""
 
 from __future__ import annotations
 
-from benchmarks.autoscaler import beats, out_of_reach, reach
+import pytest
+
+from benchmarks.autoscaler import reach
+from benchmarks.autoscaler_ablation import ABLATIONS, ablated
+from benchmarks.autoscaler_targets import dominates, extremes, near_limit, row_checks, unreachable, vertical_check
+from serving.autoscaler import policy
 
 
-def test_a_baseline_at_the_floor_cheaper_than_the_bound_over_0_7_is_out_of_reach():
+def run(bad, rs, requests=100_000):
+    return {"bad": bad, "replica_seconds": rs, "requests": requests}
+
+
+def test_a_baseline_dominates_only_when_no_worse_on_both_and_better_on_one():
+    mine = run(100, 1_000.0)
+    assert dominates(run(100, 999.0), mine) and dominates(run(99, 1_000.0), mine)
+    assert not dominates(run(100, 1_000.0), mine)            # equal is not domination
+    assert not dominates(run(50, 1_001.0), mine) and not dominates(run(101, 10.0), mine)
+
+
+def test_a_baseline_at_the_floor_under_the_bound_is_out_of_reach_of_any_windowed_policy():
     r = {"floor_bad": 100, "bound_rs": 10_000.0}
-    at_floor = {"bad": 100, "replica_seconds": 14_000.0}     # beating it needs <= 9,800 at the floor
-    assert out_of_reach(at_floor, r)
-    assert not out_of_reach({"bad": 100, "replica_seconds": 15_000.0}, r)   # 10,500 >= the bound
-    assert not out_of_reach({"bad": 101, "replica_seconds": 10_000.0}, r)   # fewer bad at its cost
-    assert out_of_reach({"bad": 101, "replica_seconds": 9_999.0}, r)        # below the bound, too few to be 30 % cheaper
+    assert unreachable(run(100, 9_999.0), r)
+    assert not unreachable(run(100, 10_000.0), r) and not unreachable(run(101, 5_000.0), r)
+    best = run(100, 10_000.0)                                 # the best such a policy can do
+    assert dominates(run(100, 9_999.0), best) and not dominates(run(101, 5_000.0), best)
 
 
-def test_what_is_out_of_reach_cannot_be_beaten_at_the_floor_and_the_bound():
+def test_near_limit_measures_the_distance_to_the_floor_and_the_bound():
     r = {"floor_bad": 100, "bound_rs": 10_000.0}
-    best = {"bad": 100, "replica_seconds": 10_000.0}          # the best any such policy could do
-    for b in ({"bad": 100, "replica_seconds": 14_000.0}, {"bad": 120, "replica_seconds": 9_000.0}):
-        assert out_of_reach(b, r) and not beats(best, b)
-    reachable = {"bad": 120, "replica_seconds": 12_000.0}
-    assert not out_of_reach(reachable, r) and beats(best, reachable)
+    ok = near_limit(run(1_100, 20_000.0), r)
+    assert ok["ok"] and ok["extra_bad_share"] == pytest.approx(0.01) and ok["rs_ratio"] == pytest.approx(2.0)
+    assert not near_limit(run(1_101, 10_000.0), r)["ok"] and not near_limit(run(100, 20_001.0), r)["ok"]
+    checks = row_checks(run(1_000, 15_000.0), {"hpa": run(900, 14_000.0), "kpa": run(100, 9_000.0)}, r)
+    assert checks["dominated_by"] == ["hpa", "kpa"] and checks["out_of_reach"] == ["kpa"] and checks["ok"]
+
+
+def test_vertical_check_wants_the_third_cycle_and_every_later_one_in_the_band():
+    assert vertical_check([(30, 1.0), (60, 3.0), (90, 4.5), (120, 4.0)], 4.0)["ok"]
+    assert not vertical_check([(30, 1.0), (60, 3.0), (90, 4.5), (120, 3.1)], 4.0)["ok"]
+    assert not vertical_check([(30, 1.0), (60, 3.0)], 4.0)["ok"]
+
+
+def test_extremes_rank_rows_by_the_advantage_over_the_nearest_baseline():
+    rows = [{"name": n, "mine": run(bad, 1_000.0), "baselines": {"hpa": run(1_000, 1_000.0), "kpa": run(1_000, 900.0)}}
+            for n, bad in (("a", 10), ("b", 2_000), ("c", 500), ("d", 5_000))]
+    wins, loses = extremes(rows, k=2)
+    assert [r["name"] for r in wins] == ["a", "c"] and [r["name"] for r in loses] == ["d", "b"]
+
+
+def test_an_ablation_patches_the_policy_for_its_run_only():
+    before = policy.SURGE
+    with ablated("surge"):
+        assert policy.SURGE == float("inf")
+    assert policy.SURGE == before
+    for rule in ABLATIONS:
+        with ablated(rule):
+            pass
+    with pytest.raises(ValueError, match="unknown rule"):
+        with ablated("nope"):
+            pass
 
 
 def test_reach_of_a_spike_counts_the_floor_and_holds_replicas_for_the_window():
@@ -29,19 +70,3 @@ def test_reach_of_a_spike_counts_the_floor_and_holds_replicas_for_the_window():
     # 300 req/s needs 4 cpu replicas (92 req/s each) and 3,000 req/s 33: the 180 s at the peak and the
     # 300 s window after it hold 33 for most of the 480 s counted
     assert 33 * 300 < r["bound_rs"] < 33 * 480
-
-
-def test_fixed_targets_names_the_nearest_run_and_whether_any_beats_every_baseline():
-    from benchmarks.autoscaler import BASELINES, fixed_targets
-    by = {("t", "p", b): {"bad": 100, "replica_seconds": 1_000.0} for b in BASELINES}
-    by[("t", "p", "hpa")] = {"bad": 10, "replica_seconds": 2_000.0}      # cheap to beat on cost only
-    runs = [
-        {"trace": "t", "profile": "p", "target": 1.0, "shed_load": True, "bad": 50, "replica_seconds": 900.0},   # not vs hpa
-        {"trace": "t", "profile": "p", "target": 2.0, "shed_load": False, "bad": 200, "replica_seconds": 500.0},  # loses all but
-        {"trace": "t", "profile": "p", "target": 3.0, "shed_load": True, "bad": 10, "replica_seconds": 1_400.0},  # beats hpa only
-    ]
-    [row] = fixed_targets(runs, by)
-    assert row["nearest"]["target"] == 1.0 and row["nearest"]["lost"] == ["hpa"] and not row["any_beats_all"]
-    runs.append({"trace": "t", "profile": "p", "target": 4.0, "shed_load": True, "bad": 10, "replica_seconds": 950.0})
-    [row] = fixed_targets(runs, by)
-    assert row["any_beats_all"] and row["nearest"]["target"] == 4.0

@@ -1,5 +1,5 @@
 """python -m serving.autoscaler.simulate --trace FILE|spike|ramp|diurnal|onoff [--profile NAME|FILE]
-    [--policy tollfree|hpa|kpa|ray|kpa-user|ray-user|all] [--seed N] [--json] [--plot FILE.png]
+    [--policy tollfree|hpa|kpa|ray|kpa-user|ray-user|all] [--seed N] [--warm-pool N] [--json] [--plot FILE.png]
 
 Replays the trace against the profile under each policy and prints, per policy: replica-seconds,
 share of requests over the latency SLO, rejected count, p50/p99 latency, seconds to reach capacity
@@ -16,7 +16,7 @@ import sys
 
 from serving.autoscaler.simulate.engine import Result, simulate
 from serving.autoscaler.simulate.plot import PlotUnavailable, plot
-from serving.autoscaler.simulate.policies import POLICIES, USER_VARIANTS, make_policy
+from serving.autoscaler.simulate.policies import POLICIES, USER_VARIANTS, WARM_POOL, make_policy
 from serving.autoscaler.simulate.profiles import PRESETS, load_profile
 from serving.autoscaler.simulate.traces import SYNTHETIC, resolve
 
@@ -33,7 +33,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--mean-rps", type=float, help="rescale a CSV trace to this mean rate (shape kept)")
     p.add_argument("--rate-scale", type=float, default=1.0, help="multiply the trace's rate (shape kept)")
     p.add_argument("--warmup", type=float, default=0.0, help="seconds at the initial rate before the trace, not counted")
-    p.add_argument("--no-warm-pool", action="store_true", help="tollfree starts replicas cold, like the pods of HPA/KPA")
+    p.add_argument("--warm-pool", type=int, default=WARM_POOL, metavar="N",
+                   help=f"tollfree's standby replicas, refilled one at a time (default {WARM_POOL}, the gateway's "
+                        "TOLLFREE_WARM_POOL default; 0: cold starts like the pods of HPA/KPA)")
+    p.add_argument("--no-warm-pool", action="store_const", const=0, dest="warm_pool", help="the same as --warm-pool 0")
     return p.parse_args(argv)
 
 
@@ -43,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         profile = load_profile(args.profile)
         trace = resolve(args.trace, seed=args.seed, rate_scale=args.rate_scale, mean_rps=args.mean_rps)
         names = list(POLICIES) if args.policy == "all" else [args.policy]
-        policies = [make_policy(n, profile, warm_pool=not args.no_warm_pool) for n in names]
+        if args.warm_pool < 0:
+            raise ValueError(f"--warm-pool must be >= 0, got {args.warm_pool}")
+        policies = [make_policy(n, profile, warm_pool=args.warm_pool) for n in names]
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

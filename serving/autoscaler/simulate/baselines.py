@@ -47,7 +47,7 @@ class HPA:
     """
 
     name = "hpa"
-    warm_pool = False
+    warm_pool = 0               # a new pod: scheduling, container start, runtime import, model load
     # A Service (kube-proxy) forwards connections and holds nothing: no queue of its own, no timeout
     # (pkg/proxy: iptables/IPVS rules only). What waits, waits in the pod's model server (its own room,
     # ``profile.queue_limit``: unbounded for a plain HTTP server).
@@ -165,7 +165,7 @@ class KPA:
     """
 
     name = "kpa"
-    warm_pool = False
+    warm_pool = 0               # a new pod, as HPA's (Knative keeps no standby pods)
     timeout_s: Optional[float] = KPA_TIMEOUT_S
 
     def __init__(self, container_concurrency: int = 0, max_replicas: int = 1000, name: str = "kpa") -> None:
@@ -268,7 +268,9 @@ class RayServe:
     """
 
     name = "ray"
-    warm_pool = True            # Ray starts replica actors in pre-started worker processes
+    # Ray starts a replica actor in an idle pre-started worker process when the raylet has one (its worker
+    # pool prestarts about one per CPU); modelled as always there: the optimistic bound for Ray
+    warm_pool = INF
     front_queue: Optional[float] = INF      # the router's queue: unbounded
     replica_queue: Optional[float] = 0.0    # a replica gets at most max_ongoing_requests
     timeout_s: Optional[float] = None

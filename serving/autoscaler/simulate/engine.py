@@ -38,6 +38,7 @@ import numpy as np
 
 from serving.autoscaler.signals import Sample
 from serving.autoscaler.simulate.profiles import ModelProfile
+from serving.autoscaler.simulate.starts import Starts
 from serving.autoscaler.simulate.traces import Trace
 
 STEP_S = 0.1
@@ -66,7 +67,7 @@ class Action:
 
 class SimPolicy(Protocol):
     name: str
-    warm_pool: bool
+    warm_pool: float                   # standbys (0: cold starts; math.inf: always warm), see starts.py
     front_queue: Optional[float]       # extra waiting room besides the replicas'; INF: unbounded
     replica_queue: Optional[float]     # per ready replica; None: the model server's own (profile.queue_limit)
     timeout_s: Optional[float]         # a request waiting this long is answered with a timeout; None: never
@@ -137,7 +138,7 @@ class _Pool:
     def ready(self, now: float) -> int:
         return bisect.bisect_right(self.ready_at, now + 1e-12)  # ready_at stays sorted
 
-    def resize(self, now: float, replicas: int, start_s: float, slots: int) -> None:
+    def resize(self, now: float, replicas: int, starts: Starts, slots: int) -> None:
         heap = self.heap
         if slots != self.slots:
             diff = slots - self.slots
@@ -153,10 +154,11 @@ class _Pool:
             self.slots = slots
         n = len(self.ready_at)
         if replicas > n:
-            t = now + start_s
-            self.ready_at.extend([t] * (replicas - n))
-            for _ in range((replicas - n) * self.slots):
-                heapq.heappush(heap, t)
+            for t in starts.ready_times(now, replicas - n):
+                self.ready_at.append(t)
+                for _ in range(self.slots):
+                    heapq.heappush(heap, t)
+            self.ready_at.sort()   # a warm start asked for now can be ready before a cold one asked earlier
         elif replicas < n:
             remove = n - replicas
             starting = [r for r in self.ready_at if r > now]
@@ -233,14 +235,13 @@ def _simulate(trace: Trace, profile: ModelProfile, policy: SimPolicy, seed: int,
     max_sec = len(lat_sec) - 1
 
     pool = _Pool(profile)
-    warm = policy.warm_pool
-    start_s = profile.start_s(warm)
+    starts = Starts(profile, policy.warm_pool)
     first = arr[: max(1, int(np.searchsorted(arr, 10.0)))]
     load0 = len(first) / max(10.0, 1e-9) * profile.mean_service_s
     rep0, limit = policy.initial(load0)
-    pool.resize(0.0, 0, 0.0, pool.slots_for(limit))
-    pool.resize(0.0, rep0, 0.0, pool.slots)
-    pool.ready_at = [0.0] * rep0
+    pool.resize(0.0, 0, starts, pool.slots_for(limit))
+    pool.ready_at = [0.0] * rep0     # ready at t=0, not started: no standby taken
+    pool.heap[:] = [0.0] * (rep0 * pool.slots)
     heap = pool.heap
     server_queue = INF if profile.queue_limit is None else float(profile.queue_limit)
     timeout = getattr(policy, "timeout_s", None)
@@ -461,7 +462,7 @@ def _simulate(trace: Trace, profile: ModelProfile, policy: SimPolicy, seed: int,
             if new_rep != provisioned or slots != pool.slots:
                 if new_rep != provisioned and t1 > warmup_s + 1e-9:
                     scale_events += 1
-                pool.resize(t1, new_rep, start_s, slots)
+                pool.resize(t1, new_rep, starts, slots)
                 heap = pool.heap
             limit = new_limit
             ready_n = pool.ready(t1)

@@ -14,6 +14,8 @@ from serving.autoscaler.simulate.engine import Action, SimPolicy, View
 from serving.autoscaler.simulate.profiles import ModelProfile
 
 
+# serving/__main__.py: TOLLFREE_WARM_POOL's default, one standby (refilled one at a time; see starts.py)
+WARM_POOL = 1
 # serving/dispatcher.py: a request waits at most max_wait_s (5.0 by default) in the gateway's queue, then 429
 GATEWAY_MAX_WAIT_S = 5.0
 
@@ -21,7 +23,7 @@ GATEWAY_MAX_WAIT_S = 5.0
 class Tollfree:
     name = "tollfree"
 
-    def __init__(self, config: ScalingConfig, warm_pool: bool = True) -> None:
+    def __init__(self, config: ScalingConfig, warm_pool: float = WARM_POOL) -> None:
         self.config = config
         self.warm_pool = warm_pool
         self.front_queue: Optional[float] = float(config.max_queue)  # the gateway's bounded queue
@@ -65,8 +67,9 @@ POLICIES = ("tollfree", "hpa", "kpa", "ray")
 USER_VARIANTS = ("kpa-user", "ray-user")
 
 
-def make_policy(name: str, profile: ModelProfile, warm_pool: bool = True, **tollfree_overrides) -> SimPolicy:
-    """A fresh policy object by name. HPA's AverageValue target is the profile's ``user_target``."""
+def make_policy(name: str, profile: ModelProfile, warm_pool: float = WARM_POOL, **tollfree_overrides) -> SimPolicy:
+    """A fresh policy object by name. HPA's AverageValue target is the profile's ``user_target``;
+    ``warm_pool`` (standbys) is tollfree's, the baselines keep their systems' own start behaviour."""
     if name == "tollfree":
         return Tollfree(tollfree_config(profile, **tollfree_overrides), warm_pool=warm_pool)
     if name == "hpa":

@@ -5,7 +5,8 @@ wait inside it (so latency grows past the parallelism). With ``max_batch`` > 1 e
 ``parallelism`` workers takes every waiting request (up to ``max_batch``, and up to the replica's
 admission limit over its parallelism where the serving system sets one) as one batch whose time is
 ``t1 x (1 + batch_marginal x (n - 1))``. Starting a replica costs ``cold_start_s`` (process or pod
-start and runtime import) or ``warm_start_s`` (warm pool), plus ``model_load_s``.
+start and runtime import) or ``warm_start_s`` (a standby of a warm pool, see starts.py), plus
+``model_load_s``.
 
 Presets are named in :data:`PRESETS`; :func:`load_profile` also reads a YAML or JSON file with the same
 fields.
@@ -51,10 +52,6 @@ class ModelProfile:
                 raise ValueError(f"profile {self.name!r}: {name} must not be negative")
         if self.queue_limit is not None and self.queue_limit < 0:
             raise ValueError(f"profile {self.name!r}: queue_limit must not be negative")
-
-    def start_s(self, warm_pool: bool) -> float:
-        """Seconds from the decision to a ready replica."""
-        return (self.warm_start_s if warm_pool else self.cold_start_s) + self.model_load_s
 
     @property
     def mean_service_s(self) -> float:

@@ -9,8 +9,10 @@ minutes); :meth:`Trace.superpose` overlays ``k`` copies each shifted by a small 
 multiplies the rate without moving features longer than the offset.
 
 Synthetic generators (seeded, non-homogeneous Poisson): ``spike`` (10x within 5 s), ``ramp``
-(10 -> 10,000 QPS), ``diurnal`` (a day compressed), ``onoff`` (bursts). Each sets ``step_at`` and
-``step_rate`` when it has a step, so the simulator can time how long capacity takes to catch up.
+(10 -> 10,000 QPS), ``diurnal`` (a day compressed), ``onoff`` (bursts); and three shapes kept for the
+autoscaler benchmark's held-out set: ``bursty`` (two states of random length), ``sawtooth`` (repeated
+slow ramps) and ``flash`` (flash crowds that decay). Each sets ``step_at`` and ``step_rate`` when it
+has a step, so the simulator can time how long capacity takes to catch up.
 """
 
 from __future__ import annotations
@@ -166,7 +168,61 @@ def onoff(on_rps: float = 2000.0, off_rps: float = 20.0, on_s: float = 60.0, off
                      note=f"{cycles} x ({off_s:g} s at {off_rps:g} rps, {on_s:g} s at {on_rps:g} rps)")
 
 
-SYNTHETIC: dict[str, Callable[..., Trace]] = {"spike": spike, "ramp": ramp, "diurnal": diurnal, "onoff": onoff}
+def bursty(low_rps: float = 200.0, high_rps: float = 2000.0, low_mean_s: float = 40.0, high_mean_s: float = 20.0,
+           duration_s: float = 900.0, seed: int = 0) -> Trace:
+    """Two states, ``low_rps`` and ``high_rps``, each held for an exponentially distributed time (means
+    ``low_mean_s`` and ``high_mean_s``): a Markov-modulated Poisson process, bursts of random length at
+    random times (starting low)."""
+    rng = np.random.default_rng(seed + 104729)
+    edges, high, t = [], [], 0.0
+    while t < duration_s:
+        on = len(edges) % 2 == 1
+        edges.append(t)
+        high.append(on)
+        t += rng.exponential(high_mean_s if on else low_mean_s)
+    starts, levels = np.array(edges), np.where(np.array(high), high_rps, low_rps)
+
+    def rate(x: np.ndarray) -> np.ndarray:
+        return levels[np.searchsorted(starts, x, side="right") - 1]
+    return from_rate("bursty", rate, duration_s, seed,
+                     note=f"{low_rps:g} / {high_rps:g} rps, states held ~{low_mean_s:g} / ~{high_mean_s:g} s (exponential)")
+
+
+def sawtooth(low_rps: float = 200.0, high_rps: float = 2000.0, rise_s: float = 240.0, hold_s: float = 30.0,
+             cycles: int = 3, seed: int = 0) -> Trace:
+    """Repeated slow ramps: ``low_rps`` up to ``high_rps`` over ``rise_s``, held ``hold_s``, straight back
+    down, ``cycles`` times. Each ramp is slower than a scale-up window, each drop faster than any
+    scale-down window."""
+    period = rise_s + hold_s
+
+    def rate(t: np.ndarray) -> np.ndarray:
+        phase = t % period
+        return low_rps + (high_rps - low_rps) * np.clip(phase / rise_s, 0.0, 1.0)
+    return from_rate("sawtooth", rate, period * cycles, seed,
+                     note=f"{cycles} x ({low_rps:g} -> {high_rps:g} rps over {rise_s:g} s, held {hold_s:g} s, drop)")
+
+
+def flash(base_rps: float = 200.0, peak_rps: float = 4000.0, decay_s: float = 60.0, at_s: tuple = (150.0, 600.0),
+          duration_s: float = 900.0, seed: int = 0) -> Trace:
+    """Flash crowds: ``base_rps``, and at each time of ``at_s`` a jump to ``peak_rps`` within 2 s that
+    decays back exponentially (time constant ``decay_s``), as a link shared widely."""
+    jitter = np.random.default_rng(seed + 7877).uniform(-30.0, 30.0, len(at_s))
+    times = np.asarray(at_s) + jitter
+
+    def rate(t: np.ndarray) -> np.ndarray:
+        out = np.full_like(t, base_rps)
+        for t0 in times:
+            dt = t - t0
+            rise = np.clip(dt / 2.0, 0.0, 1.0)
+            out = out + (peak_rps - base_rps) * rise * np.exp(-np.maximum(dt - 2.0, 0.0) / decay_s)
+        return out
+    return from_rate("flash", rate, duration_s, seed, step_at=float(times[0]), step_rate=peak_rps,
+                     note=f"{base_rps:g} rps, jumps to {peak_rps:g} within 2 s decaying over ~{decay_s:g} s, "
+                          f"at t={', '.join(f'{x:.0f}' for x in times)} s")
+
+
+SYNTHETIC: dict[str, Callable[..., Trace]] = {"spike": spike, "ramp": ramp, "diurnal": diurnal, "onoff": onoff,
+                                              "bursty": bursty, "sawtooth": sawtooth, "flash": flash}
 
 SHARED_TRACES = Path(__file__).resolve().parents[3].parent / "shared" / "traces"
 
