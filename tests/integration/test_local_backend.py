@@ -10,10 +10,10 @@ import time
 import psutil
 from mlflow import MlflowClient
 
-from serving.autoscaler.backends.local import LocalBackend
-from serving.endpoint_manager import EndpointManager, LiveEndpoint, ServedEntity
-from serving.endpoint_store import EndpointStore
-from serving.local_replicas import stop_replica
+from serving.replicas.local_backend import LocalBackend
+from serving.endpoints.manager import EndpointManager, LiveEndpoint, ServedEntity
+from serving.endpoints.store import EndpointStore
+from serving.replicas.local import stop_replica
 from tests.world import MODEL_NAME
 
 KEY = ("scaled", "champion")

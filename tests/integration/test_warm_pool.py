@@ -8,8 +8,8 @@ import threading
 
 import psutil
 
-from serving.local_replicas import stop_replica
-from serving.warm_pool import WarmPool
+from serving.replicas.local import stop_replica
+from serving.replicas.warm_pool import WarmPool
 
 
 def _standbys(pool: WarmPool) -> list[psutil.Process]:

@@ -7,11 +7,11 @@ import os
 
 import pytest
 
-from serving.autoscaler.backends.local import LocalBackend
+from serving.replicas.local_backend import LocalBackend
 from serving.autoscaler.config import ScalingConfig
-from serving.autoscaler.live import LiveAutoscaler
-from serving.endpoint_manager import EndpointManager, LiveEndpoint, ServedEntity
-from serving.endpoint_store import EndpointStore
+from serving.gateway.autoscaling import LiveAutoscaler
+from serving.endpoints.manager import EndpointManager, LiveEndpoint, ServedEntity
+from serving.endpoints.store import EndpointStore
 
 
 async def _never(replica, requests):  # pragma: no cover - nothing is dispatched in these tests
@@ -43,7 +43,7 @@ def test_a_poke_right_after_a_step_still_steps_within_the_gap(tmp_path):
     # step used to be dropped, so scale from zero waited for the next 1-s tick
     import asyncio
 
-    gap = 0.05   # serving.autoscaler.live.POKE_GAP_S
+    gap = 0.05   # serving.gateway.autoscaling.POKE_GAP_S
     manager = EndpointManager(EndpointStore(tmp_path / "endpoints.db"), lambda *a: "1", dict(os.environ),
                               tmp_path / "logs", home=tmp_path)
     autoscaler = LiveAutoscaler(manager, LocalBackend(manager))

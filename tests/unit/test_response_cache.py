@@ -6,14 +6,14 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from serving.auth import TokenRegistry
-from serving.endpoint_manager import EndpointManager, LiveEndpoint, ServedEntity
-from serving.endpoint_spec import EndpointCoreConfig
-from serving.endpoint_store import EndpointStore
-from serving.gateway import create_gateway_app
+from serving.gateway.auth import TokenRegistry
+from serving.endpoints.manager import EndpointManager, LiveEndpoint, ServedEntity
+from serving.endpoints.spec import EndpointCoreConfig
+from serving.endpoints.store import EndpointStore
+from serving.gateway.app import create_gateway_app
 from serving.inference_log import InferenceLogWriter
-from serving.response_cache import ResponseCache
-from serving.replica_wire import WireAnswer, WireRequest
+from serving.traffic.response_cache import ResponseCache
+from serving.protocol.wire import WireAnswer, WireRequest
 from tests.unit.test_dispatcher import TOKEN, FakeReplica
 
 

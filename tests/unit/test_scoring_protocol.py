@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from serving.errors import ApiError
-from serving.scoring_protocol import (
+from serving.protocol.errors import ApiError
+from serving.protocol.scoring import (
     ScoringRequest,
     canonical_payload_key,
     parse_scoring_request,

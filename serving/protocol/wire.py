@@ -1,6 +1,6 @@
 """The gateway-to-replica batch envelope: several scoring requests in one HTTP call, and their answers.
 
-The gateway gathers concurrent requests for one served entity (``serving.dispatcher``) and sends them
+The gateway gathers concurrent requests for one served entity (``serving.traffic.dispatcher``) and sends them
 to a replica as one ``POST /invocations/batch`` with content type ``application/x-tollfree-batch``:
 
     {"items": [[request_id, content_type, body_length], ...]}\\n<body 1><body 2>...

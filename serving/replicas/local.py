@@ -19,6 +19,8 @@ from pathlib import Path
 
 import httpx
 
+from serving.settings import PROJECT_DIR
+
 log = logging.getLogger(__name__)
 
 
@@ -80,7 +82,7 @@ def start_replica(model_uri: str, log_dir: Path, env: Mapping[str, str], host: s
             stdout=out,
             stderr=subprocess.STDOUT,
             env=dict(env),
-            cwd=str(Path(__file__).resolve().parent.parent),
+            cwd=str(PROJECT_DIR),
             start_new_session=True,
         )
     log.info("started replica pid %d for %s on port %d", process.pid, model_uri, port)

@@ -18,15 +18,15 @@ from pathlib import Path
 
 from starlette.concurrency import run_in_threadpool
 
-from serving import endpoint_spec as spec
-from serving.endpoint_store import EndpointStore
-from serving.errors import invalid_parameter, not_found, unavailable
+from serving.endpoints import spec
+from serving.endpoints.store import EndpointStore
+from serving.protocol.errors import invalid_parameter, not_found, unavailable
 from serving.autoscaler.config import ScalingConfig
-from serving.batching import BatchPlan
-from serving.dispatcher import Dispatcher, SendBatch
-from serving.replica import REPLICA_TOKEN_ENV
-from serving.response_cache import ResponseCache
-from serving.local_replicas import LocalReplica, ReplicaStartError, start_replica, stop_replica, wait_ready
+from serving.traffic.batching import BatchPlan
+from serving.traffic.dispatcher import Dispatcher, SendBatch
+from serving.replica.app import REPLICA_TOKEN_ENV
+from serving.traffic.response_cache import ResponseCache
+from serving.replicas.local import LocalReplica, ReplicaStartError, start_replica, stop_replica, wait_ready
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class EndpointManager:
         # Replicas never see the gateway's admin token.
         self._env = {**{k: v for k, v in replica_env.items() if k != "TOLLFREE_TOKEN"}, REPLICA_TOKEN_ENV: replica_token}
         if replica_client is None:
-            from serving.replica_client import ReplicaClient
+            from serving.replicas.client import ReplicaClient
 
             replica_client = ReplicaClient(replica_token)
         self.replica_client = replica_client
@@ -177,7 +177,7 @@ class EndpointManager:
         return body
 
     async def openapi(self, name: str) -> dict:
-        from serving.endpoint_openapi import endpoint_openapi, model_inputs
+        from serving.endpoints.openapi import endpoint_openapi, model_inputs
 
         record = await run_in_threadpool(self.store.get, name)
         entities = {}

@@ -11,9 +11,9 @@ from typing import Any
 
 import aiohttp
 
-from serving import replica_wire as wire
-from serving.dispatcher import ReplicaUnreachable
-from serving.replica_metrics import BUSY_HEADER
+from serving.protocol import wire
+from serving.traffic.dispatcher import ReplicaUnreachable
+from serving.replica.metrics import BUSY_HEADER
 
 
 class ReplicaClient:
@@ -51,7 +51,7 @@ class ReplicaClient:
             raise ReplicaUnreachable(f"replica answered HTTP {status} to a batch")
         if busy is not None:
             try:
-                replica.busy_s = float(busy)   # the autoscaler's utilisation signal (serving.autoscaler.live)
+                replica.busy_s = float(busy)   # the autoscaler's utilisation signal (serving.gateway.autoscaling)
             except ValueError:
                 pass
         try:

@@ -24,7 +24,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from serving.errors import (
+from serving.protocol.errors import (
     invalid_parameter,
     malformed_request,
     payload_too_large,

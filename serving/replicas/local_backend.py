@@ -17,10 +17,10 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from serving.batching import BatchPlan
-from serving.endpoint_manager import EndpointManager, ServedEntity
-from serving.local_replicas import LocalReplica, ReplicaStartError, activate, start_replica, stop_replica, wait_ready
-from serving.warm_pool import WarmPool
+from serving.traffic.batching import BatchPlan
+from serving.endpoints.manager import EndpointManager, ServedEntity
+from serving.replicas.local import LocalReplica, ReplicaStartError, activate, start_replica, stop_replica, wait_ready
+from serving.replicas.warm_pool import WarmPool
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from serving.local_replicas import LocalReplica, ReplicaStartError, start_replica, stop_replica, wait_live
+from serving.replicas.local import LocalReplica, ReplicaStartError, start_replica, stop_replica, wait_live
 
 log = logging.getLogger(__name__)
 

@@ -18,18 +18,18 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from serving import endpoint_spec as spec
-from serving.auth import TokenRegistry, authenticate, authorize
-from serving.autoscaler.backends.local import LocalBackend
-from serving.autoscaler.live import LiveAutoscaler
-from serving.data_plane import INVOCATIONS, InvocationsHandler
-from serving.endpoint_manager import EndpointManager
-from serving.errors import ApiError, error_body, install_error_handlers, not_found, payload_too_large, permission_denied
-from serving.gateway_metrics import GatewayMetrics
+from serving.endpoints import spec
+from serving.gateway.auth import TokenRegistry, authenticate, authorize
+from serving.replicas.local_backend import LocalBackend
+from serving.gateway.autoscaling import LiveAutoscaler
+from serving.gateway.data_plane import INVOCATIONS, InvocationsHandler
+from serving.endpoints.manager import EndpointManager
+from serving.protocol.errors import ApiError, error_body, install_error_handlers, not_found, payload_too_large, permission_denied
+from serving.gateway.metrics import GatewayMetrics
 from serving.inference_log import InferenceLogWriter
-from serving.local_replicas import rss_mb
-from serving.rate_limit import TokenBuckets
-from serving.warm_pool import WarmPool
+from serving.replicas.local import rss_mb
+from serving.gateway.rate_limit import TokenBuckets
+from serving.replicas.warm_pool import WarmPool
 
 log = logging.getLogger(__name__)
 
