@@ -21,9 +21,9 @@ import pandas as pd
 from feast import FeatureStore
 
 from feature_repo import store as feature_store
-from serving.protocol.errors import ApiError, invalid_parameter, not_found, unavailable
 from serving.features.fast_reader import FastServiceReader, model_frame
 from serving.features.store_reader import UnsupportedOnlineStore
+from serving.protocol.errors import ApiError, invalid_parameter, not_found, unavailable
 
 log = logging.getLogger(__name__)
 

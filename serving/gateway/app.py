@@ -19,16 +19,16 @@ from fastapi.responses import JSONResponse
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from serving.endpoints import spec
+from serving.endpoints.manager import EndpointManager
 from serving.gateway.auth import TokenRegistry, authenticate, authorize
-from serving.replicas.local_backend import LocalBackend
 from serving.gateway.autoscaling import LiveAutoscaler
 from serving.gateway.data_plane import INVOCATIONS, InvocationsHandler
-from serving.endpoints.manager import EndpointManager
-from serving.protocol.errors import ApiError, error_body, install_error_handlers, not_found, payload_too_large, permission_denied
 from serving.gateway.metrics import GatewayMetrics
-from serving.inference_log import InferenceLogWriter
-from serving.replicas.local import rss_mb
 from serving.gateway.rate_limit import TokenBuckets
+from serving.inference_log import InferenceLogWriter
+from serving.protocol.errors import ApiError, error_body, install_error_handlers, not_found, payload_too_large, permission_denied
+from serving.replicas.local import rss_mb
+from serving.replicas.local_backend import LocalBackend
 from serving.replicas.warm_pool import WarmPool
 
 log = logging.getLogger(__name__)
@@ -65,8 +65,8 @@ def create_gateway_app(
         await manager.restore()
         backend = task = None
         if autoscale:
-            pool = WarmPool(warm_pool_size, manager.log_dir, manager.replica_env) if warm_pool_size else None
-            backend = LocalBackend(manager, pool)
+            pool = WarmPool(warm_pool_size, manager.launcher) if warm_pool_size else None
+            backend = LocalBackend(manager.entity, manager.launcher, pool)
             scaler = LiveAutoscaler(manager, backend, interval_s=autoscale_interval_s,
                                     starting=lambda key: backend.starting.get(key, 0))
             app.state.autoscaler, app.state.autoscaler_backend = scaler, backend

@@ -25,8 +25,9 @@ from dataclasses import replace
 from serving.autoscaler.config import ScalingConfig
 from serving.autoscaler.controller import Backend, Controller, EntityKey
 from serving.autoscaler.signals import Sample
+from serving.endpoints.manager import EndpointManager
+from serving.replicas.served_entity import ServedEntity
 from serving.traffic.dispatcher import PIPELINE_DEPTH
-from serving.endpoints.manager import EndpointManager, ServedEntity
 
 log = logging.getLogger(__name__)
 

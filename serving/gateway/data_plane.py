@@ -17,16 +17,16 @@ from typing import Any
 
 import orjson
 
-from serving.gateway.auth import TokenRegistry, authorize
-from serving.traffic.dispatcher import AdmissionRefused
 from serving.endpoints.manager import EndpointManager
-from serving.protocol.errors import REQUEST_ID_HEADER, ApiError, error_body, payload_too_large, resolve_request_id, unavailable
+from serving.gateway.auth import TokenRegistry, authorize
 from serving.gateway.metrics import GatewayMetrics
-from serving.inference_log import InferenceLogWriter, InferenceRecord, utc_now
 from serving.gateway.rate_limit import TokenBuckets
-from serving.protocol.wire import WireAnswer, WireRequest
-from serving.traffic.router import choose_entity
+from serving.inference_log import InferenceLogWriter, InferenceRecord, utc_now
+from serving.protocol.errors import REQUEST_ID_HEADER, ApiError, error_body, payload_too_large, resolve_request_id, unavailable
 from serving.protocol.scoring import canonical_payload_key
+from serving.protocol.wire import WireAnswer, WireRequest
+from serving.traffic.dispatcher import AdmissionRefused
+from serving.traffic.router import choose_entity
 
 log = logging.getLogger(__name__)
 

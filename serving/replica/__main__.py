@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from serving.replica.app import REPLICA_TOKEN_ENV, StandbyApp, create_replica_app
+from serving.protocol.wire import REPLICA_TOKEN_ENV
+from serving.replica.app import StandbyApp, create_replica_app
 from serving.replica.runtime import ModelRuntime
 
 log = logging.getLogger("serving.replica")

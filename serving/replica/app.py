@@ -31,15 +31,14 @@ import orjson
 import pandas as pd
 
 from serving.protocol import wire
-from serving.replica.metrics import BUSY_HEADER, ReplicaMetrics
 from serving.protocol.errors import REQUEST_ID_HEADER, ApiError, error_body, internal, not_found, resolve_request_id, unauthenticated
-from serving.replica.runtime import ModelError, ModelRuntime, Prediction
 from serving.protocol.scoring import parse_scoring_request, to_jsonable
+from serving.replica.metrics import ReplicaMetrics
+from serving.replica.runtime import ModelError, ModelRuntime, Prediction
 
 log = logging.getLogger(__name__)
 
 RETURN_FEATURES_HEADER = "x-tollfree-return-features"
-REPLICA_TOKEN_ENV = "TOLLFREE_REPLICA_TOKEN"
 MAX_BODY_BYTES = 64 * 1024 * 1024
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -163,7 +162,7 @@ class ReplicaApp:
                                                          self.metrics)
                     await _respond(send, 200, out, request_id, wire.CONTENT_TYPE,
                                    [(b"x-tollfree-predict-ms", f"{(time.perf_counter() - started) * 1000:.3f}".encode()),
-                                    (BUSY_HEADER.encode(), f"{self.metrics.busy.total():.6f}".encode())])
+                                    (wire.BUSY_HEADER.encode(), f"{self.metrics.busy.total():.6f}".encode())])
                 else:
                     content_type = headers.get(b"content-type", b"").decode("latin-1") or None
                     want = headers.get(RETURN_FEATURES_HEADER.encode()) == b"1"

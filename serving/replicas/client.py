@@ -12,8 +12,6 @@ from typing import Any
 import aiohttp
 
 from serving.protocol import wire
-from serving.traffic.dispatcher import ReplicaUnreachable
-from serving.replica.metrics import BUSY_HEADER
 
 
 class ReplicaClient:
@@ -44,11 +42,11 @@ class ReplicaClient:
                                           headers=self._headers) as response:
                 body = await response.read()
                 status = response.status
-                busy = response.headers.get(BUSY_HEADER)
+                busy = response.headers.get(wire.BUSY_HEADER)
         except (aiohttp.ClientError, OSError, asyncio.IncompleteReadError) as exc:
-            raise ReplicaUnreachable(type(exc).__name__) from exc
+            raise wire.ReplicaUnreachable(type(exc).__name__) from exc
         if status != 200:
-            raise ReplicaUnreachable(f"replica answered HTTP {status} to a batch")
+            raise wire.ReplicaUnreachable(f"replica answered HTTP {status} to a batch")
         if busy is not None:
             try:
                 replica.busy_s = float(busy)   # the autoscaler's utilisation signal (serving.gateway.autoscaling)
@@ -57,4 +55,4 @@ class ReplicaClient:
         try:
             return wire.decode_answers(body, len(requests))
         except wire.WireError as exc:
-            raise ReplicaUnreachable(str(exc)) from exc
+            raise wire.ReplicaUnreachable(str(exc)) from exc

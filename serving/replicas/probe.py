@@ -28,8 +28,8 @@ from urllib.request import url2pathname
 import httpx
 import numpy as np
 
+from serving.protocol.wire import REPLICA_TOKEN_ENV
 from serving.replicas.local import LocalReplica, start_replica, stop_replica, wait_ready
-from serving.replica.app import REPLICA_TOKEN_ENV
 
 log = logging.getLogger(__name__)
 

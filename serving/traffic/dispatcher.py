@@ -24,10 +24,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from serving.protocol.errors import ApiError, timeout, unavailable
+from serving.protocol.wire import ReplicaUnreachable, WireAnswer, WireRequest
 from serving.traffic.batching import OFF, BatchPlan
 from serving.traffic.load_meter import LoadMeter
-from serving.protocol.errors import ApiError, timeout, unavailable
-from serving.protocol.wire import WireAnswer, WireRequest
 from serving.traffic.router import pick_replica
 
 log = logging.getLogger(__name__)
@@ -39,10 +39,6 @@ class Replica(Protocol):
     outstanding: int
 
     def alive(self) -> bool: ...
-
-
-class ReplicaUnreachable(Exception):
-    """The replica could not be reached or answered with something other than an envelope."""
 
 
 SendBatch = Callable[[Any, list[WireRequest]], Awaitable[list[WireAnswer]]]

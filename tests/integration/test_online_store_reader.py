@@ -20,9 +20,9 @@ from feast.on_demand_feature_view import OnDemandFeatureView
 from feature_repo import store as feature_store
 from feature_repo import synthetic
 from serving.features import store_reader as online_store_reader
-from serving.protocol.errors import ApiError
 from serving.features.reader import OnlineFeatureReader
 from serving.features.store_reader import UnsupportedOnlineStore, ViewSpec, open_online_store_reader
+from serving.protocol.errors import ApiError
 from tests.services import redis_server
 
 SERVICE = "fraud_v1"

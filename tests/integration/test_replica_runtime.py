@@ -17,10 +17,10 @@ from fastapi.testclient import TestClient
 
 from serving.protocol import wire
 from serving.protocol.errors import ApiError
+from serving.protocol.scoring import parse_scoring_request
+from serving.protocol.wire import BUSY_HEADER
 from serving.replica.app import create_replica_app
 from serving.replica.runtime import ModelRuntime
-from serving.replica.metrics import BUSY_HEADER
-from serving.protocol.scoring import parse_scoring_request
 from tests.models import RowCostModel
 
 COLUMNS = [f"f{i}" for i in range(6)]
