@@ -1,5 +1,5 @@
-"""The gateway: the Databricks serving-endpoints API (control plane) and the MLflow scoring protocol
-(data plane) in one FastAPI app. Every route but the health check and the SDK's config probe needs a
+"""The gateway: the Databricks serving-endpoints API (control plane, ``control_plane``) and the MLflow
+scoring protocol (data plane, ``data_plane``) in one ASGI app. Every route but the health check and the SDK's config probe needs a
 bearer token: ``Gateway`` checks it before FastAPI sees the request (so no route, ``/openapi.json`` and
 unknown paths included, answers an anonymous caller with anything but 401), and each route then checks
 the token's rights. Per-token rate limits apply to both planes. ``Gateway.public()`` is the view for a
@@ -10,30 +10,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from fastapi import FastAPI, Request, Response
-from fastapi.responses import JSONResponse
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from fastapi import FastAPI
 
-from serving.endpoints import spec
 from serving.endpoints.manager import EndpointManager
-from serving.gateway.auth import TokenRegistry, authenticate, authorize
+from serving.gateway import control_plane
+from serving.gateway.auth import TokenRegistry, authenticate
 from serving.gateway.autoscaling import LiveAutoscaler
 from serving.gateway.data_plane import INVOCATIONS, InvocationsHandler
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.rate_limit import TokenBuckets
 from serving.inference_log import InferenceLogWriter
 from serving.protocol.errors import ApiError, error_body, install_error_handlers, not_found, payload_too_large, permission_denied
-from serving.replicas.local import rss_mb
 from serving.replicas.local_backend import LocalBackend
 from serving.replicas.warm_pool import WarmPool
 
 log = logging.getLogger(__name__)
 
-API = "/api/2.0/serving-endpoints"
 PUBLIC_PATHS = frozenset({"/healthz", "/.well-known/databricks-config"})  # the only routes without a token
 _READS = frozenset({"GET", "HEAD"})
 _ADMIN_READS = frozenset({"/metrics"})
@@ -56,137 +54,72 @@ def create_gateway_app(
     ``warm_pool_size`` standby processes kept ready (``python -m serving`` turns both on)."""
     metrics = metrics or GatewayMetrics.create()
     limiter = limiter or TokenBuckets()
-    route_rng = rng or random.Random()
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):  # type: ignore[no-untyped-def]
-        inference_log.start()
-        await manager.open()
-        await manager.restore()
-        backend = task = None
-        if autoscale:
-            pool = WarmPool(warm_pool_size, manager.launcher) if warm_pool_size else None
-            backend = LocalBackend(manager.entity, manager.launcher, pool)
-            scaler = LiveAutoscaler(manager, backend, interval_s=autoscale_interval_s,
-                                    starting=lambda key: backend.starting.get(key, 0))
-            app.state.autoscaler, app.state.autoscaler_backend = scaler, backend
-            metrics.registry.register(scaler.controller.collector())
-            if pool is not None:
-                asyncio.get_running_loop().run_in_executor(None, pool.fill)
-            task = asyncio.get_running_loop().create_task(scaler.run())
-        try:
-            yield
-        finally:
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-            if backend is not None:
-                await backend.close()
-            await manager.shutdown()
-            inference_log.close()
-
-    app = FastAPI(title="tollfree gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+    autoscaling = AutoscalerSettings(warm_pool_size, autoscale_interval_s) if autoscale else None
+    app = FastAPI(title="tollfree gateway", lifespan=_lifespan(manager, inference_log, metrics, autoscaling),
+                  docs_url=None, redoc_url=None)
     install_error_handlers(app)
     app.state.manager = manager
     app.state.metrics = metrics
-
-    def principal(request: Request, endpoint: str | None):  # type: ignore[no-untyped-def]
-        return authorize(tokens, request.headers.get("authorization"), endpoint)
-
-    @app.get("/.well-known/databricks-config", include_in_schema=False)
-    async def databricks_config() -> JSONResponse:
-        return JSONResponse({"error_code": "NOT_FOUND", "message": "no workspace configuration here"}, 404)
-
-    @app.get("/healthz", include_in_schema=False)
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
-    # ---- control plane -------------------------------------------------------------------------
-    @app.post(API)
-    async def create_endpoint(body: spec.CreateEndpointRequest, request: Request) -> dict[str, Any]:
-        who = principal(request, None)
-        record = await manager.create(body, who.name)
-        return spec.endpoint_view(record)
-
-    @app.get(API)
-    async def list_endpoints(request: Request) -> dict[str, Any]:
-        who = authenticate(tokens, request.headers.get("authorization"))  # sees only what it may access
-        records = [r for r in manager.store.list() if who.can_access(r.name)]
-        return {"endpoints": [spec.endpoint_view(r) for r in records]}
-
-    @app.get(API + "/{name}")
-    async def get_endpoint(name: str, request: Request) -> dict[str, Any]:
-        principal(request, name)
-        return spec.endpoint_view(manager.store.get(name))
-
-    @app.put(API + "/{name}/config")
-    async def update_config(name: str, body: spec.EndpointCoreConfig, request: Request) -> dict[str, Any]:
-        principal(request, None)
-        return spec.endpoint_view(await manager.update_config(name, body))
-
-    @app.delete(API + "/{name}")
-    async def delete_endpoint(name: str, request: Request) -> dict[str, Any]:
-        principal(request, None)
-        await manager.delete(name)
-        return {}
-
-    @app.put(API + "/{name}/ai-gateway")
-    async def put_ai_gateway(name: str, body: dict[str, Any], request: Request) -> dict[str, Any]:
-        principal(request, None)
-        return await manager.set_ai_gateway(name, body)
-
-    @app.get(API + "/{name}/metrics")
-    async def endpoint_metrics(name: str, request: Request) -> Response:
-        principal(request, name)
-        manager.store.get(name)  # 404 for an unknown endpoint
-        return Response(metrics.exposition(endpoint=name), media_type=CONTENT_TYPE_LATEST)
-
-    @app.get(API + "/{name}/openapi")
-    async def endpoint_openapi_doc(name: str, request: Request) -> JSONResponse:
-        principal(request, name)
-        return JSONResponse(await manager.openapi(name))
-
-    @app.get(API + "/{name}/autoscaler")
-    async def autoscaler_decisions(name: str, request: Request, limit: int = 500) -> dict[str, Any]:
-        """The autoscaler's recorded decisions for this endpoint, oldest first, with their inputs."""
-        principal(request, name)
-        manager.store.get(name)
-        scaler = getattr(app.state, "autoscaler", None)
-        if scaler is None:
-            return {"enabled": False, "decisions": []}
-        decisions = [d for d in scaler.controller.export() if d["endpoint"] == name][-max(1, min(limit, 5000)):]
-        backend = app.state.autoscaler_backend
-        pool = backend.pool.idle if backend.pool is not None else 0
-        return {"enabled": True, "warm_pool_idle": pool, "warm_starts": backend.warm_starts,
-                "cold_starts": backend.cold_starts, "decisions": decisions}
-
-    @app.get(API + "/{name}/replicas")
-    async def endpoint_replicas(name: str, request: Request) -> dict[str, Any]:
-        """tollfree extension: the endpoint's replica processes (pid, memory, requests in flight)."""
-        principal(request, name)
-        manager.store.get(name)
-        live = manager.live.get(name)
-        replicas = []
-        for entity in (live.entities.values() if live else ()):
-            for replica in entity.replicas:
-                replicas.append({"served_entity": entity.name, "model_version": entity.version, "pid": replica.pid,
-                                 "alive": replica.alive(), "outstanding": replica.outstanding,
-                                 "rss_mb": rss_mb(replica.pid)})
-        return {"replicas": replicas}
-
-    @app.get("/metrics")
-    async def prometheus(request: Request) -> Response:
-        principal(request, None)
-        for name, live in manager.live.items():
-            for entity in live.entities.values():
-                metrics.replicas.labels(name, entity.name).set(sum(r.alive() for r in entity.replicas))
-                if entity.dispatcher is not None:
-                    metrics.queue_depth.labels(name, entity.name).set(entity.dispatcher.waiting)
-        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
-
-    data_plane = InvocationsHandler(manager, tokens, inference_log, metrics, rng=route_rng, max_body_bytes=max_body_bytes,
-                                    limiter=limiter)
+    app.state.tokens = tokens
+    control_plane.install(app)
+    data_plane = InvocationsHandler(manager, tokens, inference_log, metrics, rng=rng or random.Random(),
+                                    max_body_bytes=max_body_bytes, limiter=limiter)
     return Gateway(app, data_plane, tokens, limiter, max_body_bytes)
+
+
+@dataclass(frozen=True)
+class AutoscalerSettings:
+    warm_pool_size: int   # standby replica processes kept ready
+    interval_s: float     # between two autoscaler steps
+
+
+def _lifespan(manager: EndpointManager, inference_log: InferenceLogWriter, metrics: GatewayMetrics,
+              autoscaling: AutoscalerSettings | None) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Start: the inference log, the replica client, every stored endpoint, the autoscaler. Stop: the
+    reverse, every replica stopped and the log flushed before the process ends."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        inference_log.start()
+        await manager.open()
+        await manager.restore()
+        running = _start_autoscaler(app, manager, metrics, autoscaling) if autoscaling is not None else None
+        try:
+            yield
+        finally:
+            if running is not None:
+                await running.stop()
+            await manager.shutdown()
+            inference_log.close()
+
+    return lifespan
+
+
+@dataclass
+class _RunningAutoscaler:
+    task: asyncio.Task[None]
+    backend: LocalBackend
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+        await self.backend.close()
+
+
+def _start_autoscaler(app: FastAPI, manager: EndpointManager, metrics: GatewayMetrics,
+                      settings: AutoscalerSettings) -> _RunningAutoscaler:
+    """The autoscaler on local replica processes, stepped on this event loop; the warm pool filled in
+    the background."""
+    pool = WarmPool(settings.warm_pool_size, manager.launcher) if settings.warm_pool_size else None
+    backend = LocalBackend(manager.entity, manager.launcher, pool)
+    scaler = LiveAutoscaler(manager, backend, interval_s=settings.interval_s,
+                            starting=lambda key: backend.starting.get(key, 0))
+    app.state.autoscaler, app.state.autoscaler_backend = scaler, backend
+    metrics.registry.register(scaler.controller.collector())
+    loop = asyncio.get_running_loop()
+    if pool is not None:
+        loop.run_in_executor(None, pool.fill)
+    return _RunningAutoscaler(loop.create_task(scaler.run()), backend)
 
 
 class Gateway:

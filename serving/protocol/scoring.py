@@ -356,9 +356,3 @@ def to_jsonable(predictions: Any) -> Any:
     if isinstance(predictions, (list, tuple, set, frozenset)):
         return [to_jsonable(v) for v in predictions]
     return _scalar(predictions)
-
-
-def predictions_body(predictions: Any) -> dict[str, Any]:
-    """The MLflow scoring response: ``{"predictions": ...}``."""
-    return {"predictions": to_jsonable(predictions)}
-
