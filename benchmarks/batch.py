@@ -336,7 +336,7 @@ def prefect_server(home: Path, env: dict[str, str]) -> Iterator[str]:
     """A Prefect API server on 127.0.0.1, as a deployment would have (no temporary server per run)."""
     import httpx
 
-    from serving.local_replicas import free_port
+    from serving.replicas.local import free_port
 
     port = free_port()
     log_file = (home / "prefect-server.log").open("w")

@@ -7,12 +7,12 @@ Redis is a fresh redis-server on 127.0.0.1), then times, for 1 and for 64 entity
 
   feature_service   store.get_online_features(features=<FeatureService fraud_v1>, entity_rows=<columnar
                     dict>).to_dict(): the full FeatureService path, python-mode on-demand view included;
-  tollfree_reader   serving.online_features.OnlineFeatureReader(store, "fraud_v1", fast=False).read(frame):
+  tollfree_reader   serving.features.reader.OnlineFeatureReader(store, "fraud_v1", fast=False).read(frame):
                     the replica's path through Feast (request validation, the call above, unknown-entity
                     check, model frame);
   tollfree_fast     OnlineFeatureReader(store, "fraud_v1", fast=True).read(frame): what a replica calls by
                     default: the same validation, check and frame, with the online store read directly
-                    (serving.online_store_reader) and the on-demand view run through Feast's stored
+                    (serving.features.store_reader) and the on-demand view run through Feast's stored
                     transformation; checked equal to tollfree_reader before timing;
   tollfree_fast_cold  the same with its cache of serialized entity keys emptied before every call: the
                     cost for entities the replica has not seen yet;
@@ -184,7 +184,7 @@ def _make_inputs(rng: np.random.Generator, n: int, size: int, ids: dict[str, np.
 
 
 def _paths(kind: str, store: Any, anchor: Any, tables: dict[str, str], project: str) -> dict[str, Callable[[Inputs], Any]]:
-    from serving.online_features import OnlineFeatureReader
+    from serving.features.reader import OnlineFeatureReader
 
     service = store.get_feature_service(SERVICE)
     reader = OnlineFeatureReader(store, SERVICE, fast=False)

@@ -40,8 +40,8 @@ from serving.autoscaler.simulate.engine import simulate
 from serving.autoscaler.simulate.policies import Tollfree, tollfree_config
 from serving.autoscaler.simulate.profiles import ModelProfile
 from serving.autoscaler.simulate.traces import Trace
-from serving.endpoint_manager import DEFAULT_MAX_CONCURRENCY
-from serving.gateway_process import environ_with, start_gateway, wait_endpoint_ready
+from serving.replicas.served_entity import DEFAULT_MAX_CONCURRENCY
+from serving.gateway.process import environ_with, start_gateway, wait_endpoint_ready
 from serving.settings import TELEMETRY_OFF, export_defaults
 
 os.environ.update({k: v for k, v in TELEMETRY_OFF.items() if k not in os.environ})  # before MLflow is imported

@@ -192,7 +192,7 @@ def _wait_http_ok(url: str, process: subprocess.Popen, log_path: Path, timeout_s
 
 
 def _start_mlflow(model: dict[str, Any], workers: int, env: dict[str, str], logs: Path) -> Server:
-    from serving.local_replicas import free_port
+    from serving.replicas.local import free_port
 
     port = free_port("127.0.0.1")
     log_path = logs / f"mlflow-{model['name']}-{workers}w.log"
@@ -228,7 +228,7 @@ def _start_mlflow(model: dict[str, Any], workers: int, env: dict[str, str], logs
 def _start_tollfree(model: dict[str, Any], env: dict[str, str], logs: Path) -> Server:
     import httpx
 
-    from serving.gateway_process import start_gateway, wait_endpoint_ready
+    from serving.gateway.process import start_gateway, wait_endpoint_ready
 
     token = secrets.token_urlsafe(24)
     # no warm pool: nothing but the gateway and the endpoint's replica runs (max_concurrency 64 fixes one

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     if own_home:
         print(f"building the world in {home} ...", flush=True)
         _world(home)
-    from serving.gateway_process import start_gateway, wait_endpoint_ready
+    from serving.gateway.process import start_gateway, wait_endpoint_ready
 
     token = os.environ["TOLLFREE_TOKEN"]
     headers = {"Authorization": f"Bearer {token}"}

@@ -25,7 +25,7 @@ from flows.materialize import materialize
 from flows.promote import promote
 from flows.skew import skew
 from flows.train import train
-from serving.gateway_process import environ_with, start_gateway, wait_endpoint_ready
+from serving.gateway.process import environ_with, start_gateway, wait_endpoint_ready
 from serving.settings import Settings
 
 ENDPOINT = "fraud"

@@ -14,8 +14,8 @@ from feast import FeatureStore
 from feature_repo import store as feature_store
 from flows import training
 from monitoring.parity import ParityResult, compare_features
-from serving.errors import ApiError
-from serving.scoring_protocol import parse_scoring_request
+from serving.protocol.errors import ApiError
+from serving.protocol.scoring import parse_scoring_request
 
 ROW_KEY = "__logged_row"
 

@@ -30,7 +30,7 @@ from flows.registry import answering
 from flows.policy import Policy, load_policy, policy_for
 from flows.skew import artifact_key
 from monitoring.fairness import group_rates
-from serving.replica_probe import probe_model
+from serving.replicas.probe import probe_model
 from serving.settings import Settings
 
 # MLflow calls retry with exponential backoff (1, 2, 4 s) before the run fails.

@@ -36,7 +36,7 @@ from flows import feature_parity, registry
 from monitoring.drift import DriftConfig, DriftResult, compute_drift
 from monitoring.inference_frames import served_feature_rows
 from monitoring.parity import ParityResult
-from serving.endpoint_store import EndpointStore
+from serving.endpoints.store import EndpointStore
 from serving.inference_log import read_inference_log
 from serving.settings import Settings
 

@@ -36,11 +36,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvicorn
 
-    from serving.auth import TokenRegistry
-    from serving.endpoint_manager import EndpointManager, mlflow_resolver
-    from serving.endpoint_store import EndpointStore
-    from serving.gateway import create_gateway_app
-    from serving.gateway_metrics import GatewayMetrics
+    from serving.endpoints.manager import EndpointManager, mlflow_resolver
+    from serving.endpoints.store import EndpointStore
+    from serving.gateway.app import create_gateway_app
+    from serving.gateway.auth import TokenRegistry
+    from serving.gateway.metrics import GatewayMetrics
     from serving.inference_log import InferenceLogWriter
 
     try:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from serving.local_replicas import free_port
+from serving.replicas.local import free_port
 
 
 class ServiceUnavailable(RuntimeError):

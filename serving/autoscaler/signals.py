@@ -1,16 +1,16 @@
-"""Signals: per-second samples of one served entity, a bounded history of them, and window objects.
+"""Signals: per-second samples of one served entity and a bounded history of them.
 
 The gateway (or the simulator) produces one :class:`Sample` per second per served entity: requests in
 flight (a time-average over the second, queued ones included), what waits, latency over the second,
 and the replicas' utilisation. :class:`SampleHistory` keeps the last few minutes and hands the policy
-an immutable :class:`Signals` snapshot. Windows are small frozen objects that reduce a snapshot.
+an immutable :class:`Signals` snapshot; the policy reads its windows from it (``Signals.since``).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional
+from typing import Optional
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,6 @@ class Sample:
     latency_p50_ms: Optional[float] = None  # over requests completed during the second
     latency_p99_ms: Optional[float] = None
     utilisation: Optional[float] = None   # busy share of the ready replicas' parallel capacity, 0..1
-    memory: Optional[float] = None        # share of the memory limit, 0..1
     per_replica_in_flight: tuple[float, ...] = ()
 
 
@@ -50,32 +49,6 @@ class Signals:
     @property
     def last(self) -> Optional[Sample]:
         return self.samples[-1] if self.samples else None
-
-
-def _values(samples: Iterable[Sample], key: Callable[[Sample], Optional[float]]) -> list[float]:
-    return [v for v in (key(s) for s in samples) if v is not None]
-
-
-@dataclass(frozen=True)
-class MaxWindow:
-    """The largest value of a signal over the last ``seconds`` (a stabilisation window)."""
-
-    seconds: float
-
-    def of(self, signals: Signals, now: float, key: Callable[[Sample], Optional[float]]) -> Optional[float]:
-        values = _values(signals.since(now - self.seconds), key)
-        return max(values) if values else None
-
-
-@dataclass(frozen=True)
-class MeanWindow:
-    """The mean of a signal over the last ``seconds``."""
-
-    seconds: float
-
-    def of(self, signals: Signals, now: float, key: Callable[[Sample], Optional[float]]) -> Optional[float]:
-        values = _values(signals.since(now - self.seconds), key)
-        return sum(values) / len(values) if values else None
 
 
 class SampleHistory:

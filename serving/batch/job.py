@@ -31,7 +31,7 @@ from serving.batch.input_check import InputSpec
 
 log = logging.getLogger(__name__)
 
-FEATURE_SERVICE_KEY = "feature_service"  # the model metadata key the train flow writes (as serving.runtime reads)
+FEATURE_SERVICE_KEY = "feature_service"  # the model metadata key the train flow writes (as serving.replica.runtime reads)
 DEFAULT_CHUNK_ROWS = 200_000  # measured: joins of 200k-row chunks took 13-30 % less than 100k (benchmarks/README.md)
 WORK_DIR = "_work"  # inside the staging directory: the regrouped input, deleted before publishing
 
@@ -148,21 +148,7 @@ def score_dataset(
         raise ValueError(f"engine must be one of {', '.join(engines.ENGINES)}, got {engine!r}")
     if chunk_rows <= 0:
         raise ValueError(f"chunk_rows must be > 0, got {chunk_rows}")
-    in_child = validation_process.wanted(validation)
-    with validation_process.ValidationProcess() if in_child else contextlib.nullcontext() as validator:
-        model = resolve_model(model_uri, tracking_uri)
-        if model.feature_service:
-            spec = input_spec(home, model.feature_service, key_column)
-        else:  # features given: no feature store is opened
-            spec = InputSpec(key_column, (), (), model.columns)
-        plan = input_check.inspect(Path(input_path), spec)
-        if validator is None:
-            input_check.validate_values(plan, spec)
-        else:
-            validator.submit(plan, spec)
-            if engine == "local":  # the model (and store) this process scores with load while the child validates
-                preload(str(Path(home).resolve()), tracking_uri, model.pinned, model.feature_service)
-            validator.verdict(plan, spec)
+    model, spec, plan = _check_input(Path(input_path), model_uri, home, tracking_uri, key_column, engine, validation)
     checked = time.perf_counter()
 
     final = output_layout.run_dir(Path(output_root), run_id)
@@ -211,6 +197,28 @@ def score_dataset(
         log.warning("batch %s: %d of %d rows had no features in the store (prediction left null)", run_id, missing, rows)
     log.info("batch %s: published %d rows in %d files to %s in %.1f s", run_id, rows, len(files), final, seconds)
     return BatchResult(rows, final, model_uri, model.version, seconds, missing, len(files), len(chunks), engine, stages)
+
+
+def _check_input(input_path: Path, model_uri: str, home: Path, tracking_uri: str, key_column: str, engine: str,
+                 validation: str) -> tuple[ModelRef, InputSpec, input_check.InputPlan]:
+    """The model, what it needs of the input, and the input checked against that (its values validated in a
+    child process when ``validation`` asks for one, while this process loads the model it scores with)."""
+    in_child = validation_process.wanted(validation)
+    with validation_process.ValidationProcess() if in_child else contextlib.nullcontext() as validator:
+        model = resolve_model(model_uri, tracking_uri)
+        if model.feature_service:
+            spec = input_spec(home, model.feature_service, key_column)
+        else:  # features given: no feature store is opened
+            spec = InputSpec(key_column, (), (), model.columns)
+        plan = input_check.inspect(input_path, spec)
+        if validator is None:
+            input_check.validate_values(plan, spec)
+        else:
+            validator.submit(plan, spec)
+            if engine == "local":  # the model (and store) this process scores with load while the child validates
+                preload(str(Path(home).resolve()), tracking_uri, model.pinned, model.feature_service)
+            validator.verdict(plan, spec)
+    return model, spec, plan
 
 
 def _chunks(plan: input_check.InputPlan, spec: InputSpec, chunk_rows: int, work: Path | None) -> list[Chunk]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from serving.gateway_process import GatewayProcess, environ_with, start_gateway, wait_endpoint_ready
+from serving.gateway.process import GatewayProcess, environ_with, start_gateway, wait_endpoint_ready
 from tests.world import MODEL_NAME, World
 
 ENDPOINT = "fraud"

@@ -26,7 +26,7 @@ from mlflow import MlflowClient
 from mlflow.models import infer_signature
 
 from feature_repo import synthetic
-from serving.gateway_process import GatewayProcess, environ_with, start_gateway, wait_endpoint_ready
+from serving.gateway.process import GatewayProcess, environ_with, start_gateway, wait_endpoint_ready
 from tests.models import RowCostModel
 from tests.world import MODEL_NAME, World
 

@@ -90,8 +90,8 @@ def reference(world, tmp_path_factory):
 
 
 def _register_endpoint(world, name: str) -> None:
-    from serving import endpoint_spec as spec
-    from serving.endpoint_store import EndpointStore
+    from serving.endpoints import spec
+    from serving.endpoints.store import EndpointStore
 
     config = spec.normalize_config(spec.EndpointCoreConfig(served_entities=[
         spec.ServedEntityInput(entity_name=MODEL_NAME, entity_alias="champion")]))
@@ -104,7 +104,7 @@ def _register_endpoint(world, name: str) -> None:
 @pytest.fixture
 def scratch_endpoints(world):
     """Endpoint records the test registers by hand, removed afterwards (a gateway would restore them)."""
-    from serving.endpoint_store import EndpointStore
+    from serving.endpoints.store import EndpointStore
 
     names = ["quiet", "shifted"]
     yield names

@@ -25,7 +25,7 @@ from feature_repo import synthetic
 from flows import lifecycle
 from flows.canary import canary, load_state
 from flows.labels import ingest_labels
-from serving.gateway_process import wait_endpoint_ready
+from serving.gateway.process import wait_endpoint_ready
 from serving.inference_log import read_inference_log
 from tests.models import FlakyModel, SleepyModel
 from tests.world import MODEL_NAME

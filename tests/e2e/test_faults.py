@@ -25,9 +25,9 @@ import pytest
 
 from benchmarks.load import LoadResult, run_load
 from feature_repo import synthetic
-from serving.gateway_process import GatewayProcess, environ_with, start_gateway, wait_endpoint_ready
+from serving.gateway.process import GatewayProcess, environ_with, start_gateway, wait_endpoint_ready
 from serving.inference_log import read_inference_log
-from serving.local_replicas import free_port
+from serving.replicas.local import free_port
 from tests.services import ensure_redis_server
 from tests.world import MODEL_NAME
 

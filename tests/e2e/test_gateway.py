@@ -12,7 +12,7 @@ import pytest
 from feature_repo import store as feature_store
 from feature_repo import synthetic
 from flows import training
-from serving.gateway_process import environ_with
+from serving.gateway.process import environ_with
 from serving.inference_log import read_inference_log
 from tests.world import MODEL_NAME
 
@@ -128,7 +128,7 @@ def test_control_plane_errors(gateway):
 
 def test_graceful_stop_flushes_every_request_to_the_inference_log(world, gateway):
     """A gateway of its own, stopped gracefully: every request it answered is in the log."""
-    from serving.gateway_process import start_gateway, wait_endpoint_ready
+    from serving.gateway.process import start_gateway, wait_endpoint_ready
     from tests.e2e.conftest import LiveGateway
 
     process = start_gateway(environ_with({}), world.home / "logs" / "gateway-stop-e2e.log")

@@ -17,7 +17,7 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.models import infer_signature
 
-from serving.gateway_process import GatewayProcess, environ_with, start_gateway, wait_endpoint_ready
+from serving.gateway.process import GatewayProcess, environ_with, start_gateway, wait_endpoint_ready
 from serving.inference_log import read_inference_log
 from tests.models import TrapModel
 from tests.world import MODEL_NAME

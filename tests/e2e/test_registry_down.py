@@ -25,7 +25,7 @@ from mlflow import MlflowClient
 from flows import gates, lifecycle
 from flows.promote import promote
 from flows.registry import RegistryUnavailable
-from serving.local_replicas import free_port
+from serving.replicas.local import free_port
 from tests.world import MODEL_NAME
 
 pytestmark = pytest.mark.slow

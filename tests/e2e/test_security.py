@@ -27,16 +27,17 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from starlette.routing import Route
 
-from serving import auth
-from serving.auth import TokenRegistry
-from serving.endpoint_manager import EndpointManager, LiveEndpoint, ServedEntity
-from serving.endpoint_store import EndpointStore
-from serving.errors import invalid_parameter
-from serving.gateway import PUBLIC_PATHS, create_gateway_app
-from serving.gateway_process import PROJECT_DIR, environ_with, wait_endpoint_ready
+from serving.endpoints.manager import EndpointManager, LiveEndpoint
+from serving.endpoints.store import EndpointStore
+from serving.gateway import auth
+from serving.gateway.app import PUBLIC_PATHS, create_gateway_app
+from serving.gateway.auth import TokenRegistry
+from serving.gateway.process import PROJECT_DIR, environ_with, wait_endpoint_ready
 from serving.inference_log import InferenceLogWriter
-from serving.local_replicas import free_port
-from serving.replica_wire import WireAnswer, WireRequest
+from serving.protocol.errors import invalid_parameter
+from serving.protocol.wire import WireAnswer, WireRequest
+from serving.replicas.local import free_port
+from serving.replicas.served_entity import ServedEntity
 
 ADMIN = "security-admin-token-" + secrets.token_hex(8)
 SCOPED = "security-scoped-token-" + secrets.token_hex(8)  # may use endpoint "ep" only

@@ -19,7 +19,7 @@ from feature_repo import store as feature_store
 from feature_repo import synthetic
 from feature_repo.data_sources import transaction_request
 from feature_repo.features import customer_activity
-from serving.gateway_process import wait_endpoint_ready
+from serving.gateway.process import wait_endpoint_ready
 from tests.world import MODEL_NAME
 
 pytestmark = pytest.mark.slow

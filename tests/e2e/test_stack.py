@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from infra.processes import marked, start_ticks
-from serving.local_replicas import free_port
+from serving.replicas.local import free_port
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 PREFECT = str(Path(os.sys.executable).parent / "prefect")

@@ -11,9 +11,9 @@ import time
 import psutil
 import pytest
 
-from serving import endpoint_spec as spec
-from serving.endpoint_manager import EndpointManager
-from serving.endpoint_store import EndpointStore
+from serving.endpoints import spec
+from serving.endpoints.manager import EndpointManager
+from serving.endpoints.store import EndpointStore
 
 
 MODEL = "no-such-model"  # never loads in time: the replica is still starting when the gateway stops

@@ -11,8 +11,8 @@ import pytest
 from feature_repo import store as feature_store
 from feature_repo import synthetic
 from flows import training
-from serving.errors import ApiError
-from serving.online_features import OnlineFeatureReader
+from serving.features.reader import OnlineFeatureReader
+from serving.protocol.errors import ApiError
 
 SERVICE = "fraud_v1"
 

@@ -104,7 +104,7 @@ def _probe_paths(container: dict[str, Any]) -> dict[str, str]:
 
 
 def test_the_replica_template_is_named_as_the_autoscaler_backend_looks_it_up():
-    from serving.autoscaler.backends.kubernetes import deployment_name
+    from serving.replicas.kubernetes import deployment_name
 
     replica = named("Deployment", deployment_name("fraud", "fraud-champion"))
     labels = replica["spec"]["template"]["metadata"]["labels"]
@@ -119,12 +119,12 @@ def test_model_replicas_update_without_downtime_and_probe_routes_the_replica_ser
     [container] = replica["spec"]["template"]["spec"]["containers"]
     probes = _probe_paths(container)
     assert {"readinessProbe", "livenessProbe"} <= set(probes)
-    served = (PROJECT_DIR / "serving" / "replica.py").read_text()
+    served = (PROJECT_DIR / "serving" / "replica" / "app.py").read_text()
     for path in probes.values():
         assert f'"{path}"' in served, f"the replica serves no {path}"
     assert container["command"][:3] == ["python", "-m", "serving.replica"]
     gateway_container = named("Deployment", "tollfree-gateway")["spec"]["template"]["spec"]["containers"][0]
-    gateway_source = (PROJECT_DIR / "serving" / "gateway.py").read_text()
+    gateway_source = (PROJECT_DIR / "serving" / "gateway" / "app.py").read_text()
     for path in _probe_paths(gateway_container).values():
         assert f'"{path}"' in gateway_source, f"the gateway serves no {path}"
 
@@ -250,7 +250,7 @@ def exposed_metric_names() -> set[str]:
     """Every metric name (as in the exposition's ``# TYPE`` lines) of the gateway's registry and the inference log's."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from serving.gateway_metrics import GatewayMetrics
+    from serving.gateway.metrics import GatewayMetrics
     from serving.inference_log import InferenceLogWriter
 
     log_registry = CollectorRegistry()

@@ -10,10 +10,11 @@ import time
 import psutil
 from mlflow import MlflowClient
 
-from serving.autoscaler.backends.local import LocalBackend
-from serving.endpoint_manager import EndpointManager, LiveEndpoint, ServedEntity
-from serving.endpoint_store import EndpointStore
-from serving.local_replicas import stop_replica
+from serving.endpoints.manager import EndpointManager, LiveEndpoint
+from serving.endpoints.store import EndpointStore
+from serving.replicas.local import stop_replica
+from serving.replicas.local_backend import LocalBackend
+from serving.replicas.served_entity import ServedEntity
 from tests.world import MODEL_NAME
 
 KEY = ("scaled", "champion")
@@ -43,7 +44,7 @@ def test_a_scale_down_while_replicas_start_leaves_only_the_count_asked_for(world
                                   tmp_path / "logs", home=tmp_path)
         served = ServedEntity(name="champion", model_name=MODEL_NAME, version=version)
         manager.live[KEY[0]] = LiveEndpoint(entities={KEY[1]: served}, weights=[(KEY[1], 100)])
-        backend = LocalBackend(manager)
+        backend = LocalBackend(manager.entity, manager.launcher)
         backend.set_replicas(*KEY, 3)
         backend.set_replicas(*KEY, 1)   # none is ready yet: the two extra ones are still starting
         await asyncio.sleep(0)          # the starts run: their processes exist

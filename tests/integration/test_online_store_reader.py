@@ -1,6 +1,6 @@
 """The fast online path equals Feast's ``get_online_features`` path, on SQLite and on a real Redis.
 
-The fast path reads Feast's storage layout directly (``serving.online_store_reader``) and runs the
+The fast path reads Feast's storage layout directly (``serving.features.store_reader``) and runs the
 on-demand views through Feast's stored transformations; these tests hold it to Feast, frame for frame,
 and check it steps aside for any store it does not know.
 """
@@ -19,10 +19,10 @@ from feast.on_demand_feature_view import OnDemandFeatureView
 
 from feature_repo import store as feature_store
 from feature_repo import synthetic
-from serving import online_store_reader
-from serving.errors import ApiError
-from serving.online_features import OnlineFeatureReader
-from serving.online_store_reader import UnsupportedOnlineStore, ViewSpec, open_online_store_reader
+from serving.features import store_reader as online_store_reader
+from serving.features.reader import OnlineFeatureReader
+from serving.features.store_reader import UnsupportedOnlineStore, ViewSpec, open_online_store_reader
+from serving.protocol.errors import ApiError
 from tests.services import redis_server
 
 SERVICE = "fraud_v1"

@@ -13,7 +13,7 @@ from feature_repo import store as feature_store
 from feature_repo import synthetic
 from flows import training
 from monitoring.parity import compare_features
-from serving.online_features import OnlineFeatureReader
+from serving.features.reader import OnlineFeatureReader
 from tests.services import redis_server
 
 SERVICE = "fraud_v1"

@@ -22,7 +22,7 @@ from mlflow.models import infer_signature
 from sklearn.linear_model import LogisticRegression
 
 from flows.registry import ensure_experiment
-from serving.replica_probe import ProbeResult, _run_phase, model_artifact_mb, probe_model
+from serving.replicas.probe import ProbeResult, _run_phase, model_artifact_mb, probe_model
 from serving.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -97,7 +97,7 @@ def _register(kind: str) -> str:
 
 def _probe(uri: str, tmp_path: Path, concurrency: int = 4) -> tuple[ProbeResult, list[int]]:
     """Probe ``uri``; also return the pid of every replica the probe started."""
-    import serving.replica_probe as module
+    import serving.replicas.probe as module
 
     pids: list[int] = []
     original = module.start_replica

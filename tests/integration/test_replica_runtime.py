@@ -15,12 +15,12 @@ import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
-from serving import replica_wire as wire
-from serving.errors import ApiError
-from serving.replica import create_replica_app
-from serving.runtime import ModelRuntime
-from serving.replica_metrics import BUSY_HEADER
-from serving.scoring_protocol import parse_scoring_request
+from serving.protocol import wire
+from serving.protocol.errors import ApiError
+from serving.protocol.scoring import parse_scoring_request
+from serving.protocol.wire import BUSY_HEADER
+from serving.replica.app import create_replica_app
+from serving.replica.runtime import ModelRuntime
 from tests.models import RowCostModel
 
 COLUMNS = [f"f{i}" for i in range(6)]

@@ -8,8 +8,8 @@ import threading
 
 import psutil
 
-from serving.local_replicas import stop_replica
-from serving.warm_pool import WarmPool
+from serving.replicas.local import Launcher, stop_replica
+from serving.replicas.warm_pool import WarmPool
 
 
 def _standbys(pool: WarmPool) -> list[psutil.Process]:
@@ -17,7 +17,7 @@ def _standbys(pool: WarmPool) -> list[psutil.Process]:
 
 
 def test_fills_one_at_a_time_and_refills_after_a_take(tmp_path):
-    pool = WarmPool(2, tmp_path / "logs", dict(os.environ))
+    pool = WarmPool(2, Launcher(tmp_path / "logs", dict(os.environ)))
     try:
         first = threading.Thread(target=pool.fill)
         first.start()

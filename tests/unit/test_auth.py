@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from serving.auth import Principal, TokenRegistry, authorize, bearer_token
-from serving.errors import ApiError
+from serving.gateway.auth import Principal, TokenRegistry, authorize, bearer_token
+from serving.protocol.errors import ApiError
 
 ADMIN_TOKEN = "admin-SECRET-VALUE-123"
 SCOPED_TOKEN = "scoped-SECRET-VALUE-456"
@@ -206,7 +206,7 @@ def test_tokens_file_missing(tmp_path: Path) -> None:
 def test_lookup_compares_every_token_without_early_exit(
     registry: TokenRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import serving.auth as auth
+    import serving.gateway.auth as auth
 
     calls: list[tuple[int, int]] = []
     real = auth.hmac.compare_digest

@@ -13,10 +13,10 @@ import pytest
 import urllib3
 from kubernetes import client as k8s
 
-from serving.autoscaler.backends.kubernetes import KubernetesBackend, deployment_name
 from serving.autoscaler.config import ScalingConfig
 from serving.autoscaler.controller import Controller, RetryPolicy
 from serving.autoscaler.signals import Sample
+from serving.replicas.kubernetes import KubernetesBackend, deployment_name
 
 
 class FakeApiServer:

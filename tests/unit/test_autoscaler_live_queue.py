@@ -7,11 +7,12 @@ import os
 
 import pytest
 
-from serving.autoscaler.backends.local import LocalBackend
 from serving.autoscaler.config import ScalingConfig
-from serving.autoscaler.live import LiveAutoscaler
-from serving.endpoint_manager import EndpointManager, LiveEndpoint, ServedEntity
-from serving.endpoint_store import EndpointStore
+from serving.endpoints.manager import EndpointManager, LiveEndpoint
+from serving.endpoints.store import EndpointStore
+from serving.gateway.autoscaling import LiveAutoscaler
+from serving.replicas.local_backend import LocalBackend
+from serving.replicas.served_entity import ServedEntity
 
 
 async def _never(replica, requests):  # pragma: no cover - nothing is dispatched in these tests
@@ -26,7 +27,7 @@ def test_the_queue_takes_the_policy_bound_only_when_shedding(tmp_path, shed, exp
                           scaling=ScalingConfig(max_queue=500, shed_load=shed))
     served.attach(_never)
     manager.live["e"] = LiveEndpoint(entities={"champion": served}, weights=[("champion", 100)])
-    autoscaler = LiveAutoscaler(manager, LocalBackend(manager))
+    autoscaler = LiveAutoscaler(manager, LocalBackend(manager.entity, manager.launcher))
     autoscaler.sync()
     assert served.dispatcher.max_queue == 500  # held up to max_queue until the policy has measured anything
     autoscaler.controller.queue_sink("e", "champion", 7)
@@ -43,10 +44,10 @@ def test_a_poke_right_after_a_step_still_steps_within_the_gap(tmp_path):
     # step used to be dropped, so scale from zero waited for the next 1-s tick
     import asyncio
 
-    gap = 0.05   # serving.autoscaler.live.POKE_GAP_S
+    gap = 0.05   # serving.gateway.autoscaling.POKE_GAP_S
     manager = EndpointManager(EndpointStore(tmp_path / "endpoints.db"), lambda *a: "1", dict(os.environ),
                               tmp_path / "logs", home=tmp_path)
-    autoscaler = LiveAutoscaler(manager, LocalBackend(manager))
+    autoscaler = LiveAutoscaler(manager, LocalBackend(manager.entity, manager.launcher))
     steps: list[float] = []
     real_step = autoscaler.step
 

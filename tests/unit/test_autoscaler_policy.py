@@ -9,8 +9,8 @@ import pytest
 
 from serving.autoscaler.config import ScalingConfig
 from serving.autoscaler.controller import EntityScaler
-from serving.autoscaler.policy import PolicyState, decide
-from serving.autoscaler.signals import MaxWindow, MeanWindow, Sample, SampleHistory
+from serving.autoscaler.policy import Decision, PolicyState, decide
+from serving.autoscaler.signals import Sample, SampleHistory
 
 SERVICE_S = 0.1
 
@@ -212,7 +212,7 @@ def test_decide_is_pure():
     assert a == b
 
 
-def test_windows():
+def test_history_keeps_its_horizon_and_a_snapshot_reads_a_window():
     history = SampleHistory(keep_s=10)
     for t, v in [(1, 5.0), (2, 9.0), (3, 1.0), (20, 2.0)]:
         history.add(Sample(t=float(t), in_flight=v, ready_replicas=1))
@@ -221,9 +221,8 @@ def test_windows():
     for t, v in [(1, 5.0), (2, 9.0), (3, 1.0)]:
         h.add(Sample(t=float(t), in_flight=v, ready_replicas=1))
     s = h.snapshot()
-    assert MaxWindow(2.5).of(s, 3.0, lambda x: x.in_flight) == 9.0
-    assert MeanWindow(3).of(s, 3.0, lambda x: x.in_flight) == 5.0
-    assert MaxWindow(1).of(s, 10.0, lambda x: x.in_flight) is None
+    assert [x.in_flight for x in s.since(3.0 - 2.0)] == [9.0, 1.0]
+    assert s.since(10.0) == () and s.last.in_flight == 1.0
 
 
 def test_replicas_held_by_the_scale_down_window_do_not_raise_the_target():

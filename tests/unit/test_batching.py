@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from serving import replica_wire as wire
-from serving.batching import BatchPlan, plan_from_profile
+from serving.protocol import wire
+from serving.traffic.batching import BatchPlan, plan_from_profile
 
 
 def test_a_model_whose_batches_are_cheap_per_row_is_batched_up_to_where_the_gain_flattens():

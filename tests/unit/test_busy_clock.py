@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from serving.autoscaler.live import busy_share
-from serving.replica_metrics import BusyClock, ReplicaMetrics
+from serving.gateway.autoscaling import busy_share
+from serving.replica.metrics import BusyClock, ReplicaMetrics
 
 
 class Clock:

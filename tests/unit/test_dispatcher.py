@@ -15,15 +15,16 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from serving.auth import TokenRegistry
-from serving.batching import BatchPlan
-from serving.dispatcher import AdmissionRefused, Dispatcher, ReplicaUnreachable
-from serving.endpoint_manager import EndpointManager, LiveEndpoint, ServedEntity
-from serving.endpoint_store import EndpointStore
-from serving.errors import ApiError
-from serving.gateway import create_gateway_app
+from serving.endpoints.manager import EndpointManager, LiveEndpoint
+from serving.endpoints.store import EndpointStore
+from serving.gateway.app import create_gateway_app
+from serving.gateway.auth import TokenRegistry
 from serving.inference_log import InferenceLogWriter, read_inference_log
-from serving.replica_wire import WireAnswer, WireRequest
+from serving.protocol.errors import ApiError
+from serving.protocol.wire import ReplicaUnreachable, WireAnswer, WireRequest
+from serving.replicas.served_entity import ServedEntity
+from serving.traffic.batching import BatchPlan
+from serving.traffic.dispatcher import AdmissionRefused, Dispatcher
 
 TOKEN = "unit-test-admin-token-0123456789"
 BATCHING = BatchPlan(enabled=True, max_batch=8, max_wait_ms=0.0, single_ms=1.0, gain=5.0)

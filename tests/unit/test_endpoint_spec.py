@@ -8,7 +8,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from serving.endpoint_spec import (
+from serving.endpoints.spec import (
     CreateEndpointRequest,
     EndpointCoreConfig,
     EndpointRecord,
@@ -17,7 +17,7 @@ from serving.endpoint_spec import (
     traffic_weights,
     validate_endpoint_name,
 )
-from serving.errors import ApiError, install_error_handlers
+from serving.protocol.errors import ApiError, install_error_handlers
 
 SECRET = "SECRET-VALUE-123"
 
@@ -411,8 +411,8 @@ def test_view_parses_with_the_databricks_sdk() -> None:
     ({"min_replicas": 3, "max_replicas": 2}, "min_replicas"),
 ])
 def test_an_invalid_scaling_config_is_refused_naming_the_field(entity, field):
-    from serving.endpoint_spec import EndpointCoreConfig, normalize_config
-    from serving.errors import ApiError
+    from serving.endpoints.spec import EndpointCoreConfig, normalize_config
+    from serving.protocol.errors import ApiError
 
     config = EndpointCoreConfig.model_validate({"served_entities": [{"entity_name": "m", "entity_version": "1", **entity}]})
     with pytest.raises(ApiError) as err:
@@ -421,7 +421,7 @@ def test_an_invalid_scaling_config_is_refused_naming_the_field(entity, field):
 
 
 def test_the_scaling_config_follows_the_served_entity():
-    from serving.endpoint_spec import ServedEntityInput, scaling_config
+    from serving.endpoints.spec import ServedEntityInput, scaling_config
 
     fixed = scaling_config(ServedEntityInput(entity_name="m", entity_version="1", max_concurrency=30, max_replicas=8))
     assert not fixed.vertical and fixed.initial_target == 20 and fixed.max_replicas == 8 and fixed.min_replicas == 1

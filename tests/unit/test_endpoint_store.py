@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from serving.endpoint_spec import EndpointCoreConfig, EndpointRecord, normalize_config
-from serving.endpoint_store import EndpointStore
-from serving.errors import ApiError
+from serving.endpoints.spec import EndpointCoreConfig, EndpointRecord, normalize_config
+from serving.endpoints.store import EndpointStore
+from serving.protocol.errors import ApiError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -211,7 +211,7 @@ def test_a_failed_write_leaves_nothing_behind(store: EndpointStore) -> None:
     # A process that dies in the middle of a write leaves the previous state.
     script = (
         "import os, sys\n"
-        "from serving.endpoint_store import EndpointStore\n"
+        "from serving.endpoints.store import EndpointStore\n"
         "store = EndpointStore(sys.argv[1])\n"
         "with store._write() as db:\n"
         "    db.execute('DELETE FROM endpoints')\n"

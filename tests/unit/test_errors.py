@@ -7,8 +7,8 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from pydantic import BaseModel, field_validator
 
-from serving import errors
-from serving.errors import ApiError, error_body, install_error_handlers
+from serving.protocol import errors
+from serving.protocol.errors import ApiError, error_body, install_error_handlers
 
 SECRET = "SECRET-VALUE-123"
 
@@ -148,7 +148,7 @@ def test_unhandled_exception_is_generic_500_with_request_id(
     assert "req-42" in data["message"]
     assert "model crashed" not in data["message"]
     assert resp.headers["x-request-id"] == "req-42"
-    records = [r for r in caplog.records if r.name == "serving.errors"]
+    records = [r for r in caplog.records if r.name == "serving.protocol.errors"]
     assert records and records[0].exc_info is not None
     assert "req-42" in records[0].getMessage()
     assert SECRET not in caplog.text

@@ -10,7 +10,7 @@ import pytest
 from feast.type_map import feast_value_type_to_python_type, python_values_to_proto_values
 from feast.value_type import ValueType
 
-from serving.fast_online_features import as_feast_returns, model_frame
+from serving.features.fast_reader import as_feast_returns, model_frame
 
 
 def test_model_frame_is_the_frame_pandas_builds_from_the_lists():

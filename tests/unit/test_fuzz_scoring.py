@@ -13,8 +13,8 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from serving.errors import ApiError
-from serving.scoring_protocol import INPUT_KEYS, parse_scoring_request
+from serving.protocol.errors import ApiError
+from serving.protocol.scoring import INPUT_KEYS, parse_scoring_request
 
 MARK = "VAL\u00a7"  # every string value starts with it; no message text contains it
 KEYS = [*INPUT_KEYS, "params", "columns", "data", "index", "customer_id", "merchant_id", "amount", "x", ""]

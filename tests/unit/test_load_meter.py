@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from serving.load_meter import LoadMeter
+from serving.traffic.load_meter import LoadMeter
 
 
 def test_in_flight_and_queue_depth_are_time_averaged_over_the_period():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from serving.errors import ApiError
-from serving.rate_limit import RateLimit, TokenBuckets
+from serving.gateway.rate_limit import RateLimit, TokenBuckets
+from serving.protocol.errors import ApiError
 
 LIMIT = RateLimit(requests_per_second=2.0, burst=3.0)
 

@@ -6,14 +6,15 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from serving.auth import TokenRegistry
-from serving.endpoint_manager import EndpointManager, LiveEndpoint, ServedEntity
-from serving.endpoint_spec import EndpointCoreConfig
-from serving.endpoint_store import EndpointStore
-from serving.gateway import create_gateway_app
+from serving.endpoints.manager import EndpointManager, LiveEndpoint
+from serving.endpoints.spec import EndpointCoreConfig
+from serving.endpoints.store import EndpointStore
+from serving.gateway.app import create_gateway_app
+from serving.gateway.auth import TokenRegistry
 from serving.inference_log import InferenceLogWriter
-from serving.response_cache import ResponseCache
-from serving.replica_wire import WireAnswer, WireRequest
+from serving.protocol.wire import WireAnswer, WireRequest
+from serving.replicas.served_entity import ServedEntity
+from serving.traffic.response_cache import ResponseCache
 from tests.unit.test_dispatcher import TOKEN, FakeReplica
 
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from serving.router import choose_entity, pick_replica
+from serving.traffic.router import choose_entity, pick_replica
 
 
 @dataclass

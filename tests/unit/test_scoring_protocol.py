@@ -8,12 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from serving.errors import ApiError
-from serving.scoring_protocol import (
+from serving.protocol.errors import ApiError
+from serving.protocol.scoring import (
     ScoringRequest,
     canonical_payload_key,
     parse_scoring_request,
-    predictions_body,
     to_jsonable,
 )
 
@@ -342,7 +341,7 @@ def test_to_jsonable_misc_types_and_json_roundtrip() -> None:
         to_jsonable(object())
 
 
-def test_predictions_body() -> None:
-    body = predictions_body(np.array([0, 1]))
+def test_a_numpy_array_becomes_a_json_list() -> None:
+    body = {"predictions": to_jsonable(np.array([0, 1]))}
     assert body == {"predictions": [0, 1]}
     json.dumps(body, allow_nan=False)

@@ -106,7 +106,7 @@ def test_a_recycled_pid_is_not_ours(tmp_path: Path):
 
 def test_up_refuses_a_taken_port_before_starting_anything(tmp_path: Path):
     from infra.stack import up
-    from serving.local_replicas import free_port
+    from serving.replicas.local import free_port
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

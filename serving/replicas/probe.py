@@ -1,6 +1,6 @@
 """Measure a candidate model by serving it in a real local replica under a short, bounded load.
 
-``probe_model`` spawns one replica (``serving.local_replicas``), waits until it is ready, sends a
+``probe_model`` spawns one replica (``serving.replicas.local``), waits until it is ready, sends a
 warm-up and then ``requests`` timed POSTs to ``/invocations`` from ``concurrency`` keep-alive
 clients, and reads the replica's peak memory and CPU time from ``/proc``. The replica is always
 stopped. Latency figures cover successful (HTTP 200) answers only; with none they are NaN, as is
@@ -28,8 +28,8 @@ from urllib.request import url2pathname
 import httpx
 import numpy as np
 
-from serving.local_replicas import LocalReplica, start_replica, stop_replica, wait_ready
-from serving.replica import REPLICA_TOKEN_ENV
+from serving.protocol.wire import REPLICA_TOKEN_ENV
+from serving.replicas.local import LocalReplica, start_replica, stop_replica, wait_ready
 
 log = logging.getLogger(__name__)
 

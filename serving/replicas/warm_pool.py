@@ -9,21 +9,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
-from pathlib import Path
 
-from serving.local_replicas import LocalReplica, ReplicaStartError, start_replica, stop_replica, wait_live
+from serving.replicas.local import Launcher, LocalReplica, ReplicaStartError, stop_replica, wait_live
 
 log = logging.getLogger(__name__)
 
 
 class WarmPool:
-    def __init__(self, size: int, log_dir: Path, env: Mapping[str, str]) -> None:
+    def __init__(self, size: int, launcher: Launcher) -> None:
         if size < 0:
             raise ValueError("warm pool size must be >= 0")
         self.size = size
-        self._log_dir = log_dir
-        self._env = dict(env)
+        self._launcher = launcher
         self._idle: list[LocalReplica] = []
         self._booting: list[LocalReplica] = []  # started, not yet live: close() stops these too
         self._lock = threading.Lock()
@@ -65,7 +62,7 @@ class WarmPool:
                 if self._closed or len(self._idle) >= self.size:
                     return True
             try:
-                replica = start_replica("", self._log_dir, self._env)
+                replica = self._launcher.start("")
             except OSError as exc:
                 log.warning("warm pool: could not start a standby replica: %s", exc)
                 return False

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from serving.errors import ApiError
+from serving.protocol.errors import ApiError
 
 _KEYS = frozenset({"requests_per_second", "burst"})
 

@@ -5,7 +5,7 @@ entity has no features in the online store is refused with the entity named (404
 model as NaN.
 
 Two paths give the same frame: by default the store is read directly and the on-demand views run
-through Feast's stored transformations (``serving.fast_online_features``, 3-4x faster for a batch);
+through Feast's stored transformations (``serving.features.fast_reader``, 3-4x faster for a batch);
 where that reader does not know the store's layout, or with ``fast=False``, Feast's
 ``get_online_features`` does it all.
 """
@@ -21,9 +21,9 @@ import pandas as pd
 from feast import FeatureStore
 
 from feature_repo import store as feature_store
-from serving.errors import ApiError, invalid_parameter, not_found, unavailable
-from serving.fast_online_features import FastServiceReader, model_frame
-from serving.online_store_reader import UnsupportedOnlineStore
+from serving.features.fast_reader import FastServiceReader, model_frame
+from serving.features.store_reader import UnsupportedOnlineStore
+from serving.protocol.errors import ApiError, invalid_parameter, not_found, unavailable
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class OnlineFeatureReader:
     """Reads a FeatureService's online features for a batch of request rows.
 
     ``fast`` (the default) reads the online store directly when its layout is one
-    ``serving.online_store_reader`` supports; ``self.fast`` says whether it does. Otherwise, and with
+    ``serving.features.store_reader`` supports; ``self.fast`` says whether it does. Otherwise, and with
     ``fast=False``, every read goes through Feast's ``get_online_features``.
     """
 

@@ -2,8 +2,8 @@
 on the gateway's event loop, replica counts applied by the local backend.
 
 - ``GatewaySignals`` is the controller's ``SignalSource``: each served entity's load meter (in flight,
-  queued, arrivals, completions, latency; ``serving.load_meter``) plus its replicas' utilisation: the
-  rate of each replica's busy clock (``serving.replica_metrics.BusyClock``, carried on its answers), so a
+  queued, arrivals, completions, latency; ``serving.traffic.load_meter``) plus its replicas' utilisation: the
+  rate of each replica's busy clock (``serving.replica.metrics.BusyClock``, carried on its answers), so a
   model that waits (on a remote call, a sleep, a device) counts as busy as one that computes; the
   process's CPU from ``/proc`` only until a replica has answered.
 - ``LiveAutoscaler`` keeps the controller's entity set in step with the live endpoints, seeds a batched
@@ -25,8 +25,9 @@ from dataclasses import replace
 from serving.autoscaler.config import ScalingConfig
 from serving.autoscaler.controller import Backend, Controller, EntityKey
 from serving.autoscaler.signals import Sample
-from serving.dispatcher import PIPELINE_DEPTH
-from serving.endpoint_manager import EndpointManager, ServedEntity
+from serving.endpoints.manager import EndpointManager
+from serving.replicas.served_entity import ServedEntity
+from serving.traffic.dispatcher import PIPELINE_DEPTH
 
 log = logging.getLogger(__name__)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -18,6 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from serving.protocol.wire import REPLICA_TOKEN_ENV
+from serving.settings import PROJECT_DIR
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +58,37 @@ class LocalReplica:
         return self.process.poll() is None
 
 
+@dataclass(frozen=True)
+class Launcher:
+    """How one gateway starts its replicas: the folder for their logs and the environment they get."""
+
+    log_dir: Path
+    env: Mapping[str, str]
+
+    @classmethod
+    def for_gateway(cls, environ: Mapping[str, str], log_dir: Path) -> Launcher:
+        """The gateway's environment for its replicas: never its admin token, always a replica token.
+
+        Replicas accept invocations only with the replica token; it lives in the gateway and their
+        environment. Set TOLLFREE_REPLICA_TOKEN (a Kubernetes Secret, say) when replicas run apart from
+        the gateway; otherwise each gateway generates its own."""
+        token = environ.get(REPLICA_TOKEN_ENV) or secrets.token_urlsafe(32)
+        env = {**{k: v for k, v in environ.items() if k != "TOLLFREE_TOKEN"}, REPLICA_TOKEN_ENV: token}
+        return cls(log_dir, env)
+
+    @property
+    def token(self) -> str | None:
+        return self.env.get(REPLICA_TOKEN_ENV)
+
+    def start(self, model_uri: str) -> LocalReplica:
+        """A replica process for ``model_uri`` (empty: a warm-pool standby); see :func:`start_replica`."""
+        return start_replica(model_uri, self.log_dir, self.env)
+
+    def activate(self, replica: LocalReplica, model_uri: str) -> dict:
+        """Load ``model_uri`` into a standby; see :func:`activate`."""
+        return activate(replica, model_uri, self.token)
+
+
 def rss_mb(pid: int) -> float | None:
     """A process's resident memory in MB, from /proc (None if it is gone)."""
     try:
@@ -80,7 +115,7 @@ def start_replica(model_uri: str, log_dir: Path, env: Mapping[str, str], host: s
             stdout=out,
             stderr=subprocess.STDOUT,
             env=dict(env),
-            cwd=str(Path(__file__).resolve().parent.parent),
+            cwd=str(PROJECT_DIR),
             start_new_session=True,
         )
     log.info("started replica pid %d for %s on port %d", process.pid, model_uri, port)

@@ -24,7 +24,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from serving.errors import (
+from serving.protocol.errors import (
     invalid_parameter,
     malformed_request,
     payload_too_large,
@@ -356,9 +356,3 @@ def to_jsonable(predictions: Any) -> Any:
     if isinstance(predictions, (list, tuple, set, frozenset)):
         return [to_jsonable(v) for v in predictions]
     return _scalar(predictions)
-
-
-def predictions_body(predictions: Any) -> dict[str, Any]:
-    """The MLflow scoring response: ``{"predictions": ...}``."""
-    return {"predictions": to_jsonable(predictions)}
-

@@ -1,7 +1,7 @@
 """A FeatureService's online features without ``get_online_features``: the store read directly, then
 the service's on-demand views run through Feast's own stored transformations.
 
-Why: see ``serving.online_store_reader``; this module adds what Feast does around the store read for a
+Why: see ``serving.features.store_reader``; this module adds what Feast does around the store read for a
 FeatureService. The on-demand views are the registered ``OnDemandFeatureView`` objects, called through
 ``transform_dict`` (what Feast calls in python mode) with the columns Feast hands them: the join keys,
 the request fields and the features of the views the on-demand view declares as sources. Their
@@ -25,7 +25,7 @@ from feast.on_demand_feature_view import OnDemandFeatureView
 from feast.type_map import feast_value_type_to_python_type, python_values_to_proto_values
 from feast.value_type import ValueType
 
-from serving.online_store_reader import (
+from serving.features.store_reader import (
     OnlineStoreReader,
     UnsupportedOnlineStore,
     ViewSpec,

@@ -1,6 +1,6 @@
 """The gateway-to-replica batch envelope: several scoring requests in one HTTP call, and their answers.
 
-The gateway gathers concurrent requests for one served entity (``serving.dispatcher``) and sends them
+The gateway gathers concurrent requests for one served entity (``serving.traffic.dispatcher``) and sends them
 to a replica as one ``POST /invocations/batch`` with content type ``application/x-tollfree-batch``:
 
     {"items": [[request_id, content_type, body_length], ...]}\\n<body 1><body 2>...
@@ -13,6 +13,10 @@ where, for status 200, ``first`` is the predictions' JSON and ``second`` the ser
 when the model reads none); for an error, ``first`` is the ``{"error_code", "message"}`` body and
 ``second`` is empty. The gateway builds the client's ``{"predictions": ...}`` body from ``first``
 without parsing it, and logs ``first`` and ``second`` as they are.
+
+Every envelope answer carries the replica's busy clock in ``BUSY_HEADER`` (seconds its predict calls
+ran, ``serving.replica.metrics.BusyClock``): the autoscaler's utilisation signal. Replicas the gateway
+starts accept calls only with the bearer token it puts in their environment as ``REPLICA_TOKEN_ENV``.
 """
 
 from __future__ import annotations
@@ -25,10 +29,16 @@ import orjson
 CONTENT_TYPE = "application/x-tollfree-batch"
 PATH = "/invocations/batch"
 MAX_ITEMS = 1024
+BUSY_HEADER = "x-tollfree-busy-s"
+REPLICA_TOKEN_ENV = "TOLLFREE_REPLICA_TOKEN"
 
 
 class WireError(ValueError):
     """A malformed envelope: a bug or a stranger, never a client's payload problem."""
+
+
+class ReplicaUnreachable(Exception):
+    """The replica could not be reached or answered with something other than an envelope."""
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,12 @@
 
 ``python -m serving.replica --model-uri models:/NAME/VERSION --host 127.0.0.1 --port PORT``.
 It is ready (``/health/ready`` 200) only after the model is loaded, warmed and profiled; the ready
-answer carries the micro-batching plan (``serving.batching``) the gateway follows.
+answer carries the micro-batching plan (``serving.traffic.batching``) the gateway follows.
 
 Routes: ``POST /invocations`` (one scoring request, the MLflow protocol, for direct clients and
-probes), ``POST /invocations/batch`` (the gateway's envelope of several, ``serving.replica_wire``),
+probes), ``POST /invocations/batch`` (the gateway's envelope of several, ``serving.protocol.wire``),
 ``GET /health/ready`` and ``GET /health/live`` (probes; no token), ``GET /metrics`` (Prometheus,
-``serving.replica_metrics``). When ``TOLLFREE_REPLICA_TOKEN`` is set (the gateway sets it for the replicas
+``serving.replica.metrics``). When ``TOLLFREE_REPLICA_TOKEN`` is set (the gateway sets it for the replicas
 it starts) every route but the probes requires it as a bearer token.
 
 A plain ASGI app on uvicorn rather than FastAPI: the replica has five fixed routes, and routing and
@@ -17,11 +17,9 @@ serialised on one worker thread, so the event loop keeps reading the next reques
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import hmac
 import logging
-import os
 import time
 from contextlib import nullcontext
 from concurrent.futures import ThreadPoolExecutor
@@ -32,16 +30,15 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from serving import replica_wire as wire
-from serving.replica_metrics import BUSY_HEADER, ReplicaMetrics
-from serving.errors import REQUEST_ID_HEADER, ApiError, error_body, internal, not_found, resolve_request_id, unauthenticated
-from serving.runtime import ModelError, ModelRuntime, Prediction
-from serving.scoring_protocol import parse_scoring_request, to_jsonable
+from serving.protocol import wire
+from serving.protocol.errors import REQUEST_ID_HEADER, ApiError, error_body, internal, not_found, resolve_request_id, unauthenticated
+from serving.protocol.scoring import parse_scoring_request, to_jsonable
+from serving.replica.metrics import ReplicaMetrics
+from serving.replica.runtime import ModelError, ModelRuntime, Prediction
 
 log = logging.getLogger(__name__)
 
 RETURN_FEATURES_HEADER = "x-tollfree-return-features"
-REPLICA_TOKEN_ENV = "TOLLFREE_REPLICA_TOKEN"
 MAX_BODY_BYTES = 64 * 1024 * 1024
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -165,7 +162,7 @@ class ReplicaApp:
                                                          self.metrics)
                     await _respond(send, 200, out, request_id, wire.CONTENT_TYPE,
                                    [(b"x-tollfree-predict-ms", f"{(time.perf_counter() - started) * 1000:.3f}".encode()),
-                                    (BUSY_HEADER.encode(), f"{self.metrics.busy.total():.6f}".encode())])
+                                    (wire.BUSY_HEADER.encode(), f"{self.metrics.busy.total():.6f}".encode())])
                 else:
                     content_type = headers.get(b"content-type", b"").decode("latin-1") or None
                     want = headers.get(RETURN_FEATURES_HEADER.encode()) == b"1"
@@ -288,70 +285,3 @@ class StandbyApp:
         seconds = time.perf_counter() - started
         log.info("standby loaded %s in %.2fs", model_uri, seconds)
         return create_replica_app(runtime, token=self.token, model_uri=model_uri, load_seconds=seconds)
-
-
-def _preload_runtime(home: Path) -> Any:
-    """Import what loading a model will need and open the registry's database (SQLAlchemy's engine and
-    MLflow's schema check cost seconds on first use), so a warm replica pays only for the model itself."""
-    import mlflow.pyfunc  # noqa: F401
-    import mlflow.sklearn  # noqa: F401
-    import skops.io  # noqa: F401  (how scikit-learn models are stored by default)
-    import sklearn.ensemble  # noqa: F401
-    from mlflow import MlflowClient
-    from mlflow.utils import requirements_utils
-
-    from feature_repo import store
-    from serving import online_features  # noqa: F401
-
-    try:
-        # MLflow checks a model's requirements against the installed packages on load; the package map
-        # it builds for that takes seconds the first time (private API: a failure only costs the time)
-        requirements_utils._init_packages_to_modules_map()
-    except Exception:  # noqa: BLE001
-        pass
-    try:
-        MlflowClient().search_registered_models(max_results=1)
-        feature_store = store.open_store(home)
-        feature_store.list_feature_services()  # the registry, read once
-        return feature_store
-    except Exception as exc:  # the model load will say what is wrong, precisely
-        log.warning("standby preload incomplete: %s", type(exc).__name__)
-        return None
-
-
-def main(argv: list[str] | None = None) -> int:
-    from serving.settings import export_defaults
-
-    parser = argparse.ArgumentParser(description="Serve one MLflow model as a tollfree replica.")
-    parser.add_argument("--model-uri", help="the model to serve (required unless --standby)")
-    parser.add_argument("--standby", action="store_true", help="warm pool: import the runtime, wait for POST /load")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
-    args = parser.parse_args(argv)
-    if not args.standby and not args.model_uri:
-        parser.error("--model-uri is required (or --standby)")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s replica[%(process)d] %(name)s: %(message)s")
-    settings = export_defaults(os.environ)
-    import mlflow
-    import uvicorn
-
-    mlflow.set_tracking_uri(settings.tracking_uri)
-    token = os.environ.get(REPLICA_TOKEN_ENV) or None
-    app: Any
-    if args.standby:
-        started = time.perf_counter()
-        app = StandbyApp(Path(settings.home), token=token, store=_preload_runtime(Path(settings.home)))
-        log.info("standby ready to load a model (preloaded in %.2fs)", time.perf_counter() - started)
-    else:
-        started = time.perf_counter()
-        runtime = ModelRuntime.load(args.model_uri, Path(settings.home))
-        runtime.warm()
-        runtime.profile()
-        app = create_replica_app(runtime, token=token, model_uri=args.model_uri, load_seconds=time.perf_counter() - started)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, loop="uvloop",
-                http="httptools", lifespan="on")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -9,54 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from starlette.concurrency import run_in_threadpool
 
-from serving import endpoint_spec as spec
-from serving.endpoint_store import EndpointStore
-from serving.errors import invalid_parameter, not_found, unavailable
-from serving.autoscaler.config import ScalingConfig
-from serving.batching import BatchPlan
-from serving.dispatcher import Dispatcher, SendBatch
-from serving.replica import REPLICA_TOKEN_ENV
-from serving.response_cache import ResponseCache
-from serving.local_replicas import LocalReplica, ReplicaStartError, start_replica, stop_replica, wait_ready
+from serving.endpoints import spec
+from serving.endpoints.store import EndpointStore
+from serving.protocol.errors import invalid_parameter, not_found, unavailable
+from serving.replicas.local import Launcher, ReplicaStartError, stop_replica, wait_ready
+from serving.replicas.served_entity import DEFAULT_MAX_CONCURRENCY, ServedEntity
+from serving.traffic.batching import BatchPlan
+from serving.traffic.response_cache import ResponseCache
 
 log = logging.getLogger(__name__)
-
-DEFAULT_MAX_CONCURRENCY = 32
-
-
-@dataclass
-class ServedEntity:
-    """A served entity's running replicas."""
-
-    name: str
-    model_name: str
-    version: str
-    replicas: list[LocalReplica] = field(default_factory=list)
-    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
-    dispatcher: Dispatcher | None = None  # set by the manager (or a test) before traffic reaches the entity
-    scaling: ScalingConfig | None = None  # the autoscaler's config for it (None: not autoscaled)
-
-    def attach(self, send: SendBatch, timeout_s: float = 30.0) -> Dispatcher:
-        """Give the entity its dispatcher: requests queue here and go to its replicas in batches."""
-        self.dispatcher = Dispatcher(send, lambda: self.replicas, limit=lambda: self.max_concurrency, timeout_s=timeout_s)
-        return self.dispatcher
-
-    @property
-    def model_uri(self) -> str:
-        return f"models:/{self.model_name}/{self.version}"
-
-    @property
-    def key(self) -> tuple[str, str, int]:
-        return (self.model_name, self.version, len(self.replicas))
 
 
 @dataclass
@@ -110,19 +79,13 @@ class EndpointManager:
     ) -> None:
         self.store = store
         self._resolve = resolver
-        # Replicas accept invocations only with this token; it lives in this process and their environment.
-        # Set TOLLFREE_REPLICA_TOKEN (a Kubernetes Secret, say) when replicas run apart from the gateway.
-        replica_token = replica_env.get(REPLICA_TOKEN_ENV) or secrets.token_urlsafe(32)
-        # Replicas never see the gateway's admin token.
-        self._env = {**{k: v for k, v in replica_env.items() if k != "TOLLFREE_TOKEN"}, REPLICA_TOKEN_ENV: replica_token}
+        self.launcher = Launcher.for_gateway(replica_env, log_dir)
         if replica_client is None:
-            from serving.replica_client import ReplicaClient
+            from serving.replicas.client import ReplicaClient
 
-            replica_client = ReplicaClient(replica_token)
+            replica_client = ReplicaClient(self.launcher.token)
         self.replica_client = replica_client
-        self.replica_token = replica_token
         self.request_timeout_s = request_timeout_s
-        self.log_dir = self._log_dir = log_dir
         self._home = home or log_dir.parent
         self._ready_timeout_s = ready_timeout_s
         self.live: dict[str, LiveEndpoint] = {}
@@ -177,7 +140,7 @@ class EndpointManager:
         return body
 
     async def openapi(self, name: str) -> dict:
-        from serving.endpoint_openapi import endpoint_openapi, model_inputs
+        from serving.endpoints.openapi import endpoint_openapi, model_inputs
 
         record = await run_in_threadpool(self.store.get, name)
         entities = {}
@@ -223,9 +186,10 @@ class EndpointManager:
             raise not_found(f"endpoint {name} does not exist")
         return live
 
-    @property
-    def replica_env(self) -> dict[str, str]:
-        return dict(self._env)
+    def entity(self, endpoint: str, name: str) -> ServedEntity | None:
+        """The live served entity ``name`` of ``endpoint`` (None once it has left the routing)."""
+        live = self.live.get(endpoint)
+        return live.entities.get(name) if live is not None else None
 
     # ---- internals -----------------------------------------------------------------------------
     async def _resolved(self, config: spec.EndpointCoreConfig) -> spec.EndpointCoreConfig:
@@ -259,7 +223,7 @@ class EndpointManager:
                 dispatcher = served.attach(self.replica_client.send, self.request_timeout_s)
                 started.append(served)
                 for _ in range(wanted):  # spawned on the loop, not in a thread: a cancelled rollout must know every process
-                    served.replicas.append(start_replica(served.model_uri, self._log_dir, self._env))
+                    served.replicas.append(self.launcher.start(served.model_uri))
                 for replica in served.replicas:
                     ready = await run_in_threadpool(wait_ready, replica, self._ready_timeout_s)
                     if isinstance(ready, dict) and isinstance(ready.get("batching"), dict):

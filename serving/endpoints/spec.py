@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Valida
 from pydantic_core import PydanticCustomError
 
 from serving.autoscaler.config import ScalingConfig, ScalingConfigError
-from serving.errors import invalid_parameter
+from serving.protocol.errors import invalid_parameter
 
 READY_STATES = frozenset({"READY", "NOT_READY"})
 CONFIG_UPDATE_STATES = frozenset({"NOT_UPDATING", "IN_PROGRESS", "UPDATE_FAILED", "UPDATE_CANCELED"})

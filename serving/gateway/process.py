@@ -13,9 +13,8 @@ from pathlib import Path
 
 import httpx
 
-from serving.local_replicas import free_port
-
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+from serving.replicas.local import free_port
+from serving.settings import PROJECT_DIR
 
 
 @dataclass

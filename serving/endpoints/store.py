@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from serving.endpoint_spec import EndpointRecord, quote_name
-from serving.errors import ApiError, already_exists, not_found
+from serving.endpoints.spec import EndpointRecord, quote_name
+from serving.protocol.errors import ApiError, already_exists, not_found
 
 logger = logging.getLogger(__name__)
 

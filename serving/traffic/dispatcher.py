@@ -5,7 +5,7 @@ dispatcher takes the waiting requests (up to the model's batch size, when its re
 batching pays; one at a time otherwise) and sends them as one call. Requests thus batch exactly when
 they would queue anyway: a lone request never waits for company, so single-request latency is
 untouched. When the replica is busy and fewer requests wait than a batch holds, the batch may wait
-the plan's short ``max_wait_ms`` for more (``serving.batching``).
+the plan's short ``max_wait_ms`` for more (``serving.traffic.batching``).
 
 Limits, as before: at most ``limit`` requests in flight per replica (its concurrency limit), at most
 ``depth`` batches in flight per replica when batching (one predicting, one arriving), at most
@@ -24,11 +24,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from serving.batching import OFF, BatchPlan
-from serving.load_meter import LoadMeter
-from serving.errors import ApiError, timeout, unavailable
-from serving.replica_wire import WireAnswer, WireRequest
-from serving.router import pick_replica
+from serving.protocol.errors import ApiError, timeout, unavailable
+from serving.protocol.wire import ReplicaUnreachable, WireAnswer, WireRequest
+from serving.traffic.batching import OFF, BatchPlan
+from serving.traffic.load_meter import LoadMeter
+from serving.traffic.router import pick_replica
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +39,6 @@ class Replica(Protocol):
     outstanding: int
 
     def alive(self) -> bool: ...
-
-
-class ReplicaUnreachable(Exception):
-    """The replica could not be reached or answered with something other than an envelope."""
 
 
 SendBatch = Callable[[Any, list[WireRequest]], Awaitable[list[WireAnswer]]]

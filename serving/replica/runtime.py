@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from serving.batching import PROFILE_SIZES, BatchPlan, plan_from_profile
-from serving.errors import ApiError, invalid_parameter
-from serving.online_features import OnlineFeatureReader
-from serving.scoring_protocol import ScoringRequest
+from serving.features.reader import OnlineFeatureReader
+from serving.protocol.errors import ApiError, invalid_parameter
+from serving.protocol.scoring import ScoringRequest
+from serving.traffic.batching import PROFILE_SIZES, BatchPlan, plan_from_profile
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,7 @@ from typing import Any
 
 import aiohttp
 
-from serving import replica_wire as wire
-from serving.dispatcher import ReplicaUnreachable
-from serving.replica_metrics import BUSY_HEADER
+from serving.protocol import wire
 
 
 class ReplicaClient:
@@ -44,17 +42,17 @@ class ReplicaClient:
                                           headers=self._headers) as response:
                 body = await response.read()
                 status = response.status
-                busy = response.headers.get(BUSY_HEADER)
+                busy = response.headers.get(wire.BUSY_HEADER)
         except (aiohttp.ClientError, OSError, asyncio.IncompleteReadError) as exc:
-            raise ReplicaUnreachable(type(exc).__name__) from exc
+            raise wire.ReplicaUnreachable(type(exc).__name__) from exc
         if status != 200:
-            raise ReplicaUnreachable(f"replica answered HTTP {status} to a batch")
+            raise wire.ReplicaUnreachable(f"replica answered HTTP {status} to a batch")
         if busy is not None:
             try:
-                replica.busy_s = float(busy)   # the autoscaler's utilisation signal (serving.autoscaler.live)
+                replica.busy_s = float(busy)   # the autoscaler's utilisation signal (serving.gateway.autoscaling)
             except ValueError:
                 pass
         try:
             return wire.decode_answers(body, len(requests))
         except wire.WireError as exc:
-            raise ReplicaUnreachable(str(exc)) from exc
+            raise wire.ReplicaUnreachable(str(exc)) from exc

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from serving.errors import permission_denied, unauthenticated
-from serving.rate_limit import RateLimit
+from serving.gateway.rate_limit import RateLimit
+from serving.protocol.errors import permission_denied, unauthenticated
 
 logger = logging.getLogger(__name__)
 

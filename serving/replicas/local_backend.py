@@ -13,23 +13,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from serving.batching import BatchPlan
-from serving.endpoint_manager import EndpointManager, ServedEntity
-from serving.local_replicas import LocalReplica, ReplicaStartError, activate, start_replica, stop_replica, wait_ready
-from serving.warm_pool import WarmPool
+from serving.replicas.local import Launcher, LocalReplica, ReplicaStartError, stop_replica, wait_ready
+from serving.replicas.served_entity import ServedEntity
+from serving.replicas.warm_pool import WarmPool
+from serving.traffic.batching import BatchPlan
 
 log = logging.getLogger(__name__)
 
 DRAIN_POLL_S = 0.1
 
 
+Lookup = Callable[[str, str], "ServedEntity | None"]   # (endpoint, entity) -> the live entity, or None
+
+
 class LocalBackend:
-    def __init__(self, manager: EndpointManager, pool: WarmPool | None = None, *, drain_timeout_s: float = 30.0) -> None:
-        self.manager = manager
+    def __init__(self, entities: Lookup, launcher: Launcher, pool: WarmPool | None = None, *,
+                 drain_timeout_s: float = 30.0) -> None:
+        self.entities = entities
+        self.launcher = launcher
         self.pool = pool
         self.drain_timeout_s = drain_timeout_s
         self.starting: dict[tuple[str, str], int] = {}
@@ -39,10 +45,10 @@ class LocalBackend:
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def _entity(self, endpoint: str, entity: str) -> ServedEntity:
-        live = self.manager.live.get(endpoint)
-        if live is None or entity not in live.entities:
+        served = self.entities(endpoint, entity)
+        if served is None:
             raise LookupError(f"served entity {endpoint}/{entity} is not live")
-        return live.entities[entity]
+        return served
 
     def ready_replicas(self, endpoint: str, entity: str) -> int:
         served = self._entity(endpoint, entity)
@@ -79,15 +85,14 @@ class LocalBackend:
         try:
             replica = self.pool.take() if self.pool is not None else None
             if replica is not None:
-                ready = await run_in_threadpool(activate, replica, served.model_uri, self.manager.replica_token)
+                ready = await run_in_threadpool(self.launcher.activate, replica, served.model_uri)
                 self.warm_starts += 1
             else:
                 # spawned here, not in a thread: a cancelled task must always know its process, to stop it
-                replica = start_replica(served.model_uri, self.manager.log_dir, self.manager.replica_env)
+                replica = self.launcher.start(served.model_uri)
                 ready = await run_in_threadpool(wait_ready, replica)
                 self.cold_starts += 1
-            live = self.manager.live.get(key[0])
-            if live is None or live.entities.get(key[1]) is not served:  # the entity went away meanwhile
+            if self.entities(*key) is not served:  # the entity went away meanwhile
                 await run_in_threadpool(stop_replica, replica)
                 return
             if len(served.replicas) >= self.wanted.get(key, len(served.replicas) + 1):

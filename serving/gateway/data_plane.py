@@ -17,16 +17,16 @@ from typing import Any
 
 import orjson
 
-from serving.auth import TokenRegistry, authorize
-from serving.dispatcher import AdmissionRefused
-from serving.endpoint_manager import EndpointManager
-from serving.errors import REQUEST_ID_HEADER, ApiError, error_body, payload_too_large, resolve_request_id, unavailable
-from serving.gateway_metrics import GatewayMetrics
+from serving.endpoints.manager import EndpointManager
+from serving.gateway.auth import TokenRegistry, authorize
+from serving.gateway.metrics import GatewayMetrics
+from serving.gateway.rate_limit import TokenBuckets
 from serving.inference_log import InferenceLogWriter, InferenceRecord, utc_now
-from serving.rate_limit import TokenBuckets
-from serving.replica_wire import WireAnswer, WireRequest
-from serving.router import choose_entity
-from serving.scoring_protocol import canonical_payload_key
+from serving.protocol.errors import REQUEST_ID_HEADER, ApiError, error_body, payload_too_large, resolve_request_id, unavailable
+from serving.protocol.scoring import canonical_payload_key
+from serving.protocol.wire import WireAnswer, WireRequest
+from serving.traffic.dispatcher import AdmissionRefused
+from serving.traffic.router import choose_entity
 
 log = logging.getLogger(__name__)
 

@@ -1,1 +1,0 @@
-"""Backends apply a replica count (see :class:`serving.autoscaler.controller.Backend`)."""

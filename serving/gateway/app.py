@@ -1,0 +1,230 @@
+"""The gateway: the Databricks serving-endpoints API (control plane, ``control_plane``) and the MLflow
+scoring protocol (data plane, ``data_plane``) in one ASGI app. Every route but the health check and the SDK's config probe needs a
+bearer token: ``Gateway`` checks it before FastAPI sees the request (so no route, ``/openapi.json`` and
+unknown paths included, answers an anonymous caller with anything but 401), and each route then checks
+the token's rights. Per-token rate limits apply to both planes. ``Gateway.public()`` is the view for a
+public port when the admin API is bound to its own port: the data plane and the health probes only."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from fastapi import FastAPI
+
+from serving.endpoints.manager import EndpointManager
+from serving.gateway import control_plane
+from serving.gateway.auth import TokenRegistry, authenticate
+from serving.gateway.autoscaling import LiveAutoscaler
+from serving.gateway.data_plane import INVOCATIONS, InvocationsHandler
+from serving.gateway.metrics import GatewayMetrics
+from serving.gateway.rate_limit import TokenBuckets
+from serving.inference_log import InferenceLogWriter
+from serving.protocol.errors import ApiError, error_body, install_error_handlers, not_found, payload_too_large, permission_denied
+from serving.replicas.local_backend import LocalBackend
+from serving.replicas.warm_pool import WarmPool
+
+log = logging.getLogger(__name__)
+
+PUBLIC_PATHS = frozenset({"/healthz", "/.well-known/databricks-config"})  # the only routes without a token
+_READS = frozenset({"GET", "HEAD"})
+_ADMIN_READS = frozenset({"/metrics"})
+
+
+def create_gateway_app(
+    manager: EndpointManager,
+    tokens: TokenRegistry,
+    inference_log: InferenceLogWriter,
+    *,
+    rng: random.Random | None = None,
+    max_body_bytes: int = 4 * 1024 * 1024,
+    autoscale: bool = False,
+    warm_pool_size: int = 0,
+    autoscale_interval_s: float = 1.0,
+    metrics: GatewayMetrics | None = None,
+    limiter: TokenBuckets | None = None,
+) -> Gateway:
+    """The gateway app. ``autoscale`` runs the autoscaler on local replica processes, with
+    ``warm_pool_size`` standby processes kept ready (``python -m serving`` turns both on)."""
+    metrics = metrics or GatewayMetrics.create()
+    limiter = limiter or TokenBuckets()
+    autoscaling = AutoscalerSettings(warm_pool_size, autoscale_interval_s) if autoscale else None
+    app = FastAPI(title="tollfree gateway", lifespan=_lifespan(manager, inference_log, metrics, autoscaling),
+                  docs_url=None, redoc_url=None)
+    install_error_handlers(app)
+    app.state.manager = manager
+    app.state.metrics = metrics
+    app.state.tokens = tokens
+    control_plane.install(app)
+    data_plane = InvocationsHandler(manager, tokens, inference_log, metrics, rng=rng or random.Random(),
+                                    max_body_bytes=max_body_bytes, limiter=limiter)
+    return Gateway(app, data_plane, tokens, limiter, max_body_bytes)
+
+
+@dataclass(frozen=True)
+class AutoscalerSettings:
+    warm_pool_size: int   # standby replica processes kept ready
+    interval_s: float     # between two autoscaler steps
+
+
+def _lifespan(manager: EndpointManager, inference_log: InferenceLogWriter, metrics: GatewayMetrics,
+              autoscaling: AutoscalerSettings | None) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Start: the inference log, the replica client, every stored endpoint, the autoscaler. Stop: the
+    reverse, every replica stopped and the log flushed before the process ends."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        inference_log.start()
+        await manager.open()
+        await manager.restore()
+        running = _start_autoscaler(app, manager, metrics, autoscaling) if autoscaling is not None else None
+        try:
+            yield
+        finally:
+            if running is not None:
+                await running.stop()
+            await manager.shutdown()
+            inference_log.close()
+
+    return lifespan
+
+
+@dataclass
+class _RunningAutoscaler:
+    task: asyncio.Task[None]
+    backend: LocalBackend
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+        await self.backend.close()
+
+
+def _start_autoscaler(app: FastAPI, manager: EndpointManager, metrics: GatewayMetrics,
+                      settings: AutoscalerSettings) -> _RunningAutoscaler:
+    """The autoscaler on local replica processes, stepped on this event loop; the warm pool filled in
+    the background."""
+    pool = WarmPool(settings.warm_pool_size, manager.launcher) if settings.warm_pool_size else None
+    backend = LocalBackend(manager.entity, manager.launcher, pool)
+    scaler = LiveAutoscaler(manager, backend, interval_s=settings.interval_s,
+                            starting=lambda key: backend.starting.get(key, 0))
+    app.state.autoscaler, app.state.autoscaler_backend = scaler, backend
+    metrics.registry.register(scaler.controller.collector())
+    loop = asyncio.get_running_loop()
+    if pool is not None:
+        loop.run_in_executor(None, pool.fill)
+    return _RunningAutoscaler(loop.create_task(scaler.run()), backend)
+
+
+class Gateway:
+    """The ASGI app: invocations go straight to the data plane, everything else to FastAPI once the
+    caller's token is known (and within its rate limit).
+
+    ``state`` is the FastAPI app's, so ``app.state.manager`` works on either."""
+
+    def __init__(self, control: FastAPI, data_plane: InvocationsHandler, tokens: TokenRegistry, limiter: TokenBuckets,
+                 max_body_bytes: int = 4 * 1024 * 1024) -> None:
+        self.control = control
+        self.data_plane = data_plane
+        self.tokens = tokens
+        self.limiter = limiter
+        self.max_body_bytes = max_body_bytes
+        self.state = control.state
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            if scope["method"] == "POST":
+                match = INVOCATIONS.match(scope["path"])
+                if match is not None:
+                    await self.data_plane(scope, receive, send, match.group(1))
+                    return
+            if scope["path"] not in PUBLIC_PATHS:
+                try:
+                    who = authenticate(self.tokens, _header(scope, b"authorization"))
+                    self.limiter.admit(who.name, who.rate_limit)
+                    if not who.admin and (scope["method"] not in _READS or scope["path"] in _ADMIN_READS):
+                        # every change is an admin's: refuse before FastAPI parses (and answers about) the body
+                        raise permission_denied("this operation requires an admin token")
+                    declared = _header(scope, b"content-length") or ""
+                    if declared.isdigit() and int(declared) > self.max_body_bytes:
+                        raise payload_too_large(f"request body over the limit of {self.max_body_bytes} bytes")
+                except ApiError as err:
+                    await _send_error(send, err)
+                    return
+                if scope["method"] not in _READS:  # control-plane bodies are small: read them here, within the limit
+                    body, whole = await _read_bounded(receive, self.max_body_bytes)
+                    if not whole:
+                        await _send_error(send, payload_too_large(f"request body over the limit of {self.max_body_bytes} bytes"))
+                        return
+                    receive = _replay(body, receive)
+        await self.control(scope, receive, send)
+
+    def public(self) -> PublicGateway:
+        """The app for the public port when the admin API has its own: data plane and health probes only."""
+        return PublicGateway(self)
+
+
+class PublicGateway:
+    """The data plane and the unauthenticated probes of ``gateway``; every other path is 404 here."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.state = gateway.state
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and not (scope["path"] in PUBLIC_PATHS or (
+                scope["method"] == "POST" and INVOCATIONS.match(scope["path"]) is not None)):
+            await _send_error(send, not_found("no such route on this port (the admin API listens on its own port)"))
+            return
+        await self.gateway(scope, receive, send)
+
+
+async def _read_bounded(receive: Any, limit: int) -> tuple[bytes, bool]:
+    """The whole request body, or (what came, False) once it passes ``limit`` bytes."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks), True  # the client went away: FastAPI sees an empty body
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return b"", False
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks), True
+
+
+def _replay(body: bytes, receive: Any) -> Any:
+    """``receive`` that hands FastAPI the already-read ``body`` first, then the connection's own messages."""
+    sent = False
+
+    async def replay() -> dict:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def _header(scope: dict, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key.lower() == name:
+            return value.decode("latin-1") or None
+    return None
+
+
+async def _send_error(send: Any, err: ApiError) -> None:
+    body = orjson.dumps(error_body(err))
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               *((k.lower().encode(), v.encode()) for k, v in err.headers.items())]
+    await send({"type": "http.response.start", "status": err.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

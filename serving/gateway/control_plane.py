@@ -1,0 +1,144 @@
+"""The control plane's routes: the Databricks serving-endpoints API (a subset), tollfree's extensions
+(an endpoint's replicas and autoscaler decisions) and the Prometheus scrape; ``install`` adds them to
+the gateway's FastAPI app.
+
+The routes read what they need from ``request.app.state``: ``manager``, ``tokens`` and ``metrics`` (set
+by ``create_gateway_app``), and ``autoscaler`` with ``autoscaler_backend`` while the autoscaler runs.
+``Gateway`` has already checked the caller's token and, for a change, its admin right; each route
+checks the token's right to the endpoint it names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from serving.endpoints import spec
+from serving.endpoints.manager import EndpointManager
+from serving.gateway.auth import Principal, authenticate, authorize
+from serving.replicas.local import rss_mb
+
+API = "/api/2.0/serving-endpoints"
+
+def _principal(request: Request, endpoint: str | None) -> Principal:
+    """The caller, with the right to ``endpoint`` (None: an admin)."""
+    return authorize(request.app.state.tokens, request.headers.get("authorization"), endpoint)
+
+
+def _manager(request: Request) -> EndpointManager:
+    return request.app.state.manager
+
+
+async def databricks_config() -> JSONResponse:
+    return JSONResponse({"error_code": "NOT_FOUND", "message": "no workspace configuration here"}, 404)
+
+
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+async def create_endpoint(body: spec.CreateEndpointRequest, request: Request) -> dict[str, Any]:
+    who = _principal(request, None)
+    record = await _manager(request).create(body, who.name)
+    return spec.endpoint_view(record)
+
+
+async def list_endpoints(request: Request) -> dict[str, Any]:
+    who = authenticate(request.app.state.tokens, request.headers.get("authorization"))  # sees only what it may access
+    records = [r for r in _manager(request).store.list() if who.can_access(r.name)]
+    return {"endpoints": [spec.endpoint_view(r) for r in records]}
+
+
+async def get_endpoint(name: str, request: Request) -> dict[str, Any]:
+    _principal(request, name)
+    return spec.endpoint_view(_manager(request).store.get(name))
+
+
+async def update_config(name: str, body: spec.EndpointCoreConfig, request: Request) -> dict[str, Any]:
+    _principal(request, None)
+    return spec.endpoint_view(await _manager(request).update_config(name, body))
+
+
+async def delete_endpoint(name: str, request: Request) -> dict[str, Any]:
+    _principal(request, None)
+    await _manager(request).delete(name)
+    return {}
+
+
+async def put_ai_gateway(name: str, body: dict[str, Any], request: Request) -> dict[str, Any]:
+    _principal(request, None)
+    return await _manager(request).set_ai_gateway(name, body)
+
+
+async def endpoint_metrics(name: str, request: Request) -> Response:
+    _principal(request, name)
+    _manager(request).store.get(name)  # 404 for an unknown endpoint
+    return Response(request.app.state.metrics.exposition(endpoint=name), media_type=CONTENT_TYPE_LATEST)
+
+
+async def endpoint_openapi_doc(name: str, request: Request) -> JSONResponse:
+    _principal(request, name)
+    return JSONResponse(await _manager(request).openapi(name))
+
+
+async def autoscaler_decisions(name: str, request: Request, limit: int = 500) -> dict[str, Any]:
+    """The autoscaler's recorded decisions for this endpoint, oldest first, with their inputs."""
+    _principal(request, name)
+    _manager(request).store.get(name)
+    scaler = getattr(request.app.state, "autoscaler", None)
+    if scaler is None:
+        return {"enabled": False, "decisions": []}
+    decisions = [d for d in scaler.controller.export() if d["endpoint"] == name][-max(1, min(limit, 5000)):]
+    backend = request.app.state.autoscaler_backend
+    pool = backend.pool.idle if backend.pool is not None else 0
+    return {"enabled": True, "warm_pool_idle": pool, "warm_starts": backend.warm_starts,
+            "cold_starts": backend.cold_starts, "decisions": decisions}
+
+
+async def endpoint_replicas(name: str, request: Request) -> dict[str, Any]:
+    """tollfree extension: the endpoint's replica processes (pid, memory, requests in flight)."""
+    _principal(request, name)
+    manager = _manager(request)
+    manager.store.get(name)
+    live = manager.live.get(name)
+    replicas = []
+    for entity in (live.entities.values() if live else ()):
+        for replica in entity.replicas:
+            replicas.append({"served_entity": entity.name, "model_version": entity.version, "pid": replica.pid,
+                             "alive": replica.alive(), "outstanding": replica.outstanding,
+                             "rss_mb": rss_mb(replica.pid)})
+    return {"replicas": replicas}
+
+
+async def prometheus(request: Request) -> Response:
+    _principal(request, None)
+    metrics = request.app.state.metrics
+    for name, live in _manager(request).live.items():
+        for entity in live.entities.values():
+            metrics.replicas.labels(name, entity.name).set(sum(r.alive() for r in entity.replicas))
+            if entity.dispatcher is not None:
+                metrics.queue_depth.labels(name, entity.name).set(entity.dispatcher.waiting)
+    return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+
+def install(app: FastAPI) -> None:
+    """Add every control-plane route to ``app`` (on the app itself, so ``app.routes`` lists each one)."""
+    unlisted = {"include_in_schema": False}
+    for method, path, endpoint, extra in (
+        ("GET", "/.well-known/databricks-config", databricks_config, unlisted),
+        ("GET", "/healthz", healthz, unlisted),
+        ("POST", API, create_endpoint, {}),
+        ("GET", API, list_endpoints, {}),
+        ("GET", API + "/{name}", get_endpoint, {}),
+        ("PUT", API + "/{name}/config", update_config, {}),
+        ("DELETE", API + "/{name}", delete_endpoint, {}),
+        ("PUT", API + "/{name}/ai-gateway", put_ai_gateway, {}),
+        ("GET", API + "/{name}/metrics", endpoint_metrics, {}),
+        ("GET", API + "/{name}/openapi", endpoint_openapi_doc, {}),
+        ("GET", API + "/{name}/autoscaler", autoscaler_decisions, {}),
+        ("GET", API + "/{name}/replicas", endpoint_replicas, {}),
+        ("GET", "/metrics", prometheus, {}),
+    ):
+        app.add_api_route(path, endpoint, methods=[method], **extra)

@@ -1,0 +1,86 @@
+"""``python -m serving.replica --model-uri models:/NAME/VERSION --host 127.0.0.1 --port PORT``: one replica
+process (``--standby`` instead of ``--model-uri``: a warm-pool replica that waits for ``POST /load``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from serving.protocol.wire import REPLICA_TOKEN_ENV
+from serving.replica.app import StandbyApp, create_replica_app
+from serving.replica.runtime import ModelRuntime
+
+log = logging.getLogger("serving.replica")
+
+
+def _preload_runtime(home: Path) -> Any:
+    """Import what loading a model will need and open the registry's database (SQLAlchemy's engine and
+    MLflow's schema check cost seconds on first use), so a warm replica pays only for the model itself."""
+    import mlflow.pyfunc  # noqa: F401
+    import mlflow.sklearn  # noqa: F401
+    import skops.io  # noqa: F401  (how scikit-learn models are stored by default)
+    import sklearn.ensemble  # noqa: F401
+    from mlflow import MlflowClient
+    from mlflow.utils import requirements_utils
+
+    from feature_repo import store
+    from serving.features import reader  # noqa: F401
+
+    try:
+        # MLflow checks a model's requirements against the installed packages on load; the package map
+        # it builds for that takes seconds the first time (private API: a failure only costs the time)
+        requirements_utils._init_packages_to_modules_map()
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        MlflowClient().search_registered_models(max_results=1)
+        feature_store = store.open_store(home)
+        feature_store.list_feature_services()  # the registry, read once
+        return feature_store
+    except Exception as exc:  # the model load will say what is wrong, precisely
+        log.warning("standby preload incomplete: %s", type(exc).__name__)
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    from serving.settings import export_defaults
+
+    parser = argparse.ArgumentParser(prog="python -m serving.replica",
+                                     description="Serve one MLflow model as a tollfree replica.")
+    parser.add_argument("--model-uri", help="the model to serve (required unless --standby)")
+    parser.add_argument("--standby", action="store_true", help="warm pool: import the runtime, wait for POST /load")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args(argv)
+    if not args.standby and not args.model_uri:
+        parser.error("--model-uri is required (or --standby)")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s replica[%(process)d] %(name)s: %(message)s")
+    settings = export_defaults(os.environ)
+    import mlflow
+    import uvicorn
+
+    mlflow.set_tracking_uri(settings.tracking_uri)
+    token = os.environ.get(REPLICA_TOKEN_ENV) or None
+    app: Any
+    if args.standby:
+        started = time.perf_counter()
+        app = StandbyApp(Path(settings.home), token=token, store=_preload_runtime(Path(settings.home)))
+        log.info("standby ready to load a model (preloaded in %.2fs)", time.perf_counter() - started)
+    else:
+        started = time.perf_counter()
+        runtime = ModelRuntime.load(args.model_uri, Path(settings.home))
+        runtime.warm()
+        runtime.profile()
+        app = create_replica_app(runtime, token=token, model_uri=args.model_uri, load_seconds=time.perf_counter() - started)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, loop="uvloop",
+                http="httptools", lifespan="on")
+    return 0
+
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
