@@ -210,7 +210,8 @@ def test_the_vertical_axis_reads_a_waiting_model_as_busy_and_keeps_its_serial_ta
     with httpx.Client(base_url=process.url, headers=auth, timeout=30) as api:
         created = api.post("/api/2.0/serving-endpoints", json={"name": "serial", "config": {"served_entities": [{
             "entity_name": "rowcost", "entity_version": version, "min_replicas": 1, "max_replicas": 1,
-            "autoscaling": {"vertical_interval_s": 10}}]}})
+            # every request answered (shed_load false): this test is the vertical axis's, not the shedding's
+            "autoscaling": {"vertical_interval_s": 10, "shed_load": False}}]}})
         assert created.status_code == 200, created.text
         wait_endpoint_ready(process.url, auth["Authorization"].split()[1], "serial")
         started = time.monotonic()
