@@ -118,14 +118,15 @@ def retune(config: ScalingConfig, signals: Signals, state: "PolicyState", now: f
               "queue_stressed": queue_stressed, "utilisation_high": util_high, "by_utilisation": by_util,
               "by_latency": by_latency, "target_before": state.target}
     new, ceiling, how = _step(config, state, p99 if lat_on else None, p99_stress, util if util_on else None,
-                              queued_share, by_util, by_latency)
+                              queued_share, by_util, by_latency, busy)
     inputs["vertical"] = how
     new = min(config.max_target, max(config.min_target, new))
     return replace(state, target=new, ceiling=ceiling), inputs
 
 
 def _step(config: ScalingConfig, state: "PolicyState", p99: Optional[float], p99_stress: float, util: Optional[float],
-          queued_share: float, by_util: Optional[float], by_latency: Optional[float]) -> tuple[float, Optional[float], str]:
+          queued_share: float, by_util: Optional[float], by_latency: Optional[float],
+          busy: float = 0.0) -> tuple[float, Optional[float], str]:
     """The new target, the ceiling and why, from the cycle's readings (``p99``/``util`` None: not used)."""
     target, ceiling = state.target, state.ceiling
     goal = LATENCY_GOAL * config.latency_slo_ms
@@ -142,6 +143,11 @@ def _step(config: ScalingConfig, state: "PolicyState", p99: Optional[float], p99
     if by_util is not None and by_util < target * (1 - MIN_CHANGE):
         return max(target * config.max_step_down, by_util), ceiling, "decrease: over the utilisation target"
     if lat_calm and not state.queue_stressed:
+        if by_util is not None and by_util <= busy:
+            # the replicas already hold more busy requests than the aim allows: no increase, whatever the
+            # measured capacity (a gateway that counts a request waiting inside a replica as busy reads
+            # a serial model's capacity as ~2 at 90 % busy, and an increase then admits more to it)
+            return target, ceiling, "hold: busier than the aim"
         proposal = by_util if by_util is not None else (by_latency or target)
         if ceiling is not None:
             ceiling *= 1 + CEILING_LIFT

@@ -306,3 +306,15 @@ def test_a_long_scale_up_still_lets_latency_lower_the_target():
     assert scaler.state.target == 20.0
 
 
+
+
+def test_a_replica_busier_than_the_aim_does_not_get_a_higher_target():
+    # a serial model 92 % busy whose gateway counts the request waiting inside the replica as busy: 1.8 in
+    # flight reads as ~2 slots, so the utilisation aim (0.8 x 2 = 1.6) would raise the target of one;
+    # the replica is already busier than the aim, so the target holds
+    config = ScalingConfig(initial_target=1.0, vertical_interval_s=10, latency_slo_ms=500)
+    scaler = EntityScaler(config, replicas=1)
+    decisions = run(scaler, 1, 12, 1.8, ready=1, util=0.92, p99=60.0, rate=30.0)
+    vertical = [d for d in decisions if d.vertical]
+    assert vertical and vertical[-1].inputs["vertical"] == "hold: busier than the aim"
+    assert scaler.state.target == 1.0
