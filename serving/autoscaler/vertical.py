@@ -3,7 +3,8 @@
 Every ``vertical_interval_s`` the target moves towards the in-flight count at which replicas run at the
 utilisation aim (``by_utilisation``). Under latency or queue stress it is cut at once (by up to
 ``max_step_down``); the target that caused stress becomes a ceiling that lifts ``CEILING_LIFT`` a calm
-cycle; when calm it rises by at most ``max_step_up``. Each metric has its own hysteresis marks.
+cycle; when calm it rises by at most ``max_step_up``, and not while the replicas are busier than the aim.
+Each metric has its own hysteresis marks.
 """
 
 from __future__ import annotations
