@@ -3,7 +3,7 @@
 Every ``vertical_interval_s`` the target moves towards the in-flight count at which replicas run at the
 utilisation aim (``by_utilisation``). Under latency or queue stress it is cut at once (by up to
 ``max_step_down``); the target that caused stress becomes a ceiling that lifts ``CEILING_LIFT`` a calm
-cycle; when calm it rises by at most ``max_step_up``, and not while the replicas are busier than the aim.
+cycle; when calm it rises by at most ``max_step_up`` and at most in proportion to the spare busy share.
 Each metric has its own hysteresis marks.
 """
 
@@ -144,12 +144,13 @@ def _step(config: ScalingConfig, state: "PolicyState", p99: Optional[float], p99
     if by_util is not None and by_util < target * (1 - MIN_CHANGE):
         return max(target * config.max_step_down, by_util), ceiling, "decrease: over the utilisation target"
     if lat_calm and not state.queue_stressed:
-        if by_util is not None and by_util <= busy:
-            # the replicas already hold more busy requests than the aim allows: no increase, whatever the
-            # measured capacity (a gateway that counts a request waiting inside a replica as busy reads
-            # a serial model's capacity as ~2 at 90 % busy, and an increase then admits more to it)
-            return target, ceiling, "hold: busier than the aim"
         proposal = by_util if by_util is not None else (by_latency or target)
+        if by_util is not None and busy > 0:
+            # the busy share grows with the target: an increase is at most in proportion to the busy share
+            # spare under the aim, target x aim / utilisation (= target x by_util / busy). A gateway that
+            # counts a request waiting inside a replica as busy overestimates the slots (a serial model at
+            # 80-90 % busy reads as ~2-4), not this ratio
+            proposal = min(proposal, target * by_util / busy)
         if ceiling is not None:
             ceiling *= 1 + CEILING_LIFT
             proposal = min(proposal, ceiling * (1 - MIN_CHANGE))

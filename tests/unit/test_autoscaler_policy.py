@@ -308,13 +308,17 @@ def test_a_long_scale_up_still_lets_latency_lower_the_target():
 
 
 
-def test_a_replica_busier_than_the_aim_does_not_get_a_higher_target():
-    # a serial model 92 % busy whose gateway counts the request waiting inside the replica as busy: 1.8 in
-    # flight reads as ~2 slots, so the utilisation aim (0.8 x 2 = 1.6) would raise the target of one;
-    # the replica is already busier than the aim, so the target holds
-    config = ScalingConfig(initial_target=1.0, vertical_interval_s=10, latency_slo_ms=500)
+def test_an_increase_is_at_most_in_proportion_to_the_spare_busy_share():
+    # a serial model whose gateway counts the request waiting inside the replica as busy: 1.8 in flight at
+    # 92 % busy reads as ~2 slots, 1.5 at 75 % as 2; the aim (0.8 of that) would raise the target of one,
+    # but the busy share allows at most 1 x 0.8 / 0.92 and 1 x 0.8 / 0.75 (under MIN_CHANGE): held
+    for in_flight, util in ((1.8, 0.92), (1.5, 0.75)):
+        config = ScalingConfig(initial_target=1.0, vertical_interval_s=10, latency_slo_ms=500)
+        scaler = EntityScaler(config, replicas=1)
+        decisions = run(scaler, 1, 12, in_flight, ready=1, util=util, p99=60.0, rate=30.0)
+        assert [d for d in decisions if d.vertical] and scaler.state.target == 1.0
+    # a replica at its target and 40 % busy still gets its increase (5 slots: 0.8 / 0.4 = 2x)
+    config = ScalingConfig(initial_target=2.0, vertical_interval_s=10, latency_slo_ms=500)
     scaler = EntityScaler(config, replicas=1)
-    decisions = run(scaler, 1, 12, 1.8, ready=1, util=0.92, p99=60.0, rate=30.0)
-    vertical = [d for d in decisions if d.vertical]
-    assert vertical and vertical[-1].inputs["vertical"] == "hold: busier than the aim"
-    assert scaler.state.target == 1.0
+    run(scaler, 1, 12, 2.0, ready=1, util=0.4, p99=60.0, rate=30.0)
+    assert scaler.state.target == pytest.approx(4.0)

@@ -32,11 +32,15 @@ def test_the_simulator_is_deterministic_for_a_seed():
 def test_tollfree_beats_hpa_defaults_on_a_10x_spike():
     profile = PRESETS["cpu"]
     trace = tr.spike(base_rps=150.0, seed=1)
-    mine = simulate(trace, profile, make_policy("tollfree", profile), seed=1, warmup_s=120, timeline=False)
     hpa = simulate(trace, profile, make_policy("hpa", profile), seed=1, warmup_s=120, timeline=False)
-    assert mine.bad * 3 < hpa.bad
-    assert mine.replica_seconds <= hpa.replica_seconds
-    assert mine.time_to_capacity_s is not None and mine.time_to_capacity_s < hpa.time_to_capacity_s
+    # the shipped defaults (the gateway holds the excess: answered late, 2.3x on 2026-12-02), and with
+    # shedding (6.2x); both with the gateway's one standby
+    for shed, factor in ((False, 2), (True, 5)):
+        mine = simulate(trace, profile, make_policy("tollfree", profile, shed_load=shed), seed=1, warmup_s=120,
+                        timeline=False)
+        assert mine.bad * factor < hpa.bad, (shed, mine.bad, hpa.bad)
+        assert mine.replica_seconds <= hpa.replica_seconds
+        assert mine.time_to_capacity_s is not None and mine.time_to_capacity_s < hpa.time_to_capacity_s
 
 
 def test_every_request_is_accounted_for():
