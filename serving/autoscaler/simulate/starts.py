@@ -4,7 +4,7 @@ A policy's ``warm_pool`` is its number of standbys:
 
 * ``0``: every replica starts cold (``cold_start_s``: process or pod start, runtime import; then
   ``model_load_s``), as a Kubernetes pod does.
-* ``N``: the live gateway's pool (``serving/warm_pool.py``, ``serving/autoscaler/backends/local.py``):
+* ``N``: the live gateway's pool (``serving/replicas/warm_pool.py``, ``serving/replicas/local_backend.py``):
   ``N`` standbys idle at t=0; a scale-up takes the idle ones (``warm_start_s`` + ``model_load_s``)
   and starts the rest cold, all at once. Each take is refilled once the replica it became is ready
   (``LocalBackend._add`` ends by calling ``WarmPool.fill``), one standby at a time: a refill starts
