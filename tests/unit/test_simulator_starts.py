@@ -47,3 +47,16 @@ def test_an_unlimited_pool_always_has_a_standby():
 def test_a_pool_size_that_is_not_a_whole_number_is_refused(bad):
     with pytest.raises(ValueError, match="warm_pool"):
         Starts(PROFILE, bad)
+
+
+def test_the_simulator_cli_refuses_a_negative_warm_pool(capsys):
+    from serving.autoscaler.simulate.__main__ import main
+    assert main(["--trace", "spike", "--warm-pool", "-1"]) == 2
+    assert "--warm-pool" in capsys.readouterr().err
+
+
+def test_the_benchmark_refuses_a_warm_pool_that_is_not_a_whole_number_and_an_unknown_rule():
+    from benchmarks.autoscaler import parse
+    for argv in (["--warm-pool", "1.5"], ["--warm-pool", "-1"], ["--ablate", "nope"]):
+        with pytest.raises(SystemExit):
+            parse(argv)
