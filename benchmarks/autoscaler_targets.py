@@ -50,8 +50,12 @@ def near_limit(t: Mapping, r: Mapping) -> dict:
     """Target 2 on one row: the distances to the floor and to the bound."""
     extra = (t["bad"] - r["floor_bad"]) / max(1, t["requests"])
     ratio = t["replica_seconds"] / r["bound_rs"] if r["bound_rs"] > 0 else math.inf
-    return {"extra_bad_share": extra, "rs_ratio": ratio,
-            "ok": extra <= EXTRA_BAD_SHARE and ratio <= RS_RATIO_ROW}
+    out = {"extra_bad_share": extra, "rs_ratio": ratio, "ok": extra <= EXTRA_BAD_SHARE and ratio <= RS_RATIO_ROW}
+    if "start_bad" in r:
+        # the same with the floor that counts what replica starts leave unanswered (proposed)
+        out["extra_over_start"] = (t["bad"] - r["start_bad"]) / max(1, t["requests"])
+        out["ok_start"] = out["extra_over_start"] <= EXTRA_BAD_SHARE and ratio <= RS_RATIO_ROW
+    return out
 
 
 def row_checks(mine: Mapping, baselines: Mapping[str, Mapping], r: Mapping) -> dict:

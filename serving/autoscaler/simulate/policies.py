@@ -46,7 +46,7 @@ class Tollfree:
         decision = self.scaler.decide(view.now)
         if decision.vertical:
             self.targets.append((view.now, decision.target_concurrency))
-        # the gateway's queue: the policy's bound with shed_load, else max_queue (serving/autoscaler/live.py)
+        # the gateway's queue: the policy's bound with shed_load, else max_queue (serving/gateway/autoscaling.py)
         self.front_queue = float(decision.queue_limit if self.config.shed_load else self.config.max_queue)
         return Action(replicas=max(decision.replicas, self.scaler.floor), admission_limit=decision.max_concurrency)
 

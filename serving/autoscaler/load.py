@@ -1,0 +1,72 @@
+"""The load the horizontal axis sizes for, estimated from the per-second samples (pure functions).
+
+A second's load is the concurrency its requests need: those in service, or, when more, its arrivals
+times the measured service time (Little's law; requests turned away with a 429 still count as demand).
+The service time is measured as busy requests over completions.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from serving.autoscaler.config import ScalingConfig
+from serving.autoscaler.signals import Sample, Signals
+
+
+def service_s(samples: tuple[Sample, ...]) -> Optional[float]:
+    """Mean service time of ``samples``: busy requests over completions (None without completions)."""
+    completed = sum(s.completed for s in samples)
+    if completed <= 0:
+        return None
+    return sum(max(0.0, s.in_flight - s.queue_depth) for s in samples) / completed
+
+
+def recent_service_s(config: ScalingConfig, signals: Signals, now: float) -> Optional[float]:
+    """The service time over the last decision interval (it moves with batch sizes), else the last 20 s."""
+    return (service_s(signals.since(now - config.decision_interval_s))
+            or service_s(signals.since(now - config.scale_up_window_s)))
+
+
+def load(s: Sample, service: Optional[float]) -> float:
+    """A second's concurrency: in service, or its arrivals x ``service`` when more; without a measured
+    service time, the in-flight count (queued included)."""
+    if service is None:
+        return s.in_flight
+    return max(max(0.0, s.in_flight - s.queue_depth), s.requests * service)
+
+
+def max_load(signals: Signals, now: float, window_s: float, service: Optional[float]) -> Optional[float]:
+    """The largest :func:`load` of the samples of the last ``window_s`` (None without samples)."""
+    values = [load(s, service) for s in signals.since(now - window_s)]
+    return max(values) if values else None
+
+
+def rising(signals: Signals, service: Optional[float]) -> Optional[tuple[float, float]]:
+    """The last second's load and how much it rises a second, when the arrival rate rose in each of the
+    last two seconds (a ramp still going: a step rises once and stops), else None. The rise is the
+    smaller of the two rate increases times the service time."""
+    recent = signals.samples[-3:]
+    if service is None or len(recent) < 3:
+        return None
+    a, b, c = (x.requests for x in recent)
+    if not c > b > a:
+        return None
+    return load(recent[-1], service), min(c - b, b - a) * service
+
+
+def queue_bound(config: ScalingConfig, signals: Signals, now: float, goal: float) -> int:
+    """How many requests may wait at the gateway: what the measured throughput serves within ``goal``
+    of the SLO (``throughput x (goal x SLO - service time)``), so a request admitted can still meet it
+    and the rest get a fast 429. ``max_queue`` while nothing has been served in the last interval
+    (scale from zero: requests are held, not dropped)."""
+    recent = signals.since(now - config.decision_interval_s)
+    if not recent:
+        return config.max_queue
+    n = len(recent)
+    throughput = sum(s.completed for s in recent) / n
+    if throughput <= 0 or recent[-1].ready_replicas == 0:
+        return config.max_queue
+    busy = sum(max(0.0, s.in_flight - s.queue_depth) for s in recent) / n
+    wait_s = goal * config.latency_slo_ms / 1000.0 - busy / throughput
+    return int(min(config.max_queue, max(1, math.ceil(throughput * max(0.0, wait_s)))))
