@@ -219,7 +219,7 @@ class EndpointManager:
                     keep[entity.name] = current
                     continue
                 served = ReplicaSet(entity.name, entity.entity_name, str(entity.resolved_version), self.backend,
-                                    max_concurrency=limit, scaling=spec.scaling_config(entity))
+                                    endpoint=name, max_concurrency=limit, scaling=spec.scaling_config(entity))
                 served.attach(self.replica_client.send, self.request_timeout_s)
                 started.append(served)
                 await served.start(max(entity.min_replicas or 1, 1), self._ready_timeout_s)

@@ -1,9 +1,10 @@
 """The gateway: the Databricks serving-endpoints API (control plane, ``control_plane``) and the MLflow
-scoring protocol (data plane, ``data_plane``) in one ASGI app. Every route but the health check and the SDK's config probe needs a
-bearer token: ``Gateway`` checks it before FastAPI sees the request (so no route, ``/openapi.json`` and
-unknown paths included, answers an anonymous caller with anything but 401), and each route then checks
-the token's rights. Per-token rate limits apply to both planes. ``Gateway.public()`` is the view for a
-public port when the admin API is bound to its own port: the data plane and the health probes only."""
+scoring protocol (data plane, ``data_plane``) in one ASGI app. Every route but the health check and the
+SDK's config probe needs a bearer token: ``Gateway`` checks it before FastAPI sees the request (so no
+route, ``/openapi.json`` and unknown paths included, answers an anonymous caller with anything but 401),
+and each route then checks the token's rights. Per-token rate limits apply to both planes.
+``Gateway.public()`` is the view for a public port when the admin API is bound to its own port: the data
+plane and the health probes only."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ from serving.gateway.data_plane import INVOCATIONS, InvocationsHandler
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.rate_limit import TokenBuckets
 from serving.inference_log import InferenceLogWriter
-from serving.protocol.errors import ApiError, error_body, install_error_handlers, not_found, payload_too_large, permission_denied
+from serving.protocol.errors import (ApiError, error_body, install_error_handlers, not_found, payload_too_large,
+                                     permission_denied)
 from serving.replicas.warm_pool import WarmPool
 
 log = logging.getLogger(__name__)

@@ -38,8 +38,10 @@ class ReplicaSet:
     """A served entity's replicas, their concurrency limit, its dispatcher and its scaling config."""
 
     def __init__(self, name: str, model_name: str, version: str, backend: LocalBackend | None = None, *,
-                 replicas: tuple[Any, ...] | list[Any] = (), max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
-                 scaling: ScalingConfig | None = None, drain_timeout_s: float = 30.0) -> None:
+                 endpoint: str = "", replicas: tuple[Any, ...] | list[Any] = (),
+                 max_concurrency: int = DEFAULT_MAX_CONCURRENCY, scaling: ScalingConfig | None = None,
+                 drain_timeout_s: float = 30.0) -> None:
+        self.endpoint = endpoint            # for its log lines ("endpoint/entity")
         self.name = name
         self.model_name = model_name
         self.version = version
@@ -124,7 +126,7 @@ class ReplicaSet:
         """The replicas in the routing; a dead one leaves it here (the autoscaler replaces it)."""
         for replica in [r for r in self._replicas if not r.alive()]:
             self._replicas.remove(replica)
-            log.warning("replica pid %d of %s (%s) died (code %s)", replica.pid, self.name, self.model_uri,
+            log.warning("replica pid %d of %s/%s died (code %s)", replica.pid, self.endpoint, self.name,
                         replica.process.returncode)
         return len(self._replicas)
 
@@ -158,7 +160,7 @@ class ReplicaSet:
     # ---- internals -----------------------------------------------------------------------------
     def _backend(self) -> LocalBackend:
         if self.backend is None:
-            raise RuntimeError(f"replica set {self.name} has no backend to start or stop replicas")
+            raise RuntimeError(f"replica set {self.endpoint}/{self.name} has no backend to start or stop replicas")
         return self.backend
 
     def _spawn(self, coro: Any) -> None:
@@ -174,17 +176,18 @@ class ReplicaSet:
             if self._closed:  # the entity left the routing meanwhile
                 await self._backend().stop(replica)
             elif len(self._replicas) >= (self.wanted if self.wanted is not None else len(self._replicas) + 1):
-                log.info("replica pid %d of %s came up after a scale-down to %d: stopped", replica.pid, self.name,
-                         self.wanted)
+                log.info("replica pid %d of %s/%s came up after a scale-down to %d: stopped", replica.pid,
+                         self.endpoint, self.name, self.wanted)
                 await self._backend().stop(replica)
             else:
                 self._replicas.append(replica)
                 self._adopt_plan(ready, replace=False)
                 if self.dispatcher is not None:
                     self.dispatcher.capacity_changed()
-                log.info("replica pid %d added to %s (%d now)", replica.pid, self.name, len(self._replicas))
+                log.info("replica pid %d added to %s/%s (%d now)", replica.pid, self.endpoint, self.name,
+                         len(self._replicas))
         except (ReplicaStartError, OSError) as exc:
-            log.error("could not add a replica to %s (%s): %s", self.name, self.model_uri, exc)
+            log.error("could not add a replica to %s/%s: %s", self.endpoint, self.name, exc)
         finally:
             self._starting = max(0, self._starting - 1)
 
