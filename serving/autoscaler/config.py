@@ -54,13 +54,14 @@ class ScalingConfig:
     # gateway queue bound. 10,000 as Knative's activator (breakerQueueDepth): 1000 refused bursts
     # of a slow-SLO model (the 10 s io_agent) that its replicas would have drained within the SLO.
     max_queue: int = 10000
-    # load shedding: true (the default) bounds the queue, while a replica is ready, by what the measured
-    # throughput answers within 80 % of the SLO (the policy's queue_bound): a request past it gets a 429
-    # at once instead of a late answer. false holds up to max_queue, each request at most the
+    # load shedding: true bounds the queue, while a replica is ready, by what the measured throughput
+    # answers within 80 % of the SLO (the policy's queue_bound): a request past it gets a 429 at once
+    # instead of a late answer. false (the default) holds up to max_queue, each request at most the
     # dispatcher's 5 s: a burst waits for the replicas a scale-up adds and is answered late. In the
-    # simulator (benchmarks/README.md) true meets more targets on both trace sets, with ~40 % fewer bad
-    # requests and ~30 % fewer replica-seconds in total.
-    shed_load: bool = True
+    # simulator true meets more targets (benchmarks/README.md), but with it the canary tests fail (a slow
+    # challenger's p99, bounded by the shed queue, no longer reaches the rollback threshold), so holding
+    # stays the default until the canary flow's verdicts account for shed requests.
+    shed_load: bool = False
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "ScalingConfig":
