@@ -40,7 +40,7 @@ from serving.autoscaler.simulate.engine import simulate
 from serving.autoscaler.simulate.policies import Tollfree, tollfree_config
 from serving.autoscaler.simulate.profiles import ModelProfile
 from serving.autoscaler.simulate.traces import Trace
-from serving.replicas.served_entity import DEFAULT_MAX_CONCURRENCY
+from serving.replicas.replica_set import DEFAULT_MAX_CONCURRENCY
 from serving.gateway.process import environ_with, start_gateway, wait_endpoint_ready
 from serving.settings import TELEMETRY_OFF, export_defaults
 

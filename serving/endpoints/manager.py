@@ -1,4 +1,4 @@
-"""The control plane's live state: endpoints, their served entities and replicas.
+"""The control plane's live state: endpoints and the replica set of each served entity.
 
 Records persist in the EndpointStore; replicas are local processes. A config change starts the new
 served entities' replicas, waits until they are ready, and only then moves traffic to them; a failed
@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,9 +20,9 @@ from starlette.concurrency import run_in_threadpool
 from serving.endpoints import spec
 from serving.endpoints.store import EndpointStore
 from serving.protocol.errors import invalid_parameter, not_found, unavailable
-from serving.replicas.local import Launcher, ReplicaStartError, stop_replica, wait_ready
-from serving.replicas.served_entity import DEFAULT_MAX_CONCURRENCY, ServedEntity
-from serving.traffic.batching import BatchPlan
+from serving.replicas.local import Launcher, ReplicaStartError
+from serving.replicas.local_backend import LocalBackend
+from serving.replicas.replica_set import DEFAULT_MAX_CONCURRENCY, ReplicaSet
 from serving.traffic.response_cache import ResponseCache
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class LiveEndpoint:
-    entities: dict[str, ServedEntity]
+    entities: dict[str, ReplicaSet]
     weights: list[tuple[str, int]]
     cache: ResponseCache | None = None
 
@@ -80,6 +80,7 @@ class EndpointManager:
         self.store = store
         self._resolve = resolver
         self.launcher = Launcher.for_gateway(replica_env, log_dir)
+        self.backend = LocalBackend(self.launcher)   # its warm pool comes with the autoscaler (gateway.app)
         if replica_client is None:
             from serving.replicas.client import ReplicaClient
 
@@ -169,7 +170,8 @@ class EndpointManager:
         await asyncio.gather(*rollouts, return_exceptions=True)
         entities = [e for live in self.live.values() for e in live.entities.values()]
         self.live.clear()
-        await self._stop_all(entities)
+        await self._stop_all(entities, cancel_starts=True)
+        await self.backend.close()
         await self.replica_client.close()
 
     async def wait_settled(self, name: str) -> None:
@@ -186,7 +188,7 @@ class EndpointManager:
             raise not_found(f"endpoint {name} does not exist")
         return live
 
-    def entity(self, endpoint: str, name: str) -> ServedEntity | None:
+    def entity(self, endpoint: str, name: str) -> ReplicaSet | None:
         """The live served entity ``name`` of ``endpoint`` (None once it has left the routing)."""
         live = self.live.get(endpoint)
         return live.entities.get(name) if live is not None else None
@@ -206,28 +208,21 @@ class EndpointManager:
 
     async def _deploy(self, name: str, config: spec.EndpointCoreConfig, version: int, restoring: bool = False) -> None:
         old = self.live.get(name)
-        keep: dict[str, ServedEntity] = {}
-        started: list[ServedEntity] = []
+        keep: dict[str, ReplicaSet] = {}
+        started: list[ReplicaSet] = []
         try:
             for entity in config.served_entities:
-                wanted = max(entity.min_replicas or 1, 1)
+                limit = entity.max_concurrency or DEFAULT_MAX_CONCURRENCY
                 current = old.entities.get(entity.name) if old else None
                 if current and (current.model_name, current.version) == (entity.entity_name, entity.resolved_version):
-                    current.max_concurrency = entity.max_concurrency or DEFAULT_MAX_CONCURRENCY  # applies at once
-                    current.scaling = spec.scaling_config(entity)
+                    current.configure(limit, spec.scaling_config(entity))  # applies at once
                     keep[entity.name] = current
                     continue
-                served = ServedEntity(entity.name, entity.entity_name, str(entity.resolved_version),
-                                      max_concurrency=entity.max_concurrency or DEFAULT_MAX_CONCURRENCY,
-                                      scaling=spec.scaling_config(entity))
-                dispatcher = served.attach(self.replica_client.send, self.request_timeout_s)
+                served = ReplicaSet(entity.name, entity.entity_name, str(entity.resolved_version), self.backend,
+                                    endpoint=name, max_concurrency=limit, scaling=spec.scaling_config(entity))
+                served.attach(self.replica_client.send, self.request_timeout_s)
                 started.append(served)
-                for _ in range(wanted):  # spawned on the loop, not in a thread: a cancelled rollout must know every process
-                    served.replicas.append(self.launcher.start(served.model_uri))
-                for replica in served.replicas:
-                    ready = await run_in_threadpool(wait_ready, replica, self._ready_timeout_s)
-                    if isinstance(ready, dict) and isinstance(ready.get("batching"), dict):
-                        dispatcher.plan = BatchPlan.from_json(ready["batching"])
+                await served.start(max(entity.min_replicas or 1, 1), self._ready_timeout_s)
                 keep[entity.name] = served
         except (ReplicaStartError, OSError) as exc:
             log.error("rollout of endpoint %s failed: %s", name, exc)
@@ -238,9 +233,6 @@ class EndpointManager:
             await self._stop_all(started)
             raise
         self.live[name] = LiveEndpoint(keep, spec.traffic_weights(config), cache_for(config))
-        for entity in keep.values():
-            if entity.dispatcher is not None:
-                entity.dispatcher.capacity_changed()
         if old is not None:
             await self._stop_all([e for n, e in old.entities.items() if keep.get(n) is not e])
         await self._finish(name, ready=True, update="NOT_UPDATING", config=config, config_version=version)
@@ -260,7 +252,6 @@ class EndpointManager:
             record.config, record.config_version = config, config_version
         await run_in_threadpool(self.store.put, record)
 
-    async def _stop_all(self, entities) -> None:  # type: ignore[no-untyped-def]
+    async def _stop_all(self, entities: Iterable[ReplicaSet], *, cancel_starts: bool = False) -> None:
         for entity in entities:
-            for replica in entity.replicas:
-                await run_in_threadpool(stop_replica, replica)
+            await entity.stop(cancel_starts=cancel_starts)

@@ -1,9 +1,10 @@
 """The gateway: the Databricks serving-endpoints API (control plane, ``control_plane``) and the MLflow
-scoring protocol (data plane, ``data_plane``) in one ASGI app. Every route but the health check and the SDK's config probe needs a
-bearer token: ``Gateway`` checks it before FastAPI sees the request (so no route, ``/openapi.json`` and
-unknown paths included, answers an anonymous caller with anything but 401), and each route then checks
-the token's rights. Per-token rate limits apply to both planes. ``Gateway.public()`` is the view for a
-public port when the admin API is bound to its own port: the data plane and the health probes only."""
+scoring protocol (data plane, ``data_plane``) in one ASGI app. Every route but the health check and the
+SDK's config probe needs a bearer token: ``Gateway`` checks it before FastAPI sees the request (so no
+route, ``/openapi.json`` and unknown paths included, answers an anonymous caller with anything but 401),
+and each route then checks the token's rights. Per-token rate limits apply to both planes.
+``Gateway.public()`` is the view for a public port when the admin API is bound to its own port: the data
+plane and the health probes only."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ from serving.gateway.data_plane import INVOCATIONS, InvocationsHandler
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.rate_limit import TokenBuckets
 from serving.inference_log import InferenceLogWriter
-from serving.protocol.errors import ApiError, error_body, install_error_handlers, not_found, payload_too_large, permission_denied
-from serving.replicas.local_backend import LocalBackend
+from serving.protocol.errors import (ApiError, error_body, install_error_handlers, not_found, payload_too_large,
+                                     permission_denied)
 from serving.replicas.warm_pool import WarmPool
 
 log = logging.getLogger(__name__)
@@ -83,43 +84,31 @@ def _lifespan(manager: EndpointManager, inference_log: InferenceLogWriter, metri
         inference_log.start()
         await manager.open()
         await manager.restore()
-        running = _start_autoscaler(app, manager, metrics, autoscaling) if autoscaling is not None else None
+        task = _start_autoscaler(app, manager, metrics, autoscaling) if autoscaling is not None else None
         try:
             yield
         finally:
-            if running is not None:
-                await running.stop()
-            await manager.shutdown()
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            await manager.shutdown()   # every replica and the warm pool stopped
             inference_log.close()
 
     return lifespan
 
 
-@dataclass
-class _RunningAutoscaler:
-    task: asyncio.Task[None]
-    backend: LocalBackend
-
-    async def stop(self) -> None:
-        self.task.cancel()
-        await asyncio.gather(self.task, return_exceptions=True)
-        await self.backend.close()
-
-
 def _start_autoscaler(app: FastAPI, manager: EndpointManager, metrics: GatewayMetrics,
-                      settings: AutoscalerSettings) -> _RunningAutoscaler:
-    """The autoscaler on local replica processes, stepped on this event loop; the warm pool filled in
-    the background."""
-    pool = WarmPool(settings.warm_pool_size, manager.launcher) if settings.warm_pool_size else None
-    backend = LocalBackend(manager.entity, manager.launcher, pool)
-    scaler = LiveAutoscaler(manager, backend, interval_s=settings.interval_s,
-                            starting=lambda key: backend.starting.get(key, 0))
-    app.state.autoscaler, app.state.autoscaler_backend = scaler, backend
-    metrics.registry.register(scaler.controller.collector())
+                      settings: AutoscalerSettings) -> asyncio.Task[None]:
+    """The autoscaler over the live replica sets, stepped on this event loop; the warm pool its scale-ups
+    take standbys from, filled in the background."""
     loop = asyncio.get_running_loop()
-    if pool is not None:
-        loop.run_in_executor(None, pool.fill)
-    return _RunningAutoscaler(loop.create_task(scaler.run()), backend)
+    if settings.warm_pool_size:
+        manager.backend.pool = WarmPool(settings.warm_pool_size, manager.launcher)
+        loop.run_in_executor(None, manager.backend.pool.fill)
+    scaler = LiveAutoscaler(manager, interval_s=settings.interval_s)
+    app.state.autoscaler = scaler
+    metrics.registry.register(scaler.controller.collector())
+    return loop.create_task(scaler.run())
 
 
 class Gateway:

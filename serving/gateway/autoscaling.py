@@ -1,16 +1,18 @@
 """The autoscaler inside the gateway: samples from the dispatchers, the controller stepped every second
-on the gateway's event loop, replica counts applied by the local backend.
+on the gateway's event loop, replica counts and limits applied by each served entity's replica set.
 
 - ``GatewaySignals`` is the controller's ``SignalSource``: each served entity's load meter (in flight,
   queued, arrivals, completions, latency; ``serving.traffic.load_meter``) plus its replicas' utilisation: the
-  rate of each replica's busy clock (``serving.replica.metrics.BusyClock``, carried on its answers), so a
+  rate of each replica's busy clock (``serving.replica.metrics.BusyClock``, carried on its replies and
+  kept by the dispatcher, ``Dispatcher.busy_clocks``), so a
   model that waits (on a remote call, a sleep, a device) counts as busy as one that computes; the
   process's CPU from ``/proc`` only until a replica has answered.
 - ``LiveAutoscaler`` keeps the controller's entity set in step with the live endpoints, seeds a batched
   model's per-replica target from its batching plan (a replica that predicts 32 rows in one call can
   take 32 requests at once: that is what "model-aware" means on the vertical axis), applies the
-  vertical axis's limit to the dispatcher, and steps at once when a request finds no replica (scale
-  from zero does not wait for the next tick).
+  vertical axis's limit and the queue bound through the replica set (``ReplicaSet.set_limits``), and
+  steps at once when a request finds no replica (scale from zero does not wait for the next tick).
+- ``ReplicaSets`` is the controller's ``Backend``: ``set_replicas`` is the entity's ``ReplicaSet.scale_to``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from serving.autoscaler.config import ScalingConfig
 from serving.autoscaler.controller import Backend, Controller, EntityKey
 from serving.autoscaler.signals import Sample
 from serving.endpoints.manager import EndpointManager
-from serving.replicas.served_entity import ServedEntity
+from serving.replicas.replica_set import ReplicaSet
 from serving.traffic.dispatcher import PIPELINE_DEPTH
 
 log = logging.getLogger(__name__)
@@ -56,18 +58,18 @@ def busy_share(before: float, after: float, seconds: float, outstanding: int) ->
 
 
 class GatewaySignals:
-    def __init__(self, manager: EndpointManager, starting: Callable[[EntityKey], int] = lambda key: 0) -> None:
+    def __init__(self, manager: EndpointManager) -> None:
         self.manager = manager
-        self.starting = starting
         self._cpu: dict[int, tuple[float, float]] = {}   # pid -> (cpu seconds, when)
         self._busy: dict[int, tuple[float, float]] = {}  # pid -> (busy clock, when)
 
-    def _utilisation(self, entity: ServedEntity, now: float) -> float | None:
+    def _utilisation(self, entity: ReplicaSet, now: float) -> float | None:
         """The mean busy share of the entity's replicas over the last interval (see :func:`busy_share`);
         for a replica that has not answered yet, the share of a core its process used."""
         shares = []
+        clocks = entity.dispatcher.busy_clocks() if entity.dispatcher is not None else {}
         for replica in entity.replicas:
-            clock = replica.busy_s
+            clock = clocks.get(id(replica))
             if clock is not None:
                 last_busy = self._busy.get(replica.pid)
                 self._busy[replica.pid] = (clock, now)
@@ -95,7 +97,7 @@ class GatewaySignals:
                 ready = sum(r.alive() for r in entity.replicas)
                 out[(endpoint, name)] = Sample(
                     t=now, in_flight=reading.in_flight, ready_replicas=ready,
-                    replicas=ready + self.starting((endpoint, name)), queue_depth=reading.queue_depth,
+                    replicas=ready + entity.starting, queue_depth=reading.queue_depth,
                     requests=reading.arrivals, completed=reading.completed,
                     latency_p50_ms=reading.latency_p50_ms, latency_p99_ms=reading.latency_p99_ms,
                     utilisation=self._utilisation(entity, now),
@@ -108,7 +110,7 @@ class GatewaySignals:
         return out
 
 
-def seeded(config: ScalingConfig, entity: ServedEntity) -> ScalingConfig:
+def seeded(config: ScalingConfig, entity: ReplicaSet) -> ScalingConfig:
     """The starting per-replica target from what the replica measured of its model: a batched model's
     replica takes its batch size times the pipeline depth in flight; an unbatched one predicts one
     request at a time (one predict thread), so its target is one. Unless the user set a target or
@@ -121,17 +123,37 @@ def seeded(config: ScalingConfig, entity: ServedEntity) -> ScalingConfig:
     return replace(config, initial_target=min(config.max_target, max(config.min_target, target)))
 
 
+class ReplicaSets:
+    """The controller's ``Backend`` in the gateway: each live served entity's replica set applies its own
+    count (``ReplicaSet.scale_to``) and its backend starts and stops the processes."""
+
+    def __init__(self, manager: EndpointManager) -> None:
+        self.manager = manager
+
+    def _set(self, endpoint: str, entity: str) -> ReplicaSet:
+        served = self.manager.entity(endpoint, entity)
+        if served is None:
+            raise LookupError(f"served entity {endpoint}/{entity} is not live")
+        return served
+
+    def set_replicas(self, endpoint: str, entity: str, n: int) -> None:
+        self._set(endpoint, entity).scale_to(n)
+
+    def ready_replicas(self, endpoint: str, entity: str) -> int:
+        return self._set(endpoint, entity).ready_count()
+
+
 POKE_GAP_S = 0.05    # a poked step runs at least this long after the one before
 
 
 class LiveAutoscaler:
-    def __init__(self, manager: EndpointManager, backend: Backend, *, interval_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic, starting: Callable[[EntityKey], int] = lambda key: 0) -> None:
+    def __init__(self, manager: EndpointManager, backend: Backend | None = None, *, interval_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.manager = manager
         self.interval_s = interval_s
         self.clock = clock
-        self.controller = Controller(GatewaySignals(manager, starting), backend, {}, concurrency_sink=self._set_limit,
-                                     queue_sink=self._set_queue)
+        self.controller = Controller(GatewaySignals(manager), backend or ReplicaSets(manager), {},
+                                     concurrency_sink=self._set_limit, queue_sink=self._set_queue)
         self._configs: dict[EntityKey, tuple[int, ScalingConfig]] = {}  # key -> (id of the entity, its config)
         self._last_step = 0.0
         self._poke: asyncio.Handle | None = None
@@ -152,28 +174,24 @@ class LiveAutoscaler:
                     self.controller.set_config(key, seeded(entity.scaling, entity), len(entity.replicas))
                     self._configs[key] = (id(entity), entity.scaling)
                     # hold a burst while replicas start, rather than refuse it (the 5 s wait still bounds it)
-                    entity.dispatcher.max_queue = entity.scaling.max_queue
+                    entity.set_limits(max_queue=entity.scaling.max_queue)
                 entity.dispatcher.on_starved = self.poke
         for key in set(self._configs) - seen:
             self.controller.remove(key)
             del self._configs[key]
 
     def _set_limit(self, endpoint: str, entity: str, limit: int) -> None:
-        live = self.manager.live.get(endpoint)
-        served = live.entities.get(entity) if live else None
+        served = self.manager.entity(endpoint, entity)
         if served is not None and served.scaling is not None and served.scaling.vertical:
-            served.max_concurrency = limit
-            if served.dispatcher is not None:
-                served.dispatcher.capacity_changed()
+            served.set_limits(max_concurrency=limit)
 
     def _set_queue(self, endpoint: str, entity: str, limit: int) -> None:
         """With ``shed_load``, the policy's queue bound: what can wait and still be answered within the SLO
         (see ``policy.queue_bound``); requests past it get a 429 at once, those already waiting stay.
         Without it, ``max_queue``."""
-        live = self.manager.live.get(endpoint)
-        served = live.entities.get(entity) if live else None
-        if served is not None and served.dispatcher is not None and served.scaling is not None:
-            served.dispatcher.max_queue = limit if served.scaling.shed_load else served.scaling.max_queue
+        served = self.manager.entity(endpoint, entity)
+        if served is not None and served.scaling is not None:
+            served.set_limits(max_queue=limit if served.scaling.shed_load else served.scaling.max_queue)
 
     def step(self) -> None:
         self._poke = None

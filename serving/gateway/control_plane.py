@@ -3,7 +3,7 @@
 the gateway's FastAPI app.
 
 The routes read what they need from ``request.app.state``: ``manager``, ``tokens`` and ``metrics`` (set
-by ``create_gateway_app``), and ``autoscaler`` with ``autoscaler_backend`` while the autoscaler runs.
+by ``create_gateway_app``), and ``autoscaler`` while the autoscaler runs.
 ``Gateway`` has already checked the caller's token and, for a change, its admin right; each route
 checks the token's right to the endpoint it names."""
 
@@ -91,7 +91,7 @@ async def autoscaler_decisions(name: str, request: Request, limit: int = 500) ->
     if scaler is None:
         return {"enabled": False, "decisions": []}
     decisions = [d for d in scaler.controller.export() if d["endpoint"] == name][-max(1, min(limit, 5000)):]
-    backend = request.app.state.autoscaler_backend
+    backend = _manager(request).backend
     pool = backend.pool.idle if backend.pool is not None else 0
     return {"enabled": True, "warm_pool_idle": pool, "warm_starts": backend.warm_starts,
             "cold_starts": backend.cold_starts, "decisions": decisions}

@@ -59,6 +59,25 @@ class WireAnswer:
         return b'{"predictions":' + self.first + b"}" if self.status == 200 else self.first
 
 
+@dataclass(frozen=True)
+class WireReply:
+    """A replica's reply to one envelope: the answers, one per request in order, and what the replica
+    reported with them (its busy clock, from ``BUSY_HEADER``; None when it sent none)."""
+
+    answers: list[WireAnswer]
+    busy_s: float | None = None
+
+
+def busy_reading(header: str | None) -> float | None:
+    """The busy clock a ``BUSY_HEADER`` value carries (None when absent or not a number)."""
+    if header is None:
+        return None
+    try:
+        return float(header)
+    except ValueError:
+        return None
+
+
 def _split(envelope: bytes) -> tuple[list, memoryview]:
     cut = envelope.find(b"\n")
     if cut < 0:

@@ -1,9 +1,10 @@
 """The gateway's side of its replicas: start, stop, reach and measure them.
 
+    replica_set    ``ReplicaSet``: one served entity's replicas and limits, and the only code that changes them
     local          replicas as local OS processes (``python -m serving.replica``): start, ready, stop
-    client         the keep-alive client that sends batch envelopes to a replica
+    local_backend  starts and stops local processes for the replica sets (warm pool first)
     warm_pool      standby processes with the runtime imported, waiting for a model
-    local_backend  the autoscaler's backend on local processes (warm pool first)
+    client         the keep-alive client that sends batch envelopes to a replica (and returns its readings)
     kubernetes     the autoscaler's backend on Kubernetes Deployments (scale subresource)
     probe          measure a candidate model by serving it in a real local replica
 """

@@ -34,8 +34,9 @@ class ReplicaClient:
             await self._session.close()
             self._session = None
 
-    async def send(self, replica: Any, requests: list[wire.WireRequest]) -> list[wire.WireAnswer]:
-        """The replica's answers, one per request, in order; ReplicaUnreachable if there are none."""
+    async def send(self, replica: Any, requests: list[wire.WireRequest]) -> wire.WireReply:
+        """The replica's answers, one per request, in order, with its busy clock; ReplicaUnreachable if
+        there are none."""
         assert self._session is not None, "ReplicaClient.start() first"
         try:
             async with self._session.post(replica.url + wire.PATH, data=wire.encode_requests(requests),
@@ -47,12 +48,8 @@ class ReplicaClient:
             raise wire.ReplicaUnreachable(type(exc).__name__) from exc
         if status != 200:
             raise wire.ReplicaUnreachable(f"replica answered HTTP {status} to a batch")
-        if busy is not None:
-            try:
-                replica.busy_s = float(busy)   # the autoscaler's utilisation signal (serving.gateway.autoscaling)
-            except ValueError:
-                pass
         try:
-            return wire.decode_answers(body, len(requests))
+            answers = wire.decode_answers(body, len(requests))
         except wire.WireError as exc:
             raise wire.ReplicaUnreachable(str(exc)) from exc
+        return wire.WireReply(answers, wire.busy_reading(busy))

@@ -44,7 +44,6 @@ class LocalReplica:
     process: subprocess.Popen[bytes]
     log_path: Path
     outstanding: int = field(default=0)
-    busy_s: float | None = None     # the replica's busy clock, as its last answer carried it
 
     @property
     def url(self) -> str:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from serving.protocol.errors import ApiError, timeout, unavailable
-from serving.protocol.wire import ReplicaUnreachable, WireAnswer, WireRequest
+from serving.protocol.wire import ReplicaUnreachable, WireAnswer, WireReply, WireRequest
 from serving.traffic.batching import OFF, BatchPlan
 from serving.traffic.load_meter import LoadMeter
 from serving.traffic.router import pick_replica
@@ -41,7 +41,7 @@ class Replica(Protocol):
     def alive(self) -> bool: ...
 
 
-SendBatch = Callable[[Any, list[WireRequest]], Awaitable[list[WireAnswer]]]
+SendBatch = Callable[[Any, list[WireRequest]], Awaitable[WireReply]]
 
 
 class AdmissionRefused(Exception):
@@ -101,6 +101,7 @@ class Dispatcher:
         self.stats = DispatchStats()
         self.meter = LoadMeter(clock())
         self.on_starved: Callable[[], None] | None = None  # called when a request arrives and no replica is up
+        self._busy: dict[int, float] = {}  # id(replica) -> its busy clock, as its last reply carried it
 
     @property
     def waiting(self) -> int:
@@ -129,6 +130,14 @@ class Dispatcher:
     def capacity_changed(self) -> None:
         """Replicas were added, limits raised or the plan changed: send what can go now."""
         self._pump()
+
+    def busy_clocks(self) -> dict[int, float]:
+        """id(replica) -> the busy clock its last reply carried, for the current replicas (the autoscaler's
+        utilisation signal); readings of replicas that left are dropped."""
+        current = {id(r) for r in self._replicas()}
+        for gone in self._busy.keys() - current:
+            del self._busy[gone]
+        return dict(self._busy)
 
     # ---- internals -----------------------------------------------------------------------------
     def _expire(self, pending: _Pending) -> None:
@@ -224,7 +233,7 @@ class Dispatcher:
     async def _run(self, replica: Replica, batch: list[_Pending]) -> None:
         retry: list[_Pending] = []
         try:
-            answers = await asyncio.wait_for(self._send(replica, [p.request for p in batch]), self.timeout_s)
+            reply = await asyncio.wait_for(self._send(replica, [p.request for p in batch]), self.timeout_s)
         except asyncio.TimeoutError:
             self._fail(batch, lambda: timeout(f"the model did not answer within {self.timeout_s:.0f}s"))
         except ReplicaUnreachable:
@@ -236,7 +245,9 @@ class Dispatcher:
             log.exception("dispatch to a replica failed")
             self._fail(batch, _unreachable)
         else:
-            for pending, answer in zip(batch, answers):
+            if reply.busy_s is not None:
+                self._busy[id(replica)] = reply.busy_s
+            for pending, answer in zip(batch, reply.answers):
                 self._settle(pending, answer)
         finally:
             replica.outstanding -= len(batch)

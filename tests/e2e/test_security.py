@@ -35,9 +35,9 @@ from serving.gateway.auth import TokenRegistry
 from serving.gateway.process import PROJECT_DIR, environ_with, wait_endpoint_ready
 from serving.inference_log import InferenceLogWriter
 from serving.protocol.errors import invalid_parameter
-from serving.protocol.wire import WireAnswer, WireRequest
+from serving.protocol.wire import WireAnswer, WireReply, WireRequest
 from serving.replicas.local import free_port
-from serving.replicas.served_entity import ServedEntity
+from serving.replicas.replica_set import ReplicaSet
 
 ADMIN = "security-admin-token-" + secrets.token_hex(8)
 SCOPED = "security-scoped-token-" + secrets.token_hex(8)  # may use endpoint "ep" only
@@ -58,9 +58,9 @@ class Replicas:
 
     async def close(self) -> None: ...
 
-    async def send(self, replica: Replica, requests: list[WireRequest]) -> list[WireAnswer]:
+    async def send(self, replica: Replica, requests: list[WireRequest]) -> WireReply:
         await asyncio.sleep(0)
-        return [WireAnswer(200, 1, b"[0]", b"") for _ in requests]
+        return WireReply([WireAnswer(200, 1, b"[0]", b"") for _ in requests])
 
 
 def _no_registry(model: str, version: str | None, alias: str | None) -> str:
@@ -80,7 +80,7 @@ def in_process_gateway(tmp_path: Path, *, max_body_bytes: int = 64 * 1024):  # t
     replicas = Replicas()
     manager = EndpointManager(EndpointStore(tmp_path / "endpoints.db"), _no_registry, {}, tmp_path / "logs",
                               replica_client=replicas)
-    entity = ServedEntity("m-1", "m", "1", replicas=[Replica()], max_concurrency=8)
+    entity = ReplicaSet("m-1", "m", "1", replicas=[Replica()], max_concurrency=8)
     entity.attach(replicas.send)
     manager.live["ep"] = LiveEndpoint({"m-1": entity}, [("m-1", 100)])
     return create_gateway_app(manager, _tokens(tmp_path), InferenceLogWriter(tmp_path / "log"), max_body_bytes=max_body_bytes)

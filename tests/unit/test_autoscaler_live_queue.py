@@ -11,8 +11,7 @@ from serving.autoscaler.config import ScalingConfig
 from serving.endpoints.manager import EndpointManager, LiveEndpoint
 from serving.endpoints.store import EndpointStore
 from serving.gateway.autoscaling import LiveAutoscaler
-from serving.replicas.local_backend import LocalBackend
-from serving.replicas.served_entity import ServedEntity
+from serving.replicas.replica_set import ReplicaSet
 
 
 async def _never(replica, requests):  # pragma: no cover - nothing is dispatched in these tests
@@ -23,11 +22,11 @@ async def _never(replica, requests):  # pragma: no cover - nothing is dispatched
 def test_the_queue_takes_the_policy_bound_only_when_shedding(tmp_path, shed, expected):
     manager = EndpointManager(EndpointStore(tmp_path / "endpoints.db"), lambda *a: "1", dict(os.environ),
                               tmp_path / "logs", home=tmp_path)
-    served = ServedEntity(name="champion", model_name="m", version="1",
-                          scaling=ScalingConfig(max_queue=500, shed_load=shed))
+    served = ReplicaSet(name="champion", model_name="m", version="1",
+                        scaling=ScalingConfig(max_queue=500, shed_load=shed))
     served.attach(_never)
     manager.live["e"] = LiveEndpoint(entities={"champion": served}, weights=[("champion", 100)])
-    autoscaler = LiveAutoscaler(manager, LocalBackend(manager.entity, manager.launcher))
+    autoscaler = LiveAutoscaler(manager)
     autoscaler.sync()
     assert served.dispatcher.max_queue == 500  # held up to max_queue until the policy has measured anything
     autoscaler.controller.queue_sink("e", "champion", 7)
@@ -47,7 +46,7 @@ def test_a_poke_right_after_a_step_still_steps_within_the_gap(tmp_path):
     gap = 0.05   # serving.gateway.autoscaling.POKE_GAP_S
     manager = EndpointManager(EndpointStore(tmp_path / "endpoints.db"), lambda *a: "1", dict(os.environ),
                               tmp_path / "logs", home=tmp_path)
-    autoscaler = LiveAutoscaler(manager, LocalBackend(manager.entity, manager.launcher))
+    autoscaler = LiveAutoscaler(manager)
     steps: list[float] = []
     real_step = autoscaler.step
 

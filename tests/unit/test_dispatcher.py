@@ -21,8 +21,8 @@ from serving.gateway.app import create_gateway_app
 from serving.gateway.auth import TokenRegistry
 from serving.inference_log import InferenceLogWriter, read_inference_log
 from serving.protocol.errors import ApiError
-from serving.protocol.wire import ReplicaUnreachable, WireAnswer, WireRequest
-from serving.replicas.served_entity import ServedEntity
+from serving.protocol.wire import ReplicaUnreachable, WireAnswer, WireReply, WireRequest
+from serving.replicas.replica_set import ReplicaSet
 from serving.traffic.batching import BatchPlan
 from serving.traffic.dispatcher import AdmissionRefused, Dispatcher
 
@@ -47,23 +47,25 @@ class FakeReplicas:
     def __init__(self, delay_s: float = 0.3) -> None:
         self.delay_s = delay_s
         self.batches: list[tuple[str, list[str]]] = []
+        self.busy_s = 0.0   # the busy clock each reply carries (+0.25 s a batch)
 
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
 
-    async def send(self, replica: FakeReplica, requests: list[WireRequest]) -> list[WireAnswer]:
+    async def send(self, replica: FakeReplica, requests: list[WireRequest]) -> WireReply:
         self.batches.append((replica.url, [r.request_id for r in requests]))
         await asyncio.sleep(self.delay_s)
         if not replica.reachable:
             raise ReplicaUnreachable("connection refused")
-        return [WireAnswer(200, 1, json.dumps([r.request_id]).encode(), b"") for r in requests]
+        self.busy_s += 0.25
+        return WireReply([WireAnswer(200, 1, json.dumps([r.request_id]).encode(), b"") for r in requests], self.busy_s)
 
 
 def gateway(tmp_path, replicas: FakeReplicas, *, max_queue: int, max_wait_s: float, limit: int = 1):
     manager = EndpointManager(EndpointStore(tmp_path / "endpoints.db"), lambda *a: "1", {}, tmp_path / "logs",
                               replica_client=replicas)
-    entity = ServedEntity("m-1", "m", "1", replicas=[FakeReplica("http://replica")], max_concurrency=limit)
+    entity = ReplicaSet("m-1", "m", "1", replicas=[FakeReplica("http://replica")], max_concurrency=limit)
     dispatcher = entity.attach(replicas.send)
     dispatcher.max_queue, dispatcher.max_wait_s = max_queue, max_wait_s
     manager.live["ep"] = LiveEndpoint({"m-1": entity}, [("m-1", 100)])
@@ -156,6 +158,25 @@ def test_the_least_loaded_replica_gets_the_batch_and_an_unreachable_one_is_retri
     batches, answer, retried = run(scenario())
     assert batches == [("down", ["q"]), ("up", ["q"])]  # fewest outstanding first; then retried once on the other
     assert answer.status == 200 and retried == 1
+
+
+def test_the_busy_clock_a_reply_carries_is_kept_per_replica_until_the_replica_leaves():
+    # the autoscaler's utilisation comes back in the client's reply; the dispatcher keeps the last reading
+    async def scenario():  # type: ignore[no-untyped-def]
+        replicas = FakeReplicas(delay_s=0.0)
+        a, b = FakeReplica("a"), FakeReplica("b")
+        current = [a, b]
+        dispatcher = Dispatcher(replicas.send, lambda: current, limit=lambda: 1)
+        assert dispatcher.busy_clocks() == {}
+        await asyncio.gather(*(dispatcher.submit(WireRequest(f"q{i}", "application/json", b"{}")) for i in range(3)))
+        readings = dispatcher.busy_clocks()
+        current.remove(b)
+        return readings, dispatcher.busy_clocks(), id(a), id(b)
+
+    readings, after, a, b = run(scenario())
+    assert set(readings) == {a, b}                 # each replica's own reading
+    assert max(readings.values()) == 0.75          # three replies (0.25, 0.5, 0.75): the last one's reading is kept
+    assert after == {a: readings[a]}               # b left: its reading is dropped
 
 
 def test_no_reachable_replica_is_a_503_and_a_slow_one_a_504():

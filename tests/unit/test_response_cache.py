@@ -12,8 +12,8 @@ from serving.endpoints.store import EndpointStore
 from serving.gateway.app import create_gateway_app
 from serving.gateway.auth import TokenRegistry
 from serving.inference_log import InferenceLogWriter
-from serving.protocol.wire import WireAnswer, WireRequest
-from serving.replicas.served_entity import ServedEntity
+from serving.protocol.wire import WireAnswer, WireReply, WireRequest
+from serving.replicas.replica_set import ReplicaSet
 from serving.traffic.response_cache import ResponseCache
 from tests.unit.test_dispatcher import TOKEN, FakeReplica
 
@@ -51,15 +51,15 @@ def test_the_cache_config_is_checked():
 
 
 def _app(tmp_path, cache: ResponseCache | None, calls: list[bytes]):
-    async def upstream(replica: FakeReplica, requests: list[WireRequest]) -> list[WireAnswer]:
+    async def upstream(replica: FakeReplica, requests: list[WireRequest]) -> WireReply:
         answers = []
         for request in requests:
             calls.append(request.body)
             answers.append(WireAnswer(200, 1, json.dumps([len(calls)]).encode(), b'[{"f":1.0}]'))
-        return answers
+        return WireReply(answers)
 
     manager = EndpointManager(EndpointStore(tmp_path / "e.db"), lambda *a: "1", {}, tmp_path / "logs")
-    entity = ServedEntity("m-1", "m", "1", replicas=[FakeReplica("http://replica")])
+    entity = ReplicaSet("m-1", "m", "1", replicas=[FakeReplica("http://replica")])
     entity.attach(upstream)
     manager.live["ep"] = LiveEndpoint({"m-1": entity}, [("m-1", 100)], cache)
     return create_gateway_app(manager, TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN}), InferenceLogWriter(tmp_path / "log"))

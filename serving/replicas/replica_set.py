@@ -1,0 +1,199 @@
+"""One owner per served entity: its ``ReplicaSet`` is the only code that changes the entity's replicas
+and limits.
+
+Rollouts (``endpoints.manager``) create a set, ``start`` its first replicas and ``configure`` it when a
+config change keeps it; the autoscaler calls ``scale_to`` and ``set_limits``; the backend starts and
+stops processes for it (``replicas.local_backend``); the data plane reads it through its dispatcher.
+Everyone else reads ``replicas``, ``max_concurrency``, ``scaling`` and ``starting``.
+
+``scale_to`` returns at once: new replicas start in the background (from the warm pool when there is
+one), surplus ones leave the routing at once and stop once their requests are answered. A count lowered
+while replicas are still starting holds for them too: a start that completes past the count last asked
+for is stopped, not added. Dead replicas leave the routing when ``ready_count`` counts them, so the
+autoscaler sees them missing and replaces them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from serving.autoscaler.config import ScalingConfig
+from serving.replicas.local import LocalReplica, ReplicaStartError
+from serving.replicas.local_backend import LocalBackend
+from serving.traffic.batching import BatchPlan
+from serving.traffic.dispatcher import Dispatcher, SendBatch
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_CONCURRENCY = 32
+DRAIN_POLL_S = 0.1
+
+
+class ReplicaSet:
+    """A served entity's replicas, their concurrency limit, its dispatcher and its scaling config."""
+
+    def __init__(self, name: str, model_name: str, version: str, backend: LocalBackend | None = None, *,
+                 endpoint: str = "", replicas: tuple[Any, ...] | list[Any] = (),
+                 max_concurrency: int = DEFAULT_MAX_CONCURRENCY, scaling: ScalingConfig | None = None,
+                 drain_timeout_s: float = 30.0) -> None:
+        self.endpoint = endpoint            # for its log lines ("endpoint/entity")
+        self.name = name
+        self.model_name = model_name
+        self.version = version
+        self.backend = backend              # None: replicas handed in (tests, fakes); no start or scale
+        self.dispatcher: Dispatcher | None = None   # set by ``attach`` before traffic reaches the entity
+        self.drain_timeout_s = drain_timeout_s
+        self.wanted: int | None = None      # the count ``scale_to`` last asked for
+        self._replicas: list[Any] = list(replicas)
+        self._max_concurrency = max_concurrency
+        self._scaling = scaling
+        self._starting = 0
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closed = False
+
+    # ---- what others read ----------------------------------------------------------------------
+    @property
+    def replicas(self) -> tuple[Any, ...]:
+        """The replicas in the routing, in the order they joined."""
+        return tuple(self._replicas)
+
+    @property
+    def max_concurrency(self) -> int:
+        return self._max_concurrency
+
+    @property
+    def scaling(self) -> ScalingConfig | None:
+        """The autoscaler's config for the entity (None: not autoscaled)."""
+        return self._scaling
+
+    @property
+    def starting(self) -> int:
+        """Replicas ``scale_to`` is starting, not yet in the routing."""
+        return self._starting
+
+    @property
+    def model_uri(self) -> str:
+        return f"models:/{self.model_name}/{self.version}"
+
+    # ---- limits --------------------------------------------------------------------------------
+    def attach(self, send: SendBatch, timeout_s: float = 30.0) -> Dispatcher:
+        """Give the entity its dispatcher: requests queue here and go to its replicas in batches."""
+        self.dispatcher = Dispatcher(send, lambda: self._replicas, limit=lambda: self._max_concurrency,
+                                     timeout_s=timeout_s)
+        return self.dispatcher
+
+    def configure(self, max_concurrency: int, scaling: ScalingConfig | None) -> None:
+        """A config change that keeps this entity: its new limit applies at once, and its scaling config."""
+        self._scaling = scaling
+        self.set_limits(max_concurrency=max_concurrency)
+
+    def set_limits(self, *, max_concurrency: int | None = None, max_queue: int | None = None) -> None:
+        """The per-replica concurrency limit (what it lets go now is sent) and the gateway queue's bound."""
+        if max_queue is not None and self.dispatcher is not None:
+            self.dispatcher.max_queue = max_queue
+        if max_concurrency is not None:
+            self._max_concurrency = max_concurrency
+            if self.dispatcher is not None:
+                self.dispatcher.capacity_changed()
+
+    def _adopt_plan(self, ready: Mapping[str, Any] | None, *, replace: bool) -> None:
+        """The batching plan from a replica's ready answer (the first one, unless ``replace``)."""
+        if self.dispatcher is None or not isinstance(ready, Mapping) or not isinstance(ready.get("batching"), dict):
+            return
+        if replace or not self.dispatcher.plan.enabled:
+            self.dispatcher.plan = BatchPlan.from_json(ready["batching"])
+
+    # ---- replicas ------------------------------------------------------------------------------
+    async def start(self, n: int, timeout_s: float) -> None:
+        """A rollout's first ``n`` replicas, started cold and waited for; ReplicaStartError (or OSError)
+        if one fails, and the caller then ``stop``s the set. Each process is in ``replicas`` from its
+        spawn, so a cancelled rollout stops every one."""
+        backend = self._backend()
+        for _ in range(n):  # spawned on the loop, not in a thread: a cancelled rollout must know every process
+            self._replicas.append(backend.spawn(self.model_uri))
+        for replica in list(self._replicas):
+            ready = await run_in_threadpool(backend.wait_ready, replica, timeout_s)
+            self._adopt_plan(ready, replace=True)
+        if self.dispatcher is not None:
+            self.dispatcher.capacity_changed()
+
+    def ready_count(self) -> int:
+        """The replicas in the routing; a dead one leaves it here (the autoscaler replaces it)."""
+        for replica in [r for r in self._replicas if not r.alive()]:
+            self._replicas.remove(replica)
+            log.warning("replica pid %d of %s/%s died (code %s)", replica.pid, self.endpoint, self.name,
+                        replica.process.returncode)
+        return len(self._replicas)
+
+    def scale_to(self, n: int) -> None:
+        """Ask for ``n`` replicas; returns at once (starts run in the background, see the module doc)."""
+        self.wanted = n
+        current = self.ready_count() + self._starting
+        for _ in range(n - current):
+            self._starting += 1
+            self._spawn(self._add())
+        surplus = current - n
+        if surplus > 0:
+            # ready replicas leave first; what is left of the surplus is still starting, and ``_add``
+            # stops those when they come up past the wanted count
+            for replica in sorted(self._replicas, key=lambda r: r.outstanding)[:surplus]:
+                self._replicas.remove(replica)  # no new requests from here on
+                self._spawn(self._drain_and_stop(replica))
+
+    async def stop(self, *, cancel_starts: bool = False) -> None:
+        """Out of service: every replica stopped. A start under way stops its replica once it is up, or
+        at once with ``cancel_starts`` (the gateway is stopping)."""
+        self._closed = True
+        if cancel_starts:
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        replicas, self._replicas = self._replicas, []
+        for replica in replicas:
+            await self._backend().stop(replica)
+
+    # ---- internals -----------------------------------------------------------------------------
+    def _backend(self) -> LocalBackend:
+        if self.backend is None:
+            raise RuntimeError(f"replica set {self.endpoint}/{self.name} has no backend to start or stop replicas")
+        return self.backend
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _add(self) -> None:
+        """One more replica: started, then in the routing, or stopped if it is no longer wanted. It counts
+        as starting until then."""
+        try:
+            replica, ready = await self._backend().start(self.model_uri)
+            if self._closed:  # the entity left the routing meanwhile
+                await self._backend().stop(replica)
+            elif len(self._replicas) >= (self.wanted if self.wanted is not None else len(self._replicas) + 1):
+                log.info("replica pid %d of %s/%s came up after a scale-down to %d: stopped", replica.pid,
+                         self.endpoint, self.name, self.wanted)
+                await self._backend().stop(replica)
+            else:
+                self._replicas.append(replica)
+                self._adopt_plan(ready, replace=False)
+                if self.dispatcher is not None:
+                    self.dispatcher.capacity_changed()
+                log.info("replica pid %d added to %s/%s (%d now)", replica.pid, self.endpoint, self.name,
+                         len(self._replicas))
+        except (ReplicaStartError, OSError) as exc:
+            log.error("could not add a replica to %s/%s: %s", self.endpoint, self.name, exc)
+        finally:
+            self._starting = max(0, self._starting - 1)
+
+    async def _drain_and_stop(self, replica: LocalReplica) -> None:
+        waited = 0.0
+        while replica.outstanding > 0 and waited < self.drain_timeout_s:
+            await asyncio.sleep(DRAIN_POLL_S)
+            waited += DRAIN_POLL_S
+        await self._backend().stop(replica)
