@@ -10,9 +10,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from serving.protocol.wire import REPLICA_TOKEN_ENV
-from serving.replica.app import StandbyApp, create_replica_app
-from serving.replica.runtime import ModelRuntime
+from serving.replica.imports import skip_feast_type_checks
+
+skip_feast_type_checks()  # before anything below imports Feast
+
+from serving.protocol.wire import REPLICA_TOKEN_ENV  # noqa: E402
+from serving.replica.app import StandbyApp, create_replica_app  # noqa: E402
+from serving.replica.runtime import ModelRuntime  # noqa: E402
 
 log = logging.getLogger("serving.replica")
 
