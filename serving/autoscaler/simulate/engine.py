@@ -150,10 +150,7 @@ class _Run:
         lo = self.step_ends[k - 1] if k else 0
         hi = self.step_ends[k]
         self.seconds.requests += hi - lo
-        if self.batched:
-            requests.arrive_batched(lo, hi, heap, t1, self.room, self.batch_cap, batch_factor)
-        else:
-            requests.arrive(lo, hi, heap, t1, self.room)
+        requests.arrive(lo, hi, heap, t1, self.room, self.batch_cap, batch_factor if self.batched else None)
         view = self.observe(k, t1, arrived=hi)
         self.note_capacity(t1)
         self.apply(self.policy.step(view), t1, view.provisioned)

@@ -39,13 +39,6 @@ class Requests:
     def queued(self) -> int:
         return len(self.waiting) + len(self.later_starts)
 
-    def finish(self, i: int, done: float) -> None:
-        """Request ``i`` is answered at ``done``."""
-        latency = done - self.arrival[i]
-        self.latency[i] = latency
-        self.finished_in_step[min(int(done * STEPS_PER_S), self.last_step)] += 1
-        self.latencies_in_second[min(int(done), self.last_second)].append(latency)
-
     def finish_batch(self, batch: list[int], done: float) -> None:
         """The requests of ``batch`` are answered at ``done``."""
         self.finished_in_step[min(int(done * STEPS_PER_S), self.last_step)] += len(batch)
@@ -68,12 +61,25 @@ class Requests:
         while later and later[0] <= now:
             later.popleft()
 
-    def wait_or_reject(self, i: int, room: float) -> None:
-        """Request ``i`` waits in the FIFO, or is rejected when the waiting room is full."""
+    def wait_behind(self, i: int, heap: list[float], room: float) -> bool:
+        """When others wait or there is no server, request ``i`` waits in the FIFO behind them (or is rejected
+        when the waiting room is full): True. False: it may take a server."""
+        if not self.waiting and heap:
+            return False
         if len(self.waiting) + len(self.later_starts) >= room:
             self.rejected += 1
         else:
             self.waiting.append(i)
+        return True
+
+    def serve(self, heap: list[float], i: int, start: float) -> None:
+        """Request ``i`` alone on the earliest free server from ``start``, answered when its service ends."""
+        done = start + self.service[i]
+        heapreplace(heap, done)
+        latency = done - self.arrival[i]
+        self.latency[i] = latency
+        self.finished_in_step[min(int(done * STEPS_PER_S), self.last_step)] += 1
+        self.latencies_in_second[min(int(done), self.last_second)].append(latency)
 
     def expire(self, now: float, timeout: float) -> None:
         """The oldest waiting requests whose timeout has passed get their timeout answer."""
@@ -84,15 +90,13 @@ class Requests:
 
     def start_waiting(self, heap: list[float], t0: float, t1: float) -> None:
         """The FIFO's requests, in order, take the servers that free before ``t1``."""
-        waiting, arrival, service = self.waiting, self.arrival, self.service
+        waiting, arrival = self.waiting, self.arrival
         while waiting and heap and heap[0] < t1:
             i = waiting.popleft()
             a = arrival[i]
             free = heap[0]
             start = free if free > a else a
-            done = start + service[i]
-            heapreplace(heap, done)
-            self.finish(i, done)
+            self.serve(heap, i, start)
             if start > t0:
                 self.later_starts.append(start)
 
@@ -105,66 +109,42 @@ class Requests:
             size = min(cap, len(waiting))
             self.start_batch(heap, [waiting.popleft() for _ in range(size)], free, batch_factor)
 
-    def arrive(self, lo: int, hi: int, heap: list[float], t1: float, room: float) -> None:
-        """Requests ``lo`` to ``hi`` (those arriving in the step ending at ``t1``), one at a time."""
-        arrival, service, waiting, later = self.arrival, self.service, self.waiting, self.later_starts
-        for i in range(lo, hi):
-            a = arrival[i]
-            while later and later[0] <= a:
-                later.popleft()
-            if waiting or not heap:
-                self.wait_or_reject(i, room)
-                continue
-            free = heap[0]
-            if free <= a:
-                done = a + service[i]
-            elif len(waiting) + len(later) >= room:
-                self.rejected += 1
-                continue
-            elif free < t1:
-                done = free + service[i]
-                later.append(free)
-            else:
-                waiting.append(i)
-                continue
-            heapreplace(heap, done)
-            self.finish(i, done)
-
-    def arrive_batched(self, lo: int, hi: int, heap: list[float], t1: float, room: float, cap: int,
-                       batch_factor: Callable[[int], float]) -> None:
-        """Requests ``lo`` to ``hi`` with batching: a server that frees within the step at ``forming_at``
-        takes the arrivals up to then (at most ``cap``) as one batch."""
-        arrival, service, waiting, later = self.arrival, self.service, self.waiting, self.later_starts
+    def arrive(self, lo: int, hi: int, heap: list[float], t1: float, room: float, cap: int = 1,
+               batch_factor: Optional[Callable[[int], float]] = None) -> None:
+        """Requests ``lo`` to ``hi``, those arriving in the step ending at ``t1``. With batching
+        (``batch_factor``), a server that frees within the step, at ``forming_at``, takes the arrivals up
+        to then (at most ``cap``) as one batch; without, each request takes a server alone."""
+        arrival, waiting, later = self.arrival, self.waiting, self.later_starts
         forming: list[int] = []
         forming_at = -1.0
         for i in range(lo, hi):
             a = arrival[i]
-            while later and later[0] <= a:
-                later.popleft()
-            if forming and a <= forming_at and len(forming) < cap:
-                forming.append(i)
-                later.append(forming_at)
-                continue
+            if later and later[0] <= a:
+                self.started_by(a)
             if forming:
+                if a <= forming_at and len(forming) < cap:
+                    forming.append(i)
+                    later.append(forming_at)
+                    continue
                 self.start_batch(heap, forming, forming_at, batch_factor)
                 forming = []
-            if waiting or not heap:
-                self.wait_or_reject(i, room)
+            if self.wait_behind(i, heap, room):
                 continue
             free = heap[0]
             if free <= a:
-                done = a + service[i]
-                heapreplace(heap, done)
-                self.finish(i, done)
+                self.serve(heap, i, a)
             elif len(waiting) + len(later) >= room:
                 self.rejected += 1
-            elif free < t1:
+            elif free >= t1:
+                waiting.append(i)
+            elif batch_factor is None:
+                later.append(free)
+                self.serve(heap, i, free)
+            else:
                 heappop(heap)
                 forming_at = free
                 forming = [i]
                 later.append(free)
-            else:
-                waiting.append(i)
         if forming:
             self.start_batch(heap, forming, forming_at, batch_factor)
 
