@@ -41,15 +41,15 @@ import pandas as pd
 
 from benchmarks import autoscaler_targets as T
 from benchmarks.autoscaler_ablation import ABLATIONS, ablated
+from benchmarks.autoscaler_report import print_ablation, print_rows, print_summary, summary
+from benchmarks.autoscaler_targets import ALL_POLICIES, BASELINES
 from serving.autoscaler.config import ScalingConfig
 from serving.autoscaler.simulate import traces as tr
 from serving.autoscaler.simulate.engine import TAIL_S, service_times, simulate, with_warmup
-from serving.autoscaler.simulate.policies import POLICIES, USER_VARIANTS, WARM_POOL, Tollfree, make_policy, tollfree_config
+from serving.autoscaler.simulate.policies import WARM_POOL, Tollfree, make_policy, tollfree_config
 from serving.autoscaler.simulate.profiles import PRESETS
 
 PROFILES = ("cpu", "io_agent", "embedding")
-ALL_POLICIES = POLICIES + USER_VARIANTS
-BASELINES = tuple(p for p in ALL_POLICIES if p != "tollfree")
 WARMUP_S = 120.0
 REAL_MEAN_RPS = 2000.0
 CONSTANT_RPS = {"cpu": 1000.0, "io_agent": 2000.0, "embedding": 2000.0}
@@ -220,18 +220,6 @@ def _key(r: dict) -> dict:
     return {k: r[k] for k in ("set", "trace", "seed", "profile")}
 
 
-def summary(ev: dict, set_name: str, vertical: list[dict]) -> dict:
-    """One set's tally: rows meeting targets 1 and 2, the median ratio, the kept targets met."""
-    rows = [r for r in ev["rows"] if r["set"] == set_name]
-    kept = [k for k in ev["kept"] if k["set"] == set_name] + [v for v in vertical if v["set"] == set_name]
-    return {"set": set_name, "rows": len(rows),
-            "pareto": sum(not r["dominated_by"] for r in rows), "near": sum(r["ok"] for r in rows),
-            "median_rs_ratio": T.median_ratio(rows) if rows else math.nan,
-            "median_ok": bool(rows) and T.median_ratio(rows) <= T.RS_RATIO_MEDIAN,
-            "kept": sum(k["ok"] for k in kept), "kept_of": len(kept),
-            "bad": sum(r["mine"]["bad"] for r in rows), "replica_seconds": sum(r["mine"]["replica_seconds"] for r in rows)}
-
-
 def vertical_checks(learned: list[dict], swept: list[dict], sets: list[str]) -> list[dict]:
     out = []
     for rec in learned:
@@ -308,45 +296,6 @@ def plots(ev: dict, out_dir: Path, args) -> list[str]:
             plot(results, path, title=f"{r['trace']} seed {r['seed']} x {r['profile']} (tollfree {kind} most, #{i})")
             written.append(str(path))
     return written
-
-
-def print_rows(ev: dict, set_name: str) -> None:
-    print(f"\n{set_name} set: per row, tollfree's replica-s / bad, each baseline's (D: it dominates tollfree), "
-          f"the floor (bad whatever the capacity), the start floor (+ what replica starts leave unanswered), "
-          f"the bound, and tollfree's distances to them")
-    print(f"{'trace':<10} {'seed':>4} {'profile':<9} {'tollfree':>16}  " + "  ".join(f"{b:>16}" for b in BASELINES)
-          + f"  {'floor':>7} {'start':>7} {'bound':>8} {'+bad %':>7} {'+start %':>8} {'rs/bound':>8}  targets")
-    for r in ev["rows"]:
-        if r["set"] != set_name:
-            continue
-        cell = lambda x: f"{x['replica_seconds']:,.0f}/{x['bad']:,}"
-        bs = "  ".join(f"{(('D ' if b in r['dominated_by'] else '') + cell(r['baselines'][b])):>16}" for b in BASELINES)
-        verdict = ("ok" if not r["dominated_by"] else "DOMINATED") + (" near" if r["ok"] else " FAR")
-        print(f"{r['trace']:<10} {r['seed']:>4} {r['profile']:<9} {cell(r['mine']):>16}  {bs}  {r['floor_bad']:>7,} "
-              f"{r['start_bad']:>7,} {r['bound_rs']:>8,.0f} {100 * r['extra_bad_share']:>7.2f} "
-              f"{100 * r['extra_over_start']:>8.2f} {r['rs_ratio']:>8.2f}  {verdict}")
-
-
-def print_summary(ev: dict, vertical: list[dict], sets: list[str], args) -> None:
-    for s in sets:
-        t = summary(ev, s, vertical)
-        print(f"\n{s}: {t['rows']} rows; not dominated {t['pareto']}/{t['rows']}; near the limit {t['near']}/{t['rows']}; "
-              f"median replica-s / bound {t['median_rs_ratio']:.2f} ({'PASS' if t['median_ok'] else 'FAIL'}, <= 1.5); "
-              f"kept targets {t['kept']}/{t['kept_of']}")
-        for c in [k for k in ev["kept"] + vertical if k["set"] == s]:
-            print(f"  {'PASS' if c['ok'] else 'FAIL'}  {c['target']:<44} {c['trace']:<9} {c['seed']:>2} {c['profile']:<10} {c['detail']}")
-        for r in ev["rows"]:
-            if r["set"] == s and r["out_of_reach"]:
-                print(f"  out of reach of any policy with the scale-down window: {r['trace']} {r['seed']} {r['profile']}: "
-                      f"{', '.join(r['out_of_reach'])} (at the floor {r['floor_bad']:,} under the bound {r['bound_rs']:,.0f})")
-
-
-def print_ablation(table: list[dict]) -> None:
-    print("\nablation (each rule off; tollfree's totals over the set's rows):")
-    print(f"{'rule off':<20} {'set':<9} {'not dom.':>8} {'near':>6} {'median':>7} {'kept':>6} {'bad':>11} {'replica-s':>11}")
-    for a in table:
-        print(f"{a['rule']:<20} {a['set']:<9} {a['pareto']:>4}/{a['rows']:<3} {a['near']:>3}/{a['rows']:<3} "
-              f"{a['median_rs_ratio']:>7.2f} {a['kept']:>3}/{a['kept_of']:<2} {a['bad']:>11,} {a['replica_seconds']:>11,.0f}")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

@@ -18,6 +18,12 @@ import math
 import statistics
 from typing import Iterable, Mapping, Sequence
 
+from serving.autoscaler.simulate.policies import POLICIES, USER_VARIANTS
+
+# every policy runs on every row; tollfree is judged against the others
+ALL_POLICIES = POLICIES + USER_VARIANTS
+BASELINES = tuple(p for p in ALL_POLICIES if p != "tollfree")
+
 # Tune on these only (seed 0 of the traces every rule so far was judged on) ...
 TUNING = tuple((t, 0) for t in ("azure_code", "azure_conv", "spike", "ramp", "diurnal", "onoff"))
 # ... and report on these too, generated once, never tuned on: seeds 1-5 of the synthetic traces and of

@@ -20,6 +20,8 @@ Redis is a fresh redis-server on 127.0.0.1), then times, for 1 and for 64 entity
                     on-demand view), same entity rows, then .to_dict(): isolates the on-demand view's cost;
   anchor_raw        the same keys read straight from the store, bytes only (see ANCHORS).
 
+The paths, their inputs and the timing are in benchmarks/features_online_paths.py.
+
 Each path gets the same seeded random rows (ids that exist, amounts drawn from real transactions), one
 fresh set per iteration; paths run in interleaved rounds so machine noise spreads over all of them.
 """
@@ -28,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import json
 import os
 import platform
@@ -38,21 +39,28 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-SERVICE = "fraud_v1"
-BATCH_VIEWS = ("customer_activity", "merchant_risk")
-VIEW_KEYS = {"customer_activity": "customer_id", "merchant_risk": "merchant_id"}
+from benchmarks.common import log
+from benchmarks.features_online_paths import (
+    BATCH_VIEWS,
+    ROUNDS,
+    SERVICE,
+    Inputs,
+    check_paths,
+    make_inputs,
+    paths_for,
+    time_paths,
+)
+
 SIZES = (1, 64)
 DEFAULT_ITERATIONS = {1: 2000, 64: 500}
 DAYS = 36
 SEED = 20261
-ROUNDS = 4  # timed iterations are split in rounds; each round runs every path in turn
 PATHS = ("feature_service", "tollfree_reader", "tollfree_fast", "tollfree_fast_cold", "no_odfv_refs", "anchor_raw")
 TARGETS = {1: {"p50_ms": 1.0, "p99_ms": 2.0}, 64: {"p99_ms": 5.0}}
 TARGET_PATHS = ("feature_service", "tollfree_reader", "tollfree_fast", "tollfree_fast_cold")  # the issue's target is on feature_service
@@ -73,15 +81,6 @@ ANCHORS = {
 }
 
 
-@dataclass
-class Inputs:
-    """One call's input in every shape the paths need, built outside the timer."""
-
-    columns: dict[str, list]  # columnar entity rows + request field, for get_online_features
-    frame: Any  # pandas DataFrame, for OnlineFeatureReader.read
-    keys: dict[str, list[bytes]]  # batch view -> unique serialized entity keys (store-specific suffix added later)
-
-
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.features_online", description=__doc__.split("\n\n")[0])
     parser.add_argument("--customers", type=int, default=1000, help="synthetic customers (default 1000)")
@@ -96,10 +95,6 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.iterations is not None and args.iterations < ROUNDS:
         parser.error(f"--iterations must be >= {ROUNDS}")
     return args
-
-
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def _percentiles(samples_ns: list[int]) -> tuple[float, float]:
@@ -154,141 +149,6 @@ def _sqlite_tables(db_path: Path, project: str) -> dict[str, str]:
                 raise RuntimeError(f"unexpected layout of {name}: {columns}")
             found[view] = name
         return found
-
-
-def _make_inputs(rng: np.random.Generator, n: int, size: int, ids: dict[str, np.ndarray], amounts: np.ndarray) -> list[Inputs]:
-    import pandas as pd
-    from feast.infra.key_encoding_utils import serialize_entity_key
-    from feast.protos.feast.types.EntityKey_pb2 import EntityKey
-    from feast.protos.feast.types.Value_pb2 import Value
-
-    def key(join_key: str, value: int) -> bytes:
-        proto = EntityKey(join_keys=[join_key], entity_values=[Value(int64_val=value)])
-        return serialize_entity_key(proto, entity_key_serialization_version=3)
-
-    out = []
-    for _ in range(n):
-        customers = [int(v) for v in rng.choice(ids["customer_id"], size)]
-        merchants = [int(v) for v in rng.choice(ids["merchant_id"], size)]
-        amount = [float(v) for v in rng.choice(amounts, size)]
-        columns = {"customer_id": customers, "merchant_id": merchants, "amount": amount}
-        keys = {
-            view: [key(VIEW_KEYS[view], v) for v in dict.fromkeys(columns[VIEW_KEYS[view]])]
-            for view in BATCH_VIEWS
-        }
-        out.append(Inputs(columns=columns, frame=pd.DataFrame(columns), keys=keys))
-    return out
-
-
-# --- the paths ---------------------------------------------------------------------------------------
-
-
-def _paths(kind: str, store: Any, anchor: Any, tables: dict[str, str], project: str) -> dict[str, Callable[[Inputs], Any]]:
-    from serving.features.reader import OnlineFeatureReader
-
-    service = store.get_feature_service(SERVICE)
-    reader = OnlineFeatureReader(store, SERVICE, fast=False)
-    fast_reader = OnlineFeatureReader(store, SERVICE, fast=True)
-    cold_reader = OnlineFeatureReader(store, SERVICE, fast=True)
-    if not (fast_reader.fast and cold_reader.fast):
-        raise RuntimeError(f"{kind}: the direct online store reader refused this store (see the log)")
-    cold_keys = cold_reader._fast.store_reader._key_cache  # emptied per call: no entity key is cached
-    refs = [
-        f"{projection.name}:{feature.name}"
-        for projection in service.feature_view_projections
-        if projection.name in BATCH_VIEWS
-        for feature in projection.features
-    ]
-
-    def feature_service(inp: Inputs) -> Any:
-        return store.get_online_features(features=service, entity_rows=inp.columns).to_dict()
-
-    def tollfree_reader(inp: Inputs) -> Any:
-        return reader.read(inp.frame)
-
-    def tollfree_fast(inp: Inputs) -> Any:
-        return fast_reader.read(inp.frame)
-
-    def tollfree_fast_cold(inp: Inputs) -> Any:
-        cold_keys.clear()
-        return cold_reader.read(inp.frame)
-
-    def no_odfv_refs(inp: Inputs) -> Any:
-        return store.get_online_features(features=refs, entity_rows=inp.columns).to_dict()
-
-    if kind == "sqlite":
-
-        def anchor_raw(inp: Inputs) -> Any:
-            rows = []
-            for view in BATCH_VIEWS:
-                keys = inp.keys[view]
-                rows.append(
-                    anchor.execute(
-                        f'SELECT entity_key, feature_name, value, event_ts FROM "{tables[view]}" '
-                        f"WHERE entity_key IN ({','.join('?' * len(keys))}) ORDER BY entity_key",
-                        keys,
-                    ).fetchall()
-                )
-            return rows
-    else:
-        suffix = project.encode("utf-8")
-
-        def anchor_raw(inp: Inputs) -> Any:
-            with anchor.pipeline(transaction=False) as pipe:
-                for view in BATCH_VIEWS:
-                    for key in inp.keys[view]:
-                        pipe.hgetall(key + suffix)
-                return pipe.execute()
-
-    return {
-        "feature_service": feature_service,
-        "tollfree_reader": tollfree_reader,
-        "tollfree_fast": tollfree_fast,
-        "tollfree_fast_cold": tollfree_fast_cold,
-        "no_odfv_refs": no_odfv_refs,
-        "anchor_raw": anchor_raw,
-    }
-
-
-def _check_paths(kind: str, paths: dict[str, Callable[[Inputs], Any]], inp: Inputs) -> None:
-    """Every path returns real data for existing ids before anything is timed."""
-    answer = paths["feature_service"](inp)
-    empty = [name for name, values in answer.items() if any(v is None for v in values)]
-    if empty:
-        raise RuntimeError(f"{kind}: feature service returned no value for {empty}")
-    import pandas as pd
-
-    slow = paths["tollfree_reader"](inp)  # raises (404) on an unknown entity
-    pd.testing.assert_frame_equal(paths["tollfree_fast"](inp), slow, check_exact=True)
-    pd.testing.assert_frame_equal(paths["tollfree_fast_cold"](inp), slow, check_exact=True)
-    raw = paths["anchor_raw"](inp)
-    if kind == "sqlite":
-        expected = [7 * len(inp.keys["customer_activity"]), 2 * len(inp.keys["merchant_risk"])]
-        got = [len(rows) for rows in raw]
-    else:
-        expected = [8] * len(inp.keys["customer_activity"]) + [3] * len(inp.keys["merchant_risk"])
-        got = [len(fields) for fields in raw]  # 7 or 2 features + the view's _ts field
-    if got != expected:
-        raise RuntimeError(f"{kind}: the anchor read {got} rows/fields, expected {expected}")
-
-
-def _time_paths(paths: dict[str, Callable[[Inputs], Any]], warm: list[Inputs], timed: list[Inputs]) -> dict[str, list[int]]:
-    for fn in paths.values():
-        for inp in warm:
-            fn(inp)
-    samples: dict[str, list[int]] = {name: [] for name in paths}
-    bounds = np.linspace(0, len(timed), ROUNDS + 1).astype(int)
-    clock = time.perf_counter_ns
-    for r in range(ROUNDS):
-        chunk = timed[bounds[r] : bounds[r + 1]]
-        for name, fn in paths.items():
-            gc.collect()
-            out = samples[name]
-            for inp in chunk:
-                t0 = clock()
-                fn(inp)
-                out.append(clock() - t0)
-    return samples
 
 
 # --- report ------------------------------------------------------------------------------------------
@@ -351,6 +211,34 @@ def _table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def _measure_store(home: Path, kind: str, choice: Any, redis_url: str, start: datetime, end: datetime,
+                   inputs: dict[int, tuple[list[Inputs], list[Inputs]]]) -> dict[int, dict[str, list[int]]]:
+    """One online store: materialized, then per batch size every path checked and timed (samples per path)."""
+    import redis
+
+    log(f"[{kind}] apply + materialize {', '.join(BATCH_VIEWS)} ...")
+    store = _open_and_load(home, choice, start, end)
+    if kind == "sqlite":
+        db_path = home / "feast" / "online_store.db"
+        tables_by_view = _sqlite_tables(db_path, store.project)
+        anchor = sqlite3.connect(db_path)
+    else:
+        host, port = redis_url.split(":")
+        tables_by_view = {}
+        anchor = redis.Redis(host=host, port=int(port))
+    results = {}
+    try:
+        paths = paths_for(kind, store, anchor, tables_by_view, store.project)
+        for size in SIZES:
+            warm, timed = inputs[size]
+            check_paths(kind, paths, warm[0])
+            log(f"[{kind}] {size} entities: {len(warm)} warm-up + {len(timed)} timed calls per path ...")
+            results[size] = time_paths(paths, warm, timed)
+    finally:
+        anchor.close()
+    return results
+
+
 # --- main --------------------------------------------------------------------------------------------
 
 
@@ -363,14 +251,13 @@ def run(customers: int, iterations: int | None) -> dict[str, Any]:
     _quiet_warnings()
     try:
         import feast
-        import redis
 
         from feature_repo import store as feature_store
         from tests.services import redis_server
 
         began = time.monotonic()
         load_before = os.getloadavg()
-        _log(f"generating {customers} customers x {DAYS} days of synthetic data in {home} ...")
+        log(f"generating {customers} customers x {DAYS} days of synthetic data in {home} ...")
         tables, transactions, start = _build_tables(home, customers)
         end = datetime.now(timezone.utc)
         ids = {
@@ -381,7 +268,7 @@ def run(customers: int, iterations: int | None) -> dict[str, Any]:
         rng = np.random.default_rng(SEED)
         plan = {size: iterations or DEFAULT_ITERATIONS[size] for size in SIZES}
         inputs = {
-            size: (_make_inputs(rng, max(50, n // 5), size, ids, amounts), _make_inputs(rng, n, size, ids, amounts))
+            size: (make_inputs(rng, max(50, n // 5), size, ids, amounts), make_inputs(rng, n, size, ids, amounts))
             for size, n in plan.items()
         }
 
@@ -392,25 +279,8 @@ def run(customers: int, iterations: int | None) -> dict[str, Any]:
                 "redis": feature_store.OnlineStoreChoice("redis", redis_url),
             }
             for kind, choice in stores.items():
-                _log(f"[{kind}] apply + materialize {', '.join(BATCH_VIEWS)} ...")
-                store = _open_and_load(home, choice, start, end)
-                if kind == "sqlite":
-                    db_path = home / "feast" / "online_store.db"
-                    tables_by_view = _sqlite_tables(db_path, store.project)
-                    anchor = sqlite3.connect(db_path)
-                else:
-                    host, port = redis_url.split(":")
-                    tables_by_view = {}
-                    anchor = redis.Redis(host=host, port=int(port))
-                try:
-                    paths = _paths(kind, store, anchor, tables_by_view, store.project)
-                    for size in SIZES:
-                        warm, timed = inputs[size]
-                        _check_paths(kind, paths, warm[0])
-                        _log(f"[{kind}] {size} entities: {len(warm)} warm-up + {len(timed)} timed calls per path ...")
-                        results[(kind, size)] = _time_paths(paths, warm, timed)
-                finally:
-                    anchor.close()
+                for size, samples in _measure_store(home, kind, choice, redis_url, start, end, inputs).items():
+                    results[(kind, size)] = samples
         rows = _rows(results)
         return {
             "benchmark": "features_online",

@@ -18,7 +18,8 @@ Per model, one server at a time (never two under load at once):
               batches concurrent requests when its load-time profile says batches pay
 
 Load: wrk (closed loop, keep-alive; a Lua script sets the POST body and headers), one single-row
-`dataframe_split` body, for each concurrency a 2 s warm-up then --seconds timed. CPU-s per 1000
+`dataframe_split` body, for each concurrency a 2 s warm-up then --seconds timed (benchmarks/serving_servers.py
+starts and stops the servers, benchmarks/serving_load.py loads and meters them). CPU-s per 1000
 predictions: utime+stime of the server process and all its descendants (gateway + replica; mlflow CLI +
 uvicorn + workers) from /proc over the timed window, per 2xx response. The limit: in-process
 `mlflow.pyfunc.load_model(...).predict(<same single-row DataFrame>)`.
@@ -31,17 +32,19 @@ import contextlib
 import json
 import os
 import platform
-import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks.common import log
+from benchmarks.serving_load import WARMUP_S, measure
+from benchmarks.serving_servers import VENV_BIN, Server, start_mlflow, start_tollfree
 
 SEED = 20262
 FEATURES = 20
@@ -51,17 +54,9 @@ MODELS = {
     "heavy": {"n_estimators": 500, "max_depth": 6, "label": "GBDT 500 trees, depth 6, 20 features"},
 }
 SERVERS = ("mlflow-1w", "mlflow-2w", "tollfree")
-WARMUP_S = 2
 INPROC_CALLS = 2000
 INPROC_MAX_S = 20.0
-READY_TIMEOUT_S = 90.0
 TARGETS = {"rps_ratio_c32_min": 3.0, "p50_over_inprocess_c1_max_ms": 1.0}
-VENV_BIN = Path(sys.executable).parent
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -115,213 +110,12 @@ def _register_models(home: Path, tracking_uri: str) -> dict[str, dict[str, Any]]
                 pip_requirements=pip, serialization_format="cloudpickle", registered_model_name=name,
             )
         registered[key] = {"name": name, "version": str(info.registered_model_version), "label": spec["label"]}
-        _log(f"registered {name} v{info.registered_model_version} ({spec['label']}) in {time.monotonic() - began:.1f}s")
+        log(f"registered {name} v{info.registered_model_version} ({spec['label']}) in {time.monotonic() - began:.1f}s")
     body = json.dumps({"dataframe_split": {"columns": columns, "data": [row]}})
     return {"models": registered, "body": body, "columns": columns, "row": row}
 
 
-# --- process CPU -------------------------------------------------------------------------------------
-
-
-def _proc_table() -> dict[int, tuple[int, int]]:
-    """pid -> (ppid, utime+stime ticks) for every live process."""
-    table = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read().decode("ascii", "replace")
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()  # fields from state (3rd) on
-        table[int(entry)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
-    return table
-
-
-def _tree_cpu(root: int) -> dict[int, int]:
-    """pid -> CPU ticks for ``root`` and all its live descendants."""
-    table = _proc_table()
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    found, stack = {}, [root]
-    while stack:
-        pid = stack.pop()
-        if pid in table and pid not in found:
-            found[pid] = table[pid][1]
-            stack.extend(children.get(pid, []))
-    return found
-
-
-def _cpu_delta(root: int, before: dict[int, int], after: dict[int, int]) -> dict[str, float]:
-    total = sum(after[p] - before.get(p, 0) for p in after)
-    main = after.get(root, 0) - before.get(root, 0)
-    return {"total_s": total / CLK_TCK, "root_s": main / CLK_TCK, "descendants_s": (total - main) / CLK_TCK}
-
-
-# --- servers -----------------------------------------------------------------------------------------
-
-
-class Server:
-    """A running server: where to send requests, which headers, which process tree to meter."""
-
-    def __init__(self, kind: str, url: str, path: str, headers: dict[str, str], pid: int, stop) -> None:  # type: ignore[no-untyped-def]
-        self.kind, self.url, self.path, self.headers, self.pid, self._stop = kind, url, path, headers, pid, stop
-
-    def stop(self) -> None:
-        if self._stop is not None:
-            stop, self._stop = self._stop, None
-            stop()
-
-
-def _wait_http_ok(url: str, process: subprocess.Popen, log_path: Path, timeout_s: float = READY_TIMEOUT_S) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited with code {process.returncode}; see {log_path}")
-        try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"{url} not 200 after {timeout_s:.0f}s; see {log_path}")
-
-
-def _start_mlflow(model: dict[str, Any], workers: int, env: dict[str, str], logs: Path) -> Server:
-    from serving.replicas.local import free_port
-
-    port = free_port("127.0.0.1")
-    log_path = logs / f"mlflow-{model['name']}-{workers}w.log"
-    cmd = [str(VENV_BIN / "mlflow"), "models", "serve", "-m", f"models:/{model['name']}/{model['version']}",
-           "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)]
-    if workers != 1:
-        cmd += ["-w", str(workers)]
-    with open(log_path, "ab") as out:
-        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-
-    def stop() -> None:
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)  # its own session: the CLI, uvicorn and its workers
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=5)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)  # stragglers left in the group
-
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_http_ok(f"{url}/ping", process, log_path)
-    except BaseException:
-        stop()
-        raise
-    return Server(f"mlflow-{workers}w", url, "/invocations", {}, process.pid, stop)
-
-
-def _start_tollfree(model: dict[str, Any], env: dict[str, str], logs: Path) -> Server:
-    import httpx
-
-    from serving.gateway.process import start_gateway, wait_endpoint_ready
-
-    token = secrets.token_urlsafe(24)
-    # no warm pool: nothing but the gateway and the endpoint's replica runs (max_concurrency 64 fixes one
-    # replica's concurrency, so the autoscaler keeps the one replica at c <= 32)
-    gateway = start_gateway({**env, "TOLLFREE_TOKEN": token, "TOLLFREE_WARM_POOL": "0"}, logs / f"gateway-{model['name']}.log",
-                            timeout_s=READY_TIMEOUT_S)
-    auth = {"Authorization": f"Bearer {token}"}
-
-    def stop() -> None:
-        with contextlib.suppress(Exception):  # the home is shared between models: leave no endpoint to restore
-            httpx.delete(f"{gateway.url}/api/2.0/serving-endpoints/bench", headers=auth, timeout=30)
-        gateway.stop()
-
-    try:
-        created = httpx.post(
-            f"{gateway.url}/api/2.0/serving-endpoints", headers=auth, timeout=30,
-            json={"name": "bench", "config": {"served_entities": [
-                {"entity_name": model["name"], "entity_version": model["version"], "max_concurrency": 64}]}},
-        )
-        if created.status_code != 200:
-            raise RuntimeError(f"endpoint create: {created.status_code} {created.text[:300]}")
-        wait_endpoint_ready(gateway.url, token, "bench", timeout_s=READY_TIMEOUT_S)
-    except BaseException:
-        stop()
-        raise
-    return Server("tollfree", gateway.url, "/serving-endpoints/bench/invocations", auth, gateway.process.pid, stop)
-
-
-# --- load --------------------------------------------------------------------------------------------
-
-LUA = """
-wrk.method = "POST"
-wrk.body = [===[%(body)s]===]
-wrk.headers["Content-Type"] = "application/json"
-%(headers)s
-done = function(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format(
-    "WRKJSON {\\"requests\\":%%d,\\"duration_us\\":%%d,\\"p50_us\\":%%d,\\"p99_us\\":%%d,\\"mean_us\\":%%f,\\"max_us\\":%%d,"
-    .. "\\"non2xx\\":%%d,\\"connect\\":%%d,\\"read\\":%%d,\\"write\\":%%d,\\"timeout\\":%%d}\\n",
-    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99), latency.mean, latency.max,
-    e.status, e.connect, e.read, e.write, e.timeout))
-end
-"""
-
-
-def _wrk(server: Server, body: str, concurrency: int, seconds: int, script: Path) -> dict[str, Any]:
-    headers = "\n".join(f'wrk.headers["{k}"] = "{v}"' for k, v in server.headers.items())
-    script.write_text(LUA % {"body": body, "headers": headers})
-    threads = min(2, concurrency)
-    cmd = ["wrk", "-t", str(threads), "-c", str(concurrency), "-d", f"{seconds}s", "--timeout", "10s",
-           "-s", str(script), server.url + server.path]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 30)
-    for line in done.stdout.splitlines():
-        if line.startswith("WRKJSON "):
-            return json.loads(line[len("WRKJSON "):])
-    raise RuntimeError(f"wrk gave no result (code {done.returncode}): {done.stdout[-500:]} {done.stderr[-500:]}")
-
-
-def _check_one(server: Server, body: str) -> None:
-    import httpx
-
-    answer = httpx.post(server.url + server.path, content=body, timeout=30,
-                        headers={"content-type": "application/json", **server.headers})
-    if answer.status_code != 200 or "predictions" not in answer.json():
-        raise RuntimeError(f"{server.kind}: sample request gave {answer.status_code}: {answer.text[:300]}")
-
-
-def _measure(server: Server, body: str, levels: list[int], seconds: int, script: Path) -> list[dict[str, Any]]:
-    _check_one(server, body)
-    rows = []
-    for c in levels:
-        _wrk(server, body, c, WARMUP_S, script)
-        before = _tree_cpu(server.pid)
-        result = _wrk(server, body, c, seconds, script)
-        after = _tree_cpu(server.pid)
-        cpu = _cpu_delta(server.pid, before, after)
-        errors = result["non2xx"] + result["connect"] + result["read"] + result["write"] + result["timeout"]
-        ok = max(result["requests"] - result["non2xx"], 0)
-        duration_s = result["duration_us"] / 1e6
-        row = {
-            "server": server.kind, "concurrency": c, "rps": result["requests"] / duration_s,
-            "p50_ms": result["p50_us"] / 1000, "p99_ms": result["p99_us"] / 1000, "requests": result["requests"],
-            "errors": errors, "non2xx": result["non2xx"],
-            "cpu_s_per_1000": cpu["total_s"] / ok * 1000 if ok else None,
-            "cpu_root_s_per_1000": cpu["root_s"] / ok * 1000 if ok else None,
-            "cpu_descendants_s_per_1000": cpu["descendants_s"] / ok * 1000 if ok else None,
-            "cpu_cores_busy": cpu["total_s"] / duration_s, "processes": len(after),
-        }
-        rows.append(row)
-        _log(f"  {server.kind:10s} c={c:<3d} {row['rps']:8.1f} rps  p50 {row['p50_ms']:7.2f} ms  p99 {row['p99_ms']:7.2f} ms"
-             f"  errors {errors}  cpu/1000 {row['cpu_s_per_1000'] or float('nan'):.3f} s")
-    return rows
+# --- the limit ---------------------------------------------------------------------------------------
 
 
 def _in_process(model: dict[str, Any], columns: list[str], row: list[float]) -> dict[str, Any]:
@@ -395,29 +189,29 @@ def run(seconds: int, levels: list[int]) -> dict[str, Any]:
         body = setup["body"]
         results = {}
         for key, model in setup["models"].items():
-            _log(f"model {key}: {model['label']}")
+            log(f"model {key}: {model['label']}")
             inproc = _in_process(model, setup["columns"], setup["row"])
-            _log(f"  in-process  p50 {inproc['p50_ms']:.3f} ms  p99 {inproc['p99_ms']:.3f} ms ({inproc['calls']} calls)")
+            log(f"  in-process  p50 {inproc['p50_ms']:.3f} ms  p99 {inproc['p99_ms']:.3f} ms ({inproc['calls']} calls)")
             rows: list[dict[str, Any]] = []
             failures: dict[str, str] = {}
             for kind in SERVERS:
                 t0 = time.monotonic()
                 try:
                     if kind == "tollfree":
-                        server = _start_tollfree(model, env, logs)
+                        server = start_tollfree(model, env, logs)
                     else:
-                        server = _start_mlflow(model, 1 if kind == "mlflow-1w" else 2, env, logs)
+                        server = start_mlflow(model, 1 if kind == "mlflow-1w" else 2, env, logs)
                 except Exception as exc:  # report and go on with the other servers
                     failures[kind] = f"start: {exc}"
-                    _log(f"  {kind}: FAILED to start: {exc}")
+                    log(f"  {kind}: FAILED to start: {exc}")
                     continue
                 running.append(server)
-                _log(f"  {kind} ready in {time.monotonic() - t0:.1f}s at {server.url}")
+                log(f"  {kind} ready in {time.monotonic() - t0:.1f}s at {server.url}")
                 try:
-                    rows += _measure(server, body, levels, seconds, script)
+                    rows += measure(server, body, levels, seconds, script)
                 except Exception as exc:
                     failures[kind] = f"load: {exc}"
-                    _log(f"  {kind}: FAILED under load: {exc}")
+                    log(f"  {kind}: FAILED under load: {exc}")
                 finally:
                     server.stop()
                     running.remove(server)

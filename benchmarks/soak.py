@@ -24,7 +24,6 @@ import secrets
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +71,40 @@ def _body(home: Path) -> bytes:
     tx = synthetic.read_transactions(home / "data")
     rows = tx.sample(ROWS, random_state=21)[["customer_id", "merchant_id", "amount"]]
     return json.dumps({"dataframe_records": rows.to_dict(orient="records")}).encode()
+
+
+def _minute_row(part: LoadResult, gateway: Any, headers: dict[str, str]) -> dict[str, Any]:
+    """One minute's line: answers by status, latency, RSS, replicas, and the vertical axis (its per-replica
+    target now, and the busy share its last cycle measured)."""
+    replicas = httpx.get(f"{gateway.url}/metrics", headers=headers, timeout=30).text
+    gateway_mb, replica_mb = _rss_mb(gateway.process.pid)
+    count = sum(float(line.rsplit(" ", 1)[1]) for line in replicas.splitlines()
+                if line.startswith("tollfree_replicas{") and f'endpoint="{NAME}"' in line)
+    target = next((float(line.rsplit(" ", 1)[1]) for line in replicas.splitlines()
+                   if line.startswith("tollfree_autoscaler_target_concurrency{") and f'endpoint="{NAME}"' in line),
+                  None)
+    trail = httpx.get(f"{gateway.url}/api/2.0/serving-endpoints/{NAME}/autoscaler", params={"limit": 120},
+                      headers=headers, timeout=30).json()["decisions"]
+    cycles = [d["inputs"] for d in trail if d["inputs"].get("vertical")]
+    busy = cycles[-1].get("utilisation") if cycles else None
+    return {"statuses": part.statuses(), "rps": round(part.rate(), 1),
+            "p50_ms": round(part.percentile(50) * 1000, 1), "p99_ms": round(part.percentile(99) * 1000, 1),
+            "gateway_rss_mb": round(gateway_mb), "replica_rss_mb": round(replica_mb), "replicas": count,
+            "target": None if target is None else round(target, 2),
+            "busy": None if busy is None else round(busy, 3), "not_sent": part.skipped}
+
+
+def _report(total: LoadResult, minutes: list[dict[str, Any]], capacity: float, rate: float) -> dict[str, Any]:
+    """The whole run and its verdict: no answer other than 200, RSS growth under 10 %."""
+    errors = {k: v for k, v in total.statuses().items() if k != "200"}
+    growth = max((minutes[-1][k] - minutes[0][k]) / minutes[0][k] for k in ("gateway_rss_mb", "replica_rss_mb"))
+    return {"capacity_rps": round(capacity, 1), "offered_rps": round(rate, 1), "minutes": len(minutes),
+            "requests": len(total.outcomes), "errors": errors, "p50_ms": round(total.percentile(50) * 1000, 1),
+            "p99_ms": round(total.percentile(99) * 1000, 1),
+            "gateway_rss_mb": [minutes[0]["gateway_rss_mb"], minutes[-1]["gateway_rss_mb"]],
+            "replica_rss_mb": [minutes[0]["replica_rss_mb"], minutes[-1]["replica_rss_mb"]],
+            "rss_growth": round(growth, 4), "not_sent": total.skipped,
+            "passed": not errors and growth < 0.10}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,34 +157,10 @@ def main(argv: list[str] | None = None) -> int:
             total.outcomes.extend(part.outcomes)
             total.duration_s += part.duration_s
             total.skipped += part.skipped
-            replicas = httpx.get(f"{gateway.url}/metrics", headers=headers, timeout=30).text
-            gateway_mb, replica_mb = _rss_mb(gateway.process.pid)
-            count = sum(float(line.rsplit(" ", 1)[1]) for line in replicas.splitlines()
-                        if line.startswith("tollfree_replicas{") and f'endpoint="{NAME}"' in line)
-            # the vertical axis: its per-replica target now, and the busy share its last cycle measured
-            target = next((float(line.rsplit(" ", 1)[1]) for line in replicas.splitlines()
-                           if line.startswith("tollfree_autoscaler_target_concurrency{") and f'endpoint="{NAME}"' in line),
-                          None)
-            trail = httpx.get(f"{gateway.url}/api/2.0/serving-endpoints/{NAME}/autoscaler", params={"limit": 120},
-                              headers=headers, timeout=30).json()["decisions"]
-            cycles = [d["inputs"] for d in trail if d["inputs"].get("vertical")]
-            busy = cycles[-1].get("utilisation") if cycles else None
-            row = {"minute": minute + 1, "statuses": part.statuses(), "rps": round(part.rate(), 1),
-                   "p50_ms": round(part.percentile(50) * 1000, 1), "p99_ms": round(part.percentile(99) * 1000, 1),
-                   "gateway_rss_mb": round(gateway_mb), "replica_rss_mb": round(replica_mb), "replicas": count,
-                   "target": None if target is None else round(target, 2),
-                   "busy": None if busy is None else round(busy, 3), "not_sent": part.skipped}
+            row = {"minute": minute + 1, **_minute_row(part, gateway, headers)}
             minutes.append(row)
             print(json.dumps(row), flush=True)
-        errors = {k: v for k, v in total.statuses().items() if k != "200"}
-        growth = max((minutes[-1][k] - minutes[0][k]) / minutes[0][k] for k in ("gateway_rss_mb", "replica_rss_mb"))
-        report = {"capacity_rps": round(capacity, 1), "offered_rps": round(rate, 1), "minutes": len(minutes),
-                  "requests": len(total.outcomes), "errors": errors, "p50_ms": round(total.percentile(50) * 1000, 1),
-                  "p99_ms": round(total.percentile(99) * 1000, 1),
-                  "gateway_rss_mb": [minutes[0]["gateway_rss_mb"], minutes[-1]["gateway_rss_mb"]],
-                  "replica_rss_mb": [minutes[0]["replica_rss_mb"], minutes[-1]["replica_rss_mb"]],
-                  "rss_growth": round(growth, 4), "not_sent": total.skipped,
-                  "passed": not errors and growth < 0.10}
+        report = _report(total, minutes, capacity, rate)
     finally:
         gateway.stop(grace_s=60)
         if own_home and not os.environ.get("TOLLFREE_KEEP_TEST_STATE"):

@@ -17,7 +17,6 @@ has a step, so the simulator can time how long capacity takes to catch up.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional

@@ -1,0 +1,111 @@
+"""The servers the serving benchmark (benchmarks/serving.py) loads, one at a time: `mlflow models serve`
+with 1 or 2 workers, and tollfree's gateway with one endpoint; each started, waited for and stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+READY_TIMEOUT_S = 90.0
+VENV_BIN = Path(sys.executable).parent
+
+
+class Server:
+    """A running server: where to send requests, which headers, which process tree to meter."""
+
+    def __init__(self, kind: str, url: str, path: str, headers: dict[str, str], pid: int, stop) -> None:  # type: ignore[no-untyped-def]
+        self.kind, self.url, self.path, self.headers, self.pid, self._stop = kind, url, path, headers, pid, stop
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            stop, self._stop = self._stop, None
+            stop()
+
+
+def wait_http_ok(url: str, process: subprocess.Popen, log_path: Path, timeout_s: float = READY_TIMEOUT_S) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with code {process.returncode}; see {log_path}")
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"{url} not 200 after {timeout_s:.0f}s; see {log_path}")
+
+
+def start_mlflow(model: dict[str, Any], workers: int, env: dict[str, str], logs: Path) -> Server:
+    from serving.replicas.local import free_port
+
+    port = free_port("127.0.0.1")
+    log_path = logs / f"mlflow-{model['name']}-{workers}w.log"
+    cmd = [str(VENV_BIN / "mlflow"), "models", "serve", "-m", f"models:/{model['name']}/{model['version']}",
+           "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)]
+    if workers != 1:
+        cmd += ["-w", str(workers)]
+    with open(log_path, "ab") as out:
+        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def stop() -> None:
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)  # its own session: the CLI, uvicorn and its workers
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=5)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)  # stragglers left in the group
+
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http_ok(f"{url}/ping", process, log_path)
+    except BaseException:
+        stop()
+        raise
+    return Server(f"mlflow-{workers}w", url, "/invocations", {}, process.pid, stop)
+
+
+def start_tollfree(model: dict[str, Any], env: dict[str, str], logs: Path) -> Server:
+    import httpx
+
+    from serving.gateway.process import start_gateway, wait_endpoint_ready
+
+    token = secrets.token_urlsafe(24)
+    # no warm pool: nothing but the gateway and the endpoint's replica runs (max_concurrency 64 fixes one
+    # replica's concurrency, so the autoscaler keeps the one replica at c <= 32)
+    gateway = start_gateway({**env, "TOLLFREE_TOKEN": token, "TOLLFREE_WARM_POOL": "0"}, logs / f"gateway-{model['name']}.log",
+                            timeout_s=READY_TIMEOUT_S)
+    auth = {"Authorization": f"Bearer {token}"}
+
+    def stop() -> None:
+        with contextlib.suppress(Exception):  # the home is shared between models: leave no endpoint to restore
+            httpx.delete(f"{gateway.url}/api/2.0/serving-endpoints/bench", headers=auth, timeout=30)
+        gateway.stop()
+
+    try:
+        created = httpx.post(
+            f"{gateway.url}/api/2.0/serving-endpoints", headers=auth, timeout=30,
+            json={"name": "bench", "config": {"served_entities": [
+                {"entity_name": model["name"], "entity_version": model["version"], "max_concurrency": 64}]}},
+        )
+        if created.status_code != 200:
+            raise RuntimeError(f"endpoint create: {created.status_code} {created.text[:300]}")
+        wait_endpoint_ready(gateway.url, token, "bench", timeout_s=READY_TIMEOUT_S)
+    except BaseException:
+        stop()
+        raise
+    return Server("tollfree", gateway.url, "/serving-endpoints/bench/invocations", auth, gateway.process.pid, stop)

@@ -1,0 +1,3 @@
+from feature_repo.synthetic.cli import main
+
+raise SystemExit(main())
