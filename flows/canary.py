@@ -29,7 +29,6 @@ from urllib.parse import quote
 
 import pandas as pd
 from mlflow import MlflowClient
-from mlflow.exceptions import MlflowException
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 from prefect.events import emit_event
@@ -45,6 +44,7 @@ from monitoring.canary_steps import (
     next_action, with_memory,
 )
 from serving.inference_log import read_inference_log
+from serving.registry import versions
 from serving.settings import Settings
 
 EVENT_PREFIX = "tollfree.canary."
@@ -131,8 +131,8 @@ def _start(api: GatewayApi, client: MlflowClient, settings: Settings, endpoint: 
     champion = serving[0]
     model, champion_version = champion["entity_name"], str(champion["entity_version"])
     try:
-        challenger_version = str(client.get_model_version_by_alias(model, lifecycle.CHALLENGER).version)
-    except MlflowException:
+        challenger_version = str(versions.resolve(client, model, lifecycle.CHALLENGER, alias=True).version)
+    except LookupError:
         return _outcome(endpoint, "idle", f"model {model} has no {lifecycle.CHALLENGER!r} version"), None
     if challenger_version == champion_version:
         return _outcome(endpoint, "idle", f"the challenger of {model} is the served version {champion_version}"), None
@@ -163,7 +163,7 @@ def _start(api: GatewayApi, client: MlflowClient, settings: Settings, endpoint: 
 
 
 def _drop_challenger_alias(client: MlflowClient, state: CanaryState) -> None:
-    if lifecycle.aliases(client, state.model).get(lifecycle.CHALLENGER) == state.challenger_version:
+    if versions.aliases(client, state.model).get(lifecycle.CHALLENGER) == state.challenger_version:
         client.delete_registered_model_alias(state.model, lifecycle.CHALLENGER)
 
 

@@ -26,10 +26,11 @@ from prefect.tasks import exponential_backoff
 
 from feature_repo import store as feature_store
 from flows import gates, lifecycle, training
-from flows.registry import answering
 from flows.policy import Policy, load_policy, policy_for
 from flows.skew import artifact_key
 from monitoring.fairness import group_rates
+from serving.registry import versions
+from serving.registry.errors import answering
 from serving.replicas.probe import probe_model
 from serving.settings import Settings
 
@@ -52,8 +53,8 @@ def _scores(model_uri: str, frame: pd.DataFrame) -> np.ndarray:
 @task(**MLFLOW_RETRIES)
 def resolve_candidate(tracking_uri: str, model_name: str, version: str | None) -> dict[str, Any]:
     client = MlflowClient(tracking_uri)
-    mv = client.get_model_version(model_name, version) if version else client.get_model_version_by_alias(model_name, lifecycle.CANDIDATE)
-    held = lifecycle.aliases(client, model_name)
+    mv = versions.resolve(client, model_name, version or lifecycle.CANDIDATE, alias=not version)
+    held = versions.aliases(client, model_name)
     return {"version": str(mv.version), "run_id": mv.run_id, "tags": dict(mv.tags), "champion": held.get(lifecycle.CHAMPION)}
 
 
@@ -144,7 +145,7 @@ def record_results(tracking_uri: str, model_name: str, version: str, policy: Pol
 @task(**MLFLOW_RETRIES)
 def move_aliases(tracking_uri: str, model_name: str, version: str, bootstrap: bool, who: str) -> str:
     client = MlflowClient(tracking_uri)
-    if bootstrap and lifecycle.CHAMPION not in lifecycle.aliases(client, model_name):
+    if bootstrap and lifecycle.CHAMPION not in versions.aliases(client, model_name):
         lifecycle.make_champion(client, model_name, version, who=who, why="first version to pass every gate",
                                 now=datetime.now(timezone.utc))
         return lifecycle.CHAMPION

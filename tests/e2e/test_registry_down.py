@@ -24,7 +24,7 @@ from mlflow import MlflowClient
 
 from flows import gates, lifecycle
 from flows.promote import promote
-from flows.registry import RegistryUnavailable
+from serving.registry.errors import RegistryUnavailable
 from serving.replicas.local import free_port
 from tests.world import MODEL_NAME
 

@@ -16,7 +16,7 @@ from mlflow.models import infer_signature
 from flows import lifecycle
 from flows.lineage import lineage
 from flows.promote import PromotionBlocked, promote
-from flows.registry import RegistryUnavailable
+from serving.registry.errors import RegistryUnavailable
 from flows.rollback import rollback
 from flows.train import train
 from tests.models import SleepyModel, UnfairModel

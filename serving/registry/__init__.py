@@ -1,0 +1,10 @@
+"""The model's lifecycle in the MLflow registry, one package for the gateway, batch scoring and the flows.
+
+- ``versions``: a model version from a version number or an alias (``resolve``, the one place that
+  happens), a model's aliases, where a version's training data is, the experiments runs go to;
+- ``errors``: an unreachable registry told apart from an answer, and named.
+
+No Prefect here, and nothing from ``flows/`` or ``monitoring/``: the flows call this package, never the
+other way round. The package imports nothing itself, so the gateway, which needs ``versions`` alone,
+loads no more than that; MLflow is imported when a registry call runs.
+"""
