@@ -5,7 +5,7 @@
 - A canary running: the verdict over the inference log since the current step began
   (``monitoring.canary``), then its action (``monitoring.canary_steps``): advance the traffic share,
   hold, roll back (challenger traffic to 0, alias ``challenger`` removed) or, at 100 %, promote
-  (``champion`` moves through ``flows.lifecycle``).
+  (``champion`` moves through ``serving.registry.lifecycle``).
 - A finished canary: once the losing entity has had no traffic for ``drain_s``, it leaves the endpoint.
 
 Traffic moves by a config change through the gateway's HTTP API; a traffic-only change restarts no
@@ -33,7 +33,6 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 from prefect.events import emit_event
 
-from flows import lifecycle
 from flows.gateway_api import GatewayApi, GatewayError, config_body, entity_input, routes_of
 from flows.labels import read_labelled
 from flows.replica_memory import replica_rss_mb
@@ -44,7 +43,7 @@ from monitoring.canary_steps import (
     next_action, with_memory,
 )
 from serving.inference_log import read_inference_log
-from serving.registry import versions
+from serving.registry import lifecycle, versions
 from serving.settings import Settings
 
 EVENT_PREFIX = "tollfree.canary."
@@ -163,8 +162,7 @@ def _start(api: GatewayApi, client: MlflowClient, settings: Settings, endpoint: 
 
 
 def _drop_challenger_alias(client: MlflowClient, state: CanaryState) -> None:
-    if versions.aliases(client, state.model).get(lifecycle.CHALLENGER) == state.challenger_version:
-        client.delete_registered_model_alias(state.model, lifecycle.CHALLENGER)
+    lifecycle.drop(client, state.model, lifecycle.CHALLENGER, state.challenger_version)
 
 
 # ---- evaluating and acting -----------------------------------------------------------------------

@@ -25,11 +25,11 @@ from prefect.artifacts import create_table_artifact
 from prefect.tasks import exponential_backoff
 
 from feature_repo import store as feature_store
-from flows import gates, lifecycle, training
+from flows import gates, training
 from flows.policy import Policy, load_policy, policy_for
 from flows.skew import artifact_key
 from monitoring.fairness import group_rates
-from serving.registry import versions
+from serving.registry import lifecycle, versions
 from serving.registry.errors import answering
 from serving.replicas.probe import probe_model
 from serving.settings import Settings

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from mlflow import MlflowClient
+from serving.registry.versions import aliases
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
 CANDIDATE = "candidate"
 CHALLENGER = "challenger"
@@ -26,21 +30,21 @@ def _noop(_: str) -> None:
     return None
 
 
-def aliases(client: MlflowClient, model: str) -> dict[str, str]:
-    """alias -> version for a registered model."""
-    return {alias: str(version) for alias, version in client.get_registered_model(model).aliases.items()}
-
-
 def _record(client: MlflowClient, model: str, version: str, prefix: str, who: str, why: str, now: datetime) -> None:
     client.set_model_version_tag(model, version, f"{prefix}.at", now.isoformat())
     client.set_model_version_tag(model, version, f"{prefix}.by", who)
     client.set_model_version_tag(model, version, f"{prefix}.reason", why[:4000])
 
 
+def drop(client: MlflowClient, model: str, alias: str, version: str) -> None:
+    """Remove ``alias`` if it still names ``version`` (another version may hold it by now)."""
+    if aliases(client, model).get(alias) == version:
+        client.delete_registered_model_alias(model, alias)
+
+
 def make_challenger(client: MlflowClient, model: str, version: str) -> None:
     client.set_registered_model_alias(model, CHALLENGER, version)
-    if aliases(client, model).get(CANDIDATE) == version:
-        client.delete_registered_model_alias(model, CANDIDATE)
+    drop(client, model, CANDIDATE, version)
 
 
 def make_champion(client: MlflowClient, model: str, version: str, *, who: str, why: str, now: datetime,
@@ -56,8 +60,7 @@ def make_champion(client: MlflowClient, model: str, version: str, *, who: str, w
     after_step("champion")
     _record(client, model, version, "champion.promoted", who, why, now)
     for alias in (CHALLENGER, CANDIDATE):
-        if aliases(client, model).get(alias) == version:
-            client.delete_registered_model_alias(model, alias)
+        drop(client, model, alias, version)
     return current
 
 
