@@ -25,15 +25,16 @@ from prefect.artifacts import create_table_artifact
 from prefect.tasks import exponential_backoff
 
 from feature_repo import store as feature_store
-from flows import gates, training
-from flows.policy import Policy, load_policy, policy_for
+from flows import training
 from flows.skew import artifact_key
 from monitoring.fairness import group_rates
-from serving.registry import lifecycle, versions
+from serving.registry import gates, lifecycle, versions
 from serving.registry.errors import answering
+from serving.registry.policy import Policy, load_policy, policy_for
 from serving.replicas.probe import probe_model
 from serving.settings import Settings
 
+POLICY_DIR = Path(__file__).resolve().parent / "policies"  # MODEL.yaml, one per model
 # MLflow calls retry with exponential backoff (1, 2, 4 s) before the run fails.
 MLFLOW_RETRIES = dict(retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=1), retry_jitter_factor=0.2)
 
@@ -157,7 +158,7 @@ def move_aliases(tracking_uri: str, model_name: str, version: str, bootstrap: bo
 def promote(model_name: str = "fraud", version: str | None = None, policy_file: str | None = None) -> dict[str, Any]:
     """Gate a candidate (the ``candidate`` alias by default) and move it to ``challenger``."""
     logger = get_run_logger()
-    policy = load_policy(Path(policy_file)) if policy_file else policy_for(model_name)  # refused before anything runs
+    policy = load_policy(Path(policy_file)) if policy_file else policy_for(model_name, POLICY_DIR)  # refused before anything runs
     settings = Settings.from_environ(os.environ)
     mlflow.set_tracking_uri(settings.tracking_uri)
     with answering(settings.tracking_uri, f"gating {model_name} (no alias moved)"):

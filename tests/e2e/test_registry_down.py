@@ -22,9 +22,8 @@ import mlflow
 import pytest
 from mlflow import MlflowClient
 
-from flows import gates
 from flows.promote import promote
-from serving.registry import lifecycle, versions
+from serving.registry import gates, lifecycle, versions
 from serving.registry.errors import RegistryUnavailable
 from serving.replicas.local import free_port
 from tests.world import MODEL_NAME
