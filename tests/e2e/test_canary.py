@@ -22,11 +22,12 @@ from mlflow import MlflowClient
 from mlflow.models import infer_signature
 
 from feature_repo import synthetic
-from flows.canary import canary, load_state
+from flows.canary import canary
 from flows.labels import ingest_labels
 from serving.gateway.process import wait_endpoint_ready
 from serving.inference_log import read_inference_log
 from serving.registry import versions
+from serving.registry.canary import load_state
 from tests.models import FlakyModel, SleepyModel
 from tests.world import MODEL_NAME
 

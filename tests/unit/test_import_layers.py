@@ -30,7 +30,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "features": frozenset({"protocol"}),
     "traffic": frozenset({"protocol"}),
     "batch": frozenset({"registry"}),
-    "registry": frozenset(),                                                          # the model's lifecycle
+    "registry": frozenset({"settings"}),                                              # the model's lifecycle
     "autoscaler": frozenset(),
     "protocol": frozenset(),
     "inference_log": frozenset(),
