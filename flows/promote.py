@@ -133,25 +133,13 @@ def evaluate_gates(settings: Settings, policy: Policy, candidate: dict[str, Any]
 
 @task(**MLFLOW_RETRIES)
 def record_results(tracking_uri: str, model_name: str, version: str, policy: Policy, results: list[gates.GateResult]) -> None:
-    client = MlflowClient(tracking_uri)
-    for r in results:
-        client.set_model_version_tag(model_name, version, f"gate.{r.gate}", "pass" if r.passed else "fail")
-        client.set_model_version_tag(model_name, version, f"gate.{r.gate}.value", r.value[:4000])
-        client.set_model_version_tag(model_name, version, f"gate.{r.gate}.threshold", r.threshold[:1000])
-        client.set_model_version_tag(model_name, version, f"gate.{r.gate}.reason", r.reason[:1000])
-    client.set_model_version_tag(model_name, version, "promotion.policy", policy.path.name)
-    client.set_model_version_tag(model_name, version, "promotion.evaluated_at", datetime.now(timezone.utc).isoformat())
+    lifecycle.record_gates(MlflowClient(tracking_uri), model_name, version, results, policy.path.name, datetime.now(timezone.utc))
 
 
 @task(**MLFLOW_RETRIES)
 def move_aliases(tracking_uri: str, model_name: str, version: str, bootstrap: bool, who: str) -> str:
-    client = MlflowClient(tracking_uri)
-    if bootstrap and lifecycle.CHAMPION not in versions.aliases(client, model_name):
-        lifecycle.make_champion(client, model_name, version, who=who, why="first version to pass every gate",
-                                now=datetime.now(timezone.utc))
-        return lifecycle.CHAMPION
-    lifecycle.make_challenger(client, model_name, version)
-    return lifecycle.CHALLENGER
+    return lifecycle.admit(MlflowClient(tracking_uri), model_name, version, bootstrap=bootstrap, who=who,
+                           now=datetime.now(timezone.utc))
 
 
 @flow(name="promote")

@@ -8,10 +8,11 @@ leaves a consistent registry: ``champion`` always names a version, ``previous`` 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from serving.registry.gates import GateResult
 from serving.registry.versions import aliases
 
 if TYPE_CHECKING:
@@ -62,6 +63,29 @@ def make_champion(client: MlflowClient, model: str, version: str, *, who: str, w
     for alias in (CHALLENGER, CANDIDATE):
         drop(client, model, alias, version)
     return current
+
+
+def record_gates(client: MlflowClient, model: str, version: str, results: Iterable[GateResult], policy: str,
+                 now: datetime) -> None:
+    """Each gate's result on the version as tags (``gate.NAME`` pass/fail, its value, threshold and reason),
+    with the policy file's name and the time."""
+    for r in results:
+        client.set_model_version_tag(model, version, f"gate.{r.gate}", "pass" if r.passed else "fail")
+        client.set_model_version_tag(model, version, f"gate.{r.gate}.value", r.value[:4000])
+        client.set_model_version_tag(model, version, f"gate.{r.gate}.threshold", r.threshold[:1000])
+        client.set_model_version_tag(model, version, f"gate.{r.gate}.reason", r.reason[:1000])
+    client.set_model_version_tag(model, version, "promotion.policy", policy)
+    client.set_model_version_tag(model, version, "promotion.evaluated_at", now.isoformat())
+
+
+def admit(client: MlflowClient, model: str, version: str, *, bootstrap: bool, who: str, now: datetime) -> str:
+    """A version that passed every gate becomes ``challenger``, or ``champion`` when the model has none yet
+    and its policy allows that (``bootstrap``); the alias it now holds."""
+    if bootstrap and CHAMPION not in aliases(client, model):
+        make_champion(client, model, version, who=who, why="first version to pass every gate", now=now)
+        return CHAMPION
+    make_challenger(client, model, version)
+    return CHALLENGER
 
 
 def rollback(client: MlflowClient, model: str, *, who: str, why: str, now: datetime, after_step: Step = _noop) -> tuple[str, str]:
