@@ -103,7 +103,8 @@ def _train_and_register(home: Path, store: Any, tx: Any) -> str:
     from mlflow.models import infer_signature
 
     from feature_repo import store as feature_store
-    from flows import registry, training
+    from flows import training
+    from serving.registry import versions
     from flows.train import SKOPS_TRUSTED_TYPES
 
     started = time.perf_counter()
@@ -116,7 +117,7 @@ def _train_and_register(home: Path, store: Any, tx: Any) -> str:
     uri = f"sqlite:///{home / 'mlflow.db'}"
     mlflow.set_tracking_uri(uri)
     client = MlflowClient(uri)
-    experiment = registry.ensure_experiment(client, "bench-batch", home / "mlartifacts")
+    experiment = versions.ensure_experiment(client, "bench-batch", home / "mlartifacts")
     with mlflow.start_run(experiment_id=experiment):
         example = frame[names].head(3)
         info = mlflow.sklearn.log_model(
@@ -143,7 +144,7 @@ def _register_plain(home: Path, version: str) -> str:
     import sklearn
     from mlflow import MlflowClient
 
-    from flows import registry
+    from serving.registry import versions
     from flows.train import SKOPS_TRUSTED_TYPES
 
     uri = f"sqlite:///{home / 'mlflow.db'}"
@@ -152,7 +153,7 @@ def _register_plain(home: Path, version: str) -> str:
     source = f"models:/{MODEL}/{version}"
     model = mlflow.sklearn.load_model(source)
     signature = mlflow.models.get_model_info(source).signature
-    experiment = registry.ensure_experiment(client, "bench-batch", home / "mlartifacts")
+    experiment = versions.ensure_experiment(client, "bench-batch", home / "mlartifacts")
     with mlflow.start_run(experiment_id=experiment):
         info = mlflow.sklearn.log_model(
             model, name="model", signature=signature,

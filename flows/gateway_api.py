@@ -1,8 +1,7 @@
 """The gateway's control plane as the flows drive it: over HTTP, like any client.
 
 ``GatewayApi`` reads an endpoint, writes a config (served entities and traffic routes) and waits for
-the rollout to settle. ``config_body`` turns an endpoint's view back into a config request, so a
-traffic change resends every entity exactly as it was (an alias stays an alias).
+the rollout to settle; the canary's moves (``serving.registry.canary``) drive an endpoint through it.
 """
 
 from __future__ import annotations
@@ -16,40 +15,10 @@ import httpx
 
 URL_ENV, TOKEN_ENV, DEFAULT_URL = "TOLLFREE_GATEWAY_URL", "TOLLFREE_TOKEN", "http://127.0.0.1:8080"
 API = "/api/2.0/serving-endpoints"
-_ENTITY_KEYS = ("name", "entity_name", "workload_size", "workload_type", "scale_to_zero_enabled", "environment_vars",
-                "min_replicas", "max_replicas", "max_concurrency", "autoscaling")
 
 
 class GatewayError(RuntimeError):
     pass
-
-
-def entity_input(view_entity: Mapping[str, Any]) -> dict[str, Any]:
-    """A served entity of an endpoint view as a config input: an alias entity keeps its alias only."""
-    out = {k: view_entity[k] for k in _ENTITY_KEYS if k in view_entity}
-    if view_entity.get("entity_alias"):
-        out["entity_alias"] = view_entity["entity_alias"]
-    else:
-        out["entity_version"] = str(view_entity["entity_version"])
-    return out
-
-
-def routes_of(view: Mapping[str, Any]) -> dict[str, int]:
-    """Served entity name -> traffic percentage of the endpoint's current config."""
-    return {r["served_entity_name"]: int(r["traffic_percentage"]) for r in view["config"]["traffic_config"]["routes"]}
-
-
-def config_body(view: Mapping[str, Any], entities: list[dict[str, Any]], routes: Mapping[str, int]) -> dict[str, Any]:
-    """A config request with ``entities`` and ``routes``, keeping the view's cache and capture settings."""
-    body: dict[str, Any] = {
-        "served_entities": entities,
-        "traffic_config": {"routes": [{"served_entity_name": e["name"], "traffic_percentage": int(routes.get(e["name"], 0))}
-                                      for e in entities]},
-    }
-    for key in ("response_cache", "auto_capture_config"):
-        if key in view["config"]:
-            body[key] = view["config"][key]
-    return body
 
 
 class GatewayApi:

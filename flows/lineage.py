@@ -13,15 +13,16 @@ from typing import Any
 
 from mlflow import MlflowClient
 
+from serving.registry import versions
 from serving.settings import Settings
 
 
 def lineage(client: MlflowClient, model_name: str, ref: str) -> dict[str, Any]:
     """Everything recorded about ``model_name`` at ``ref`` (alias or version), by name."""
-    mv = client.get_model_version(model_name, ref) if ref.isdigit() else client.get_model_version_by_alias(model_name, ref)
+    mv = versions.resolve(client, model_name, ref)
     run = client.get_run(mv.run_id)
     tags = dict(mv.tags)
-    held = {alias: str(v) for alias, v in client.get_registered_model(model_name).aliases.items()}
+    held = versions.aliases(client, model_name)
     return {
         "model": model_name,
         "version": str(mv.version),
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings.from_environ(os.environ)
     try:
         found = lineage(MlflowClient(settings.tracking_uri), args.model, args.ref)
-    except Exception as exc:  # MlflowException for an unknown model, version or alias
+    except Exception as exc:  # LookupError for an unknown model, version or alias
         print(f"error: no {args.model} version at {args.ref!r}: {type(exc).__name__}")
         return 2
     print(json.dumps(found, indent=2, sort_keys=False, default=str))

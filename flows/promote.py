@@ -25,14 +25,16 @@ from prefect.artifacts import create_table_artifact
 from prefect.tasks import exponential_backoff
 
 from feature_repo import store as feature_store
-from flows import gates, lifecycle, training
-from flows.registry import answering
-from flows.policy import Policy, load_policy, policy_for
+from flows import training
 from flows.skew import artifact_key
 from monitoring.fairness import group_rates
+from serving.registry import gates, lifecycle, versions
+from serving.registry.errors import answering
+from serving.registry.policy import Policy, load_policy, policy_for
 from serving.replicas.probe import probe_model
 from serving.settings import Settings
 
+POLICY_DIR = Path(__file__).resolve().parent / "policies"  # MODEL.yaml, one per model
 # MLflow calls retry with exponential backoff (1, 2, 4 s) before the run fails.
 MLFLOW_RETRIES = dict(retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=1), retry_jitter_factor=0.2)
 
@@ -52,8 +54,8 @@ def _scores(model_uri: str, frame: pd.DataFrame) -> np.ndarray:
 @task(**MLFLOW_RETRIES)
 def resolve_candidate(tracking_uri: str, model_name: str, version: str | None) -> dict[str, Any]:
     client = MlflowClient(tracking_uri)
-    mv = client.get_model_version(model_name, version) if version else client.get_model_version_by_alias(model_name, lifecycle.CANDIDATE)
-    held = lifecycle.aliases(client, model_name)
+    mv = versions.resolve(client, model_name, version or lifecycle.CANDIDATE, alias=not version)
+    held = versions.aliases(client, model_name)
     return {"version": str(mv.version), "run_id": mv.run_id, "tags": dict(mv.tags), "champion": held.get(lifecycle.CHAMPION)}
 
 
@@ -131,32 +133,20 @@ def evaluate_gates(settings: Settings, policy: Policy, candidate: dict[str, Any]
 
 @task(**MLFLOW_RETRIES)
 def record_results(tracking_uri: str, model_name: str, version: str, policy: Policy, results: list[gates.GateResult]) -> None:
-    client = MlflowClient(tracking_uri)
-    for r in results:
-        client.set_model_version_tag(model_name, version, f"gate.{r.gate}", "pass" if r.passed else "fail")
-        client.set_model_version_tag(model_name, version, f"gate.{r.gate}.value", r.value[:4000])
-        client.set_model_version_tag(model_name, version, f"gate.{r.gate}.threshold", r.threshold[:1000])
-        client.set_model_version_tag(model_name, version, f"gate.{r.gate}.reason", r.reason[:1000])
-    client.set_model_version_tag(model_name, version, "promotion.policy", policy.path.name)
-    client.set_model_version_tag(model_name, version, "promotion.evaluated_at", datetime.now(timezone.utc).isoformat())
+    lifecycle.record_gates(MlflowClient(tracking_uri), model_name, version, results, policy.path.name, datetime.now(timezone.utc))
 
 
 @task(**MLFLOW_RETRIES)
 def move_aliases(tracking_uri: str, model_name: str, version: str, bootstrap: bool, who: str) -> str:
-    client = MlflowClient(tracking_uri)
-    if bootstrap and lifecycle.CHAMPION not in lifecycle.aliases(client, model_name):
-        lifecycle.make_champion(client, model_name, version, who=who, why="first version to pass every gate",
-                                now=datetime.now(timezone.utc))
-        return lifecycle.CHAMPION
-    lifecycle.make_challenger(client, model_name, version)
-    return lifecycle.CHALLENGER
+    return lifecycle.admit(MlflowClient(tracking_uri), model_name, version, bootstrap=bootstrap, who=who,
+                           now=datetime.now(timezone.utc))
 
 
 @flow(name="promote")
 def promote(model_name: str = "fraud", version: str | None = None, policy_file: str | None = None) -> dict[str, Any]:
     """Gate a candidate (the ``candidate`` alias by default) and move it to ``challenger``."""
     logger = get_run_logger()
-    policy = load_policy(Path(policy_file)) if policy_file else policy_for(model_name)  # refused before anything runs
+    policy = load_policy(Path(policy_file)) if policy_file else policy_for(model_name, POLICY_DIR)  # refused before anything runs
     settings = Settings.from_environ(os.environ)
     mlflow.set_tracking_uri(settings.tracking_uri)
     with answering(settings.tracking_uri, f"gating {model_name} (no alias moved)"):

@@ -14,8 +14,8 @@ from typing import Any
 from mlflow import MlflowClient
 from prefect import flow, get_run_logger, task
 
-from flows import lifecycle
 from flows.promote import MLFLOW_RETRIES
+from serving.registry import lifecycle
 from serving.settings import Settings
 
 

@@ -32,12 +32,13 @@ from prefect.artifacts import create_link_artifact, create_table_artifact
 from prefect.events import emit_event
 
 from feature_repo import store as feature_store
-from flows import feature_parity, registry
+from flows import feature_parity
 from monitoring.drift import DriftConfig, DriftResult, compute_drift
 from monitoring.inference_frames import served_feature_rows
 from monitoring.parity import ParityResult
 from serving.endpoints.store import EndpointStore
 from serving.inference_log import read_inference_log
+from serving.registry import versions
 from serving.settings import Settings
 
 NOT_FEATURES = ("request_id", "timestamp", "row", "event_timestamp", "transaction_id", "served_entity", "model_version")
@@ -122,7 +123,7 @@ def drift_for_version(settings: Settings, model_name: str, version: str, current
                       with_predictions: bool = True) -> DriftResult | None:
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            reference = pd.read_parquet(registry.training_reference(settings.tracking_uri, model_name, version, Path(tmp)))
+            reference = pd.read_parquet(versions.training_reference(settings.tracking_uri, model_name, version, Path(tmp)))
         except Exception as exc:  # any model may lack the training frame: say so, do not guess
             get_run_logger().warning("%s v%s: no training reference on its run (%s); drift not computed",
                                      model_name, version, type(exc).__name__)

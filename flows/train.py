@@ -19,7 +19,8 @@ from prefect.artifacts import create_table_artifact
 
 from feature_repo import store as feature_store
 from feature_repo import synthetic
-from flows import data_validation, registry, training
+from flows import data_validation, training
+from serving.registry import versions
 from serving.settings import PROJECT_DIR, Settings
 
 EXPERIMENT = "tollfree-fraud"
@@ -70,7 +71,7 @@ def fit_and_log(
 
     mlflow.set_tracking_uri(settings.tracking_uri)
     client = MlflowClient(settings.tracking_uri)
-    experiment_id = registry.ensure_experiment(client, EXPERIMENT, settings.artifacts_dir)
+    experiment_id = versions.ensure_experiment(client, EXPERIMENT, settings.artifacts_dir)
     commit = training.git_commit(PROJECT_DIR)
     split = sets["split"]
     with mlflow.start_run(experiment_id=experiment_id) as run:
@@ -126,7 +127,7 @@ def fit_and_log(
     for key, value in validation.as_tags().items():
         client.set_model_version_tag(model_name, version, key, value)
     client.set_registered_model_alias(model_name, alias, version)
-    return {"run_id": run.info.run_id, "version": version, "metrics": metrics, "model_uri": registry.model_uri(model_name, alias)}
+    return {"run_id": run.info.run_id, "version": version, "metrics": metrics, "model_uri": versions.model_uri(model_name, alias)}
 
 
 @flow(name="train")

@@ -16,7 +16,8 @@ A threshold counts as crossed only when a test says so at level ``alpha``, never
   that does not rise the same way.
 Below the minimum sample sizes a check is ``insufficient`` ("not enough data yet"); a point estimate
 beyond a warning without a significant test is ``inconclusive`` (more data settles it either way). Both
-hold the canary where it is; a significant warning holds a step only for a bounded time (``canary_steps``).
+hold the canary where it is; a significant warning holds a step only for a bounded time
+(``serving.registry.canary_steps``).
 """
 
 from __future__ import annotations

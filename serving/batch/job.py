@@ -28,6 +28,7 @@ from serving.batch import engines, input_check, model_columns, output_layout, pa
 from serving.batch.chunks import Chunk, ChunkResult, ScoringContext, plan_chunks, preload
 from serving.batch.engines import DaskOptions
 from serving.batch.input_check import InputSpec
+from serving.registry import versions
 
 log = logging.getLogger(__name__)
 
@@ -76,23 +77,18 @@ def resolve_model(model_uri: str, tracking_uri: str) -> ModelRef:
     """Pin ``models:/NAME@ALIAS`` or ``models:/NAME/VERSION`` to a version, with its FeatureService or, for a
     version without one, its signature's input columns (a version with neither is refused)."""
     from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
 
     if not model_uri.startswith("models:/") or len(model_uri) <= len("models:/"):
         raise ValueError(f"model URI must be models:/NAME@ALIAS or models:/NAME/VERSION, got {model_uri[:100]!r}")
     rest = model_uri[len("models:/"):]
-    client = MlflowClient(tracking_uri)
+    by_alias = "@" in rest
+    name, ref = rest.split("@", 1) if by_alias else rest.rsplit("/", 1) if "/" in rest else (rest, "")
+    if not by_alias and not ref.isdigit():
+        raise ValueError(f"model URI {model_uri!r} names neither an alias (@ALIAS) nor a version number (/N)")
     try:
-        if "@" in rest:
-            name, alias = rest.split("@", 1)
-            version = client.get_model_version_by_alias(name, alias)
-        else:
-            name, number = rest.rsplit("/", 1) if "/" in rest else (rest, "")
-            if not number.isdigit():
-                raise ValueError(f"model URI {model_uri!r} names neither an alias (@ALIAS) nor a version number (/N)")
-            version = client.get_model_version(name, number)
-    except MlflowException as exc:
-        raise LookupError(f"no model version found for {model_uri}: {exc.message[:200]}") from exc
+        version = versions.resolve(MlflowClient(tracking_uri), name, ref, alias=by_alias)
+    except LookupError as exc:
+        raise LookupError(f"no model version found for {model_uri}: {exc}") from exc
     pinned = f"models:/{version.name}/{version.version}"
     service = version.tags.get(FEATURE_SERVICE_KEY)
     if service:

@@ -20,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from serving.endpoints import spec
 from serving.endpoints.store import EndpointStore
 from serving.protocol.errors import invalid_parameter, not_found, unavailable
+from serving.registry import versions
 from serving.replicas.local import Launcher, ReplicaStartError
 from serving.replicas.local_backend import LocalBackend
 from serving.replicas.replica_set import DEFAULT_MAX_CONCURRENCY, ReplicaSet
@@ -46,20 +47,20 @@ VersionResolver = Callable[[str, "str | None", "str | None"], str]
 
 
 def mlflow_resolver(tracking_uri: str) -> VersionResolver:
-    """Resolve (model, version, alias) to a registry version; 400 naming the model if it is not there."""
+    """Resolve (model, version, alias) to a registry version; 400 naming the model if it is not there, 503
+    if the registry does not answer."""
 
     def resolve(model_name: str, version: str | None, alias: str | None) -> str:
         from mlflow import MlflowClient
         from mlflow.exceptions import MlflowException
 
-        client = MlflowClient(tracking_uri)
         try:
-            if alias:
-                return str(client.get_model_version_by_alias(model_name, alias).version)
-            return str(client.get_model_version(model_name, str(version)).version)
-        except MlflowException as exc:
-            what = f"alias {alias!r}" if alias else f"version {version!r}"
-            raise invalid_parameter(f"registered model {model_name!r} has no {what}") from exc
+            found = versions.resolve(MlflowClient(tracking_uri), model_name, alias or str(version), alias=bool(alias))
+        except LookupError as exc:
+            raise invalid_parameter(str(exc)) from exc
+        except MlflowException as exc:  # resolve lets through only a registry that did not answer
+            raise unavailable(f"the MLflow registry did not answer while resolving {model_name}") from exc
+        return str(found.version)
 
     return resolve
 

@@ -82,9 +82,9 @@ def _log_served(world, endpoint: str, rows: pd.DataFrame) -> None:
 
 @pytest.fixture(scope="module")
 def reference(world, tmp_path_factory):
-    from flows import registry
+    from serving.registry import versions
 
-    path = registry.training_reference(world.settings.tracking_uri, MODEL_NAME, world.trained["version"],
+    path = versions.training_reference(world.settings.tracking_uri, MODEL_NAME, world.trained["version"],
                                        tmp_path_factory.mktemp("ref"))
     return pd.read_parquet(path)
 

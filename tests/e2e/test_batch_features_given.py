@@ -17,9 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from feature_repo import store as feature_store
-from flows import registry, training
+from flows import training
 from serving import batch
 from serving.batch import output_layout
+from serving.registry import versions
 from tests.world import MODEL_NAME, two_days_of_transactions
 
 pytestmark = pytest.mark.slow
@@ -37,7 +38,7 @@ def _log_again(world, name: str, with_signature: bool) -> str:
     champion = f"models:/{MODEL_NAME}/{world.trained['version']}"
     mlflow.set_tracking_uri(world.settings.tracking_uri)
     client = mlflow.MlflowClient(world.settings.tracking_uri)
-    experiment = registry.ensure_experiment(client, "batch-features-given", world.settings.artifacts_dir)
+    experiment = versions.ensure_experiment(client, "batch-features-given", world.settings.artifacts_dir)
     with mlflow.start_run(experiment_id=experiment):
         info = mlflow.sklearn.log_model(
             mlflow.sklearn.load_model(champion), name="model",

@@ -22,11 +22,12 @@ from mlflow import MlflowClient
 from mlflow.models import infer_signature
 
 from feature_repo import synthetic
-from flows import lifecycle
-from flows.canary import canary, load_state
+from flows.canary import canary
 from flows.labels import ingest_labels
 from serving.gateway.process import wait_endpoint_ready
 from serving.inference_log import read_inference_log
+from serving.registry import versions
+from serving.registry.canary import load_state
 from tests.models import FlakyModel, SleepyModel
 from tests.world import MODEL_NAME
 
@@ -168,7 +169,7 @@ def _routes(view: dict) -> dict[str, int]:
 
 def _rolls_back(gateway, client, world, models, rows, which: str, metric: str) -> list[Sent]:
     client.set_registered_model_alias(MODEL, "challenger", models[which])
-    champion_before = lifecycle.aliases(client, MODEL)["champion"]
+    champion_before = versions.aliases(client, MODEL)["champion"]
     served_before = [e["name"] for e in _view(gateway)["config"]["served_entities"]]
     with Traffic(gateway.url, gateway.admin, rows) as traffic:
         started = _run(gateway)
@@ -185,7 +186,7 @@ def _rolls_back(gateway, client, world, models, rows, which: str, metric: str) -
     assert cleaned["action"] == "cleaned"
     view = _view(gateway)
     assert [e["name"] for e in view["config"]["served_entities"]] == served_before
-    held = lifecycle.aliases(client, MODEL)
+    held = versions.aliases(client, MODEL)
     assert "challenger" not in held and held["champion"] == champion_before
     assert client.get_model_version(MODEL, models[which]).tags["canary.status"] == "rolled_back"
     state = load_state(world.settings, ENDPOINT)
@@ -215,7 +216,7 @@ def test_a_challenger_failing_on_some_inputs_is_rolled_back(world, gateway, clie
 
 
 def test_a_good_challenger_walks_to_100_and_becomes_champion(world, gateway, client, models, endpoint, rows, tmp_path):
-    old = lifecycle.aliases(client, MODEL)["champion"]
+    old = versions.aliases(client, MODEL)["champion"]
     client.set_registered_model_alias(MODEL, "challenger", models["good"])
     with Traffic(gateway.url, gateway.admin, rows) as traffic:
         started = _run(gateway)
@@ -239,7 +240,7 @@ def test_a_good_challenger_walks_to_100_and_becomes_champion(world, gateway, cli
         time.sleep(1.0)
     assert final["action"] == "promote" and final["event"] == "tollfree.canary.promote" and final["traffic"] == 100, final
     assert next(c for c in final["checks"] if c["metric"] == "accuracy")["status"] == "ok"
-    held = lifecycle.aliases(client, MODEL)
+    held = versions.aliases(client, MODEL)
     assert held["champion"] == models["good"] and held["previous"] == old and "challenger" not in held
     assert cleaned["action"] == "cleaned"
     view = _view(gateway)

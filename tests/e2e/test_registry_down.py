@@ -22,9 +22,9 @@ import mlflow
 import pytest
 from mlflow import MlflowClient
 
-from flows import gates, lifecycle
 from flows.promote import promote
-from flows.registry import RegistryUnavailable
+from serving.registry import gates, lifecycle, versions
+from serving.registry.errors import RegistryUnavailable
 from serving.replicas.local import free_port
 from tests.world import MODEL_NAME
 
@@ -118,7 +118,7 @@ def test_mlflow_killed_mid_promotion_fails_the_run_clearly_and_moves_nothing(wor
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY)
     direct = MlflowClient(world.settings.tracking_uri)
-    aliases_before = lifecycle.aliases(direct, MODEL)
+    aliases_before = versions.aliases(direct, MODEL)
     tags_before = dict(direct.get_model_version(MODEL, candidate).tags)
     assert aliases_before == {lifecycle.CANDIDATE: candidate}
 
@@ -155,15 +155,15 @@ def test_mlflow_killed_mid_promotion_fails_the_run_clearly_and_moves_nothing(wor
     assert state == "FAILED" and "no alias moved" in state_message
 
     # nothing changed: straight from the database, then through the restarted server
-    assert lifecycle.aliases(direct, MODEL) == aliases_before
+    assert versions.aliases(direct, MODEL) == aliases_before
     assert dict(direct.get_model_version(MODEL, candidate).tags) == tags_before
     server.start()
     through_server = MlflowClient(server.url)
-    assert lifecycle.aliases(through_server, MODEL) == aliases_before
+    assert versions.aliases(through_server, MODEL) == aliases_before
 
     # the same promotion, rerun with the server back, completes
     monkeypatch.setattr(gates, "data_gate", real_data_gate)
     done = promote(model_name=MODEL, policy_file=str(policy))
     assert done["alias"] == lifecycle.CHALLENGER
-    assert lifecycle.aliases(direct, MODEL) == {lifecycle.CHALLENGER: candidate}
+    assert versions.aliases(direct, MODEL) == {lifecycle.CHALLENGER: candidate}
     assert direct.get_model_version(MODEL, candidate).tags["gate.quality"] == "pass"

@@ -13,12 +13,12 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.models import infer_signature
 
-from flows import lifecycle
 from flows.lineage import lineage
 from flows.promote import PromotionBlocked, promote
-from flows.registry import RegistryUnavailable
 from flows.rollback import rollback
 from flows.train import train
+from serving.registry import lifecycle, versions
+from serving.registry.errors import RegistryUnavailable
 from tests.models import SleepyModel, UnfairModel
 
 pytestmark = pytest.mark.slow
@@ -90,26 +90,26 @@ def test_first_candidate_passes_every_gate_and_bootstraps_champion(client, first
     tags = _tags(client, trained["version"])
     assert {tags[f"gate.{g}"] for g in ("quality", "latency", "fairness", "cost", "data", "compatibility")} == {"pass"}
     assert "p50=" in tags["gate.latency.value"] and tags["gate.data.value"].startswith("suite fraud-training")
-    assert lifecycle.aliases(client, MODEL) == {"champion": trained["version"]}
+    assert versions.aliases(client, MODEL) == {"champion": trained["version"]}
 
 
 def test_a_good_candidate_becomes_challenger_and_champion_stays(client, first, policies):
     trained = train(model_name=MODEL, alias="candidate")  # same data and seed: as good as the champion
     result = promote(model_name=MODEL, policy_file=str(policies / "all.yaml"))
-    held = lifecycle.aliases(client, MODEL)
+    held = versions.aliases(client, MODEL)
     assert result["alias"] == "challenger" and held["challenger"] == trained["version"]
     assert held["champion"] == first[0]["version"] and "candidate" not in held
 
 
 def test_a_worse_candidate_fails_quality_with_the_figures(client, first, policies):
-    before = lifecycle.aliases(client, MODEL)
+    before = versions.aliases(client, MODEL)
     worse = train(model_name=MODEL, alias="candidate", hyperparameters={"n_estimators": 1, "max_depth": 1, "max_features": 1})
     with pytest.raises(PromotionBlocked, match="quality"):
         promote(model_name=MODEL, policy_file=str(policies / "no_serving.yaml"))
     tags = _tags(client, worse["version"])
     assert tags["gate.quality"] == "fail"
     assert "candidate=" in tags["gate.quality.value"] or "below minimum" in tags["gate.quality.reason"]
-    after = lifecycle.aliases(client, MODEL)
+    after = versions.aliases(client, MODEL)
     assert after["champion"] == before["champion"] and after.get("challenger") == before.get("challenger")
     assert after["candidate"] == worse["version"]
 
@@ -144,12 +144,12 @@ def test_a_slow_candidate_fails_latency(client, first, world, policies):
 
 
 def test_rollback_restores_the_previous_champion_and_records_why(client, first):
-    held = lifecycle.aliases(client, MODEL)
+    held = versions.aliases(client, MODEL)
     old, new = held["champion"], held["challenger"]
     lifecycle.make_champion(client, MODEL, new, who="canary", why="canary finished", now=datetime.now(timezone.utc))
-    assert lifecycle.aliases(client, MODEL)["champion"] == new and lifecycle.aliases(client, MODEL)["previous"] == old
+    assert versions.aliases(client, MODEL)["champion"] == new and versions.aliases(client, MODEL)["previous"] == old
     result = rollback(model_name=MODEL, reason="p99 doubled", who="oncall")
-    after = lifecycle.aliases(client, MODEL)
+    after = versions.aliases(client, MODEL)
     assert result == {"from": new, "to": old, "by": "oncall", "reason": "p99 doubled"}
     assert after["champion"] == old and after["rolled_back"] == new and "previous" not in after
     assert _tags(client, new)["rollback.from.reason"] == "p99 doubled" and _tags(client, old)["rollback.to.by"] == "oncall"
@@ -158,7 +158,7 @@ def test_rollback_restores_the_previous_champion_and_records_why(client, first):
 
 
 def test_a_crash_between_alias_moves_leaves_a_consistent_registry(client, first):
-    held = lifecycle.aliases(client, MODEL)
+    held = versions.aliases(client, MODEL)
     old = held["champion"]
     target = held["rolled_back"]
 
@@ -168,10 +168,10 @@ def test_a_crash_between_alias_moves_leaves_a_consistent_registry(client, first)
 
     with pytest.raises(RuntimeError):
         lifecycle.make_champion(client, MODEL, target, who="t", why="t", now=datetime.now(timezone.utc), after_step=crash)
-    mid = lifecycle.aliases(client, MODEL)
+    mid = versions.aliases(client, MODEL)
     assert mid["champion"] == old and mid["previous"] == old  # champion never missing, never half-moved
     lifecycle.make_champion(client, MODEL, target, who="t", why="retry", now=datetime.now(timezone.utc))
-    done = lifecycle.aliases(client, MODEL)
+    done = versions.aliases(client, MODEL)
     assert done["champion"] == target and done["previous"] == old
 
 
@@ -196,20 +196,20 @@ def test_a_model_without_signature_is_refused(client, first, policies):
 
 
 def test_mlflow_unreachable_fails_the_run_and_moves_nothing(client, first, policies, monkeypatch):
-    before = lifecycle.aliases(client, MODEL)
+    before = versions.aliases(client, MODEL)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
     with pytest.raises(RegistryUnavailable, match=r"registry at http://127\.0\.0\.1:9 did not answer .*no alias moved"):
         promote(model_name=MODEL, policy_file=str(policies / "no_serving.yaml"))
-    assert lifecycle.aliases(client, MODEL) == before
+    assert versions.aliases(client, MODEL) == before
 
 
 def test_a_bad_policy_is_refused_before_anything_runs(client, first, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(ALL_GATES.replace("  fairness:", "  fairnes:"))
-    before = lifecycle.aliases(client, MODEL)
+    before = versions.aliases(client, MODEL)
     with pytest.raises(ValueError, match=r"line 10: unknown gate 'fairnes'"):
         promote(model_name=MODEL, policy_file=str(bad))
-    assert lifecycle.aliases(client, MODEL) == before
+    assert versions.aliases(client, MODEL) == before
     assert Path(bad).exists()

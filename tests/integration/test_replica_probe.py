@@ -21,7 +21,7 @@ from mlflow import MlflowClient
 from mlflow.models import infer_signature
 from sklearn.linear_model import LogisticRegression
 
-from flows.registry import ensure_experiment
+from serving.registry.versions import ensure_experiment
 from serving.replicas.probe import ProbeResult, _run_phase, model_artifact_mb, probe_model
 from serving.settings import Settings
 

@@ -6,7 +6,7 @@ import pytest
 from mlflow import MlflowClient
 
 from feature_repo import store as feature_store
-from flows import registry
+from serving.registry import versions
 from tests.world import MODEL_NAME
 
 
@@ -43,5 +43,5 @@ def test_run_records_metrics_dataset_and_code_version(world, client):
 
 def test_missing_alias_is_named(world, client):
     with pytest.raises(LookupError, match="alias 'nope'") as err:
-        registry.version_by_alias(client, MODEL_NAME, "nope")
+        versions.resolve(client, MODEL_NAME, "nope")
     assert MODEL_NAME in str(err.value)

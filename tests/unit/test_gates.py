@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from flows import gates
 from monitoring.fairness import group_rates
+from serving.registry import gates
 
 PROBE = gates.ProbeFigures(requests=100, errors=0, p50_ms=3.0, p99_ms=9.0, peak_rss_mb=400, cpu_ms_per_prediction=1.0,
                            artifact_mb=0.5)

@@ -4,6 +4,7 @@ Every module under serving/ is parsed (``ast``: imports inside functions and ``T
 count too) and each import of another part of serving becomes an edge between two parts: a folder
 (``gateway``, ``replicas``, ...) or a module at serving/'s root (``settings``, ``__main__``, ...).
 An edge the table below does not allow fails the test naming the module, the line and the import.
+Nothing in serving/ imports ``flows``, ``monitoring`` or Prefect: the flows call serving, not the reverse.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,12 +24,13 @@ LAYERS: dict[str, frozenset[str]] = {
     "__main__": frozenset({"gateway", "endpoints", "inference_log", "settings"}),   # python -m serving
     "mlflow_plugin": frozenset(),                                                     # a client of the gateway's API
     "gateway": frozenset({"endpoints", "replicas", "traffic", "autoscaler", "protocol", "inference_log", "settings"}),
-    "endpoints": frozenset({"replicas", "traffic", "autoscaler", "protocol"}),
+    "endpoints": frozenset({"replicas", "traffic", "autoscaler", "protocol", "registry"}),
     "replicas": frozenset({"traffic", "autoscaler", "protocol", "settings"}),
     "replica": frozenset({"features", "traffic", "protocol", "settings"}),             # its own process
     "features": frozenset({"protocol"}),
     "traffic": frozenset({"protocol"}),
-    "batch": frozenset(),
+    "batch": frozenset({"registry"}),
+    "registry": frozenset({"settings"}),                                              # the model's lifecycle
     "autoscaler": frozenset(),
     "protocol": frozenset(),
     "inference_log": frozenset(),
@@ -84,16 +87,21 @@ def imported_modules(tree: ast.AST, module: str, is_package: bool) -> list[tuple
     return out
 
 
-def serving_edges() -> list[Edge]:
-    edges = []
+def serving_imports() -> Iterator[tuple[Path, str, int, str]]:
+    """(file, its module, line, dotted module imported) for every import in serving/."""
     for path in sorted(SERVING.rglob("*.py")):
         module = module_name(path)
-        source = part_of(module) or "__init__"
         tree = ast.parse(path.read_text(), filename=str(path))
         for line, imported in imported_modules(tree, module, path.name == "__init__.py"):
-            target = part_of(imported)
-            if target is not None and target != source:
-                edges.append(Edge(path, line, source, target, imported))
+            yield path, module, line, imported
+
+
+def serving_edges() -> list[Edge]:
+    edges = []
+    for path, module, line, imported in serving_imports():
+        source, target = part_of(module) or "__init__", part_of(imported)
+        if target is not None and target != source:
+            edges.append(Edge(path, line, source, target, imported))
     return edges
 
 
@@ -158,6 +166,14 @@ def test_no_import_runs_up_a_layer() -> None:
             bad.append(f"{edge}: {edge.source} may import only {sorted(LAYERS[edge.source])}; "
                        f"{edge.target} is {where} it")
     assert not bad, "imports against the layers (README, Layout):\n" + "\n".join(bad)
+
+
+def test_serving_imports_neither_the_flows_nor_monitoring_nor_prefect() -> None:
+    """The flows call serving/ and monitoring/, never the other way round; serving/registry, the model's
+    lifecycle the flows drive, runs without Prefect."""
+    bad = [f"serving/{path.relative_to(SERVING)}:{line} imports {imported}" for path, _, line, imported in serving_imports()
+           if imported.split(".")[0] in ("flows", "monitoring", "prefect")]
+    assert not bad, "serving/ must not import flows/, monitoring/ or Prefect:\n" + "\n".join(bad)
 
 
 def test_no_cycle_between_folders() -> None:

@@ -4,7 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from flows.policy import PolicyError, load_policy, policy_for
+from serving.registry.policy import PolicyError, load_policy, policy_for
+
+SHIPPED = Path(__file__).resolve().parents[2] / "flows" / "policies"  # the promote flow's default folder
 
 GOOD = """\
 model: m
@@ -25,7 +27,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_the_shipped_fraud_policy_loads():
-    policy = policy_for("fraud")
+    policy = policy_for("fraud", SHIPPED)
     assert set(policy.gates) == {"quality", "latency", "fairness", "cost", "data", "compatibility"}
     assert policy.feature_service == "fraud_v1" and policy.bootstrap_champion
 

@@ -6,7 +6,7 @@ import pytest
 import requests
 from mlflow.exceptions import MlflowException
 
-from flows.registry import RegistryUnavailable, answering, server_address, unreachable
+from serving.registry.errors import RegistryUnavailable, answering, server_address, unreachable
 
 
 def _connection_failure() -> MlflowException:

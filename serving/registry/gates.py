@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
-
-from monitoring.fairness import FairnessResult
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -36,6 +34,17 @@ class ProbeFigures:
     peak_rss_mb: float
     cpu_ms_per_prediction: float
     artifact_mb: float
+
+
+class GroupGap(Protocol):
+    """What the fairness gate reads (``monitoring.fairness.group_rates`` measures it): the rate per group
+    (each with ``group``, ``rate`` and ``rows``), the largest gap, and the groups at its two ends (None
+    when fewer than two groups have enough rows)."""
+
+    rate: str
+    groups: Sequence[Any]
+    gap: float
+    worst: tuple[str, str] | None
 
 
 def _fmt(values: Mapping[str, float]) -> str:
@@ -79,7 +88,7 @@ def latency_gate(cfg: Mapping[str, Any], probe: ProbeFigures) -> GateResult:
     return GateResult("latency", True, value, threshold, "within the latency budget")
 
 
-def fairness_gate(cfg: Mapping[str, Any], result: FairnessResult) -> GateResult:
+def fairness_gate(cfg: Mapping[str, Any], result: GroupGap) -> GateResult:
     """The gap of a rate between groups of the sensitive attribute below a bound."""
     rates = ", ".join(f"{g.group}={g.rate:.4f}(n={g.rows})" for g in result.groups)
     threshold = f"{result.rate} gap <= {cfg['max_gap']}"

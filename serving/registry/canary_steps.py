@@ -1,6 +1,6 @@
 """The canary's progress as a value: where it stands, and what a verdict makes of it.
 
-Pure: ``next_action(plan, state, decision, now)`` returns what to do; the canary flow does it and
+Pure: ``next_action(plan, state, decision, reason, now)`` returns what to do; ``canary.run_once`` does it and
 stores the new state. Traffic goes 5 -> 25 -> 50 -> 100 % by default, each step held for at least
 ``min_dwell_s`` with a clean verdict before the next; reaching 100 % promotes the challenger; a
 rollback verdict acts at once, whatever the dwell.

@@ -8,10 +8,15 @@ leaves a consistent registry: ``champion`` always names a version, ``previous`` 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from mlflow import MlflowClient
+from serving.registry.gates import GateResult
+from serving.registry.versions import aliases
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
 CANDIDATE = "candidate"
 CHALLENGER = "challenger"
@@ -26,21 +31,21 @@ def _noop(_: str) -> None:
     return None
 
 
-def aliases(client: MlflowClient, model: str) -> dict[str, str]:
-    """alias -> version for a registered model."""
-    return {alias: str(version) for alias, version in client.get_registered_model(model).aliases.items()}
-
-
 def _record(client: MlflowClient, model: str, version: str, prefix: str, who: str, why: str, now: datetime) -> None:
     client.set_model_version_tag(model, version, f"{prefix}.at", now.isoformat())
     client.set_model_version_tag(model, version, f"{prefix}.by", who)
     client.set_model_version_tag(model, version, f"{prefix}.reason", why[:4000])
 
 
+def drop(client: MlflowClient, model: str, alias: str, version: str) -> None:
+    """Remove ``alias`` if it still names ``version`` (another version may hold it by now)."""
+    if aliases(client, model).get(alias) == version:
+        client.delete_registered_model_alias(model, alias)
+
+
 def make_challenger(client: MlflowClient, model: str, version: str) -> None:
     client.set_registered_model_alias(model, CHALLENGER, version)
-    if aliases(client, model).get(CANDIDATE) == version:
-        client.delete_registered_model_alias(model, CANDIDATE)
+    drop(client, model, CANDIDATE, version)
 
 
 def make_champion(client: MlflowClient, model: str, version: str, *, who: str, why: str, now: datetime,
@@ -56,9 +61,31 @@ def make_champion(client: MlflowClient, model: str, version: str, *, who: str, w
     after_step("champion")
     _record(client, model, version, "champion.promoted", who, why, now)
     for alias in (CHALLENGER, CANDIDATE):
-        if aliases(client, model).get(alias) == version:
-            client.delete_registered_model_alias(model, alias)
+        drop(client, model, alias, version)
     return current
+
+
+def record_gates(client: MlflowClient, model: str, version: str, results: Iterable[GateResult], policy: str,
+                 now: datetime) -> None:
+    """Each gate's result on the version as tags (``gate.NAME`` pass/fail, its value, threshold and reason),
+    with the policy file's name and the time."""
+    for r in results:
+        client.set_model_version_tag(model, version, f"gate.{r.gate}", "pass" if r.passed else "fail")
+        client.set_model_version_tag(model, version, f"gate.{r.gate}.value", r.value[:4000])
+        client.set_model_version_tag(model, version, f"gate.{r.gate}.threshold", r.threshold[:1000])
+        client.set_model_version_tag(model, version, f"gate.{r.gate}.reason", r.reason[:1000])
+    client.set_model_version_tag(model, version, "promotion.policy", policy)
+    client.set_model_version_tag(model, version, "promotion.evaluated_at", now.isoformat())
+
+
+def admit(client: MlflowClient, model: str, version: str, *, bootstrap: bool, who: str, now: datetime) -> str:
+    """A version that passed every gate becomes ``challenger``, or ``champion`` when the model has none yet
+    and its policy allows that (``bootstrap``); the alias it now holds."""
+    if bootstrap and CHAMPION not in aliases(client, model):
+        make_champion(client, model, version, who=who, why="first version to pass every gate", now=now)
+        return CHAMPION
+    make_challenger(client, model, version)
+    return CHALLENGER
 
 
 def rollback(client: MlflowClient, model: str, *, who: str, why: str, now: datetime, after_step: Step = _noop) -> tuple[str, str]:

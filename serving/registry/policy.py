@@ -1,4 +1,5 @@
-"""Promotion policies: one YAML file per model, checked before anything runs.
+"""Promotion policies: one YAML file per model (the promote flow's are in ``flows/policies/``), checked
+before anything runs.
 
 An unknown gate, an unknown key or a missing threshold is refused with the file and line named.
 """
@@ -10,8 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-POLICY_DIR = Path(__file__).resolve().parent / "policies"
 
 # gate -> (required keys, optional keys); a required key with a dict value is a mapping of name -> number
 GATE_KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
@@ -111,7 +110,8 @@ def load_policy(path: Path) -> Policy:
                   bool(plain.get("bootstrap_champion", False)), gates)
 
 
-def policy_for(model_name: str, folder: Path = POLICY_DIR) -> Policy:
+def policy_for(model_name: str, folder: Path) -> Policy:
+    """The policy of ``model_name``: ``folder/MODEL.yaml``, checked, and refused if it is another model's."""
     path = folder / f"{model_name}.yaml"
     if not path.exists():
         raise PolicyError(f"no promotion policy for model {model_name!r}: expected {path}")

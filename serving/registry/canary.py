@@ -1,0 +1,288 @@
+"""A canary on an endpoint, run by anything (the canary flow runs it): its durable state, its lock, its moves.
+
+``run_once`` reads the endpoint through the gateway's API and the endpoint's state, then does one thing:
+starts a canary (the model's ``challenger`` joins the endpoint as a second served entity, pinned to its
+version, with the first step's share), evaluates a running one and acts on the verdict at once
+(``canary_steps.next_action``: advance, hold, roll back, or at 100 % promote through ``lifecycle``), or
+removes the losing entity of a finished one once it has drained. The verdict is the caller's ``judge``:
+its statistics live in ``monitoring/``, which this package does not import.
+
+Traffic moves by a config change through the API (``EndpointApi``); a traffic-only change restarts no
+replica. The state is a JSON file per endpoint under ``$TOLLFREE_HOME/canary/``, written atomically, and
+mirrored as ``canary.*`` tags on the challenger's version; ``exclusive`` lets one run per endpoint act.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import quote
+
+from serving.registry import lifecycle, versions
+from serving.registry.canary_steps import (
+    ACTIVE, FAILED, HOLD, PROMOTE, PROMOTED, ROLLBACK, ROLLED_BACK, Action, CanaryPlan, CanaryState, drained,
+    next_action,
+)
+from serving.settings import Settings
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+
+class EndpointApi(Protocol):
+    """The gateway's serving-endpoints API as the canary drives it (the flows' ``GatewayApi``)."""
+
+    def get(self, endpoint: str) -> dict[str, Any]: ...
+
+    def apply(self, endpoint: str, body: dict[str, Any], timeout_s: float = 300.0) -> dict[str, Any]:
+        """PUT a config and wait for it to settle; the settled view."""
+        ...
+
+
+class Verdict(Protocol):
+    """What ``monitoring.canary.canary_verdict`` returns, as far as acting on it goes."""
+
+    decision: str  # ok | warn | rollback | insufficient
+    reason: str
+
+    def table(self) -> list[dict[str, Any]]: ...
+
+
+# The verdict on an active canary now: the state (with anything the judge recorded, memory samples) and it.
+Judge = Callable[[CanaryState, datetime], tuple[CanaryState, Verdict]]
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+# ---- durable state -------------------------------------------------------------------------------
+def state_path(settings: Settings, endpoint: str) -> Path:
+    return settings.home / "canary" / f"{quote(endpoint, safe='')}.json"
+
+
+def load_state(settings: Settings, endpoint: str) -> CanaryState | None:
+    path = state_path(settings, endpoint)
+    return CanaryState.from_dict(json.loads(path.read_text())) if path.exists() else None
+
+
+def save_state(settings: Settings, state: CanaryState) -> None:
+    path = state_path(settings, state.endpoint)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(state.to_dict(), indent=1, default=str))
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def exclusive(settings: Settings, endpoint: str) -> Iterator[bool]:
+    """One canary run per endpoint at a time; yields False if another holds the lock."""
+    path = state_path(settings, endpoint).with_suffix(".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _tag(client: MlflowClient, state: CanaryState, **tags: Any) -> None:
+    for key, value in tags.items():
+        client.set_model_version_tag(state.model, state.challenger_version, f"canary.{key}", str(value)[:4000])
+
+
+# ---- one run's outcome ---------------------------------------------------------------------------
+Outcome = dict  # what a run did: ``action``, ``reason`` and the figures; reported as an artifact and an event
+
+
+def outcome(endpoint: str, action: str, reason: str, state: CanaryState | None = None,
+            verdict: Verdict | None = None) -> Outcome:
+    return Outcome(endpoint=endpoint, action=action, reason=reason, decision=verdict.decision if verdict else None,
+                   traffic=state.traffic if state else None, status=state.status if state else None,
+                   model=state.model if state else None, challenger_version=state.challenger_version if state else None,
+                   champion_version=state.champion_version if state else None,
+                   checks=verdict.table() if verdict else [])
+
+
+# ---- endpoint configs ----------------------------------------------------------------------------
+_ENTITY_KEYS = ("name", "entity_name", "workload_size", "workload_type", "scale_to_zero_enabled", "environment_vars",
+                "min_replicas", "max_replicas", "max_concurrency", "autoscaling")
+
+
+def entity_input(view_entity: Mapping[str, Any]) -> dict[str, Any]:
+    """A served entity of an endpoint view as a config input: an alias entity keeps its alias only."""
+    out = {k: view_entity[k] for k in _ENTITY_KEYS if k in view_entity}
+    if view_entity.get("entity_alias"):
+        out["entity_alias"] = view_entity["entity_alias"]
+    else:
+        out["entity_version"] = str(view_entity["entity_version"])
+    return out
+
+
+def routes_of(view: Mapping[str, Any]) -> dict[str, int]:
+    """Served entity name -> traffic percentage of the endpoint's current config."""
+    return {r["served_entity_name"]: int(r["traffic_percentage"]) for r in view["config"]["traffic_config"]["routes"]}
+
+
+def config_body(view: Mapping[str, Any], entities: list[dict[str, Any]], routes: Mapping[str, int]) -> dict[str, Any]:
+    """A config request with ``entities`` and ``routes``, keeping the view's cache and capture settings, so a
+    traffic change resends every entity exactly as it was (an alias stays an alias)."""
+    body: dict[str, Any] = {
+        "served_entities": entities,
+        "traffic_config": {"routes": [{"served_entity_name": e["name"], "traffic_percentage": int(routes.get(e["name"], 0))}
+                                      for e in entities]},
+    }
+    for key in ("response_cache", "auto_capture_config"):
+        if key in view["config"]:
+            body[key] = view["config"][key]
+    return body
+
+
+def _entity(view: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((e for e in view["config"]["served_entities"] if e["name"] == name), None)
+
+
+def _set_traffic(api: EndpointApi, endpoint: str, view: dict[str, Any], routes: dict[str, int], timeout_s: float) -> dict[str, Any]:
+    entities = [entity_input(e) for e in view["config"]["served_entities"]]
+    settled = api.apply(endpoint, config_body(view, entities, routes), timeout_s)
+    if settled["state"]["config_update"] != "NOT_UPDATING" or routes_of(settled) != {**routes_of(view), **routes}:
+        raise RuntimeError(f"endpoint {endpoint}: traffic change did not apply ({settled.get('state_message', settled['state'])})")
+    return settled
+
+
+# ---- starting ------------------------------------------------------------------------------------
+def _start(api: EndpointApi, client: MlflowClient, endpoint: str, view: dict[str, Any], plan: CanaryPlan,
+           timeout_s: float) -> tuple[Outcome, CanaryState | None]:
+    routes = routes_of(view)
+    serving = [e for e in view["config"]["served_entities"] if routes.get(e["name"], 0) > 0]
+    if len(serving) != 1 or len(view["config"]["served_entities"]) != 1:
+        return outcome(endpoint, "idle", f"endpoint serves {len(view['config']['served_entities'])} entities; "
+                                         "a canary starts from one champion entity"), None
+    champion = serving[0]
+    model, champion_version = champion["entity_name"], str(champion["entity_version"])
+    try:
+        challenger_version = str(versions.resolve(client, model, lifecycle.CHALLENGER, alias=True).version)
+    except LookupError:
+        return outcome(endpoint, "idle", f"model {model} has no {lifecycle.CHALLENGER!r} version"), None
+    if challenger_version == champion_version:
+        return outcome(endpoint, "idle", f"the challenger of {model} is the served version {champion_version}"), None
+    name = f"{model}-{challenger_version}"
+    if name == champion["name"]:
+        name = f"{name}-canary"
+    challenger = {"name": name, "entity_name": model, "entity_version": challenger_version,
+                  **{k: champion[k] for k in ("workload_size", "max_concurrency", "min_replicas", "max_replicas", "scale_to_zero_enabled",
+                                              "autoscaling") if k in champion}}
+    first = plan.steps[0]
+    body = config_body(view, [entity_input(champion), challenger], {champion["name"]: 100 - first, name: first})
+    settled = api.apply(endpoint, body, timeout_s)
+    now = utc_now()
+    state = CanaryState(endpoint=endpoint, model=model, champion_entity=champion["name"], champion_version=champion_version,
+                        challenger_entity=name, challenger_version=challenger_version, status=ACTIVE, traffic=first,
+                        step_started=now.isoformat(), started=now.isoformat())
+    if settled["state"]["config_update"] != "NOT_UPDATING":
+        why = f"challenger {model} v{challenger_version} failed to deploy: {settled.get('state_message', '')}"
+        lifecycle.drop(client, state.model, lifecycle.CHALLENGER, state.challenger_version)
+        state = state.moved(now, status=FAILED, traffic=0, ended=now.isoformat(), cleaned=True, last_decision=ROLLBACK,
+                            last_reason=why)
+        _tag(client, state, status=FAILED, reason=why)
+        return outcome(endpoint, ROLLBACK, why, state), state
+    state = state.moved(now, status=ACTIVE, traffic=first, last_reason="canary started")
+    _tag(client, state, endpoint=endpoint, status=ACTIVE, traffic=first, started=now.isoformat())
+    return outcome(endpoint, "started", f"{model} v{challenger_version} takes {first} % of {endpoint} beside "
+                                        f"v{champion_version}", state), state
+
+
+# ---- evaluating and acting -----------------------------------------------------------------------
+def _evaluate(api: EndpointApi, client: MlflowClient, state: CanaryState, view: dict[str, Any], plan: CanaryPlan,
+              judge: Judge, timeout_s: float) -> tuple[Outcome, CanaryState]:
+    endpoint, now = state.endpoint, utc_now()
+    if _entity(view, state.champion_entity) is None or _entity(view, state.challenger_entity) is None:
+        why = "the endpoint's config no longer serves both the champion and the challenger; canary abandoned"
+        state = state.moved(now, status=FAILED, ended=now.isoformat(), cleaned=True, last_reason=why)
+        return outcome(endpoint, "abandoned", why, state), state
+    state, verdict = judge(state, now)
+    action = next_action(plan, state, verdict.decision, verdict.reason, now)
+    state = _act(api, client, state, view, action, timeout_s)
+    return outcome(endpoint, action.kind, action.reason, state, verdict), state
+
+
+def _act(api: EndpointApi, client: MlflowClient, state: CanaryState, view: dict[str, Any], action: Action,
+         timeout_s: float) -> CanaryState:
+    endpoint = state.endpoint
+    if action.kind == HOLD:
+        return state.moved(utc_now(), last_decision=HOLD, last_reason=action.reason)
+    routes = {state.champion_entity: 100 - action.traffic, state.challenger_entity: action.traffic}
+    _set_traffic(api, endpoint, view, routes, timeout_s)
+    now = utc_now()
+    if action.kind == ROLLBACK:
+        lifecycle.drop(client, state.model, lifecycle.CHALLENGER, state.challenger_version)
+        state = state.moved(now, status=ROLLED_BACK, traffic=0, ended=now.isoformat(), last_decision=ROLLBACK,
+                            last_reason=action.reason)
+        _tag(client, state, status=ROLLED_BACK, traffic=0, reason=action.reason, ended=now.isoformat())
+        return state
+    if action.kind == PROMOTE:
+        lifecycle.make_champion(client, state.model, state.challenger_version, who="canary",
+                                why=f"canary on {endpoint}: {action.reason}", now=now)
+        state = state.moved(now, status=PROMOTED, traffic=100, ended=now.isoformat(), last_decision=PROMOTE,
+                            last_reason=action.reason)
+        _tag(client, state, status=PROMOTED, traffic=100, ended=now.isoformat())
+        return state
+    state = state.moved(now, traffic=action.traffic, step_started=now.isoformat(), last_decision=action.kind,
+                        last_reason=action.reason)
+    _tag(client, state, traffic=action.traffic)
+    return state
+
+
+def _clean_up(api: EndpointApi, state: CanaryState, view: dict[str, Any], plan: CanaryPlan, timeout_s: float) -> CanaryState | None:
+    """Remove the losing entity once drained; None when there is nothing (yet) to do."""
+    if not drained(plan, state, utc_now()):
+        return None
+    loser = state.champion_entity if state.status == PROMOTED else state.challenger_entity
+    routes = routes_of(view)
+    keep = [e for e in view["config"]["served_entities"] if e["name"] != loser]
+    if len(keep) != len(view["config"]["served_entities"]) and keep and routes.get(loser, 0) == 0:
+        settled = api.apply(state.endpoint, config_body(view, [entity_input(e) for e in keep], routes), timeout_s)
+        if settled["state"]["config_update"] != "NOT_UPDATING":
+            raise RuntimeError(f"endpoint {state.endpoint}: removing {loser} failed: {settled.get('state_message', '')}")
+    return state.moved(utc_now(), cleaned=True, last_reason=f"{loser} removed from {state.endpoint}")
+
+
+# ---- one run -------------------------------------------------------------------------------------
+def run_once(api: EndpointApi, client: MlflowClient, settings: Settings, endpoint: str, plan: CanaryPlan, judge: Judge,
+             timeout_s: float) -> Outcome:
+    """Start, evaluate and act, or clean up: one step of the endpoint's canary, its state saved. Hold the
+    endpoint's ``exclusive`` lock around it."""
+    view = api.get(endpoint)
+    state = load_state(settings, endpoint)
+    if view["state"]["config_update"] == "IN_PROGRESS":
+        return outcome(endpoint, HOLD, "a config update of the endpoint is in progress", state)
+    if state is not None and state.status == ACTIVE:
+        done, state = _evaluate(api, client, state, view, plan, judge, timeout_s)
+        save_state(settings, state)
+        return done
+    if state is not None and not state.cleaned:
+        cleaned = _clean_up(api, state, view, plan, timeout_s)
+        if cleaned is None:
+            return outcome(endpoint, "draining", f"waiting {plan.drain_s:.0f} s after the canary ended before "
+                                                 "removing the losing entity", state)
+        save_state(settings, cleaned)
+        view = api.get(endpoint)
+        done, started = _start(api, client, endpoint, view, plan, timeout_s)
+        if started is None:  # nothing new to start: this run's act was the clean-up
+            return outcome(endpoint, "cleaned", cleaned.last_reason or "", cleaned)
+    else:
+        done, started = _start(api, client, endpoint, view, plan, timeout_s)
+    if started is not None:
+        save_state(settings, started)
+    return done
