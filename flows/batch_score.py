@@ -26,6 +26,7 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.runtime import flow_run
 
 from serving import batch
+from serving.registry.errors import RegistryUnavailable
 from serving.settings import Settings
 
 DEFAULT_MODEL_URI = "models:/fraud@champion"
@@ -99,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, LookupError, FileNotFoundError) as exc:
         print(f"batch scoring refused: {exc}", file=sys.stderr)
         return 2
+    except RegistryUnavailable as exc:
+        print(f"batch scoring failed: {exc}", file=sys.stderr)
+        return 1
     print(f"{result['rows']} rows scored -> {result['output']}")
     return 0
 

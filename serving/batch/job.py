@@ -29,6 +29,7 @@ from serving.batch.chunks import Chunk, ChunkResult, ScoringContext, plan_chunks
 from serving.batch.engines import DaskOptions
 from serving.batch.input_check import InputSpec
 from serving.registry import versions
+from serving.registry.errors import answering
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,8 @@ def resolve_model(model_uri: str, tracking_uri: str) -> ModelRef:
     if not by_alias and not ref.isdigit():
         raise ValueError(f"model URI {model_uri!r} names neither an alias (@ALIAS) nor a version number (/N)")
     try:
-        version = versions.resolve(MlflowClient(tracking_uri), name, ref, alias=by_alias)
+        with answering(tracking_uri, f"resolving {model_uri}"):
+            version = versions.resolve(MlflowClient(tracking_uri), name, ref, alias=by_alias)
     except LookupError as exc:
         raise LookupError(f"no model version found for {model_uri}: {exc}") from exc
     pinned = f"models:/{version.name}/{version.version}"

@@ -38,3 +38,22 @@ def test_answering_names_the_server_and_the_step_and_lets_other_errors_through()
     with pytest.raises(MlflowException, match="no such model"):
         with answering("http://127.0.0.1:9", "gating m"):
             raise MlflowException("no such model")
+
+
+def test_batch_scoring_and_the_gateway_name_a_registry_that_does_not_answer(monkeypatch):
+    from mlflow import MlflowClient
+
+    from serving.batch.job import resolve_model
+    from serving.endpoints.manager import mlflow_resolver
+    from serving.protocol.errors import ApiError
+
+    def down(*_args, **_kwargs):
+        raise _connection_failure()
+
+    monkeypatch.setattr(MlflowClient, "get_model_version_by_alias", down)
+    monkeypatch.setattr(MlflowClient, "get_model_version", down)
+    with pytest.raises(RegistryUnavailable, match=r"at http://127\.0\.0\.1:9 did not answer while resolving models:/fraud@champion"):
+        resolve_model("models:/fraud@champion", "http://127.0.0.1:9")
+    with pytest.raises(ApiError) as refused:
+        mlflow_resolver("http://127.0.0.1:9")("fraud", "3", None)
+    assert refused.value.status_code == 503 and "did not answer" in refused.value.message
