@@ -61,3 +61,13 @@ def world(prefect_harness):
     from tests.world import build_world
 
     return build_world()
+
+
+@pytest.fixture
+def restore_tracking_uri():
+    """A flow sets MLflow's process-wide tracking URI from the environment it ran in; a test that ran one
+    against another registry (a server it kills, a closed port) leaves the next tests' on the session's."""
+    yield
+    import mlflow
+
+    mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])

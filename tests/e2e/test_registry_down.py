@@ -106,13 +106,6 @@ def candidate(world) -> str:
     return version
 
 
-@pytest.fixture
-def restore_tracking_uri(world) -> Iterator[None]:
-    """The promote flow sets MLflow's process-wide tracking URI to the server's; later tests need the world's."""
-    yield
-    mlflow.set_tracking_uri(world.settings.tracking_uri)
-
-
 def test_mlflow_killed_mid_promotion_fails_the_run_clearly_and_moves_nothing(world, server, candidate, tmp_path,
                                                                               monkeypatch, restore_tracking_uri):
     policy = tmp_path / "policy.yaml"

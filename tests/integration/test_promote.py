@@ -195,7 +195,7 @@ def test_a_model_without_signature_is_refused(client, first, policies):
         promote(model_name=MODEL, policy_file=str(policies / "no_serving.yaml"))
 
 
-def test_mlflow_unreachable_fails_the_run_and_moves_nothing(client, first, policies, monkeypatch):
+def test_mlflow_unreachable_fails_the_run_and_moves_nothing(client, first, policies, monkeypatch, restore_tracking_uri):
     before = versions.aliases(client, MODEL)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
