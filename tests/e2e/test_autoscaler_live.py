@@ -142,8 +142,11 @@ def test_a_10x_step_adds_replicas_within_10s_without_errors_and_they_leave_after
         results = asyncio.run(open_loop(f"{process.url}/serving-endpoints/steps/invocations", auth,
                                         [(BASE_RPS, base_s), (STEP_RPS, step_s)]))
         load_ended = started + base_s + step_s
-        # the window counts from the last busy second (the queue drains after the load), plus a 5 s cycle
-        time.sleep(max(0.0, load_ended + SCALE_DOWN_WINDOW_S + 35 - time.monotonic()))
+        # until the watcher sees one replica again after the window (which counts from the last busy second,
+        # the queue draining after the load, plus a 5 s cycle), or the deadline the assertion below names
+        deadline = load_ended + SCALE_DOWN_WINDOW_S + 60
+        while time.monotonic() < deadline and not [n for t, n in observed[-3:] if t >= load_ended + SCALE_DOWN_WINDOW_S - 5 and n == 1]:
+            time.sleep(0.5)
         stop.set()
         watcher.join()
         decisions = api.get("/api/2.0/serving-endpoints/steps/autoscaler").json()
@@ -163,8 +166,9 @@ def test_a_10x_step_adds_replicas_within_10s_without_errors_and_they_leave_after
              for d in decisions["decisions"] if d["t"] >= load_ended - 5]
     held = [n for t, n in observed if load_ended + 2 <= t <= load_ended + SCALE_DOWN_WINDOW_S - 5]
     assert held and min(held) >= 2, f"replicas stay through the scale-down window: {held}; decisions after the load {trail}"
-    final = [n for t, n in observed if t >= load_ended + SCALE_DOWN_WINDOW_S + 30]
-    assert final and final[-1] == 1, f"back to one replica after the window: {observed[-5:]}; decisions after the load {trail}"
+    final = [n for t, n in observed if t >= load_ended + SCALE_DOWN_WINDOW_S - 5]
+    assert final and final[-1] == 1, (f"back to one replica within 60 s after the window: {observed[-5:]}; "
+                                      f"decisions after the load {trail}")
     reasons = [d["reason"] for d in decisions["decisions"]]
     assert decisions["enabled"] and len(reasons) >= 2 and all(d["inputs"] is not None for d in decisions["decisions"])
 
@@ -221,8 +225,10 @@ def test_the_vertical_axis_reads_a_waiting_model_as_busy_and_keeps_its_serial_ta
         decisions = api.get("/api/2.0/serving-endpoints/serial/autoscaler").json()["decisions"]
         api.delete("/api/2.0/serving-endpoints/serial")
     assert all(status == 200 for _, status in results), {s for _, s in results}
-    # the cycles whose whole 10-s window lay inside the load
-    cycles = [d for d in decisions if d["inputs"].get("vertical") and started + 10 <= d["t"] <= ended]
+    # the cycles whose 10-s window lay inside the load for at least 8 s (the cycles' clock starts with the
+    # endpoint, not with the load: a window may begin a moment before the first request); 8 s of ~75 % busy
+    # in a 10-s window is still over the 0.5 asserted below
+    cycles = [d for d in decisions if d["inputs"].get("vertical") and started + 8 <= d["t"] <= ended]
     trail = [(round(d["t"] - started, 1), d["inputs"]["vertical"], d["inputs"].get("utilisation"),
               d["target_concurrency"]) for d in decisions if d["inputs"].get("vertical")]
     assert len(cycles) >= 2, f"vertical cycles under load: {trail}"
