@@ -4,41 +4,13 @@ import json
 import os
 import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
-from serving.gateway.process import GatewayProcess, environ_with, start_gateway, wait_endpoint_ready
+from serving.gateway.process import environ_with, start_gateway, wait_endpoint_ready
+from tests.gateways import ENDPOINT, LiveGateway
 from tests.world import MODEL_NAME, World
-
-ENDPOINT = "fraud"
-
-
-@dataclass
-class LiveGateway:
-    process: GatewayProcess
-    admin: str
-    scoped: str  # may only use the endpoint "other"
-    sent: list[str]  # request ids sent through the data plane
-
-    @property
-    def url(self) -> str:
-        return self.process.url
-
-    def client(self, token: str | None = None) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=60)
-
-    def invoke(self, body: object, token: str | None = None, content_type: str = "application/json",
-               endpoint: str = ENDPOINT) -> httpx.Response:
-        request_id = secrets.token_hex(8)
-        self.sent.append(request_id)
-        content = body if isinstance(body, (bytes, str)) else json.dumps(body)
-        with self.client(token if token is not None else self.admin) as client:
-            return client.post(f"/serving-endpoints/{endpoint}/invocations", content=content,
-                               headers={"content-type": content_type, "x-request-id": request_id})
 
 
 @pytest.fixture(scope="session")

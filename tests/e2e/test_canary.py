@@ -7,7 +7,6 @@ registered model of its own, so other tests' champion never moves.
 
 from __future__ import annotations
 
-import json
 import tempfile
 import threading
 import time

@@ -7,7 +7,6 @@ unflushed tail of a crashed gateway).
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import signal
@@ -16,7 +15,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -24,69 +22,14 @@ import psutil
 import pytest
 
 from benchmarks.load import LoadResult, run_load
-from feature_repo import synthetic
-from serving.gateway.process import GatewayProcess, environ_with, start_gateway, wait_endpoint_ready
+from serving.gateway.process import GatewayProcess, environ_with, start_gateway
 from serving.inference_log import read_inference_log
 from serving.replicas.local import free_port
+from tests.gateways import ENTITY, create, get, replicas_of, rows_body, wait_ready
 from tests.services import ensure_redis_server
 from tests.world import MODEL_NAME
 
 pytestmark = pytest.mark.slow
-
-ENTITY = {"entity_name": MODEL_NAME, "entity_alias": "champion"}
-
-
-def rows_body(world, n: int = 1, seed: int = 5) -> bytes:  # type: ignore[no-untyped-def]
-    tx = synthetic.read_transactions(world.settings.data_dir)
-    rows = tx.sample(n, random_state=seed)[["customer_id", "merchant_id", "amount"]]
-    return json.dumps({"dataframe_records": rows.to_dict(orient="records")}).encode()
-
-
-def replicas_of(gateway: GatewayProcess) -> list[psutil.Process]:
-    """The gateway's serving replica processes (children running ``serving.replica --model-uri``)."""
-    out = []
-    for child in psutil.Process(gateway.process.pid).children(recursive=True):
-        try:
-            cmd = child.cmdline()
-            if "serving.replica" in cmd and "--model-uri" in cmd and child.status() != psutil.STATUS_ZOMBIE:
-                out.append(child)
-        except psutil.NoSuchProcess:
-            continue
-    return out
-
-
-def rss_mb(gateway: GatewayProcess) -> float:
-    procs = [psutil.Process(gateway.process.pid), *psutil.Process(gateway.process.pid).children(recursive=True)]
-    total = 0
-    for p in procs:
-        try:
-            total += p.memory_info().rss
-        except psutil.NoSuchProcess:
-            continue
-    return total / 2**20
-
-
-def create(gateway: GatewayProcess, name: str, entity: dict | None = None) -> dict:
-    admin = os.environ["TOLLFREE_TOKEN"]
-    reply = httpx.post(f"{gateway.url}/api/2.0/serving-endpoints", headers={"Authorization": f"Bearer {admin}"},
-                       json={"name": name, "config": {"served_entities": [entity or ENTITY]}}, timeout=120)
-    assert reply.status_code == 200, reply.text
-    return wait_ready(gateway.url, name)
-
-
-def wait_ready(url: str, name: str, timeout_s: float = 240.0) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return wait_endpoint_ready(url, os.environ["TOLLFREE_TOKEN"], name, timeout_s=max(1.0, deadline - time.monotonic()))
-        except httpx.TransportError:
-            assert time.monotonic() < deadline, f"endpoint {name} not ready in {timeout_s:.0f}s"
-            time.sleep(0.5)
-
-
-def get(gateway: GatewayProcess, path: str) -> httpx.Response:
-    return httpx.get(f"{gateway.url}{path}", headers={"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}"}, timeout=60)
-
 
 class Background:
     """``run_load`` in a thread, so the test can inject a fault while it runs."""

@@ -129,7 +129,7 @@ def test_control_plane_errors(gateway):
 def test_graceful_stop_flushes_every_request_to_the_inference_log(world, gateway):
     """A gateway of its own, stopped gracefully: every request it answered is in the log."""
     from serving.gateway.process import start_gateway, wait_endpoint_ready
-    from tests.e2e.conftest import LiveGateway
+    from tests.gateways import LiveGateway
 
     process = start_gateway(environ_with({}), world.home / "logs" / "gateway-stop-e2e.log")
     own = LiveGateway(process, gateway.admin, gateway.scoped, [])

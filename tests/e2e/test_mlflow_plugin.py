@@ -20,7 +20,7 @@ from mlflow.exceptions import MlflowException
 from feature_repo import synthetic
 from serving import mlflow_plugin
 from serving.gateway.process import environ_with, start_gateway
-from tests.e2e.conftest import LiveGateway
+from tests.gateways import LiveGateway
 from tests.world import MODEL_NAME
 
 pytestmark = pytest.mark.slow

@@ -23,7 +23,7 @@ from benchmarks.load import run_load
 from serving.autoscaler.config import ScalingConfig
 from serving.gateway.process import environ_with, start_gateway
 from serving.inference_log import read_inference_log
-from tests.e2e.test_faults import ENTITY, create, rows_body, rss_mb
+from tests.gateways import ENTITY, create, rows_body, rss_mb
 
 pytestmark = pytest.mark.slow
 

@@ -9,67 +9,28 @@ from __future__ import annotations
 import asyncio
 import json
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from serving.endpoints.manager import EndpointManager, LiveEndpoint
-from serving.endpoints.store import EndpointStore
-from serving.gateway.app import create_gateway_app
 from serving.gateway.auth import TokenRegistry
-from serving.inference_log import InferenceLogWriter, read_inference_log
+from serving.inference_log import read_inference_log
 from serving.protocol.errors import ApiError
-from serving.protocol.wire import ReplicaUnreachable, WireAnswer, WireReply, WireRequest
-from serving.replicas.replica_set import ReplicaSet
+from serving.protocol.wire import WireRequest
 from serving.traffic.batching import BatchPlan
 from serving.traffic.dispatcher import AdmissionRefused, Dispatcher
+from tests.fakes import FakeReplica, FakeReplicas, in_process_gateway
 
 TOKEN = "unit-test-admin-token-0123456789"
 BATCHING = BatchPlan(enabled=True, max_batch=8, max_wait_ms=0.0, single_ms=1.0, gain=5.0)
 
 
-@dataclass(eq=False)
-class FakeReplica:
-    url: str
-    outstanding: int = 0
-    up: bool = True
-    reachable: bool = True
-
-    def alive(self) -> bool:
-        return self.up
-
-
-class FakeReplicas:
-    """Answers every request of a batch with its own request id after ``delay_s``; records the batches."""
-
-    def __init__(self, delay_s: float = 0.3) -> None:
-        self.delay_s = delay_s
-        self.batches: list[tuple[str, list[str]]] = []
-        self.busy_s = 0.0   # the busy clock each reply carries (+0.25 s a batch)
-
-    async def start(self) -> None: ...
-
-    async def close(self) -> None: ...
-
-    async def send(self, replica: FakeReplica, requests: list[WireRequest]) -> WireReply:
-        self.batches.append((replica.url, [r.request_id for r in requests]))
-        await asyncio.sleep(self.delay_s)
-        if not replica.reachable:
-            raise ReplicaUnreachable("connection refused")
-        self.busy_s += 0.25
-        return WireReply([WireAnswer(200, 1, json.dumps([r.request_id]).encode(), b"") for r in requests], self.busy_s)
-
-
 def gateway(tmp_path, replicas: FakeReplicas, *, max_queue: int, max_wait_s: float, limit: int = 1):
-    manager = EndpointManager(EndpointStore(tmp_path / "endpoints.db"), lambda *a: "1", {}, tmp_path / "logs",
-                              replica_client=replicas)
-    entity = ReplicaSet("m-1", "m", "1", replicas=[FakeReplica("http://replica")], max_concurrency=limit)
-    dispatcher = entity.attach(replicas.send)
+    app = in_process_gateway(tmp_path, TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN}), replicas=replicas, limit=limit)
+    dispatcher = app.state.manager.live["ep"].entities["m-1"].dispatcher
     dispatcher.max_queue, dispatcher.max_wait_s = max_queue, max_wait_s
-    manager.live["ep"] = LiveEndpoint({"m-1": entity}, [("m-1", 100)])
-    return create_gateway_app(manager, TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN}), InferenceLogWriter(tmp_path / "log"))
+    return app
 
 
 def burst(client: TestClient, n: int) -> list[httpx.Response]:

@@ -6,16 +6,13 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from serving.endpoints.manager import EndpointManager, LiveEndpoint
 from serving.endpoints.spec import EndpointCoreConfig
-from serving.endpoints.store import EndpointStore
-from serving.gateway.app import create_gateway_app
 from serving.gateway.auth import TokenRegistry
-from serving.inference_log import InferenceLogWriter
 from serving.protocol.wire import WireAnswer, WireReply, WireRequest
-from serving.replicas.replica_set import ReplicaSet
 from serving.traffic.response_cache import ResponseCache
-from tests.unit.test_dispatcher import TOKEN, FakeReplica
+from tests.fakes import FakeReplica, in_process_gateway
+
+TOKEN = "unit-test-admin-token-0123456789"
 
 
 class Clock:
@@ -58,11 +55,7 @@ def _app(tmp_path, cache: ResponseCache | None, calls: list[bytes]):
             answers.append(WireAnswer(200, 1, json.dumps([len(calls)]).encode(), b'[{"f":1.0}]'))
         return WireReply(answers)
 
-    manager = EndpointManager(EndpointStore(tmp_path / "e.db"), lambda *a: "1", {}, tmp_path / "logs")
-    entity = ReplicaSet("m-1", "m", "1", replicas=[FakeReplica("http://replica")])
-    entity.attach(upstream)
-    manager.live["ep"] = LiveEndpoint({"m-1": entity}, [("m-1", 100)], cache)
-    return create_gateway_app(manager, TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN}), InferenceLogWriter(tmp_path / "log"))
+    return in_process_gateway(tmp_path, TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN}), send=upstream, cache=cache)
 
 
 def _post(client: TestClient, body: str) -> httpx.Response:

@@ -1,4 +1,5 @@
-"""The local stack's pieces that need no server: configuration, the admin token, process records."""
+"""The local stack's pieces that need no server: configuration, the admin token, and the process records
+(with real child processes started and stopped)."""
 
 from __future__ import annotations
 

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from tests.e2e.test_security import ADMIN, in_process_gateway
+from serving.gateway.auth import TokenRegistry
+from tests.fakes import in_process_gateway, no_registry
+
+ADMIN = "fuzz-admin-token-" + secrets.token_hex(8)
 
 EXAMPLES = int(os.environ.get("TOLLFREE_FUZZ_EXAMPLES", "40"))
 INVOCATIONS_PATH = {
@@ -56,7 +60,9 @@ def without_lifespan(app):  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def fuzzed(tmp_path_factory):  # type: ignore[no-untyped-def]
-    app = without_lifespan(in_process_gateway(tmp_path_factory.mktemp("fuzz-gateway")))
+    home = tmp_path_factory.mktemp("fuzz-gateway")
+    tokens = TokenRegistry.from_environ({"TOLLFREE_TOKEN": ADMIN})
+    app = without_lifespan(in_process_gateway(home, tokens, resolve=no_registry, max_body_bytes=64 * 1024))
     loaded = schemathesis.openapi.from_asgi("/openapi.json", app, headers={"Authorization": f"Bearer {ADMIN}"})
     raw = dict(loaded.raw_schema)
     raw["paths"] = {**raw["paths"], "/serving-endpoints/{name}/invocations": INVOCATIONS_PATH}

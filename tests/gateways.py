@@ -1,0 +1,99 @@
+"""Helpers for the tests that drive real gateway processes: the session gateway's handle, endpoints created
+and waited for, a request body from the world's transactions, a gateway's replica processes and memory."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass
+
+import httpx
+import psutil
+
+from feature_repo import synthetic
+from serving.gateway.process import GatewayProcess, wait_endpoint_ready
+from tests.world import MODEL_NAME
+
+ENDPOINT = "fraud"
+
+
+@dataclass
+class LiveGateway:
+    process: GatewayProcess
+    admin: str
+    scoped: str  # may only use the endpoint "other"
+    sent: list[str]  # request ids sent through the data plane
+
+    @property
+    def url(self) -> str:
+        return self.process.url
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=60)
+
+    def invoke(self, body: object, token: str | None = None, content_type: str = "application/json",
+               endpoint: str = ENDPOINT) -> httpx.Response:
+        request_id = secrets.token_hex(8)
+        self.sent.append(request_id)
+        content = body if isinstance(body, (bytes, str)) else json.dumps(body)
+        with self.client(token if token is not None else self.admin) as client:
+            return client.post(f"/serving-endpoints/{endpoint}/invocations", content=content,
+                               headers={"content-type": content_type, "x-request-id": request_id})
+
+
+ENTITY = {"entity_name": MODEL_NAME, "entity_alias": "champion"}
+
+
+def rows_body(world, n: int = 1, seed: int = 5) -> bytes:  # type: ignore[no-untyped-def]
+    tx = synthetic.read_transactions(world.settings.data_dir)
+    rows = tx.sample(n, random_state=seed)[["customer_id", "merchant_id", "amount"]]
+    return json.dumps({"dataframe_records": rows.to_dict(orient="records")}).encode()
+
+
+def replicas_of(gateway: GatewayProcess) -> list[psutil.Process]:
+    """The gateway's serving replica processes (children running ``serving.replica --model-uri``)."""
+    out = []
+    for child in psutil.Process(gateway.process.pid).children(recursive=True):
+        try:
+            cmd = child.cmdline()
+            if "serving.replica" in cmd and "--model-uri" in cmd and child.status() != psutil.STATUS_ZOMBIE:
+                out.append(child)
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+def rss_mb(gateway: GatewayProcess) -> float:
+    procs = [psutil.Process(gateway.process.pid), *psutil.Process(gateway.process.pid).children(recursive=True)]
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.NoSuchProcess:
+            continue
+    return total / 2**20
+
+
+def create(gateway: GatewayProcess, name: str, entity: dict | None = None) -> dict:
+    admin = os.environ["TOLLFREE_TOKEN"]
+    reply = httpx.post(f"{gateway.url}/api/2.0/serving-endpoints", headers={"Authorization": f"Bearer {admin}"},
+                       json={"name": name, "config": {"served_entities": [entity or ENTITY]}}, timeout=120)
+    assert reply.status_code == 200, reply.text
+    return wait_ready(gateway.url, name)
+
+
+def wait_ready(url: str, name: str, timeout_s: float = 240.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return wait_endpoint_ready(url, os.environ["TOLLFREE_TOKEN"], name, timeout_s=max(1.0, deadline - time.monotonic()))
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, f"endpoint {name} not ready in {timeout_s:.0f}s"
+            time.sleep(0.5)
+
+
+def get(gateway: GatewayProcess, path: str) -> httpx.Response:
+    return httpx.get(f"{gateway.url}{path}", headers={"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}"}, timeout=60)
