@@ -67,7 +67,8 @@ def world(prefect_harness):
 def restore_tracking_uri():
     """A flow sets MLflow's process-wide tracking URI from the environment it ran in; a test that ran one
     against another registry (a server it kills, a closed port) leaves the next tests' on the session's."""
+    session_uri = os.environ["MLFLOW_TRACKING_URI"]  # read now: the test may point the variable elsewhere
     yield
     import mlflow
 
-    mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
+    mlflow.set_tracking_uri(session_uri)
