@@ -57,3 +57,16 @@ def test_batch_scoring_and_the_gateway_name_a_registry_that_does_not_answer(monk
     with pytest.raises(ApiError) as refused:
         mlflow_resolver("http://127.0.0.1:9")("fraud", "3", None)
     assert refused.value.status_code == 503 and "did not answer" in refused.value.message
+
+
+def test_the_batch_cli_exits_1_naming_a_registry_that_does_not_answer(monkeypatch, capsys, tmp_path):
+    import flows.batch_score as cli
+
+    def down(**_kwargs):
+        raise RegistryUnavailable("the MLflow registry at http://127.0.0.1:9 did not answer while resolving models:/m@champion")
+
+    monkeypatch.setattr(cli, "batch_score", down)
+    code = cli.main(["--input", str(tmp_path / "in.parquet"), "--output", str(tmp_path / "out")])
+    assert code == 1
+    assert "batch scoring failed: the MLflow registry at http://127.0.0.1:9 did not answer" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
