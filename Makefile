@@ -39,7 +39,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# The long versions of the reliability runs (CI runs the overload for 20 s): figures printed.
+# The long versions of the reliability runs (CI runs the overload for 12 s): figures printed.
 SOAK_MINUTES ?= 10
 soak: $(STAMP)
 	TOLLFREE_OVERLOAD_S=60 $(PY) -m pytest -s -q tests/e2e/test_overload.py $(PYTEST_ARGS)

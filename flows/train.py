@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -149,6 +150,17 @@ def train(model_name: str = "fraud", feature_service: str = "fraud_v1", seed: in
     return result
 
 
+def missing_inputs(settings: Settings) -> list[str]:
+    """What the train flow reads and cannot find, each named with how to make it (empty: all there)."""
+    missing = [f"{settings.data_dir / name} not found; generate the data with "
+               f"`python -m feature_repo.synthetic --out {settings.data_dir}`"
+               for name in (synthetic.TRANSACTIONS_FILE, synthetic.CUSTOMERS_FILE)
+               if not (settings.data_dir / name).is_file()]
+    missing += [f"{settings.home / relative} not found; run the materialize flow (`python -m flows.materialize`)"
+                for relative in feature_store.TABLE_PATHS.values() if not (settings.home / relative).is_file()]
+    return missing
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=train.__doc__)
     parser.add_argument("--model-name", default="fraud")
@@ -156,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--alias", default="candidate")
     args = parser.parse_args(argv)
+    missing = missing_inputs(Settings.from_environ(os.environ))
+    if missing:  # said before Prefect and MLflow start: a missing file costs no server start-up
+        print("training refused: " + "; ".join(missing), file=sys.stderr)
+        return 2
     train(model_name=args.model_name, feature_service=args.feature_service, seed=args.seed, alias=args.alias)
     return 0
 

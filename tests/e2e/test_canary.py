@@ -73,6 +73,13 @@ class Traffic:
                 self.sent.append(Sent(request_id, started, status, served, predictions))
                 i += 1
 
+    def wait_for(self, which, count: int, timeout_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+        """Until ``count`` answers match ``which`` (the client keeps sending meanwhile)."""
+        deadline = time.monotonic() + timeout_s
+        while sum(1 for s in list(self.sent) if which(s)) < count:
+            assert time.monotonic() < deadline, f"fewer than {count} matching answers within {timeout_s:.0f} s"
+            time.sleep(0.2)
+
     def __enter__(self) -> Traffic:
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
@@ -160,6 +167,18 @@ def _until(gateway, done, runs: int = 90, **kwargs) -> list[dict]:
     raise AssertionError(f"canary never reached its end: {[(o['action'], o['reason']) for o in outcomes[-5:]]}")
 
 
+def logged_all(world, request_ids: list[str], timeout_s: float = 30.0) -> None:
+    """Until every one of ``request_ids`` is in the endpoint's inference log."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        log = read_inference_log(world.settings.inference_log_dir, endpoint=ENDPOINT)
+        missing = set(request_ids) - set(log["request_id"])
+        if not missing:
+            return
+        assert time.monotonic() < deadline, f"{len(missing)} answered requests not in the inference log"
+        time.sleep(0.3)
+
+
 def _view(gateway) -> dict:
     with gateway.client(gateway.admin) as api:
         return api.get(f"/api/2.0/serving-endpoints/{ENDPOINT}").json()
@@ -179,9 +198,10 @@ def _rolls_back(gateway, client, world, models, rows, which: str, metric: str) -
         challenger = load_state(world.settings, ENDPOINT).challenger_entity
         outcomes = _until(gateway, lambda o: o["action"] != "hold", max_warn_hold_s=600)
         rolled_back_at = datetime.now(timezone.utc)
-        time.sleep(2.0)  # traffic keeps flowing after the rollback
+        traffic.wait_for(lambda s: s.started > rolled_back_at, 12)  # traffic keeps flowing after the rollback
         cleaned = _run(gateway)  # the challenger leaves the endpoint while requests keep coming
-        time.sleep(1.0)
+        cleaned_at = datetime.now(timezone.utc)
+        traffic.wait_for(lambda s: s.started > cleaned_at, 10)
     final = outcomes[-1]
     assert final["action"] == "rollback" and final["event"] == "tollfree.canary.rollback", final
     assert metric in final["reason"] and next(c for c in final["checks"] if c["metric"] == metric)["status"] == "rollback"
@@ -227,19 +247,20 @@ def test_a_good_challenger_walks_to_100_and_becomes_champion(world, gateway, cli
                           or o["action"] not in ("hold", "advance"))
         assert outcomes[-1]["action"] == "advance" and outcomes[-1]["traffic"] == 50, outcomes[-1]
         # delayed ground truth arrives for what was served so far (the label is the champion's answer),
-        # enough of it inside the 50 % step for the accuracy check to judge
-        time.sleep(5.0)
+        # enough of it inside the 50 % step for the accuracy check to judge (20 labelled a side)
+        at_50 = datetime.now(timezone.utc)
+        traffic.wait_for(lambda s: s.started > at_50 and s.status == 200, 80)
         answered = [s for s in list(traffic.sent) if s.status == 200]
-        time.sleep(3.0)  # the inference log is written off the request path, about every second
+        logged_all(world, [s.request_id for s in answered])  # written off the request path, about every second
         labels = pd.DataFrame([{"request_id": s.request_id, "label": int(s.predictions[0][1] > s.predictions[0][0])}
                                for s in answered])
         labels.to_parquet(tmp_path / "labels.parquet")
         ingested = ingest_labels(endpoint=ENDPOINT, input_path=str(tmp_path / "labels.parquet"))
         assert ingested["matched"] > 0 and ingested["unmatched"] == 0
         final = _until(gateway, lambda o: o["action"] != "hold")[-1]
-        time.sleep(1.0)
         cleaned = _run(gateway)
-        time.sleep(1.0)
+        cleaned_at = datetime.now(timezone.utc)
+        traffic.wait_for(lambda s: s.started > cleaned_at, 10)  # and it serves on after the clean-up
     assert final["action"] == "promote" and final["event"] == "tollfree.canary.promote" and final["traffic"] == 100, final
     assert next(c for c in final["checks"] if c["metric"] == "accuracy")["status"] == "ok"
     held = versions.aliases(client, MODEL)

@@ -40,5 +40,7 @@ def test_training_without_data_names_the_missing_file(tmp_path):
     env.pop("MLFLOW_TRACKING_URI", None)
     env.pop("PREFECT_HOME", None)
     result = run(["flows.train"], env)
-    assert result.returncode != 0
-    assert "transactions.parquet" in result.stderr + result.stdout
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "training refused" in result.stderr and "transactions.parquet" in result.stderr
+    assert "customers.parquet" in result.stderr and "materialize" in result.stderr  # every missing input named
+    assert not (tmp_path / "empty" / "mlflow.db").exists()  # refused before the registry was opened

@@ -67,7 +67,9 @@ def test_kill_9_a_replica_under_load_then_stop_and_restart_the_gateway(world, ga
 
     Holds: every request answered 200 or 503 (none hangs: client timeout 40 s > the gateway's 30 s), the
     autoscaler replaces the replica, every answered request is in the inference log after the graceful
-    stop (nothing lost), and after the restart the endpoint's config comes back as it was and serves."""
+    stop (nothing lost; a 400 and a 401 sent just before the stop included, 200s with their served features
+    and model version, no token in any logged input), and after the restart the endpoint's config comes
+    back as it was and serves."""
     body = rows_body(world)
     log = world.home / "logs" / "gateway-faults.log"
     gateway = start_gateway(gateway_env, log, timeout_s=240)
@@ -107,6 +109,7 @@ def test_kill_9_a_replica_under_load_then_stop_and_restart_the_gateway(world, ga
         after = httpx.post(url, content=body, headers={"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}",
                                                         "content-type": "application/json"}, timeout=60)
         assert after.status_code == 200, after.text
+        refused = refused_requests(url)  # answered just before the stop: the flush must take them too
         config_before = get(gateway, f"/api/2.0/serving-endpoints/{name}").json()
     finally:
         code = gateway.stop(grace_s=60)
@@ -120,6 +123,11 @@ def test_kill_9_a_replica_under_load_then_stop_and_restart_the_gateway(world, ga
     record_property("graceful_stop_lost", len(missing))
     assert not missing, f"{len(missing)} answered requests missing from the inference log after a graceful stop"
     assert set(logged[logged["request_id"].isin(answered)]["status_code"]) <= {200, 503}
+    served = logged[logged["request_id"].isin(answered) & (logged["status_code"] == 200)]
+    assert served["served_features"].notna().all() and served["model_version"].notna().all()
+    by_id = logged.set_index("request_id")
+    assert {i: int(by_id.loc[i, "status_code"]) for i in refused} == refused, "refused requests are logged too"
+    assert not logged["inputs"].fillna("").str.contains(os.environ["TOLLFREE_TOKEN"]).any()
 
     # restart on the same state: the endpoint's config, version and alias come back and serve
     restarted = start_gateway(gateway_env, log, timeout_s=240)
@@ -137,6 +145,20 @@ def test_kill_9_a_replica_under_load_then_stop_and_restart_the_gateway(world, ga
         assert [e["entity_version"] for e in view["config"]["served_entities"]] == [str(alias.version)]
     finally:
         restarted.stop(grace_s=60)
+
+
+def refused_requests(url: str) -> dict[str, int]:
+    """A bad body (400) and a missing token (401), each with its request id: {request id: status}."""
+    sent = {}
+    for request_id, body, headers, status in (
+            ("faults-bad-body", b'{"dataframe_records": [{"customer_id": 1}]}',
+             {"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}"}, 400),
+            ("faults-no-token", b'{"dataframe_records": []}', {}, 401)):
+        reply = httpx.post(url, content=body, timeout=60,
+                           headers={**headers, "content-type": "application/json", "x-request-id": request_id})
+        assert reply.status_code == status, reply.text
+        sent[request_id] = status
+    return sent
 
 
 def ready_replicas(gateway: GatewayProcess, name: str) -> float:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -19,7 +18,7 @@ from mlflow.exceptions import MlflowException
 
 from feature_repo import synthetic
 from serving import mlflow_plugin
-from serving.gateway.process import environ_with, start_gateway
+from serving.gateway.process import environ_with
 from tests.gateways import LiveGateway
 from tests.world import MODEL_NAME
 
@@ -30,16 +29,9 @@ MLFLOW_CLI = Path(sys.executable).parent / "mlflow"
 
 
 @pytest.fixture(scope="module")
-def live(gateway: LiveGateway, world) -> Iterator[LiveGateway]:
-    """The session gateway; a fresh one on the same state folder if test_gateway.py's last tests stopped it."""
-    if gateway.process.process.poll() is None:
-        yield gateway
-        return
-    process = start_gateway(environ_with({}), world.home / "logs" / "gateway-plugin-e2e.log")
-    try:
-        yield LiveGateway(process, gateway.admin, gateway.scoped, [])
-    finally:
-        process.stop()
+def live(gateway: LiveGateway) -> LiveGateway:
+    """The session gateway."""
+    return gateway
 
 
 @pytest.fixture(scope="module")

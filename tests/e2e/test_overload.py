@@ -4,7 +4,7 @@ the gateway's memory stays flat.
 
 The endpoint is pinned at one replica (the autoscaler on, ``max_replicas: 1``, ``max_concurrency: 8``)
 with a short queue (8), so its capacity is fixed and measured first (closed loop, 8 clients, 5 s). The
-overload then runs open loop at 5x that rate for ``TOLLFREE_OVERLOAD_S`` seconds: 20 in CI, 60 in
+overload then runs open loop at 5x that rate for ``TOLLFREE_OVERLOAD_S`` seconds: 12 in CI, 60 in
 ``make soak``. The SLO is the autoscaler's default ``latency_slo_ms`` (500 ms), on the gateway's own
 per-request latency from the inference log.
 """
@@ -27,7 +27,7 @@ from tests.gateways import ENTITY, create, rows_body, rss_mb
 
 pytestmark = pytest.mark.slow
 
-OVERLOAD_S = float(os.environ.get("TOLLFREE_OVERLOAD_S", "20"))
+OVERLOAD_S = float(os.environ.get("TOLLFREE_OVERLOAD_S", "12"))
 SLO_S = ScalingConfig().latency_slo_ms / 1000
 ROWS = 20  # rows per request: heavier requests keep 5x capacity within what one load-generator process can send
 
@@ -80,10 +80,14 @@ def test_five_times_capacity_gets_429_with_retry_after_and_the_admitted_stay_wit
         assert len(refused) >= 0.5 * sent, "well past capacity most requests must be turned away"
         # the SLO is the gateway's answer time, as it logs it per request (the client's clock also counts the
         # load generator's own scheduling on the same two cores: reported, not asserted)
-        time.sleep(2.5)  # two flushes of the inference log
-        logged = read_inference_log(world.settings.inference_log_dir, endpoint=name)
         ids = {o.request_id for o in admitted}
-        server = logged[logged["request_id"].isin(ids) & (logged["status_code"] == 200)]["latency_ms"]
+        deadline = time.monotonic() + 30  # the inference log is flushed off the request path, about every second
+        while True:
+            logged = read_inference_log(world.settings.inference_log_dir, endpoint=name)
+            server = logged[logged["request_id"].isin(ids) & (logged["status_code"] == 200)]["latency_ms"]
+            if len(server) == len(ids) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         assert len(server) == len(ids), "every admitted request is in the inference log"
         p99 = float(server.quantile(0.99)) / 1000
         record_property("admitted_p99_ms", {"gateway": round(p99 * 1000, 1), "client": round(result.percentile(99) * 1000, 1)})

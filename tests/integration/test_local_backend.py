@@ -8,12 +8,16 @@ import os
 import time
 
 import psutil
+import pytest
 from mlflow import MlflowClient
 
 from serving.replicas.local import Launcher
 from serving.replicas.local_backend import LocalBackend
 from serving.replicas.replica_set import ReplicaSet
 from tests.world import MODEL_NAME
+
+pytestmark = pytest.mark.slow  # real replica processes (each imports the serving runtime)
+
 
 def _children() -> set[int]:
     return {p.pid for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE}

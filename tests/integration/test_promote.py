@@ -20,6 +20,7 @@ from flows.train import train
 from serving.registry import lifecycle, versions
 from serving.registry.errors import RegistryUnavailable
 from tests.models import SleepyModel, UnfairModel
+from tests.world import MODEL_NAME
 
 pytestmark = pytest.mark.slow
 
@@ -57,9 +58,22 @@ def policies(tmp_path_factory):
     return folder
 
 
+def _copy_of_the_world_model(client) -> dict[str, str]:
+    """The world's trained model (its train-flow run: metrics, held-out slice, dataset, validation) registered
+    again as a version of MODEL under ``candidate``, with the tags the train flow puts on a version: what a
+    train run on the same data and seed registers, without fitting it again."""
+    trained = client.get_model_version_by_alias(MODEL_NAME, "champion")
+    version = str(mlflow.register_model(trained.source, MODEL).version)
+    for key, value in trained.tags.items():
+        if key.startswith(("gx.", "feature_service", "tollfree.")):
+            client.set_model_version_tag(MODEL, version, key, value)
+    client.set_registered_model_alias(MODEL, "candidate", version)
+    return {"version": version, "run_id": trained.run_id}
+
+
 @pytest.fixture(scope="module")
-def first(world, policies):
-    trained = train(model_name=MODEL, alias="candidate")
+def first(world, client, policies):
+    trained = _copy_of_the_world_model(client)
     return trained, promote(model_name=MODEL, policy_file=str(policies / "all.yaml"))
 
 
@@ -96,7 +110,7 @@ def test_first_candidate_passes_every_gate_and_bootstraps_champion(client, first
 
 
 def test_a_good_candidate_becomes_challenger_and_champion_stays(client, first, policies):
-    trained = train(model_name=MODEL, alias="candidate")  # same data and seed: as good as the champion
+    trained = _copy_of_the_world_model(client)  # same data and seed: as good as the champion
     result = promote(model_name=MODEL, policy_file=str(policies / "all.yaml"))
     held = versions.aliases(client, MODEL)
     assert result["alias"] == "challenger" and held["challenger"] == trained["version"]

@@ -9,6 +9,8 @@ import pytest
 from serving.batch import input_check, validation_process
 from serving.batch.input_check import InputSpec
 
+pytestmark = pytest.mark.slow  # real child processes importing Great Expectations
+
 SPEC = InputSpec("transaction_id", ("customer_id",), ("amount",))
 
 

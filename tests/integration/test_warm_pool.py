@@ -7,9 +7,12 @@ import os
 import threading
 
 import psutil
+import pytest
 
 from serving.replicas.local import Launcher, stop_replica
 from serving.replicas.warm_pool import WarmPool
+
+pytestmark = pytest.mark.slow  # real replica processes (each imports the serving runtime)
 
 
 def _standbys(pool: WarmPool) -> list[psutil.Process]:
