@@ -1,4 +1,4 @@
-"""Canary flow: ``python -m flows.canary --endpoint NAME``; one evaluation, acted on at once.
+"""Canary flows: ``python -m flows.canary [--endpoint NAME]``; one evaluation per endpoint, acted on at once.
 
 - No canary running and the endpoint's model has a ``challenger`` alias: the challenger joins the
   endpoint as a second served entity (pinned version) with the first step's traffic share.
@@ -33,8 +33,9 @@ from prefect.events import emit_event
 from flows.gateway_api import GatewayApi, GatewayError
 from flows.labels import read_labelled
 from flows.replica_memory import replica_rss_mb
-from flows.skew import artifact_key
-from monitoring.canary import CanaryThresholds, CanaryVerdict, canary_verdict
+from flows.fan_out import artifact_key, for_each_endpoint, raise_for
+from monitoring.canary import CanaryVerdict, canary_verdict
+from serving.endpoints.monitoring import CanaryThresholds
 from serving.inference_log import read_inference_log
 from serving.registry.canary import Judge, Outcome, exclusive, outcome, run_once
 from serving.registry.canary_steps import CanaryPlan, CanaryState, with_memory
@@ -108,29 +109,51 @@ def canary(endpoint: str, thresholds: dict[str, Any] | None = None, steps: list[
            min_dwell_s: float = 600.0, drain_s: float = 60.0, gateway_url: str | None = None,
            max_warn_hold_s: float = 1800.0,
            rollout_timeout_s: float = 300.0) -> dict[str, Any]:
-    """Evaluate the endpoint's canary once and act: start, advance, hold, roll back or promote."""
+    """Evaluate the endpoint's canary once and act: start, advance, hold, roll back or promote. Thresholds:
+    the ``thresholds`` given, else the endpoint's ``monitoring.canary``, else the defaults."""
     logger = get_run_logger()
     settings = Settings.from_environ(os.environ)
-    config = CanaryThresholds.from_mapping(thresholds)
     plan = CanaryPlan(steps=tuple(steps) if steps else CanaryPlan().steps, min_dwell_s=min_dwell_s, drain_s=drain_s,
                       max_warn_hold_s=max_warn_hold_s)
     client = MlflowClient(settings.tracking_uri)
     api = GatewayApi.from_environ(os.environ, gateway_url)
     try:
-        with exclusive(settings, endpoint) as mine:
-            if not mine:
-                done = outcome(endpoint, "busy", "another canary run holds this endpoint")
-            else:
-                done = run_once(api, client, settings, endpoint, plan, _judge(api, settings, config, plan), rollout_timeout_s)
+        monitoring = api.get(endpoint)["config"].get("monitoring") or {}
+        if monitoring.get("enabled") is False:
+            done = outcome(endpoint, "disabled", "monitoring is off in the endpoint's config")
+        else:
+            config = CanaryThresholds.from_mapping(thresholds if thresholds is not None else monitoring.get("canary"))
+            with exclusive(settings, endpoint) as mine:
+                if not mine:
+                    done = outcome(endpoint, "busy", "another canary run holds this endpoint")
+                else:
+                    done = run_once(api, client, settings, endpoint, plan, _judge(api, settings, config, plan),
+                                    rollout_timeout_s)
     finally:
         api.close()
     _report(done, logger)
     return dict(done)
 
 
+@flow(name="canary-all")
+def canary_all(endpoints: list[str] | None = None, steps: list[int] | None = None, min_dwell_s: float = 600.0,
+               drain_s: float = 60.0, gateway_url: str | None = None, max_warn_hold_s: float = 1800.0) -> dict[str, Any]:
+    """``canary`` for every endpoint the gateway serves (or the ones named), each as its own subflow."""
+    if endpoints is None:
+        api = GatewayApi.from_environ(os.environ, gateway_url)
+        try:
+            endpoints = api.names()
+        finally:
+            api.close()
+    results = for_each_endpoint("canary", canary, endpoints, steps=steps, min_dwell_s=min_dwell_s, drain_s=drain_s,
+                                gateway_url=gateway_url, max_warn_hold_s=max_warn_hold_s)
+    raise_for("canary", results)
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=canary.__doc__)
-    parser.add_argument("--endpoint", required=True)
+    parser.add_argument("--endpoint", help="one endpoint; default: every endpoint the gateway serves")
     parser.add_argument("--min-dwell-s", type=float, default=600.0)
     parser.add_argument("--drain-s", type=float, default=60.0)
     parser.add_argument("--max-warn-hold-s", type=float, default=1800.0,
@@ -139,6 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--thresholds", type=json.loads, default=None, help='JSON, e.g. {"min_requests": 500}')
     parser.add_argument("--gateway-url", default=None)
     args = parser.parse_args(argv)
+    if args.endpoint is None:
+        every = canary_all(steps=args.steps, min_dwell_s=args.min_dwell_s, drain_s=args.drain_s,
+                           gateway_url=args.gateway_url, max_warn_hold_s=args.max_warn_hold_s)
+        print(json.dumps({e: {k: v for k, v in r.items() if k != "checks"} for e, r in every.items()}, default=str))
+        return 0
     result = canary(endpoint=args.endpoint, thresholds=args.thresholds, steps=args.steps, min_dwell_s=args.min_dwell_s,
                     drain_s=args.drain_s, gateway_url=args.gateway_url, max_warn_hold_s=args.max_warn_hold_s)
     print(json.dumps({k: v for k, v in result.items() if k != "checks"}, default=str))  # the CLI's answer

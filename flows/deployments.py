@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,58 +24,88 @@ from prefect.deployments.runner import EntrypointType, RunnerDeployment
 from prefect.events.schemas.deployment_triggers import DeploymentEventTrigger
 
 from flows.batch_score import batch_score
-from flows.canary import canary
+from flows.canary import canary_all
 from flows.labels import ingest_labels
 from flows.materialize import materialize
-from flows.promote import promote
-from flows.skew import skew
+from flows.promote import POLICY_DIR, promote
+from flows.skew import skew_all
 from flows.train import train
+from serving.registry.policy import load_policy
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 HOURLY = "0 * * * *"
 NIGHTLY = "0 2 * * *"
 DAILY_MORNING = "0 5 * * *"
 EVERY_5_MINUTES = "*/5 * * * *"
-TRAINING_DEPLOYMENT = "nightly"
 
 
 def _deployment(flow: Flow[Any, Any], name: str, **kwargs: Any) -> RunnerDeployment:
     return flow.to_deployment(name=name, entrypoint_type=EntrypointType.MODULE_PATH, **kwargs)
 
 
+def training_deployment(model_name: str) -> str:
+    return f"nightly-{model_name}"
+
+
+@dataclass(frozen=True)
+class TrainingDefinition:
+    """A model the train flow can retrain: its promotion policy names the model and its FeatureService."""
+
+    model: str
+    feature_service: str
+
+
+def training_definitions(folder: Path = POLICY_DIR) -> list[TrainingDefinition]:
+    """Every policy in ``folder`` that names a FeatureService (the train flow trains through one), checked."""
+    policies = [load_policy(path) for path in sorted(folder.glob("*.yaml"))]
+    return [TrainingDefinition(p.model, p.feature_service) for p in policies if p.feature_service]
+
+
 def promote_after_training(model_name: str) -> DeploymentEventTrigger:
-    """Fires on every completed run of ``train/nightly``: promote then judges the candidate it registered."""
+    """Fires on every completed run of ``train/nightly-MODEL``: promote then judges the candidate it registered."""
     return DeploymentEventTrigger(
         name=f"promote-{model_name}-after-training",
         description="A finished training run hands its candidate to the promotion gates.",
         expect={"prefect.flow-run.Completed"},
         match_related=[
             {"prefect.resource.role": "flow", "prefect.resource.name": train.name},
-            {"prefect.resource.role": "deployment", "prefect.resource.name": TRAINING_DEPLOYMENT},
+            {"prefect.resource.role": "deployment", "prefect.resource.name": training_deployment(model_name)},
         ],
         parameters={"model_name": model_name},
     )
 
 
-def deployments(endpoint: str = "fraud", batch_input: str | None = None, batch_output: str | None = None,
-                model_name: str = "fraud", labels_input: str | None = None) -> list[RunnerDeployment]:
-    """The deployments with their schedules; retraining registers a ``candidate`` and never promotes."""
-    out = [
-        _deployment(materialize, "hourly", cron=HOURLY, description="Recompute feature tables and load the online store."),
-        _deployment(train, TRAINING_DEPLOYMENT, cron=NIGHTLY, parameters={"model_name": model_name, "alias": "candidate"},
-                    description="Retrain on point-in-time features; registers a candidate, never promotes."),
-        _deployment(promote, "after-training", parameters={"model_name": model_name},
-                    triggers=[promote_after_training(model_name)],
-                    description="Promotion gates on the candidate of each finished training run (event trigger)."),
-        _deployment(skew, "hourly", cron=HOURLY, parameters={"endpoint": endpoint},
-                    description="Drift of served inputs and predictions against the training data; parity skew."),
-        _deployment(canary, "every-5-minutes", cron=EVERY_5_MINUTES, parameters={"endpoint": endpoint},
-                    description="Canary verdict: start, advance, hold, roll back or promote the endpoint's challenger."),
+def _per_model(definition: TrainingDefinition) -> list[RunnerDeployment]:
+    model = definition.model
+    return [
+        _deployment(train, training_deployment(model), cron=NIGHTLY,
+                    parameters={"model_name": model, "feature_service": definition.feature_service, "alias": "candidate"},
+                    description=f"Retrain {model} on point-in-time features; registers a candidate, never promotes."),
+        _deployment(promote, f"after-training-{model}", parameters={"model_name": model},
+                    triggers=[promote_after_training(model)],
+                    description=f"Promotion gates on {model}'s candidate after each finished training run (event trigger)."),
+    ]
+
+
+def deployments(batch_input: str | None = None, batch_output: str | None = None, labels_input: str | None = None,
+                policies: Path = POLICY_DIR) -> list[RunnerDeployment]:
+    """The deployments with their schedules: monitoring covers every endpoint the gateway serves, retraining
+    and promotion every model with a training definition; retraining registers a ``candidate``, never promotes."""
+    out = [_deployment(materialize, "hourly", cron=HOURLY, description="Recompute feature tables and load the online store.")]
+    for definition in training_definitions(policies):
+        out += _per_model(definition)
+    out += [
+        _deployment(skew_all, "hourly", cron=HOURLY,
+                    description="Drift of every endpoint's served inputs and predictions against each version's "
+                                "reference; parity skew. One subflow per endpoint."),
+        _deployment(canary_all, "every-5-minutes", cron=EVERY_5_MINUTES,
+                    description="Canary verdict on every endpoint: start, adopt, advance, hold, roll back or promote "
+                                "its challenger. One subflow per endpoint."),
     ]
     if labels_input:
-        out.append(_deployment(ingest_labels, "daily", cron=DAILY_MORNING,
-                               parameters={"endpoint": endpoint, "input_path": labels_input},
-                               description="Join the day's delayed labels to logged requests by request id."))
+        out.append(_deployment(ingest_labels, "daily", cron=DAILY_MORNING, parameters={"input_path": labels_input},
+                               description="Join the day's delayed labels to logged requests by request id, "
+                                           "whichever endpoint logged them."))
     if batch_input and batch_output:
         out.append(_deployment(batch_score, "daily", cron=DAILY_MORNING,
                                parameters={"input_path": batch_input, "output": batch_output},
@@ -132,14 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-pool", help="register on this work pool instead of serving from this process")
     parser.add_argument("--pool-type", default="process", help="work pool type when it is created (process, kubernetes)")
     parser.add_argument("--base-job-template", type=Path, help="JSON job template of the pool (required unless process)")
-    parser.add_argument("--endpoint", default="fraud")
-    parser.add_argument("--model-name", default="fraud")
+    parser.add_argument("--policies", type=Path, default=POLICY_DIR,
+                        help="folder of promotion policies: each naming a FeatureService is a model to retrain")
     parser.add_argument("--batch-input", help="parquet the daily batch-score deployment reads")
     parser.add_argument("--batch-output", help="folder the daily batch-score deployment writes")
     parser.add_argument("--labels-input", help="parquet or CSV of delayed labels the daily label ingestion reads")
     args = parser.parse_args(argv)
-    kwargs = dict(endpoint=args.endpoint, model_name=args.model_name, batch_input=args.batch_input,
-                  batch_output=args.batch_output, labels_input=args.labels_input)
+    kwargs = dict(batch_input=args.batch_input, batch_output=args.batch_output, labels_input=args.labels_input,
+                  policies=args.policies)
     if args.work_pool is None:
         serve(*deployments(**kwargs))
         return 0

@@ -53,6 +53,10 @@ class GatewayApi:
     def get(self, endpoint: str) -> dict[str, Any]:
         return self._call("GET", f"{API}/{endpoint}")
 
+    def names(self) -> list[str]:
+        """Every endpoint the gateway serves."""
+        return [e["name"] for e in self._call("GET", API).get("endpoints", [])]
+
     def replicas(self, endpoint: str) -> list[dict[str, Any]]:
         """The endpoint's replica processes as the gateway sees them (served entity, version, pid, rss_mb)."""
         return list(self._call("GET", f"{API}/{endpoint}/replicas").get("replicas", []))

@@ -1,8 +1,9 @@
-"""Label ingestion: ``python -m flows.labels --endpoint NAME --input labels.parquet``.
+"""Label ingestion: ``python -m flows.labels --input labels.parquet [--endpoint NAME]``.
 
 Delayed ground truth (a parquet or CSV file with ``request_id``, ``label`` and optionally ``row``) is
-joined to the endpoint's inference log by request id (``monitoring.labels``) and written as labelled
-rows, one parquet file per run, atomically, under ``$TOLLFREE_HOME/labels/endpoint=<name>/``. The
+joined to the inference log by request id (``monitoring.labels``), whichever endpoint logged the request
+(or only the named endpoint's), and written as labelled rows, one parquet file per endpoint and run,
+atomically, under ``$TOLLFREE_HOME/labels/endpoint=<name>/``. The
 canary verdict reads them for accuracy. A label arriving again for the same row replaces the old one.
 """
 
@@ -20,7 +21,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 from prefect.events import emit_event
 
-from flows.skew import artifact_key
+from flows.fan_out import artifact_key
 from monitoring.labels import LABELLED_COLUMNS, join_labels
 from serving.inference_log import endpoint_dirname, read_inference_log
 from serving.settings import Settings
@@ -63,33 +64,38 @@ def read_labelled(settings: Settings, endpoint: str, since: datetime | None = No
 
 
 @flow(name="labels")
-def ingest_labels(endpoint: str, input_path: str, lookback_days: float = 30.0) -> dict[str, Any]:
-    """Join delayed labels to the endpoint's logged predictions by request id and store them."""
+def ingest_labels(input_path: str, endpoint: str | None = None, lookback_days: float = 30.0) -> dict[str, Any]:
+    """Join delayed labels to the logged predictions by request id and store them under the endpoint that
+    logged each request (every endpoint's log is searched unless ``endpoint`` names one)."""
     logger = get_run_logger()
     settings = Settings.from_environ(os.environ)
     now = datetime.now(timezone.utc)
     labels = read_label_file(Path(input_path))
     log = read_inference_log(settings.inference_log_dir, endpoint=endpoint, since=now - timedelta(days=lookback_days))
     joined = join_labels(log, labels)
-    written = write_labelled(settings, endpoint, joined.labelled, now)
+    written = {name: write_labelled(settings, str(name), rows, now)
+               for name, rows in joined.labelled.groupby("endpoint", sort=True)}
     table = joined.accuracy_by_entity()
-    create_table_artifact(key=artifact_key(f"labels-{endpoint}"), table=table or [{"served_entity": None, "rows": 0}],
-                          description=f"Labels joined for {endpoint}: {len(joined.labelled)} rows matched, {joined.unmatched} unmatched")
-    emit_event(event="tollfree.labels.ingested", resource={"prefect.resource.id": f"tollfree.endpoint.{endpoint}"},
-               payload={"matched": len(joined.labelled), "unmatched": joined.unmatched})
-    logger.info("%s: %d labels matched to logged requests, %d unmatched; written to %s", endpoint,
-                len(joined.labelled), joined.unmatched, written or "nothing")
-    return {"endpoint": endpoint, "matched": len(joined.labelled), "unmatched": joined.unmatched,
-            "output": str(written) if written else None, "accuracy": table}
+    scope = endpoint or "every endpoint"
+    create_table_artifact(key=artifact_key(f"labels-{endpoint or 'all'}"), table=table or [{"served_entity": None, "rows": 0}],
+                          description=f"Labels joined for {scope}: {len(joined.labelled)} rows matched, {joined.unmatched} unmatched")
+    counts = {str(name): len(rows) for name, rows in joined.labelled.groupby("endpoint", sort=True)}
+    for name, count in counts.items():
+        emit_event(event="tollfree.labels.ingested", resource={"prefect.resource.id": f"tollfree.endpoint.{name}"},
+                   payload={"matched": count, "unmatched": joined.unmatched})
+    logger.info("%s: %d labels matched to logged requests %s, %d unmatched; written to %s", scope,
+                len(joined.labelled), counts, joined.unmatched, {k: str(v) for k, v in written.items()} or "nothing")
+    return {"endpoint": endpoint, "matched": len(joined.labelled), "by_endpoint": counts, "unmatched": joined.unmatched,
+            "output": {str(k): str(v) for k, v in written.items() if v}, "accuracy": table}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=ingest_labels.__doc__)
-    parser.add_argument("--endpoint", required=True)
+    parser.add_argument("--endpoint", help="only this endpoint's requests; default: whichever endpoint logged them")
     parser.add_argument("--input", required=True, help="parquet or CSV with request_id, label[, row]")
     parser.add_argument("--lookback-days", type=float, default=30.0)
     args = parser.parse_args(argv)
-    ingest_labels(endpoint=args.endpoint, input_path=args.input, lookback_days=args.lookback_days)
+    ingest_labels(input_path=args.input, endpoint=args.endpoint, lookback_days=args.lookback_days)
     return 0
 
 

@@ -26,7 +26,7 @@ from prefect.tasks import exponential_backoff
 
 from feature_repo import store as feature_store
 from flows import training
-from flows.skew import artifact_key
+from flows.fan_out import artifact_key
 from monitoring.fairness import group_rates
 from serving.registry import gates, lifecycle, versions
 from serving.registry.errors import answering

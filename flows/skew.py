@@ -1,16 +1,23 @@
-"""Skew and drift flow: ``python -m flows.skew --endpoint NAME``.
+"""Skew and drift flows: ``python -m flows.skew [--endpoint NAME ...]``.
 
-For each served version of the endpoint, over the recent inference log:
-- distribution drift of the served inputs and of the predictions against that version's training
-  data (Evidently, explicit methods, thresholds from ``DriftConfig``): the features a FeatureService
-  served, or the request's own columns for a model without one; predictions against the version's own
-  predictions on its training rows;
+``skew`` checks one endpoint. For each served version, over the recent inference log:
+- distribution drift of the served inputs and of the predictions against that version's reference
+  (``flows.served_data.reference_for``: its training frame, else a reference the endpoint's
+  ``monitoring.reference`` pins, else its first served window; the report says which), with Evidently,
+  explicit methods and thresholds from ``DriftConfig``: the features a FeatureService served, or the
+  request's own columns for a model without one; predictions against the version's own predictions;
 - parity skew: a sample of logged rows recomputed offline at their logged time through the same
   FeatureService, a mismatch rate per feature (where the model has a FeatureService).
 Every run leaves a summary table artifact with the verdict, a table per version, the HTML report
-linked by a link artifact, and Prefect events: ``tollfree.drift.detected`` / ``tollfree.skew.detected``
-per finding, and ``tollfree.skew-drift.<verdict>`` once per run. A finding ends the run Failed
-(unless ``fail_on_finding=False``).
+linked by a link artifact, and Prefect events: ``tollfree.drift.detected`` (naming every drifted
+column) / ``tollfree.skew.detected`` per finding, and ``tollfree.skew-drift.<verdict>`` once per run.
+A finding ends the run Failed (unless ``fail_on_finding=False``). The endpoint's config
+(``monitoring``) may opt it out or set its own thresholds, window and minimum rows; a flow parameter,
+when given, wins over it.
+
+``skew_all`` (the hourly deployment) runs ``skew`` as a subflow for every endpoint the gateway serves,
+one after another: one endpoint's failure does not stop the others, and its own artifact says what it
+found; the parent's artifact lists every endpoint's verdict.
 """
 
 from __future__ import annotations
@@ -18,13 +25,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import tempfile
-from dataclasses import fields, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from mlflow import MlflowClient
 from prefect import flow, get_run_logger, task
@@ -33,107 +37,35 @@ from prefect.events import emit_event
 
 from feature_repo import store as feature_store
 from flows import feature_parity
-from monitoring.drift import DriftConfig, DriftResult, compute_drift
-from monitoring.inference_frames import served_feature_rows
+from flows.fan_out import artifact_key, for_each_endpoint, raise_for
+from flows.served_data import PREDICTION, Reference, reference_for, reference_predictions, served_rows
+from monitoring.drift import DriftResult, compute_drift
 from monitoring.parity import ParityResult
+from monitoring.reference import after
+from serving.endpoints.monitoring import DriftConfig, MonitoringConfig, overridden
 from serving.endpoints.store import EndpointStore
 from serving.inference_log import read_inference_log
-from serving.registry import versions
 from serving.settings import Settings
 
 NOT_FEATURES = ("request_id", "timestamp", "row", "event_timestamp", "transaction_id", "served_entity", "model_version")
-PREDICTION = "prediction"
-MAX_REFERENCE_PREDICTIONS = 5000
-
-
-def artifact_key(text: str) -> str:
-    """Prefect artifact keys allow lowercase letters, digits and dashes only."""
-    return "".join(c if c.isalnum() else "-" for c in text.lower()).strip("-")
-
-
 def drift_config(values: dict[str, Any] | None) -> DriftConfig:
-    """``DriftConfig`` with ``values`` overriding its defaults; an unknown key is refused by name."""
-    values = dict(values or {})
-    unknown = sorted(set(values) - {f.name for f in fields(DriftConfig)})
-    if unknown:
-        raise ValueError(f"unknown drift setting(s): {', '.join(unknown)}")
-    return replace(DriftConfig(), **values)
-
-
-def prediction_score(value: Any) -> float | None:
-    """One number per served row: a binary classifier's positive-class probability, a multi-class
-    classifier's argmax, a regressor's value."""
-    if isinstance(value, dict):
-        value = next(iter(value.values()), None)
-    if isinstance(value, (list, tuple, np.ndarray)):
-        values = [float(v) for v in value]
-        if not values:
-            return None
-        if len(values) == 1:
-            return values[0]
-        return values[1] if len(values) == 2 else float(int(np.argmax(values)))
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def served_rows(log: pd.DataFrame) -> pd.DataFrame:
-    """One row per served row of successful requests: the features the model was fed (or, without a
-    FeatureService, the request's columns), its prediction, request id, time, entity and version."""
-    ok = log[log["status_code"] == 200] if not log.empty else log
-    if ok.empty:
-        return pd.DataFrame()
-    with_features = served_feature_rows(ok[ok["served_features"].notna()])
-    frames = [with_features] if not with_features.empty else []
-    plain = ok[ok["served_features"].isna() & ok["inputs"].notna()]
-    for request_id, ts, inputs in zip(plain["request_id"], plain["timestamp"], plain["inputs"]):
-        frame = feature_parity.request_frame(inputs)
-        if frame is not None:
-            frames.append(frame.reset_index(drop=True).assign(request_id=request_id, timestamp=ts, row=range(len(frame))))
-    if not frames:
-        return pd.DataFrame()
-    rows = pd.concat(frames, ignore_index=True)
-    scores = []
-    for request_id, out in zip(ok["request_id"], ok["outputs"]):
-        values = json.loads(out) if out else []
-        for index, value in enumerate(values if isinstance(values, list) else [values]):
-            scores.append({"request_id": request_id, "row": index, PREDICTION: prediction_score(value)})
-    if scores:
-        rows = rows.merge(pd.DataFrame(scores), on=["request_id", "row"], how="left")
-    return rows.merge(ok[["request_id", "served_entity", "model_version"]], on="request_id", how="left")
-
-
-def reference_predictions(model_uri: str, reference: pd.DataFrame) -> pd.Series | None:
-    """The version's own predictions on (a sample of) its training rows; None if it cannot score them."""
-    import mlflow.pyfunc
-
-    model = mlflow.pyfunc.load_model(model_uri)
-    schema = model.metadata.get_input_schema()
-    names = schema.input_names() if schema is not None and schema.has_input_names() else None
-    if not names or any(n not in reference.columns for n in names):
-        return None
-    sample = reference.sample(min(len(reference), MAX_REFERENCE_PREDICTIONS), random_state=0)
-    predictions = np.asarray(model.predict(sample[names]))
-    return pd.Series([prediction_score(v) for v in predictions.tolist()], index=sample.index, dtype=float)
+    """``DriftConfig`` with ``values`` overriding its defaults; an unknown key or a mistyped value is refused by name."""
+    return overridden(DriftConfig, values, "drift setting")
 
 
 @task
-def drift_for_version(settings: Settings, model_name: str, version: str, current: pd.DataFrame, config: DriftConfig,
-                      with_predictions: bool = True) -> DriftResult | None:
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            reference = pd.read_parquet(versions.training_reference(settings.tracking_uri, model_name, version, Path(tmp)))
-        except Exception as exc:  # any model may lack the training frame: say so, do not guess
-            get_run_logger().warning("%s v%s: no training reference on its run (%s); drift not computed",
-                                     model_name, version, type(exc).__name__)
-            return None
-    if with_predictions and PREDICTION in current.columns and current[PREDICTION].notna().any():
-        scored = reference_predictions(f"models:/{model_name}/{version}", reference)
+def drift_for_version(model_name: str, version: str, reference: Reference, current: pd.DataFrame, config: DriftConfig,
+                      with_predictions: bool = True) -> DriftResult:
+    frame = reference.frame
+    assert frame is not None
+    if with_predictions and not reference.scored and PREDICTION in current.columns and current[PREDICTION].notna().any():
+        scored = reference_predictions(f"models:/{model_name}/{version}", frame)
         if scored is not None:
-            reference = reference.loc[scored.index].assign(**{PREDICTION: scored})
-    columns = [c for c in current.columns if c in reference.columns and c not in NOT_FEATURES]
-    return compute_drift(reference, current, columns, config)
+            frame = frame.loc[scored.index].assign(**{PREDICTION: scored})
+    if not with_predictions:
+        current = current.drop(columns=[PREDICTION], errors="ignore")
+    columns = [c for c in current.columns if c in frame.columns and c not in NOT_FEATURES]
+    return compute_drift(frame, current, columns, config)
 
 
 @task
@@ -158,11 +90,13 @@ def _event(name: str, endpoint: str, payload: dict[str, Any]) -> None:
 
 
 def _summary_artifact(endpoint: str, summary: dict[str, Any]) -> None:
-    rows = [{"version": label, "rows": v.get("rows"), "drift_share": v.get("drift_share"),
+    rows = [{"version": label, "rows": v.get("rows"), "reference": v.get("reference"), "verdict": v.get("verdict"),
+             "drift_share": v.get("drift_share"),
              "drifted": ", ".join(v.get("drifted") or []) or None, "parity_rows": v.get("parity_rows"),
              "parity_mismatched": ", ".join(v.get("parity_mismatched") or []) or None, "report": v.get("report")}
             for label, v in summary.get("versions", {}).items()]
-    rows.append({"version": "verdict", "rows": summary.get("rows"), "drift_share": None,
+    rows.append({"version": "verdict", "rows": summary.get("rows"), "reference": None, "verdict": summary["verdict"],
+                 "drift_share": None,
                  "drifted": summary["verdict"], "parity_rows": None,
                  "parity_mismatched": "; ".join(summary.get("findings", [])) or None, "report": None})
     create_table_artifact(key=artifact_key(f"skew-drift-{endpoint}"), table=rows,
@@ -170,12 +104,21 @@ def _summary_artifact(endpoint: str, summary: dict[str, Any]) -> None:
 
 
 @flow(name="skew-drift")
-def skew(endpoint: str, window_hours: float = 24.0, fail_on_finding: bool = True, min_rows: int = 50,
+def skew(endpoint: str, window_hours: float | None = None, fail_on_finding: bool = True, min_rows: int | None = None,
          parity_sample: int = 200, drift: dict[str, Any] | None = None, prediction_drift: bool = True) -> dict[str, Any]:
     """Drift and parity skew of the endpoint's served inputs and predictions, per served version."""
     logger = get_run_logger()
     settings = Settings.from_environ(os.environ)
-    config = drift_config(drift)
+    record = EndpointStore(settings.endpoints_db).get(endpoint)
+    monitoring = record.config.monitoring or MonitoringConfig()
+    if not monitoring.enabled:
+        logger.info("%s: monitoring is off in the endpoint's config; nothing checked", endpoint)
+        summary = {"endpoint": endpoint, "verdict": "disabled", "rows": 0, "versions": {}, "findings": []}
+        _summary_artifact(endpoint, summary)
+        return summary
+    window_hours = window_hours if window_hours is not None else monitoring.window_hours
+    min_rows = min_rows if min_rows is not None else monitoring.min_rows
+    config = drift_config(drift if drift is not None else monitoring.drift)
     now = datetime.now(timezone.utc)
     log = read_inference_log(settings.inference_log_dir, endpoint=endpoint, since=now - timedelta(hours=window_hours))
     current = served_rows(log)
@@ -186,50 +129,20 @@ def skew(endpoint: str, window_hours: float = 24.0, fail_on_finding: bool = True
         _summary_artifact(endpoint, summary)
         _event("tollfree.skew-drift.not-enough-data", endpoint, {"rows": len(current), "min_rows": min_rows})
         return summary
-    record = EndpointStore(settings.endpoints_db).get(endpoint)
     models = {e.name: e.entity_name for e in record.config.served_entities}
-    client = MlflowClient(settings.tracking_uri)
+    check = VersionCheck(settings, MlflowClient(settings.tracking_uri), endpoint, monitoring, config, min_rows,
+                         parity_sample, prediction_drift, now)
     summary: dict[str, Any] = {"endpoint": endpoint, "versions": {}, "rows": len(current)}
     findings: list[str] = []
-    stamp = now.strftime("%Y%m%dT%H%M%SZ")
     for (entity, version), rows in current.groupby(["served_entity", "model_version"]):
         model_name = models.get(entity, str(entity).rsplit("-", 1)[0])
         label = f"{model_name}/{version}"
-        entry: dict[str, Any] = {"rows": len(rows)}
-        if len(rows) < min_rows:
-            entry["verdict"] = "not enough data"
-            summary["versions"][label] = entry
-            continue
-        result = drift_for_version(settings, model_name, str(version), rows, config, prediction_drift)
-        if result is not None:
-            report = save_report(result, settings.reports_dir / endpoint, f"drift-{model_name}-v{version}-{stamp}.html")
-            key = artifact_key(f"drift-{endpoint}-{model_name}-v{version}")
-            create_table_artifact(key=key, table=result.table(),
-                                  description=f"Drift of served inputs and predictions, {endpoint} {label}: share {result.drift_share:.2f}")
-            create_link_artifact(key=f"{key}-report", link=report.as_uri(), description="Evidently drift report (HTML)")
-            entry.update({"drift_share": result.drift_share, "drifted": result.drifted_columns(), "report": str(report)})
-            if result.drifted_columns():
-                findings += [f"drift {label}:{c}" for c in result.drifted_columns()]
-                _event("tollfree.drift.detected", endpoint, {"model": model_name, "version": str(version),
-                                                             "columns": result.drifted_columns(),
-                                                             "drift_share": result.drift_share})
-
-        service = client.get_model_version(model_name, str(version)).tags.get("feature_service")
-        if service:
-            version_log = log[(log["served_entity"] == entity) & (log["model_version"] == version)]
-            parity = parity_for_version(settings, service, version_log, parity_sample)
-            if parity is not None:
-                create_table_artifact(key=artifact_key(f"parity-{endpoint}-{model_name}-v{version}"), table=parity.table(),
-                                      description=f"Served vs offline features at the logged time, {label}, {parity.rows} rows")
-                entry["parity_rows"], entry["parity_mismatched"] = parity.rows, parity.mismatched()
-                if parity.mismatched():
-                    findings += [f"skew {label}:{f}" for f in parity.mismatched()]
-                    _event("tollfree.skew.detected", endpoint, {"model": model_name, "version": str(version),
-                                                                "features": parity.mismatched()})
+        version_log = log[(log["served_entity"] == entity) & (log["model_version"] == version)]
+        entry = check.run(str(entity), model_name, str(version), rows, version_log, findings)
         summary["versions"][label] = entry
-        logger.info("%s: %d served rows, drift share %s, drifted %s, parity mismatches %s; report %s", label,
-                    len(rows), entry.get("drift_share", "n/a"), entry.get("drifted") or "none",
-                    entry.get("parity_mismatched", "n/a") or "none", entry.get("report", "none"))
+        logger.info("%s: %d served rows compared with %s: drift share %s, drifted %s, parity mismatches %s; report %s",
+                    label, entry["rows"], entry.get("reference", "n/a"), entry.get("drift_share", "n/a"),
+                    entry.get("drifted") or "none", entry.get("parity_mismatched", "n/a") or "none", entry.get("report", "none"))
     summary["verdict"] = "findings" if findings else "clean"
     summary["findings"] = findings
     _summary_artifact(endpoint, summary)
@@ -239,14 +152,92 @@ def skew(endpoint: str, window_hours: float = 24.0, fail_on_finding: bool = True
     return summary
 
 
+class VersionCheck:
+    """One served version's drift (against its reference) and parity skew, its artifacts and events."""
+
+    def __init__(self, settings: Settings, client: MlflowClient, endpoint: str, monitoring: MonitoringConfig,
+                 config: DriftConfig, min_rows: int, parity_sample: int, prediction_drift: bool, now: datetime) -> None:
+        self.settings, self.client, self.endpoint, self.monitoring = settings, client, endpoint, monitoring
+        self.config, self.min_rows, self.parity_sample, self.prediction_drift = config, min_rows, parity_sample, prediction_drift
+        self.now = now
+
+    def run(self, entity: str, model_name: str, version: str, rows: pd.DataFrame, version_log: pd.DataFrame,
+            findings: list[str]) -> dict[str, Any]:
+        entry: dict[str, Any] = {"rows": len(rows)}
+        if len(rows) < self.min_rows:
+            entry["verdict"] = "not enough data"
+            return entry
+        reference = reference_for(self.settings, self.client, self.endpoint, entity, model_name, version,
+                                  self.monitoring, self.now)
+        entry["reference"] = reference.described
+        compared = after(rows, reference.served) if reference.served is not None else rows
+        if reference.frame is None:
+            entry["verdict"] = "no reference yet"
+        elif len(compared) < self.min_rows:
+            entry["verdict"] = f"not enough data after the reference ({len(compared)} rows)"
+        else:
+            self._drift(model_name, version, reference, compared, entry, findings)
+        service = self.client.get_model_version(model_name, version).tags.get("feature_service")
+        if service:
+            self._parity(model_name, version, service, version_log, entry, findings)
+        return entry
+
+    def _drift(self, model_name: str, version: str, reference: Reference, compared: pd.DataFrame,
+               entry: dict[str, Any], findings: list[str]) -> None:
+        label = f"{model_name}/{version}"
+        result = drift_for_version(model_name, version, reference, compared, self.config, self.prediction_drift)
+        stamp = self.now.strftime("%Y%m%dT%H%M%SZ")
+        report = save_report(result, self.settings.reports_dir / self.endpoint, f"drift-{model_name}-v{version}-{stamp}.html")
+        key = artifact_key(f"drift-{self.endpoint}-{model_name}-v{version}")
+        create_table_artifact(key=key, table=result.table(),
+                              description=f"Drift of served inputs and predictions, {self.endpoint} {label}, against the "
+                                          f"{reference.described}: share {result.drift_share:.2f}, drifted "
+                                          f"{', '.join(result.drifted_columns()) or 'none'}")
+        create_link_artifact(key=f"{key}-report", link=report.as_uri(), description="Evidently drift report (HTML)")
+        entry.update({"compared_rows": len(compared), "drift_share": result.drift_share,
+                      "drifted": result.drifted_columns(), "report": str(report)})
+        if result.drifted_columns():
+            findings += [f"drift {label}:{c}" for c in result.drifted_columns()]
+            _event("tollfree.drift.detected", self.endpoint, {"model": model_name, "version": version,
+                                                              "columns": result.drifted_columns(),
+                                                              "drift_share": result.drift_share,
+                                                              "reference": entry["reference"]})
+
+    def _parity(self, model_name: str, version: str, service: str, version_log: pd.DataFrame, entry: dict[str, Any],
+                findings: list[str]) -> None:
+        label = f"{model_name}/{version}"
+        parity = parity_for_version(self.settings, service, version_log, self.parity_sample)
+        if parity is None:
+            return
+        create_table_artifact(key=artifact_key(f"parity-{self.endpoint}-{model_name}-v{version}"), table=parity.table(),
+                              description=f"Served vs offline features at the logged time, {label}, {parity.rows} rows")
+        entry["parity_rows"], entry["parity_mismatched"] = parity.rows, parity.mismatched()
+        if parity.mismatched():
+            findings += [f"skew {label}:{f}" for f in parity.mismatched()]
+            _event("tollfree.skew.detected", self.endpoint, {"model": model_name, "version": version,
+                                                             "features": parity.mismatched()})
+
+
+@flow(name="skew-drift-all")
+def skew_all(endpoints: list[str] | None = None, window_hours: float | None = None, fail_on_finding: bool = True,
+             min_rows: int | None = None, drift: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``skew`` for every endpoint (or the ones named), each as its own subflow; one's failure stops no other."""
+    settings = Settings.from_environ(os.environ)
+    names = endpoints or [r.name for r in EndpointStore(settings.endpoints_db).list()]
+    results = for_each_endpoint("skew-drift", skew, names, fail_on_finding=False, window_hours=window_hours,
+                                min_rows=min_rows, drift=drift)
+    raise_for("skew-drift", results, lambda r: fail_on_finding and r.get("verdict") == "findings")
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=skew.__doc__)
-    parser.add_argument("--endpoint", required=True)
-    parser.add_argument("--window-hours", type=float, default=24.0)
+    parser = argparse.ArgumentParser(description=skew_all.__doc__)
+    parser.add_argument("--endpoint", action="append", help="an endpoint to check (repeat it); default: every endpoint")
+    parser.add_argument("--window-hours", type=float, default=None, help="default: the endpoint's monitoring.window_hours")
     parser.add_argument("--drift", type=json.loads, default=None, help='JSON, e.g. {"numeric_threshold": 0.25}')
     args = parser.parse_args(argv)
-    skew(endpoint=args.endpoint, window_hours=args.window_hours, drift=args.drift)
-    return 0
+    result = skew_all(endpoints=args.endpoint, window_hours=args.window_hours, drift=args.drift, return_state=True)
+    return 0 if result.is_completed() else 1
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ hold the canary where it is; a significant warning holds a step only for a bound
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -30,39 +30,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from serving.endpoints.monitoring import CanaryThresholds
+
 OK, WARN, ROLLBACK = "ok", "warn", "rollback"
 INSUFFICIENT, INCONCLUSIVE, PENDING = "insufficient", "inconclusive", "pending"
-
-
-@dataclass(frozen=True)
-class CanaryThresholds:
-    p99_warn: float = 0.20  # relative increase of the challenger's p99 over the champion's
-    p99_rollback: float = 0.50
-    p50_warn: float = 0.20  # p50 only warns (holds); Databricks' guidance sets no p50 rollback
-    error_warn: float = 0.001  # absolute error rate of the challenger
-    error_rollback: float = 0.005
-    accuracy_warn: float = 0.02  # relative drop of accuracy against the champion's
-    accuracy_rollback: float = 0.05
-    memory_growth: float = 0.10  # relative RSS growth over the window that counts as rising
-    min_requests: int = 200  # per side, for latency and for an error rate to be called fine
-    min_error_requests: int = 20  # below this even a blatant error rate waits
-    min_labelled: int = 200  # per side, for accuracy
-    min_memory_samples: int = 6
-    require_labels: bool = False  # hold until accuracy can be judged
-    alpha: float = 0.05
-    bootstrap: int = 1000
-    max_bootstrap_rows: int = 5000
-    seed: int = 0
-
-    @classmethod
-    def from_mapping(cls, values: dict[str, Any] | None) -> CanaryThresholds:
-        """Defaults overridden by ``values``; an unknown key is refused by name."""
-        values = dict(values or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown canary threshold(s): {', '.join(unknown)}")
-        return replace(cls(), **values)
 
 
 @dataclass(frozen=True)

@@ -11,19 +11,12 @@ from typing import Any
 
 import pandas as pd
 
+from serving.endpoints.monitoring import DriftConfig
+
 # For these methods the score is a p-value: drift when it falls below the threshold.
 P_VALUE_METHODS = frozenset(
     {"ks", "chisquare", "z", "t_test", "mannw", "anderson", "cramer_von_mises", "fisher_exact", "epps_singleton", "g_test"}
 )
-
-
-@dataclass(frozen=True)
-class DriftConfig:
-    numeric_method: str = "psi"
-    numeric_threshold: float = 0.2
-    categorical_method: str = "jensenshannon"
-    categorical_threshold: float = 0.1
-    drift_share: float = 0.5  # the dataset drifts when at least this share of columns drifts
 
 
 @dataclass(frozen=True)

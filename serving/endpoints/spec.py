@@ -1,7 +1,8 @@
 """Serving-endpoint requests, records and views in Databricks ``/api/2.0/serving-endpoints`` shapes.
 
 Inputs take what databricks-sdk and MLflow send for registry models on CPU, plus tollfree extensions
-(``entity_alias``, ``min/max_replicas``, ``max_concurrency``); other fields are a 400 naming them.
+(``entity_alias``, ``min/max_replicas``, ``max_concurrency``, ``autoscaling``, and on the config
+``response_cache`` and ``monitoring``); other fields are a 400 naming them.
 Messages name fields and indexes, never payload values, except an endpoint name cut to 63 characters.
 """
 
@@ -16,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Valida
 from pydantic_core import PydanticCustomError
 
 from serving.autoscaler.config import ScalingConfig, ScalingConfigError
+from serving.endpoints.monitoring import MonitoringConfig, check_monitoring
 from serving.protocol.errors import invalid_parameter
 
 READY_STATES = frozenset({"READY", "NOT_READY"})
@@ -104,6 +106,7 @@ class EndpointCoreConfig(BaseModel):
     traffic_config: TrafficConfig | None = None
     auto_capture_config: AutoCaptureConfigInput | None = None
     response_cache: ResponseCacheConfig | None = None
+    monitoring: MonitoringConfig | None = None  # tollfree extension: serving.endpoints.monitoring
 
 
 class EndpointTag(BaseModel):
@@ -206,6 +209,8 @@ def normalize_config(config: EndpointCoreConfig, endpoint_name: str | None = Non
         _check(e.name not in first, f"served_entities[{i}].name duplicates served_entities[{first.get(e.name)}].name")
         first[e.name] = i
     traffic = _normalize_traffic(config.traffic_config, list(first))
+    if config.monitoring is not None:
+        check_monitoring(config.monitoring)
     return config.model_copy(update={"served_entities": entities, "traffic_config": traffic})
 
 
@@ -322,6 +327,8 @@ def _config_view(config: EndpointCoreConfig, version: int, state: dict[str, str]
         out["auto_capture_config"] = config.auto_capture_config.model_dump(exclude_none=True)
     if config.response_cache is not None:
         out["response_cache"] = config.response_cache.model_dump()
+    if config.monitoring is not None:
+        out["monitoring"] = config.monitoring.model_dump(mode="json", exclude_none=True)
     return out
 
 

@@ -2,7 +2,9 @@
 
 ``run_once`` reads the endpoint through the gateway's API and the endpoint's state, then does one thing:
 starts a canary (the model's ``challenger`` joins the endpoint as a second served entity, pinned to its
-version, with the first step's share), evaluates a running one and acts on the verdict at once
+version, with the first step's share), adopts a split set by hand between two versions of one model (the
+version under ``challenger``, else the smaller share, is judged as the challenger from its current share;
+a split between two models is reported, not acted on), evaluates a running one and acts on the verdict at once
 (``canary_steps.next_action``: advance, hold, roll back, or at 100 % promote through ``lifecycle``), or
 removes the losing entity of a finished one once it has drained. The verdict is the caller's ``judge``:
 its statistics live in ``monitoring/``, which this package does not import.
@@ -136,14 +138,14 @@ def routes_of(view: Mapping[str, Any]) -> dict[str, int]:
 
 
 def config_body(view: Mapping[str, Any], entities: list[dict[str, Any]], routes: Mapping[str, int]) -> dict[str, Any]:
-    """A config request with ``entities`` and ``routes``, keeping the view's cache and capture settings, so a
-    traffic change resends every entity exactly as it was (an alias stays an alias)."""
+    """A config request with ``entities`` and ``routes``, keeping the view's cache, capture and monitoring
+    settings, so a traffic change resends every entity exactly as it was (an alias stays an alias)."""
     body: dict[str, Any] = {
         "served_entities": entities,
         "traffic_config": {"routes": [{"served_entity_name": e["name"], "traffic_percentage": int(routes.get(e["name"], 0))}
                                       for e in entities]},
     }
-    for key in ("response_cache", "auto_capture_config"):
+    for key in ("response_cache", "auto_capture_config", "monitoring"):
         if key in view["config"]:
             body[key] = view["config"][key]
     return body
@@ -164,12 +166,13 @@ def _set_traffic(api: EndpointApi, endpoint: str, view: dict[str, Any], routes: 
 # ---- starting ------------------------------------------------------------------------------------
 def _start(api: EndpointApi, client: MlflowClient, endpoint: str, view: dict[str, Any], plan: CanaryPlan,
            timeout_s: float) -> tuple[Outcome, CanaryState | None]:
-    routes = routes_of(view)
-    serving = [e for e in view["config"]["served_entities"] if routes.get(e["name"], 0) > 0]
-    if len(serving) != 1 or len(view["config"]["served_entities"]) != 1:
-        return outcome(endpoint, "idle", f"endpoint serves {len(view['config']['served_entities'])} entities; "
-                                         "a canary starts from one champion entity"), None
-    champion = serving[0]
+    entities = view["config"]["served_entities"]
+    if len(entities) == 2:
+        return _adopt(client, endpoint, view)
+    if len(entities) != 1:
+        return outcome(endpoint, "idle", f"endpoint serves {len(entities)} entities; a canary starts from one champion "
+                                         "entity or adopts a split between two versions of one model"), None
+    champion = entities[0]
     model, champion_version = champion["entity_name"], str(champion["entity_version"])
     try:
         challenger_version = str(versions.resolve(client, model, lifecycle.CHALLENGER, alias=True).version)
@@ -201,6 +204,43 @@ def _start(api: EndpointApi, client: MlflowClient, endpoint: str, view: dict[str
     _tag(client, state, endpoint=endpoint, status=ACTIVE, traffic=first, started=now.isoformat())
     return outcome(endpoint, "started", f"{model} v{challenger_version} takes {first} % of {endpoint} beside "
                                         f"v{champion_version}", state), state
+
+
+def _adopt(client: MlflowClient, endpoint: str, view: dict[str, Any]) -> tuple[Outcome, CanaryState | None]:
+    """A split set by hand (an ``update_config`` with two versions of one model) becomes a canary at its
+    share: the challenger is the version under the ``challenger`` alias, else the one with the smaller share.
+    A split between two different models is reported, not acted on."""
+    first, second = view["config"]["served_entities"]
+    names = f"{first['entity_name']} ({first['name']}) and {second['entity_name']} ({second['name']})"
+    if first["entity_name"] != second["entity_name"]:
+        return outcome(endpoint, "idle", f"split between two different models, {names}: reported, not acted on"), None
+    model, routes = first["entity_name"], routes_of(view)
+    try:
+        aliased = str(versions.resolve(client, model, lifecycle.CHALLENGER, alias=True).version)
+    except LookupError:
+        aliased = None
+    by_alias = [e for e in (first, second) if str(e.get("entity_version")) == aliased]
+    if len(by_alias) == 1:
+        challenger = by_alias[0]
+    elif routes.get(first["name"], 0) != routes.get(second["name"], 0):
+        challenger = min((first, second), key=lambda e: routes.get(e["name"], 0))
+    else:
+        return outcome(endpoint, "idle", f"{names} share the traffic equally and neither holds the "
+                                         f"{lifecycle.CHALLENGER!r} alias: no side to judge as the challenger"), None
+    champion = second if challenger is first else first
+    share = routes.get(challenger["name"], 0)
+    if share == 0 or share == 100:
+        return outcome(endpoint, "idle", f"the challenger {challenger['name']} has {share} % of the traffic: nothing to judge"), None
+    now = utc_now()
+    state = CanaryState(endpoint=endpoint, model=model, champion_entity=champion["name"],
+                        champion_version=str(champion["entity_version"]), challenger_entity=challenger["name"],
+                        challenger_version=str(challenger["entity_version"]), status=ACTIVE, traffic=share,
+                        step_started=now.isoformat(), started=now.isoformat())
+    why = (f"split set by hand adopted: {model} v{state.challenger_version} ({challenger['name']}) at {share} % beside "
+           f"v{state.champion_version} ({champion['name']}); judged from now on")
+    state = state.moved(now, status=ACTIVE, traffic=share, last_reason=why)
+    _tag(client, state, endpoint=endpoint, status=ACTIVE, traffic=share, started=now.isoformat(), adopted="true")
+    return outcome(endpoint, "adopted", why, state), state
 
 
 # ---- evaluating and acting -----------------------------------------------------------------------

@@ -75,12 +75,12 @@ def test_up_registers_every_deployment_runs_one_from_the_cli_and_down_leaves_not
             deployments = {f"{flows[d['flow_id']]}/{d['name']}": d for d in client.post(f"{api}/deployments/filter", json={}).json()}
             crons = {name: [s["schedule"].get("cron") for s in d["schedules"]] for name, d in deployments.items()}
             assert crons["materialize/hourly"] == ["0 * * * *"]
-            assert crons["train/nightly"] == ["0 2 * * *"]
-            assert crons["skew-drift/hourly"] == ["0 * * * *"]
+            assert crons["train/nightly-fraud"] == ["0 2 * * *"]
+            assert crons["skew-drift-all/hourly"] == ["0 * * * *"]  # every endpoint the gateway serves
             assert crons["batch-score/daily"] == ["0 5 * * *"]
-            assert crons["canary/every-5-minutes"] == ["*/5 * * * *"]
+            assert crons["canary-all/every-5-minutes"] == ["*/5 * * * *"]
             assert crons["labels/daily"] == ["0 5 * * *"]
-            assert "promote/after-training" in deployments
+            assert "promote/after-training-fraud" in deployments
             assert all(d["work_pool_name"] == "tollfree-local" for d in deployments.values())
             automations = client.post(f"{api}/automations/filter", json={}).json()
             assert any(a["name"] == "promote-fraud-after-training" and a["enabled"] for a in automations)

@@ -3,25 +3,29 @@
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 from prefect.client.orchestration import get_client
 
-from flows.deployments import HOURLY, NIGHTLY, register
+from flows.deployments import HOURLY, NIGHTLY, deployments, register, training_definitions
 
 
 def test_every_deployment_lands_on_the_work_pool_with_its_schedule_and_an_importable_entrypoint(prefect_harness):
     names = register("tollfree-test-process", batch_input="/data/in.parquet", batch_output="/data/out")
-    assert {"materialize/hourly", "train/nightly", "promote/after-training", "skew-drift/hourly",
-            "batch-score/daily"} <= set(names)
+    assert {"materialize/hourly", "train/nightly-fraud", "promote/after-training-fraud", "skew-drift-all/hourly",
+            "canary-all/every-5-minutes", "batch-score/daily"} <= set(names)
     with get_client(sync_client=True) as client:
         materialize = client.read_deployment_by_name("materialize/hourly")
-        train = client.read_deployment_by_name("train/nightly")
+        train = client.read_deployment_by_name("train/nightly-fraud")
+        skew = client.read_deployment_by_name("skew-drift-all/hourly")
         batch = client.read_deployment_by_name("batch-score/daily")
         pool = client.read_work_pool("tollfree-test-process")
         deployed = [client.read_deployment_by_name(name) for name in names]
     assert [s.schedule.cron for s in materialize.schedules] == [HOURLY]
     assert [s.schedule.cron for s in train.schedules] == [NIGHTLY]
-    assert train.parameters == {"model_name": "fraud", "alias": "candidate"}  # retraining never promotes by itself
+    # retraining never promotes by itself
+    assert train.parameters == {"model_name": "fraud", "feature_service": "fraud_v1", "alias": "candidate"}
+    assert skew.parameters == {}  # every endpoint the gateway serves
     assert batch.parameters["input_path"] == "/data/in.parquet"
     assert pool.type == "process"
     assert pool.base_job_template["variables"]["properties"]["working_dir"]["default"]  # runs start in the project
@@ -34,7 +38,7 @@ def test_every_deployment_lands_on_the_work_pool_with_its_schedule_and_an_import
 def test_promote_is_triggered_by_a_completed_run_of_the_training_deployment(prefect_harness):
     register("tollfree-test-process")
     with get_client(sync_client=True) as client:
-        promote = client.read_deployment_by_name("promote/after-training")
+        promote = client.read_deployment_by_name("promote/after-training-fraud")
         automations = client.read_automations_by_name("promote-fraud-after-training")
     assert promote.schedules == []
     assert len(automations) == 1
@@ -42,7 +46,7 @@ def test_promote_is_triggered_by_a_completed_run_of_the_training_deployment(pref
     assert trigger.expect == {"prefect.flow-run.Completed"}
     related = [dict(spec.items()) for spec in trigger.match_related]
     assert {"prefect.resource.role": ["flow"], "prefect.resource.name": ["train"]} in related
-    assert {"prefect.resource.role": ["deployment"], "prefect.resource.name": ["nightly"]} in related
+    assert {"prefect.resource.role": ["deployment"], "prefect.resource.name": ["nightly-fraud"]} in related
     [action] = automations[0].actions
     assert action.deployment_id == promote.id
     assert action.parameters == {"model_name": "fraud"}
@@ -57,7 +61,7 @@ def test_registering_twice_updates_in_place(prefect_harness):
 
 
 def test_a_completed_training_run_event_starts_a_promote_run(prefect_harness):
-    """The automation really fires: an event shaped like the server's own for a finished train/nightly run."""
+    """The automation really fires: an event shaped like the server's own for a finished train/nightly-fraud run."""
     import time
     import uuid
 
@@ -66,7 +70,7 @@ def test_a_completed_training_run_event_starts_a_promote_run(prefect_harness):
 
     register("tollfree-test-process")
     with get_client(sync_client=True) as client:
-        promote = client.read_deployment_by_name("promote/after-training")
+        promote = client.read_deployment_by_name("promote/after-training-fraud")
     only_promote = DeploymentFilter(id=DeploymentFilterId(any_=[promote.id]))
     with get_client(sync_client=True) as client:
         before = len(client.read_flow_runs(deployment_filter=only_promote))
@@ -85,7 +89,8 @@ def test_a_completed_training_run_event_starts_a_promote_run(prefect_harness):
 
     completed("materialize", "hourly")  # not a training run: no promotion
     completed("train", "adhoc")  # training outside the nightly deployment (the demo's): no promotion either
-    completed("train", "nightly")
+    completed("train", "nightly-other")  # another model's training: its own promotion, not this one
+    completed("train", "nightly-fraud")
     deadline = time.monotonic() + 60
     runs = []
     while time.monotonic() < deadline:
@@ -99,3 +104,18 @@ def test_a_completed_training_run_event_starts_a_promote_run(prefect_harness):
         runs = client.read_flow_runs(deployment_filter=only_promote)
     assert len(runs) == before + 1, "the trigger should fire once, for the nightly training run only"
     assert runs[0].parameters == {"model_name": "fraud"}
+
+
+def test_every_model_with_a_training_definition_gets_its_training_and_promotion(tmp_path):
+    policy = (Path(__file__).resolve().parents[2] / "flows" / "policies" / "fraud.yaml").read_text()
+    (tmp_path / "fraud.yaml").write_text(policy)
+    (tmp_path / "churn.yaml").write_text(policy.replace("model: fraud", "model: churn")
+                                         .replace("feature_service: fraud_v1", "feature_service: churn_v1"))
+    (tmp_path / "scorer.yaml").write_text(policy.replace("model: fraud", "model: scorer")
+                                          .replace("feature_service: fraud_v1\n", ""))  # no FeatureService: not trainable
+    assert [(d.model, d.feature_service) for d in training_definitions(tmp_path)] == [("churn", "churn_v1"), ("fraud", "fraud_v1")]
+    names = [f"{d.flow_name}/{d.name}" for d in deployments(policies=tmp_path)]
+    for model in ("churn", "fraud"):
+        assert f"train/nightly-{model}" in names and f"promote/after-training-{model}" in names
+    assert not [n for n in names if "scorer" in n]
+    assert names.count("skew-drift-all/hourly") == 1 and names.count("canary-all/every-5-minutes") == 1

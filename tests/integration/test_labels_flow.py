@@ -16,12 +16,12 @@ from serving.settings import Settings
 ENDPOINT = "labelled"
 
 
-def _log_requests(settings: Settings) -> None:
+def _log_requests(settings: Settings, endpoint: str = ENDPOINT, prefix: str = "req") -> None:
     now = datetime.now(timezone.utc)
     with InferenceLogWriter(settings.inference_log_dir) as log:
         for i in range(6):
             log.record(InferenceRecord(
-                request_id=f"req-{i}", timestamp=now - timedelta(minutes=10 - i), endpoint=ENDPOINT,
+                request_id=f"{prefix}-{i}", timestamp=now - timedelta(minutes=10 - i), endpoint=endpoint,
                 served_entity="m-1" if i % 2 else "m-2", model_version="1" if i % 2 else "2",
                 status_code=200 if i != 5 else 500, latency_ms=3.0, inputs=None, served_features=None,
                 outputs=json.dumps([[0.8, 0.2]]) if i != 5 else None, error_code=None, rows=1))
@@ -71,3 +71,18 @@ def test_labels_are_joined_stored_reported_and_announced(prefect_harness, tmp_pa
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[f"labels-{ENDPOINT}"])))
     assert artifacts and artifacts[0].type == "table"
+
+
+def test_labels_without_an_endpoint_go_to_whichever_endpoint_logged_each_request(prefect_harness, tmp_path):
+    from flows.labels import ingest_labels, read_labelled
+
+    settings = Settings.from_environ(os.environ)
+    _log_requests(settings, "labels-a", "a")
+    _log_requests(settings, "labels-b", "b")
+    labels = pd.DataFrame({"request_id": ["a-0", "a-1", "b-3", "nobody"], "label": [0, 1, 0, 1]})
+    labels.to_parquet(tmp_path / "mixed.parquet")
+
+    result = ingest_labels(input_path=str(tmp_path / "mixed.parquet"))
+    assert result["by_endpoint"] == {"labels-a": 2, "labels-b": 1} and result["unmatched"] == 1
+    assert sorted(read_labelled(settings, "labels-a")["request_id"]) == ["a-0", "a-1"]
+    assert list(read_labelled(settings, "labels-b")["request_id"]) == ["b-3"]

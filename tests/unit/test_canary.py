@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from monitoring.canary import CanaryThresholds, canary_verdict
+from monitoring.canary import canary_verdict
+from serving.endpoints.monitoring import CanaryThresholds
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 SINCE = NOW - timedelta(minutes=10)

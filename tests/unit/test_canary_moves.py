@@ -120,3 +120,43 @@ def test_one_run_per_endpoint_at_a_time(world):
     with canary.exclusive(settings, "e") as first:
         with canary.exclusive(settings, "e") as second:
             assert (first, second) == (True, False)
+
+
+def _split(api: Endpoint, shares: dict[str, int], versions: dict[str, str], model: dict[str, str] | None = None) -> None:
+    """A split set by hand (as an update_config through the SDK would), not by the canary."""
+    entities = [{"name": n, "entity_name": (model or {}).get(n, "m"), "entity_version": v} for n, v in versions.items()]
+    api.apply("e", canary.config_body({"config": {}}, entities, shares))
+
+
+def test_a_split_set_by_hand_is_adopted_and_rolled_back_like_a_canary_of_its_own(world):
+    settings, registry, api = world
+    _split(api, {"blue": 80, "green": 20}, {"blue": "1", "green": "2"})
+    adopted = run(world)
+    assert adopted["action"] == "adopted" and adopted["traffic"] == 20 and "set by hand" in adopted["reason"]
+    state = canary.load_state(settings, "e")
+    assert (state.champion_entity, state.challenger_entity, state.status) == ("blue", "green", ACTIVE)
+    assert api.routes() == {"blue": 80, "green": 20}  # adopting moves no traffic
+    rolled = run(world, verdicts("rollback"))
+    assert rolled["action"] == "rollback" and api.routes() == {"blue": 100, "green": 0}
+    assert registry.aliases == {"champion": "1"}  # the challenger alias (on v2) removed, champion unmoved
+
+
+def test_without_the_alias_the_smaller_share_is_the_challenger_and_it_advances_from_its_share(world):
+    settings, registry, api = world
+    del registry.aliases["challenger"]
+    _split(api, {"a": 30, "b": 70}, {"a": "2", "b": "1"})
+    assert run(world)["action"] == "adopted" and canary.load_state(settings, "e").challenger_entity == "a"
+    advanced = run(world, verdicts("ok"))
+    assert advanced["action"] == "advance" and api.routes() == {"a": 50, "b": 50}  # the next step above 30
+
+
+def test_a_split_between_two_models_or_equal_shares_without_alias_is_reported_not_acted_on(world):
+    settings, registry, api = world
+    _split(api, {"a": 90, "b": 10}, {"a": "1", "b": "1"}, model={"a": "m", "b": "other"})
+    two_models = run(world)
+    assert two_models["action"] == "idle" and "two different models" in two_models["reason"]
+    assert api.routes() == {"a": 90, "b": 10} and canary.load_state(settings, "e") is None
+    del registry.aliases["challenger"]
+    _split(api, {"a": 50, "b": 50}, {"a": "1", "b": "3"})
+    equal = run(world)
+    assert equal["action"] == "idle" and "equally" in equal["reason"]

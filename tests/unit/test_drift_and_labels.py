@@ -9,8 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from flows.skew import drift_config, prediction_score
-from monitoring.drift import DriftConfig, compute_drift
+from flows.served_data import prediction_score
+from flows.skew import drift_config
+from monitoring.drift import compute_drift
+from serving.endpoints.monitoring import DriftConfig
 from monitoring.labels import join_labels, predicted_class
 
 
