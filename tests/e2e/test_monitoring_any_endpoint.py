@@ -49,12 +49,17 @@ def frame(n: int, seed: int, shift: float = 1.0) -> pd.DataFrame:
     return data
 
 
-def log_own_model(name: str) -> str:
+def experiment(world) -> str:  # type: ignore[no-untyped-def]
+    """The user's own experiment, its artifacts in the session's state folder (never ./mlruns)."""
+    return versions.ensure_experiment(MlflowClient(world.settings.tracking_uri), "byo", world.settings.artifacts_dir)
+
+
+def log_own_model(world, name: str) -> str:  # type: ignore[no-untyped-def]
     """A model of the user's own: sklearn, a signature, no dataset and no training frame on its run."""
     x = frame(400, 0)
     y = (x["a"] + x["d"] > 10).astype(int)
     model = LogisticRegression().fit(x, y)
-    with mlflow.start_run():
+    with mlflow.start_run(experiment_id=experiment(world)):
         info = mlflow.sklearn.log_model(model, name="model", signature=infer_signature(x, model.predict(x)),
                                         registered_model_name=name)
     return str(info.registered_model_version)
@@ -63,7 +68,7 @@ def log_own_model(name: str) -> str:
 @pytest.fixture(scope="module")
 def own(world, gateway: LiveGateway) -> dict[str, str]:
     """``byo`` v1 on the endpoint ``byo`` (monitoring: a 60-request first window) and ``byo_gone`` v1 on ``byo-gone``."""
-    logged_versions = {"byo": log_own_model(MODEL), "gone": log_own_model(GONE)}
+    logged_versions = {"byo": log_own_model(world, MODEL), "gone": log_own_model(world, GONE)}
     with gateway.client(gateway.admin) as api:
         for endpoint, model in (("byo", MODEL), ("byo-gone", GONE)):
             created = api.post("/api/2.0/serving-endpoints", json={"name": endpoint, "config": {
@@ -140,7 +145,7 @@ def test_a_split_set_by_hand_with_the_sdk_is_adopted_and_a_slow_challenger_rolle
     client = MlflowClient(world.settings.tracking_uri)
     inner = f"models:/{MODEL}/1"
     sample = frame(5, 9)
-    with mlflow.start_run():
+    with mlflow.start_run(experiment_id=experiment(world)):
         info = mlflow.pyfunc.log_model(name="model", python_model=SleepyModel(0.05), artifacts={"inner": inner},
                                        signature=infer_signature(sample, mlflow.pyfunc.load_model(inner).predict(sample)),
                                        pip_requirements=["mlflow", "scikit-learn"], registered_model_name=MODEL)
