@@ -16,6 +16,8 @@ import logging
 import os
 import sys
 
+KEEP_ALIVE_S = 75  # seconds an idle client connection stays open (see main)
+
 
 def main(argv: list[str] | None = None) -> int:
     from serving.settings import export_defaults
@@ -75,7 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     metrics = GatewayMetrics.create()  # one registry: the gateway's, the inference log's, the autoscaler's
     app = create_gateway_app(manager, tokens, InferenceLogWriter(settings.inference_log_dir, registry=metrics.registry),
                              metrics=metrics, autoscale=os.environ.get("TOLLFREE_AUTOSCALE", "on") != "off", warm_pool_size=int(pool))
-    server = dict(log_level=args.log_level, access_log=False, timeout_graceful_shutdown=20, loop="uvloop", http="httptools")
+    # An idle keep-alive connection is kept 75 s (nginx's default; uvicorn's is 5 s): longer than the idle expiry
+    # of the clients in front (httpx 5 s, load balancers 60 s), so a client never reuses a connection the gateway
+    # is closing at that moment: that race failed a POST with a ReadError, which no client retries by itself.
+    server = dict(log_level=args.log_level, access_log=False, timeout_graceful_shutdown=20, loop="uvloop", http="httptools",
+                  timeout_keep_alive=KEEP_ALIVE_S)
     if args.admin_port is None:
         uvicorn.run(app, host=args.host, port=args.port, **server)
         return 0
