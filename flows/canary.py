@@ -2,6 +2,8 @@
 
 - No canary running and the endpoint's model has a ``challenger`` alias: the challenger joins the
   endpoint as a second served entity (pinned version) with the first step's traffic share.
+- No canary running and the endpoint already splits its traffic between two versions of one model
+  (set by hand, with the Databricks SDK say): the split is adopted as a canary at its current share.
 - A canary running: the verdict over the inference log since the current step began
   (``monitoring.canary``), then its action (``serving.registry.canary_steps``): advance the traffic share,
   hold, roll back (challenger traffic to 0, alias ``challenger`` removed) or, at 100 %, promote
@@ -13,7 +15,8 @@ gateway's HTTP API; a traffic-only change restarts no replica, so no request fai
 state is a JSON file per endpoint under ``$TOLLFREE_HOME/canary/``, written atomically, and mirrored as
 tags on the challenger's version. This flow gives the verdict (the inference log, labels and replica
 memory read here), and every run leaves a table artifact with the figures and the decision, and a
-``tollfree.canary.*`` event.
+``tollfree.canary.*`` event. The endpoint's ``monitoring`` settings may turn it off or set its thresholds.
+``canary_all`` (the scheduled deployment) runs ``canary`` as a subflow for every endpoint the gateway serves.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from pathlib import Path
 from starlette.concurrency import run_in_threadpool
 
 from serving.endpoints import spec
+from serving.endpoints.monitoring import keep_monitoring
 from serving.endpoints.store import EndpointStore
 from serving.protocol.errors import invalid_parameter, not_found, unavailable
 from serving.registry import versions
@@ -111,7 +112,7 @@ class EndpointManager:
         record = await run_in_threadpool(self.store.get, name)
         if record.config_update == "IN_PROGRESS":
             raise invalid_parameter(f"endpoint {name} has a config update in progress; retry when it ends")
-        config = await self._resolved(spec.normalize_config(raw, name))
+        config = await self._resolved(spec.normalize_config(keep_monitoring(raw, record.config), name))
         record.pending_config = config
         record.config_update = "IN_PROGRESS"
         record.updated_ms = int(time.time() * 1000)

@@ -6,7 +6,8 @@ value is a 400 naming it). ``window_hours`` and ``min_rows`` bound what one drif
 says what drift compares with when a version has no training frame on its run: a dataset logged on
 the version's run with ``mlflow.log_input`` (``dataset``: its name), a window of the version's own
 served traffic (``start`` and ``end``), or by default its first served window (its first
-``first_requests`` requests within ``first_hours`` of its first one).
+``first_requests`` requests within ``first_hours`` of its first one). A config update that leaves the
+block out keeps it (the Databricks SDK's ``update_config`` cannot send it); ``"monitoring": null`` removes it.
 
 ``DriftConfig`` and ``CanaryThresholds`` are the settings the computations in ``monitoring/`` take (plain
 dataclasses, no heavy import): the gateway checks a ``monitoring`` block against them when the endpoint
@@ -19,11 +20,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from serving.protocol.errors import invalid_parameter
+
+if TYPE_CHECKING:
+    from serving.endpoints.spec import EndpointCoreConfig
 
 _FORBID = ConfigDict(extra="forbid")
 T = TypeVar("T")
@@ -127,3 +131,11 @@ def check_monitoring(config: MonitoringConfig) -> None:
             raise invalid_parameter("monitoring.reference: start must be before end")
         if ref.dataset is not None:
             raise invalid_parameter("monitoring.reference: set a dataset or a start/end window, not both")
+
+
+def keep_monitoring(update: EndpointCoreConfig, current: EndpointCoreConfig) -> EndpointCoreConfig:
+    """A config update (``EndpointCoreConfig``) that leaves ``monitoring`` out keeps the current config's
+    block: the Databricks SDK's ``update_config`` cannot send it. Sent as ``null``, it is removed."""
+    if "monitoring" in update.model_fields_set:
+        return update
+    return update.model_copy(update={"monitoring": current.monitoring})
