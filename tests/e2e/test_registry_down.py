@@ -136,10 +136,14 @@ def test_mlflow_killed_mid_promotion_fails_the_run_clearly_and_moves_nothing(wor
 
     # the run is Failed in Prefect, with the same message
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+    from prefect.client.schemas.sorting import FlowRunSort
 
     async def last_run() -> tuple[str, str]:
         async with get_client() as client:
-            runs = await client.read_flow_runs(limit=50)
+            # the harness is shared by the whole session: ask for the latest promote runs, not any 50 (ids are random)
+            runs = await client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["promote"])),
+                                               sort=FlowRunSort.START_TIME_DESC, limit=10)
             mine = [r for r in runs if r.state and f"127.0.0.1:{server.port}" in (r.state.message or "")]
             assert mine, "no flow run names the unreachable registry"
             return mine[0].state.type.value, mine[0].state.message
