@@ -30,12 +30,13 @@ def _log_requests(settings: Settings, endpoint: str = ENDPOINT, prefix: str = "r
 def _events(name: str, resource_id: str, timeout_s: float = 30.0) -> list:
     """This test's events only: other tests in the session emit the same event for their endpoints."""
     from prefect.client.orchestration import get_client
-    from prefect.events.filters import EventFilter, EventNameFilter
+    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
 
     deadline = time.monotonic() + timeout_s
     with get_client(sync_client=True) as client:
         while True:
-            page = client.read_events(filter=EventFilter(event=EventNameFilter(name=[name])), limit=50)
+            page = client.read_events(filter=EventFilter(event=EventNameFilter(name=[name]),
+                                                      resource=EventResourceFilter(id=[resource_id])), limit=50)
             mine = [e for e in page.events if e.resource.id == resource_id]
             if mine or time.monotonic() > deadline:
                 return mine
