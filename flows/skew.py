@@ -109,7 +109,7 @@ def skew(endpoint: str, window_hours: float | None = None, fail_on_finding: bool
     """Drift and parity skew of the endpoint's served inputs and predictions, per served version."""
     logger = get_run_logger()
     settings = Settings.from_environ(os.environ)
-    record = EndpointStore(settings.endpoints_db).get(endpoint)
+    record = EndpointStore(settings.state_url).get(endpoint)
     monitoring = record.config.monitoring or MonitoringConfig()
     if not monitoring.enabled:
         logger.info("%s: monitoring is off in the endpoint's config; nothing checked", endpoint)
@@ -223,7 +223,7 @@ def skew_all(endpoints: list[str] | None = None, window_hours: float | None = No
              min_rows: int | None = None, drift: dict[str, Any] | None = None) -> dict[str, Any]:
     """``skew`` for every endpoint (or the ones named), each as its own subflow; one's failure stops no other."""
     settings = Settings.from_environ(os.environ)
-    names = endpoints or [r.name for r in EndpointStore(settings.endpoints_db).list()]
+    names = endpoints or [r.name for r in EndpointStore(settings.state_url).list()]
     results = for_each_endpoint("skew-drift", skew, names, fail_on_finding=False, window_hours=window_hours,
                                 min_rows=min_rows, drift=drift)
     raise_for("skew-drift", results, lambda r: fail_on_finding and r.get("verdict") == "findings")

@@ -5,7 +5,10 @@ listens only on that port (bind it to a private interface with ``--admin-host``)
 serves the data plane and the health probes alone.
 
 State folder from ``TOLLFREE_HOME``, registry from ``MLFLOW_TRACKING_URI`` (default: the state
-folder's SQLite), admin token from ``TOLLFREE_TOKEN`` (required).
+folder's SQLite), admin token from ``TOLLFREE_TOKEN`` (required), endpoint state from
+``TOLLFREE_STATE_URL`` (default: ``endpoints.db`` in the state folder; ``postgresql://...`` to share it).
+The gateway migrates the state store's schema when it starts; with ``TOLLFREE_STATE_MIGRATE=manual`` it
+refuses an old schema and names the command to run (``python -m serving.state upgrade``).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from serving.gateway.auth import TokenRegistry
     from serving.gateway.metrics import GatewayMetrics
     from serving.inference_log import InferenceLogWriter
+    from serving.state.database import StateStoreError
 
     try:
         tokens = TokenRegistry.from_environ(os.environ)
@@ -62,8 +66,13 @@ def main(argv: list[str] | None = None) -> int:
               "in (0, 3600]", file=sys.stderr)
         return 2
     settings.home.mkdir(parents=True, exist_ok=True)
+    try:
+        store = EndpointStore(settings.state_url, migrate=os.environ.get("TOLLFREE_STATE_MIGRATE", "auto") != "manual")
+    except StateStoreError as exc:  # unreachable, or a schema to migrate first: the message names the URL, never its password
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     manager = EndpointManager(
-        EndpointStore(settings.endpoints_db),
+        store,
         mlflow_resolver(settings.tracking_uri),
         replica_env=os.environ,
         log_dir=settings.home / "logs",

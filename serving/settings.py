@@ -31,6 +31,7 @@ class Settings:
     home: Path
     tracking_uri: str
     admin_token: str | None
+    state_url_override: str | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -53,8 +54,9 @@ class Settings:
         return self.home / "reports"
 
     @property
-    def endpoints_db(self) -> Path:
-        return self.home / "endpoints.db"
+    def state_url(self) -> str:
+        """The serving tier's state store: ``TOLLFREE_STATE_URL``, else SQLite ``endpoints.db`` in the state folder."""
+        return self.state_url_override or f"sqlite:///{self.home / 'endpoints.db'}"
 
     @property
     def batch_dir(self) -> Path:
@@ -64,7 +66,8 @@ class Settings:
     def from_environ(cls, environ: Mapping[str, str]) -> Settings:
         home = Path(environ.get("TOLLFREE_HOME") or DEFAULT_HOME).expanduser().resolve()
         tracking = environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{home / 'mlflow.db'}"
-        return cls(home=home, tracking_uri=tracking, admin_token=environ.get("TOLLFREE_TOKEN") or None)
+        return cls(home=home, tracking_uri=tracking, admin_token=environ.get("TOLLFREE_TOKEN") or None,
+                   state_url_override=environ.get("TOLLFREE_STATE_URL") or None)
 
 
 def export_defaults(environ: MutableMapping[str, str]) -> Settings:

@@ -72,3 +72,12 @@ def restore_tracking_uri():
     import mlflow
 
     mlflow.set_tracking_uri(session_uri)
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """One PostgreSQL server for the session (started on first use); tests take a fresh database each."""
+    from tests.services import postgres_server
+
+    with postgres_server() as server:
+        yield server

@@ -1,4 +1,4 @@
-"""Real services the tests and benchmarks start themselves: redis-server from Debian's packages.
+"""Real services the tests and benchmarks start themselves: redis-server and PostgreSQL from Debian's packages.
 
 Nothing is installed by hand: if ``redis-server`` is missing and we are root (CI, a fresh machine),
 it is installed with apt-get. It then runs on a free loopback port with persistence off, and stops
@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
 from serving.replicas.local import free_port
 
@@ -76,4 +80,93 @@ def redis_server() -> Iterator[str]:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             process.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def ensure_postgres() -> Path:
+    """The folder of PostgreSQL's server programs (``initdb``, ``postgres``), installing Debian's package if missing."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"))
+    if not found:
+        ensure_binary("pg_ctlcluster", "postgresql")
+        found = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"))
+        if not found:
+            raise ServiceUnavailable("apt-get installed postgresql but no /usr/lib/postgresql/*/bin/postgres exists")
+    return found[-1].parent
+
+
+@dataclass
+class Postgres:
+    """A PostgreSQL cluster of the tests' own: ``url(db)`` carries the password; ``stop`` and ``start`` keep port
+    and data (an outage, then recovery)."""
+
+    port: int
+    user: str
+    password: str
+    bindir: Path
+    datadir: Path
+    as_user: str | None
+    process: subprocess.Popen | None = None
+
+    def url(self, database: str = "postgres", *, driver: str = "postgresql") -> str:
+        return f"{driver}://{self.user}:{self.password}@127.0.0.1:{self.port}/{database}"
+
+    def admin(self, sql: str) -> None:
+        import psycopg
+
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(sql)
+
+    def new_database(self, prefix: str = "t") -> str:
+        name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+        self.admin(f'CREATE DATABASE "{name}"')
+        return name
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        import psycopg
+
+        self.process = subprocess.Popen(
+            [str(self.bindir / "postgres"), "-D", str(self.datadir), "-p", str(self.port),
+             "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.datadir}",
+             "-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=100"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, user=self.as_user,
+        )
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.process.poll() is not None:
+                raise ServiceUnavailable(f"postgres exited with code {self.process.returncode}")
+            try:
+                with psycopg.connect(self.url(), connect_timeout=2):
+                    return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise ServiceUnavailable(f"postgres did not accept a connection within {timeout_s:.0f} s") from None
+                time.sleep(0.1)
+
+    def stop(self, *, kill: bool = False) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL if kill else signal.SIGINT)  # SIGINT: PostgreSQL's fast shutdown
+            self.process.wait(timeout=30)
+
+
+@contextmanager
+def postgres_server() -> Iterator[Postgres]:
+    """A fresh PostgreSQL cluster on 127.0.0.1 with password auth, run as the ``postgres`` user when we are root
+    (PostgreSQL refuses to run as root); removed with its data at the end."""
+    bindir = ensure_postgres()
+    as_user = "postgres" if os.geteuid() == 0 else None
+    workdir = Path(tempfile.mkdtemp(prefix="tollfree-pg-"))
+    password = uuid.uuid4().hex
+    (workdir / "pw").write_text(password + "\n")
+    if as_user:
+        shutil.chown(workdir, as_user)
+        shutil.chown(workdir / "pw", as_user)
+    subprocess.run([str(bindir / "initdb"), "-D", str(workdir / "data"), "-U", "tollfree", f"--pwfile={workdir / 'pw'}",
+                    "--auth=scram-sha-256", "-E", "UTF8", "--no-sync", "--locale=C"],
+                   check=True, capture_output=True, timeout=120, user=as_user)
+    server = Postgres(free_port(), "tollfree", password, bindir, workdir / "data", as_user)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
         shutil.rmtree(workdir, ignore_errors=True)

@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from serving.endpoints import spec
 from serving.endpoints.monitoring import keep_monitoring
 from serving.endpoints.store import EndpointStore
-from serving.protocol.errors import invalid_parameter, not_found, unavailable
+from serving.protocol.errors import conflict, invalid_parameter, not_found, unavailable
 from serving.registry import versions
 from serving.replicas.local import Launcher, ReplicaStartError
 from serving.replicas.local_backend import LocalBackend
@@ -111,7 +111,8 @@ class EndpointManager:
     async def update_config(self, name: str, raw: spec.EndpointCoreConfig) -> spec.EndpointRecord:
         record = await run_in_threadpool(self.store.get, name)
         if record.config_update == "IN_PROGRESS":
-            raise invalid_parameter(f"endpoint {name} has a config update in progress; retry when it ends")
+            # what Databricks answers while an update is in progress: 409, so clients and SDKs treat it as a conflict
+            raise conflict(f"endpoint {name} has a config update in progress; retry when it ends")
         config = await self._resolved(spec.normalize_config(keep_monitoring(raw, record.config), name))
         record.pending_config = config
         record.config_update = "IN_PROGRESS"

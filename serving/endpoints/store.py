@@ -1,33 +1,35 @@
-"""Endpoint records in SQLite: one row per endpoint, the record as JSON, every write one transaction.
+"""Endpoint records in the state store: one row per endpoint, the record as JSON, every write one statement.
 
-Each call opens its own connection (WAL journal, ``synchronous=FULL``), so one store may be shared
-by threads and by processes on the same file. Writers take the write lock up front (``BEGIN
-IMMEDIATE``) and wait up to ``timeout_s`` for it. Each row has a ``revision`` that every write
-bumps; records read from the store carry it, which lets :meth:`EndpointStore.compare_and_set`
-detect any concurrent write, including one that kept the config version (starting an update).
+The store is SQLite in the state folder (the embedded default) or PostgreSQL (``TOLLFREE_STATE_URL``),
+through SQLAlchemy Core; its schema is kept by Alembic (``serving.state.migrate``). Each row has a
+``revision`` that every write bumps; records read from the store carry it, which lets
+:meth:`EndpointStore.compare_and_set` detect any concurrent write, including one that kept the config
+version (starting an update). Every check-and-write is one conditional ``UPDATE`` or ``INSERT``, atomic on
+both databases, so two gateways (or threads, or processes) racing on one endpoint get one winner and a 409.
+
+A database that does not answer is a 503 ``TEMPORARILY_UNAVAILABLE`` naming the store (its password
+masked); nothing is half-written.
 """
 
 from __future__ import annotations
 
 import logging
-import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
+
+from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from serving.endpoints.spec import EndpointRecord, quote_name
-from serving.protocol.errors import ApiError, already_exists, not_found
+from serving.protocol.errors import ApiError, already_exists, conflict, not_found, unavailable
+from serving.state.database import Database, StateStoreError, open_database
+from serving.state.migrate import ensure_schema
+from serving.state.schema import endpoints
 
 logger = logging.getLogger(__name__)
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS endpoints (
-    name TEXT PRIMARY KEY,
-    config_version INTEGER NOT NULL,
-    revision INTEGER NOT NULL,
-    record TEXT NOT NULL
-)
-"""
+T = TypeVar("T")
 
 
 def _missing(name: str) -> ApiError:
@@ -35,74 +37,75 @@ def _missing(name: str) -> ApiError:
 
 
 class EndpointStore:
-    """CRUD on :class:`EndpointRecord`, with Databricks errors (404, 409) for the API to pass on."""
+    """CRUD on :class:`EndpointRecord`, with Databricks errors (404, 409, 503) for the API to pass on.
 
-    def __init__(self, path: Path | str, timeout_s: float = 30.0) -> None:
-        self.path = Path(path)
-        self._timeout_s = timeout_s
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(_SCHEMA)
+    ``location`` is a SQLAlchemy URL or a path to a SQLite file. Opening migrates the schema to this
+    code's head (``migrate=False``: refuse instead, naming the command to run).
+    """
 
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        # isolation_level=None: no implicit transactions; writes use _write's explicit one.
-        db = sqlite3.connect(self.path, timeout=self._timeout_s, isolation_level=None)
+    def __init__(self, location: str | Path, timeout_s: float = 30.0, *, migrate: bool = True) -> None:
+        self.database: Database = open_database(location, timeout_s)
         try:
-            db.execute("PRAGMA synchronous=FULL")
-            yield db
-        finally:
-            db.close()
+            ensure_schema(self.database, migrate=migrate)
+        except DBAPIError as exc:
+            raise StateStoreError(f"the state store {self.shown} did not answer: {self.database.reason(exc)}") from None
+
+    @property
+    def shown(self) -> str:
+        return self.database.shown
+
+    def close(self) -> None:
+        self.database.engine.dispose()
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._connect() as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+    def _transaction(self) -> Iterator[Connection]:
+        try:
+            with self.database.engine.begin() as connection:
+                yield connection
+        except IntegrityError:
+            raise
+        except DBAPIError as exc:
+            # connection refused, server gone, lock wait timed out: the caller may retry; never the password
+            logger.warning("state store %s failed: %s", self.shown, self.database.reason(exc))
+            raise unavailable(f"the state store {self.shown} did not answer; retry later") from None
+
+    def _read(self, work: Callable[[Connection], T]) -> T:
+        with self._transaction() as connection:
+            return work(connection)
 
     def create(self, record: EndpointRecord) -> EndpointRecord:
         """Insert a new endpoint; 409 RESOURCE_ALREADY_EXISTS if the name is taken."""
         text = record.to_json()
         try:
-            with self._write() as db:
-                db.execute(
-                    "INSERT INTO endpoints (name, config_version, revision, record) VALUES (?, ?, 1, ?)",
-                    (record.name, record.config_version, text),
-                )
-        except sqlite3.IntegrityError:
+            with self._transaction() as db:
+                db.execute(insert(endpoints).values(name=record.name, config_version=record.config_version,
+                                                    revision=1, record=text))
+        except IntegrityError:
             raise already_exists(f"serving endpoint {quote_name(record.name)} already exists") from None
         logger.info("endpoint stored name=%s", record.name)
         record.revision = 1
         return record
 
     def get(self, name: str) -> EndpointRecord:
-        with self._connect() as db:
-            row = db.execute("SELECT record, revision FROM endpoints WHERE name = ?", (name,)).fetchone()
+        row = self._read(lambda db: db.execute(
+            select(endpoints.c.record, endpoints.c.revision).where(endpoints.c.name == name)).first())
         if row is None:
             raise _missing(name)
         return EndpointRecord.from_json(row[0], revision=row[1])
 
     def list(self) -> list[EndpointRecord]:
-        """Every endpoint, sorted by name."""
-        with self._connect() as db:
-            rows = db.execute("SELECT record, revision FROM endpoints ORDER BY name").fetchall()
-        return [EndpointRecord.from_json(text, revision=revision) for text, revision in rows]
+        """Every endpoint, sorted by name (byte order on both databases)."""
+        rows = self._read(lambda db: db.execute(select(endpoints.c.record, endpoints.c.revision)).all())
+        records = [EndpointRecord.from_json(text, revision=revision) for text, revision in rows]
+        return sorted(records, key=lambda r: r.name.encode())
 
     def put(self, record: EndpointRecord) -> EndpointRecord:
         """Overwrite an existing endpoint unconditionally; 404 if it does not exist."""
         text = record.to_json()
-        with self._write() as db:
-            row = db.execute(
-                "UPDATE endpoints SET record = ?, config_version = ?, revision = revision + 1"
-                " WHERE name = ? RETURNING revision",
-                (text, record.config_version, record.name),
-            ).fetchone()
+        statement = (update(endpoints).where(endpoints.c.name == record.name)
+                     .values(record=text, config_version=record.config_version, revision=endpoints.c.revision + 1)
+                     .returning(endpoints.c.revision))
+        row = self._read(lambda db: db.execute(statement).first())
         if row is None:
             raise _missing(record.name)
         record.revision = row[0]
@@ -118,29 +121,33 @@ class EndpointStore:
         if record.name != name:
             raise ValueError("compare_and_set: record.name differs from name")
         text = record.to_json()
-        with self._write() as db:
-            row = db.execute("SELECT config_version, revision FROM endpoints WHERE name = ?", (name,)).fetchone()
-            if row is None:
+        condition = (endpoints.c.name == name) & (endpoints.c.config_version == expected_config_version)
+        if record.revision:
+            condition = condition & (endpoints.c.revision == record.revision)
+        statement = (update(endpoints).where(condition)
+                     .values(record=text, config_version=record.config_version, revision=endpoints.c.revision + 1)
+                     .returning(endpoints.c.revision))
+
+        def attempt(db: Connection) -> tuple[int | None, tuple[int, int] | None]:
+            row = db.execute(statement).first()
+            if row is not None:
+                return row[0], None
+            found = db.execute(select(endpoints.c.config_version, endpoints.c.revision)
+                               .where(endpoints.c.name == name)).first()
+            return None, (found[0], found[1]) if found is not None else None
+
+        revision, found = self._read(attempt)
+        if revision is None:
+            if found is None:
                 raise _missing(name)
-            version, revision = row
-            if version != expected_config_version or (record.revision and revision != record.revision):
-                raise ApiError(
-                    409,
-                    "RESOURCE_CONFLICT",
-                    f"serving endpoint {quote_name(name)} was changed concurrently"
-                    f" (config version {version}, expected {expected_config_version}); reload it and retry",
-                )
-            db.execute(
-                "UPDATE endpoints SET record = ?, config_version = ?, revision = ? WHERE name = ?",
-                (text, record.config_version, revision + 1, name),
-            )
-        record.revision = revision + 1
+            raise conflict(f"serving endpoint {quote_name(name)} was changed concurrently"
+                           f" (config version {found[0]}, expected {expected_config_version}); reload it and retry")
+        record.revision = revision
         return record
 
     def delete(self, name: str) -> None:
         """Remove an endpoint; 404 if it does not exist."""
-        with self._write() as db:
-            gone = db.execute("DELETE FROM endpoints WHERE name = ?", (name,)).rowcount
+        gone = self._read(lambda db: db.execute(delete(endpoints).where(endpoints.c.name == name)).rowcount)
         if gone == 0:
             raise _missing(name)
         logger.info("endpoint deleted name=%s", name)

@@ -69,6 +69,10 @@ def malformed_request(message: str) -> ApiError:
     return ApiError(400, "MALFORMED_REQUEST", message)
 
 
+def conflict(message: str) -> ApiError:
+    return ApiError(409, "RESOURCE_CONFLICT", message)
+
+
 def not_found(message: str) -> ApiError:
     return ApiError(404, "RESOURCE_DOES_NOT_EXIST", message)
 

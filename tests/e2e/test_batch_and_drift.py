@@ -96,7 +96,7 @@ def _register_endpoint(world, name: str) -> None:
     config = spec.normalize_config(spec.EndpointCoreConfig(served_entities=[
         spec.ServedEntityInput(entity_name=MODEL_NAME, entity_alias="champion")]))
     config.served_entities[0].resolved_version = world.trained["version"]
-    EndpointStore(world.settings.endpoints_db).create(spec.EndpointRecord(
+    EndpointStore(world.settings.state_url).create(spec.EndpointRecord(
         name=name, id=name, creator="test", created_ms=0, updated_ms=0, config=config, config_version=1,
         ready="READY", config_update="NOT_UPDATING", pending_config=None, ai_gateway=None, state_message=None))
 
@@ -108,7 +108,7 @@ def scratch_endpoints(world):
 
     names = ["quiet", "shifted"]
     yield names
-    store = EndpointStore(world.settings.endpoints_db)
+    store = EndpointStore(world.settings.state_url)
     for name in names:
         store.delete(name)
 

@@ -19,7 +19,7 @@ from serving.settings import Settings
 @pytest.fixture
 def stored(prefect_harness):  # type: ignore[no-untyped-def]
     """Two endpoint records in the session's store (no gateway serves them), removed afterwards."""
-    store = EndpointStore(Settings.from_environ(os.environ).endpoints_db)
+    store = EndpointStore(Settings.from_environ(os.environ).state_url)
     names = {"quiet-ep": {"enabled": False}, "strict-ep": {"min_rows": 10_000}}
     for name, monitoring in names.items():
         config = spec.normalize_config(spec.EndpointCoreConfig.model_validate({

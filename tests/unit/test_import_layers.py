@@ -21,10 +21,10 @@ SERVING = Path(__file__).resolve().parents[2] / "serving"
 # Top to bottom; each part may import only parts below it, and only those it lists. The README's
 # "Layout" table says the same.
 LAYERS: dict[str, frozenset[str]] = {
-    "__main__": frozenset({"gateway", "endpoints", "inference_log", "settings"}),   # python -m serving
+    "__main__": frozenset({"gateway", "endpoints", "inference_log", "state", "settings"}),  # python -m serving
     "mlflow_plugin": frozenset(),                                                     # a client of the gateway's API
     "gateway": frozenset({"endpoints", "replicas", "traffic", "autoscaler", "protocol", "inference_log", "settings"}),
-    "endpoints": frozenset({"replicas", "traffic", "autoscaler", "protocol", "registry"}),
+    "endpoints": frozenset({"replicas", "traffic", "autoscaler", "protocol", "registry", "state"}),
     "replicas": frozenset({"traffic", "autoscaler", "protocol", "settings"}),
     "replica": frozenset({"features", "traffic", "protocol", "settings"}),             # its own process
     "features": frozenset({"protocol"}),
@@ -34,6 +34,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "autoscaler": frozenset(),
     "protocol": frozenset(),
     "inference_log": frozenset(),
+    "state": frozenset({"settings"}),                                                 # the shared state store
     "settings": frozenset(),
 }
 ORDER = list(LAYERS)

@@ -26,9 +26,15 @@ def make_record(name: str = "fraud", version: str = "3", creator: str = "alice")
     )
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> EndpointStore:
-    return EndpointStore(tmp_path / "state" / "endpoints.db")
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path: Path) -> EndpointStore:
+    """The same contract on the embedded default and on a real PostgreSQL (a fresh database per test)."""
+    if request.param == "sqlite":
+        return EndpointStore(tmp_path / "state" / "endpoints.db")
+    server = request.getfixturevalue("postgres")
+    store = EndpointStore(server.url(server.new_database()))
+    request.addfinalizer(store.close)
+    return store
 
 
 def api_error(fn, *args) -> ApiError:  # type: ignore[no-untyped-def]
@@ -45,8 +51,9 @@ def test_create_then_get_returns_the_same_record(store: EndpointStore) -> None:
     assert got.config.served_entities[0].resolved_version == "3"
 
 
-def test_store_uses_wal_journal(store: EndpointStore) -> None:
-    with sqlite3.connect(store.path) as db:
+def test_the_embedded_store_uses_a_wal_journal(tmp_path: Path) -> None:
+    EndpointStore(tmp_path / "endpoints.db").create(make_record())
+    with sqlite3.connect(tmp_path / "endpoints.db") as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
@@ -211,14 +218,16 @@ def test_a_failed_write_leaves_nothing_behind(store: EndpointStore) -> None:
     # A process that dies in the middle of a write leaves the previous state.
     script = (
         "import os, sys\n"
+        "from sqlalchemy import text\n"
         "from serving.endpoints.store import EndpointStore\n"
         "store = EndpointStore(sys.argv[1])\n"
-        "with store._write() as db:\n"
-        "    db.execute('DELETE FROM endpoints')\n"
-        "    db.execute(\"INSERT INTO endpoints VALUES ('half', 1, 1, '{')\")\n"
+        "with store.database.engine.begin() as db:\n"
+        "    db.execute(text('DELETE FROM endpoints'))\n"
+        "    db.execute(text(\"INSERT INTO endpoints VALUES ('half', 1, 1, '{')\"))\n"
         "    os._exit(3)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script, str(store.path)], cwd=ROOT, timeout=60)
+    url = store.database.url.render_as_string(hide_password=False)
+    done = subprocess.run([sys.executable, "-c", script, url], cwd=ROOT, timeout=60)
     assert done.returncode == 3
     assert [r.name for r in store.list()] == ["fraud"]
     assert store.get("fraud") == record

@@ -1,0 +1,131 @@
+"""The state store's schema and availability: Alembic migrations (from a database made before them, under
+concurrent gateways, refused when asked), and a PostgreSQL that is unreachable at start or goes away while
+serving. Real SQLite files and a real PostgreSQL server; no message may carry the password."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from serving.endpoints.store import EndpointStore
+from serving.protocol.errors import ApiError
+from serving.replicas.local import free_port
+from serving.state import migrate
+from serving.state.database import StateStoreError, open_database
+from tests.integration.test_endpoint_store import make_record
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# what the store's hand-written DDL created before Alembic kept the schema
+PRE_ALEMBIC = ("CREATE TABLE IF NOT EXISTS endpoints (name TEXT PRIMARY KEY, config_version INTEGER NOT NULL, "
+               "revision INTEGER NOT NULL, record TEXT NOT NULL)")
+
+
+def test_a_database_from_before_migrations_is_stamped_upgraded_and_keeps_its_records(tmp_path: Path) -> None:
+    path = tmp_path / "endpoints.db"
+    record = make_record("fraud")
+    with sqlite3.connect(path) as db:
+        db.execute(PRE_ALEMBIC)
+        db.execute("INSERT INTO endpoints VALUES (?, 1, 4, ?)", ("fraud", record.to_json()))
+    assert migrate.current(open_database(path)) == "pre-alembic"
+
+    store = EndpointStore(path)
+    assert migrate.current(store.database) == migrate.head()
+    got = store.get("fraud")
+    assert got.revision == 4 and got.config == record.config
+
+
+def test_manual_migration_refuses_an_old_schema_naming_the_command(tmp_path: Path) -> None:
+    path = tmp_path / "endpoints.db"
+    with sqlite3.connect(path) as db:
+        db.execute(PRE_ALEMBIC)
+    with pytest.raises(StateStoreError) as refused:
+        EndpointStore(path, migrate=False)
+    assert "python -m serving.state upgrade" in str(refused.value) and "pre-alembic" in str(refused.value)
+    with sqlite3.connect(path) as db:  # nothing was changed
+        assert db.execute("SELECT name FROM sqlite_master WHERE name = 'alembic_version'").fetchone() is None
+
+    env = {**os.environ, "TOLLFREE_STATE_URL": f"sqlite:///{path}"}
+    done = subprocess.run([sys.executable, "-m", "serving.state", "upgrade"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"pre-alembic -> {migrate.head()}" in done.stdout
+    EndpointStore(path, migrate=False).create(make_record())
+
+
+def test_a_schema_newer_than_this_code_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "endpoints.db"
+    EndpointStore(path)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE alembic_version SET version_num = '9999'")
+    with pytest.raises(StateStoreError, match="revision 9999.*run a newer tollfree"):
+        EndpointStore(path)
+
+
+def test_gateways_starting_together_on_one_postgresql_migrate_it_once(postgres) -> None:
+    url = postgres.url(postgres.new_database())
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def start() -> None:
+        barrier.wait()
+        try:
+            EndpointStore(url).close()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+    store = EndpointStore(url)
+    with store.database.engine.connect() as db:
+        assert db.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [migrate.head()]
+    store.close()
+
+
+def test_an_unreachable_postgresql_at_start_is_refused_naming_the_url_without_its_password() -> None:
+    url = f"postgresql://tollfree:hunter2secret@127.0.0.1:{free_port()}/tollfree"
+    with pytest.raises(StateStoreError) as refused:
+        EndpointStore(url, timeout_s=2)
+    message = str(refused.value)
+    assert "hunter2secret" not in message
+    assert "postgresql+psycopg://tollfree:***@127.0.0.1" in message and "did not answer" in message
+
+
+def test_the_gateway_refuses_to_start_on_an_unreachable_state_store(tmp_path: Path) -> None:
+    env = {**os.environ, "TOLLFREE_HOME": str(tmp_path), "TOLLFREE_TOKEN": "t" * 32,
+           "TOLLFREE_STATE_URL": f"postgresql://tollfree:hunter2secret@127.0.0.1:{free_port()}/tollfree"}
+    done = subprocess.run([sys.executable, "-m", "serving", "--port", str(free_port())], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "tollfree:***@127.0.0.1" in done.stderr and "did not answer" in done.stderr
+    assert "hunter2secret" not in done.stderr + done.stdout
+
+
+def test_a_postgresql_outage_is_a_503_naming_the_store_and_the_store_recovers(postgres, caplog) -> None:
+    store = EndpointStore(postgres.url(postgres.new_database()))
+    store.create(make_record("fraud"))
+    postgres.stop()
+    try:
+        for attempt in (lambda: store.get("fraud"), lambda: store.create(make_record("churn")), store.list):
+            with pytest.raises(ApiError) as failed:
+                attempt()
+            assert (failed.value.status_code, failed.value.error_code) == (503, "TEMPORARILY_UNAVAILABLE")
+            assert "tollfree:***@127.0.0.1" in failed.value.message
+    finally:
+        postgres.start()
+    assert postgres.password not in failed.value.message + caplog.text
+    assert [r.name for r in store.list()] == ["fraud"]  # nothing half-written; pooled connections replaced
+    store.create(make_record("churn"))
+    assert [r.name for r in store.list()] == ["churn", "fraud"]
+    store.close()
