@@ -1,14 +1,17 @@
 """The control plane's live state: endpoints and the replica set of each served entity.
 
-Records persist in the EndpointStore; replicas are local processes. A config change starts the new
-served entities' replicas, waits until they are ready, and only then moves traffic to them; a failed
-rollout ends UPDATE_FAILED and the old config keeps serving.
+Records persist in the EndpointStore; replicas are local processes, each listed in the replica registry
+while it serves. A config change starts the new served entities' replicas, waits until they are ready,
+and only then moves traffic to them; a failed rollout ends UPDATE_FAILED and the old config keeps
+serving. A gateway that starts on existing state adopts the live replicas a crashed predecessor left
+(registry, then health check, then ``/adopt``), starts only what is missing, and stops the rest.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -22,9 +25,11 @@ from serving.endpoints.monitoring import keep_monitoring
 from serving.endpoints.store import EndpointStore
 from serving.protocol.errors import conflict, invalid_parameter, not_found, unavailable
 from serving.registry import versions
-from serving.replicas.local import Launcher, ReplicaStartError
+from serving.replicas.local import (Launcher, ReplicaOwned, ReplicaStartError, adopt_replica, process_running,
+                                    stop_stray)
 from serving.replicas.local_backend import LocalBackend
 from serving.replicas.replica_set import DEFAULT_MAX_CONCURRENCY, ReplicaSet
+from serving.state.replica_registry import ReplicaRegistry, ReplicaRow
 from serving.traffic.response_cache import ResponseCache
 
 log = logging.getLogger(__name__)
@@ -80,8 +85,10 @@ class EndpointManager:
         request_timeout_s: float = 30.0,
     ) -> None:
         self.store = store
+        self.registry = ReplicaRegistry(store.database)
         self._resolve = resolver
-        self.launcher = Launcher.for_gateway(replica_env, log_dir)
+        self._home = home or log_dir.parent
+        self.launcher = Launcher.for_gateway(replica_env, log_dir, token_file=self._home / "replica.token")
         self.backend = LocalBackend(self.launcher)   # its warm pool comes with the autoscaler (gateway.app)
         if replica_client is None:
             from serving.replicas.client import ReplicaClient
@@ -89,10 +96,12 @@ class EndpointManager:
             replica_client = ReplicaClient(self.launcher.token)
         self.replica_client = replica_client
         self.request_timeout_s = request_timeout_s
-        self._home = home or log_dir.parent
         self._ready_timeout_s = ready_timeout_s
         self.live: dict[str, LiveEndpoint] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._restoring: dict[str, asyncio.Event] = {}  # set once the restored endpoint is live (or failed)
+        self._recording: dict[tuple[str, str, str], asyncio.Lock] = {}  # one registry write at a time per entity
+        self._record_tasks: set[asyncio.Task[None]] = set()
 
     # ---- control plane -------------------------------------------------------------------------
     async def create(self, request: spec.CreateEndpointRequest, creator: str) -> spec.EndpointRecord:
@@ -157,12 +166,94 @@ class EndpointManager:
         await self.replica_client.start()
 
     async def restore(self) -> None:
-        """On gateway start: bring every stored endpoint's current config back up."""
-        for record in await run_in_threadpool(self.store.list):
+        """On gateway start: bring every stored endpoint's current config back up.
+
+        Until its replicas can answer, an endpoint is ``NOT_READY`` and its requests wait for them (up to
+        the request timeout) rather than failing: it was serving before the restart, and its clients
+        should see a slow answer, not an error."""
+        records = await run_in_threadpool(self.store.list)
+        left = await self._left_running(records)
+        for record in records:
+            record.ready = "NOT_READY"
             record.config_update = "IN_PROGRESS"
             record.pending_config = None
+            record.state_message = "the gateway restarted: starting the endpoint's replicas"
             await run_in_threadpool(self.store.put, record)
-            self._spawn(record.name, self._deploy(record.name, record.config, record.config_version, restoring=True))
+            self._restoring[record.name] = asyncio.Event()
+            self._spawn(record.name, self._deploy(record.name, record.config, record.config_version, left))
+
+    async def _left_running(self, records: list[spec.EndpointRecord]) -> dict[tuple[str, str, str], list[ReplicaRow]]:
+        """The registry's replicas whose gateway is gone: those of the stored endpoints' entities, by entity, to
+        adopt; those of anything else (an endpoint deleted or changed meanwhile) are stopped and forgotten."""
+        try:
+            rows = await run_in_threadpool(self.registry.all)
+        except Exception as exc:  # noqa: BLE001 - start without adopting: every replica starts anew
+            log.warning("replica registry unreadable (%s): no replica adopted", type(exc).__name__)
+            return {}
+        wanted = {(r.name, str(e.name), f"models:/{e.entity_name}/{e.resolved_version}")
+                  for r in records for e in r.config.served_entities}
+        by_entity: dict[tuple[str, str, str], list[ReplicaRow]] = {}
+        strays = []
+        for row in rows:
+            if row.owner_pid != os.getpid() and process_running(row.owner_pid):
+                continue  # another gateway on this state runs it: not ours to adopt or stop
+            if row.key in wanted and row.backend == "local":
+                by_entity.setdefault(row.key, []).append(row)
+            else:
+                strays.append(row)
+        for row in strays:
+            await run_in_threadpool(stop_stray, row.pid, row.port)
+        if strays:
+            log.info("stopped %d replica(s) left running that no endpoint needs", len(strays))
+            try:
+                await run_in_threadpool(self.registry.forget, strays)
+            except Exception as exc:  # noqa: BLE001 - a stale row is harmless: the next start checks it again
+                log.warning("replica registry not updated: %s", type(exc).__name__)
+        return by_entity
+
+    async def _adopt(self, served: ReplicaSet, rows: list[ReplicaRow]) -> int:
+        """Adopt the live replicas among ``rows`` into ``served``; dead or foreign ones are stopped. How many."""
+        adopted = 0
+        gone = []
+        for row in rows:
+            try:
+                taken = await run_in_threadpool(adopt_replica, row.host, row.port, row.pid, row.model_uri,
+                                                self.launcher.token, self.launcher.log_dir)
+            except ReplicaOwned as exc:
+                log.info("not adopted: %s", exc)
+                continue
+            if taken is None:
+                await run_in_threadpool(stop_stray, row.pid, row.port)
+                gone.append(row)
+                continue
+            replica, ready = taken
+            replica.started_at = row.started_at
+            served.adopt(replica, ready)  # its row is rewritten under this gateway
+            adopted += 1
+        if gone:
+            try:
+                await run_in_threadpool(self.registry.forget, gone)
+            except Exception as exc:  # noqa: BLE001 - a stale row is harmless: the next start checks it again
+                log.warning("replica registry not updated: %s", type(exc).__name__)
+        return adopted
+
+    def _replicas_changed(self, served: ReplicaSet) -> None:
+        """Record the entity's replicas in the registry (in the background; the newest list wins)."""
+        task = asyncio.get_running_loop().create_task(self._record(served))
+        self._record_tasks.add(task)
+        task.add_done_callback(self._record_tasks.discard)
+
+    async def _record(self, served: ReplicaSet) -> None:
+        key = (served.endpoint, served.name, served.model_uri)
+        async with self._recording.setdefault(key, asyncio.Lock()):
+            rows = [ReplicaRow(host=r.host, port=r.port, pid=r.pid, endpoint=served.endpoint, entity=served.name,
+                               model_uri=served.model_uri, backend="local", started_at=r.started_at,
+                               owner_pid=os.getpid())
+                    for r in served.replicas]
+            try:
+                await run_in_threadpool(self.registry.replace, *key, os.getpid(), rows)
+            except Exception as exc:  # noqa: BLE001 - serving goes on; a restart then adopts fewer replicas
+                log.warning("replica registry not updated for %s/%s: %s", served.endpoint, served.name, type(exc).__name__)
 
     async def shutdown(self) -> None:
         rollouts = list(self._tasks.values())
@@ -174,6 +265,7 @@ class EndpointManager:
         entities = [e for live in self.live.values() for e in live.entities.values()]
         self.live.clear()
         await self._stop_all(entities, cancel_starts=True)
+        await asyncio.gather(*self._record_tasks, return_exceptions=True)  # the registry says: none left
         await self.backend.close()
         await self.replica_client.close()
 
@@ -183,13 +275,24 @@ class EndpointManager:
             await asyncio.gather(task, return_exceptions=True)
 
     # ---- data plane ----------------------------------------------------------------------------
-    def served(self, name: str) -> LiveEndpoint:
+    async def served(self, name: str) -> LiveEndpoint:
+        """The live endpoint; one being restored after a gateway restart is waited for (up to the request
+        timeout), one being created is a 503 at once, as Databricks answers for an endpoint not ready."""
         live = self.live.get(name)
-        if live is None:
-            if name in self._tasks:
-                raise unavailable(f"endpoint {name} is not ready yet")
-            raise not_found(f"endpoint {name} does not exist")
-        return live
+        if live is not None:
+            return live
+        restoring = self._restoring.get(name)
+        if restoring is not None:
+            try:
+                await asyncio.wait_for(restoring.wait(), self.request_timeout_s)
+            except TimeoutError:
+                raise unavailable(f"endpoint {name} is still starting after a gateway restart; retry shortly") from None
+            live = self.live.get(name)
+            if live is not None:
+                return live
+        if name in self._tasks or restoring is not None:
+            raise unavailable(f"endpoint {name} is not ready yet")
+        raise not_found(f"endpoint {name} does not exist")
 
     def entity(self, endpoint: str, name: str) -> ReplicaSet | None:
         """The live served entity ``name`` of ``endpoint`` (None once it has left the routing)."""
@@ -209,7 +312,17 @@ class EndpointManager:
         self._tasks[name] = task
         task.add_done_callback(lambda t, n=name: self._tasks.pop(n, None) if self._tasks.get(n) is t else None)
 
-    async def _deploy(self, name: str, config: spec.EndpointCoreConfig, version: int, restoring: bool = False) -> None:
+    async def _deploy(self, name: str, config: spec.EndpointCoreConfig, version: int,
+                      left: Mapping[tuple[str, str, str], list[ReplicaRow]] | None = None) -> None:
+        try:
+            await self._roll_out(name, config, version, left or {})
+        finally:
+            restoring = self._restoring.pop(name, None)
+            if restoring is not None:
+                restoring.set()  # requests waiting for the restored endpoint go on (or get 503 if it failed)
+
+    async def _roll_out(self, name: str, config: spec.EndpointCoreConfig, version: int,
+                        left: Mapping[tuple[str, str, str], list[ReplicaRow]]) -> None:
         old = self.live.get(name)
         keep: dict[str, ReplicaSet] = {}
         started: list[ReplicaSet] = []
@@ -222,10 +335,14 @@ class EndpointManager:
                     keep[entity.name] = current
                     continue
                 served = ReplicaSet(entity.name, entity.entity_name, str(entity.resolved_version), self.backend,
-                                    endpoint=name, max_concurrency=limit, scaling=spec.scaling_config(entity))
+                                    endpoint=name, max_concurrency=limit, scaling=spec.scaling_config(entity),
+                                    on_change=self._replicas_changed)
                 served.attach(self.replica_client.send, self.request_timeout_s)
                 started.append(served)
-                await served.start(max(entity.min_replicas or 1, 1), self._ready_timeout_s)
+                adopted = await self._adopt(served, left.get((name, str(entity.name), served.model_uri), []))
+                missing = max(entity.min_replicas or 1, 1) - adopted
+                if missing > 0:
+                    await served.start(missing, self._ready_timeout_s)
                 keep[entity.name] = served
         except (ReplicaStartError, OSError) as exc:
             log.error("rollout of endpoint %s failed: %s", name, exc)

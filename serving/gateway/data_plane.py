@@ -66,7 +66,7 @@ class InvocationsHandler:
             if declared.isdigit() and int(declared) > self.max_body_bytes:
                 raise payload_too_large(f"request body over the limit of {self.max_body_bytes} bytes")
             body = await self._body(receive)
-            live = self.manager.served(name)
+            live = self.manager.live.get(name) or await self.manager.served(name)
             entity_name = choose_entity(live.weights, self.rng)
             entity = live.entities[entity_name]
             version = entity.version

@@ -31,6 +31,7 @@ PATH = "/invocations/batch"
 MAX_ITEMS = 1024
 BUSY_HEADER = "x-tollfree-busy-s"
 REPLICA_TOKEN_ENV = "TOLLFREE_REPLICA_TOKEN"
+OWNER_ENV = "TOLLFREE_REPLICA_OWNER_PID"  # the pid of the gateway that starts a local replica (its owner)
 
 
 class WireError(ValueError):

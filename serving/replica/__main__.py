@@ -16,6 +16,7 @@ skip_feast_type_checks()  # before anything below imports Feast
 
 from serving.protocol.wire import REPLICA_TOKEN_ENV  # noqa: E402
 from serving.replica.app import StandbyApp, create_replica_app  # noqa: E402
+from serving.replica.owner import DEFAULT_ORPHAN_S, ORPHAN_ENV, Adoptable, OwnerWatch, first_owner, watch  # noqa: E402
 from serving.replica.runtime import ModelRuntime  # noqa: E402
 
 log = logging.getLogger("serving.replica")
@@ -50,6 +51,14 @@ def _preload_runtime(home: Path) -> Any:
         return None
 
 
+def _orphan_grace_s(environ: Any) -> float:
+    try:
+        return max(1.0, float(environ.get(ORPHAN_ENV) or DEFAULT_ORPHAN_S))
+    except ValueError:
+        log.warning("%s is not a number of seconds: using %.0f", ORPHAN_ENV, DEFAULT_ORPHAN_S)
+        return DEFAULT_ORPHAN_S
+
+
 def main(argv: list[str] | None = None) -> int:
     from serving.settings import export_defaults
 
@@ -80,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
         runtime.warm()
         runtime.profile()
         app = create_replica_app(runtime, token=token, model_uri=args.model_uri, load_seconds=time.perf_counter() - started)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, loop="uvloop",
+    owner = OwnerWatch(first_owner(os.environ), _orphan_grace_s(os.environ))
+    watch(owner)
+    uvicorn.run(Adoptable(app, owner, token), host=args.host, port=args.port, log_level="warning", access_log=False, loop="uvloop",
                 http="httptools", lifespan="on")
     return 0
 

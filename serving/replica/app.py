@@ -130,7 +130,8 @@ class ReplicaApp:
         self._token = f"Bearer {token}".encode() if token else None
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="predict")
         plan = runtime.plan.to_json() if runtime.plan is not None else None
-        self._ready = orjson.dumps({"status": "ready", "batching": plan, "numpy_path": runtime.numpy_path is not None})
+        self._ready = orjson.dumps({"status": "ready", "batching": plan, "numpy_path": runtime.numpy_path is not None,
+                                    "model_uri": self.metrics.model_uri})
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":

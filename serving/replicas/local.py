@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from serving.protocol.wire import REPLICA_TOKEN_ENV
+from serving.protocol.wire import OWNER_ENV, REPLICA_TOKEN_ENV
 from serving.settings import PROJECT_DIR
 
 log = logging.getLogger(__name__)
@@ -36,14 +36,19 @@ class ReplicaStartError(RuntimeError):
     """A replica process exited or never became ready."""
 
 
+class ReplicaOwned(RuntimeError):
+    """A replica refused adoption: the gateway that runs it is alive."""
+
+
 @dataclass
 class LocalReplica:
     model_uri: str
     host: str
     port: int
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | AdoptedProcess  # ours, or one a crashed gateway left running
     log_path: Path
     outstanding: int = field(default=0)
+    started_at: float = field(default_factory=time.time)
 
     @property
     def url(self) -> str:
@@ -57,6 +62,101 @@ class LocalReplica:
         return self.process.poll() is None
 
 
+class AdoptedProcess:
+    """A replica process this gateway did not start (it adopted it): the part of ``Popen`` the gateway uses.
+    Not our child, so its exit code is unknown: ``returncode`` is -1 once it is gone."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and not process_running(self.pid):
+            self.returncode = -1
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0)
+            time.sleep(0.05)
+        return -1
+
+
+def process_running(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def is_replica_process(pid: int, port: int) -> bool:
+    """``pid`` runs ``serving.replica`` on ``port`` (a registry row may outlive its process, and a pid be reused)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            args = cmdline.read().split(b"\0")
+    except OSError:
+        return False
+    return b"serving.replica" in args and b"--port" in args and str(port).encode() in args
+
+
+def adopt_replica(host: str, port: int, pid: int, model_uri: str, token: str | None, log_dir: Path,
+                  timeout_s: float = 2.0) -> tuple[LocalReplica, dict] | None:
+    """Take over a live replica a previous gateway started: it must be a replica process on that port, answer
+    ready for ``model_uri`` and accept this gateway (its pid) as its owner with the replica token. None if not;
+    ReplicaOwned if its owner is alive (it refuses: a replica is never taken from a living gateway)."""
+    if not is_replica_process(pid, port):
+        return None
+    url = f"http://{host}:{port}"
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    try:
+        ready = httpx.get(f"{url}/health/ready", timeout=timeout_s)
+        if ready.status_code != 200 or ready.json().get("model_uri") != model_uri:
+            return None
+        answer = httpx.post(f"{url}/adopt", json={"owner_pid": os.getpid()}, headers=headers, timeout=timeout_s)
+        if answer.status_code == 409:
+            raise ReplicaOwned(f"replica pid {pid} on port {port} belongs to a gateway that is alive")
+        if answer.status_code != 200:
+            return None
+    except (httpx.HTTPError, ValueError):
+        return None
+    replica = LocalReplica(model_uri=model_uri, host=host, port=port, process=AdoptedProcess(pid),
+                           log_path=log_dir / f"replica-{port}.log")
+    log.info("adopted replica pid %d for %s on port %d", pid, model_uri, port)
+    return replica, ready.json()
+
+
+def stop_stray(pid: int, port: int) -> None:
+    """Stop a replica process nobody needs any more (left by a crashed gateway), if it still is one."""
+    if is_replica_process(pid, port):
+        stop_replica(LocalReplica("", "127.0.0.1", port, AdoptedProcess(pid), Path(os.devnull)))
+
+
+def replica_token(environ: Mapping[str, str], token_file: Path | None) -> str:
+    """``TOLLFREE_REPLICA_TOKEN``; else the state folder's own (``token_file``, created 0600 on first use), so a
+    restarted gateway can still talk to the replicas its predecessor left; else a fresh one."""
+    if environ.get(REPLICA_TOKEN_ENV):
+        return environ[REPLICA_TOKEN_ENV]
+    if token_file is None:
+        return secrets.token_urlsafe(32)
+    try:
+        return token_file.read_text().strip() or _new_token(token_file)
+    except FileNotFoundError:
+        return _new_token(token_file)
+
+
+def _new_token(token_file: Path) -> str:
+    token = secrets.token_urlsafe(32)
+    token_file.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(token)
+    return token
+
+
 @dataclass(frozen=True)
 class Launcher:
     """How one gateway starts its replicas: the folder for their logs and the environment they get."""
@@ -65,13 +165,13 @@ class Launcher:
     env: Mapping[str, str]
 
     @classmethod
-    def for_gateway(cls, environ: Mapping[str, str], log_dir: Path) -> Launcher:
+    def for_gateway(cls, environ: Mapping[str, str], log_dir: Path, token_file: Path | None = None) -> Launcher:
         """The gateway's environment for its replicas: never its admin token, always a replica token.
 
         Replicas accept invocations only with the replica token; it lives in the gateway and their
         environment. Set TOLLFREE_REPLICA_TOKEN (a Kubernetes Secret, say) when replicas run apart from
-        the gateway; otherwise each gateway generates its own."""
-        token = environ.get(REPLICA_TOKEN_ENV) or secrets.token_urlsafe(32)
+        the gateway; otherwise it is kept in ``token_file`` (see :func:`replica_token`)."""
+        token = replica_token(environ, token_file)
         env = {**{k: v for k, v in environ.items() if k != "TOLLFREE_TOKEN"}, REPLICA_TOKEN_ENV: token}
         return cls(log_dir, env)
 
@@ -113,7 +213,7 @@ def start_replica(model_uri: str, log_dir: Path, env: Mapping[str, str], host: s
             [sys.executable, "-m", "serving.replica", *what, "--host", host, "--port", str(port)],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=dict(env),
+            env={**env, OWNER_ENV: str(os.getpid())},  # the replica outlives us if we crash, and knows it
             cwd=str(PROJECT_DIR),
             start_new_session=True,
         )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -40,7 +40,7 @@ class ReplicaSet:
     def __init__(self, name: str, model_name: str, version: str, backend: LocalBackend | None = None, *,
                  endpoint: str = "", replicas: tuple[Any, ...] | list[Any] = (),
                  max_concurrency: int = DEFAULT_MAX_CONCURRENCY, scaling: ScalingConfig | None = None,
-                 drain_timeout_s: float = 30.0) -> None:
+                 drain_timeout_s: float = 30.0, on_change: Callable[[ReplicaSet], None] | None = None) -> None:
         self.endpoint = endpoint            # for its log lines ("endpoint/entity")
         self.name = name
         self.model_name = model_name
@@ -55,6 +55,7 @@ class ReplicaSet:
         self._starting = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
+        self._on_change = on_change         # told whenever ``replicas`` changes (the replica registry)
 
     # ---- what others read ----------------------------------------------------------------------
     @property
@@ -121,13 +122,25 @@ class ReplicaSet:
             self._adopt_plan(ready, replace=True)
         if self.dispatcher is not None:
             self.dispatcher.capacity_changed()
+        self._changed()
+
+    def adopt(self, replica: Any, ready: Mapping[str, Any]) -> None:
+        """A live replica of this entity that a previous gateway started (see ``replicas.local.adopt_replica``)."""
+        self._replicas.append(replica)
+        self._adopt_plan(ready, replace=len(self._replicas) == 1)
+        if self.dispatcher is not None:
+            self.dispatcher.capacity_changed()
+        self._changed()
 
     def ready_count(self) -> int:
         """The replicas in the routing; a dead one leaves it here (the autoscaler replaces it)."""
-        for replica in [r for r in self._replicas if not r.alive()]:
+        dead = [r for r in self._replicas if not r.alive()]
+        for replica in dead:
             self._replicas.remove(replica)
             log.warning("replica pid %d of %s/%s died (code %s)", replica.pid, self.endpoint, self.name,
                         replica.process.returncode)
+        if dead:
+            self._changed()
         return len(self._replicas)
 
     def scale_to(self, n: int) -> None:
@@ -141,9 +154,12 @@ class ReplicaSet:
         if surplus > 0:
             # ready replicas leave first; what is left of the surplus is still starting, and ``_add``
             # stops those when they come up past the wanted count
-            for replica in sorted(self._replicas, key=lambda r: r.outstanding)[:surplus]:
+            leaving = sorted(self._replicas, key=lambda r: r.outstanding)[:surplus]
+            for replica in leaving:
                 self._replicas.remove(replica)  # no new requests from here on
                 self._spawn(self._drain_and_stop(replica))
+            if leaving:
+                self._changed()
 
     async def stop(self, *, cancel_starts: bool = False) -> None:
         """Out of service: every replica stopped. A start under way stops its replica once it is up, or
@@ -154,6 +170,7 @@ class ReplicaSet:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
         replicas, self._replicas = self._replicas, []
+        self._changed()
         for replica in replicas:
             await self._backend().stop(replica)
 
@@ -162,6 +179,10 @@ class ReplicaSet:
         if self.backend is None:
             raise RuntimeError(f"replica set {self.endpoint}/{self.name} has no backend to start or stop replicas")
         return self.backend
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change(self)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -184,6 +205,7 @@ class ReplicaSet:
                 self._adopt_plan(ready, replace=False)
                 if self.dispatcher is not None:
                     self.dispatcher.capacity_changed()
+                self._changed()
                 log.info("replica pid %d added to %s/%s (%d now)", replica.pid, self.endpoint, self.name,
                          len(self._replicas))
         except (ReplicaStartError, OSError) as exc:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Integer, MetaData, Table, Text
+from sqlalchemy import Column, Float, Index, Integer, MetaData, Table, Text
 
 metadata = MetaData()
 
@@ -15,4 +15,22 @@ endpoints = Table(
     Column("config_version", Integer, nullable=False),
     Column("revision", Integer, nullable=False),
     Column("record", Text, nullable=False),
+)
+
+# The replica registry: each replica in a served entity's routing (one row per address), written by the
+# gateway that runs it (``owner_pid``) whenever the entity's replicas change; a gateway started on this state
+# adopts the live ones whose owner is gone (``serving.endpoints.manager``). ``started_at``: seconds since the epoch.
+replicas = Table(
+    "replicas",
+    metadata,
+    Column("host", Text, primary_key=True),
+    Column("port", Integer, primary_key=True),
+    Column("pid", Integer, nullable=False),
+    Column("endpoint", Text, nullable=False),
+    Column("entity", Text, nullable=False),
+    Column("model_uri", Text, nullable=False),
+    Column("backend", Text, nullable=False),
+    Column("owner_pid", Integer, nullable=False),
+    Column("started_at", Float, nullable=False),
+    Index("replicas_by_entity", "endpoint", "entity"),
 )

@@ -1,6 +1,7 @@
 """The state store's schema and availability: Alembic migrations (from a database made before them, under
-concurrent gateways, refused when asked), and a PostgreSQL that is unreachable at start or goes away while
-serving. Real SQLite files and a real PostgreSQL server; no message may carry the password."""
+concurrent gateways, refused when asked), a PostgreSQL that is unreachable at start or goes away while
+serving, and the replica registry. Real SQLite files and a real PostgreSQL server; no message may carry the
+password."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from sqlalchemy import text
 
 from serving.endpoints.store import EndpointStore
 from serving.protocol.errors import ApiError
-from serving.replicas.local import free_port
+from serving.replicas.local import free_port, replica_token
 from serving.state import migrate
 from serving.state.database import StateStoreError, open_database
+from serving.state.replica_registry import ReplicaRegistry, ReplicaRow
 from tests.integration.test_endpoint_store import make_record
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,3 +131,35 @@ def test_a_postgresql_outage_is_a_503_naming_the_store_and_the_store_recovers(po
     store.create(make_record("churn"))
     assert [r.name for r in store.list()] == ["churn", "fraud"]
     store.close()
+
+
+def _row(port: int, owner: int, entity: str = "m-1", pid: int = 1) -> ReplicaRow:
+    return ReplicaRow(host="127.0.0.1", port=port, pid=pid, endpoint="ep", entity=entity, model_uri="models:/m/1",
+                      backend="local", started_at=1.0, owner_pid=owner)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_the_replica_registry_replaces_only_its_own_gateway_rows(backend, tmp_path, request) -> None:
+    if backend == "sqlite":
+        store = EndpointStore(tmp_path / "endpoints.db")
+    else:
+        server = request.getfixturevalue("postgres")
+        store = EndpointStore(server.url(server.new_database()))
+    registry = ReplicaRegistry(store.database)
+    registry.replace("ep", "m-1", "models:/m/1", 100, [_row(1, 100), _row(2, 100)])
+    registry.replace("ep", "m-1", "models:/m/1", 200, [_row(3, 200)])  # another live gateway's replica
+    registry.replace("ep", "m-1", "models:/m/1", 100, [_row(2, 100)])  # gateway 100 scaled down to one
+    assert sorted((r.port, r.owner_pid) for r in registry.all()) == [(2, 100), (3, 200)]
+    registry.replace("ep", "m-1", "models:/m/1", 300, [_row(2, 300)])  # gateway 300 adopted port 2 from 100
+    assert sorted((r.port, r.owner_pid) for r in registry.all()) == [(2, 300), (3, 200)]
+    registry.forget([_row(3, 200)])
+    assert [(r.port, r.owner_pid) for r in registry.all()] == [(2, 300)]
+    store.close()
+
+
+def test_the_replica_token_is_kept_in_the_state_folder_readable_only_by_its_owner(tmp_path: Path) -> None:
+    token_file = tmp_path / "replica.token"
+    first = replica_token({}, token_file)
+    assert replica_token({}, token_file) == first and len(first) >= 32
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    assert replica_token({"TOLLFREE_REPLICA_TOKEN": "from-a-secret"}, token_file) == "from-a-secret"

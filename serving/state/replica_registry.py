@@ -1,0 +1,65 @@
+"""The replica registry in the state store: which replica processes serve which entity, and where.
+
+The gateway that runs a served entity writes its rows whenever the entity's replicas change (one
+transaction replaces them); a gateway started on the same state reads them to adopt the replicas a
+crashed predecessor left running. A write that fails is logged, never raised: serving does not depend on it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+from sqlalchemy import and_, delete, insert, or_, select, tuple_
+
+from serving.state.database import Database
+from serving.state.schema import replicas
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReplicaRow:
+    host: str
+    port: int
+    pid: int
+    endpoint: str
+    entity: str
+    model_uri: str
+    backend: str
+    started_at: float
+    owner_pid: int  # the gateway that runs it
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """The served entity the replica belongs to: (endpoint, entity, model URI)."""
+        return self.endpoint, self.entity, self.model_uri
+
+
+class ReplicaRegistry:
+    def __init__(self, database: Database) -> None:
+        self.database = database
+
+    def all(self) -> list[ReplicaRow]:
+        with self.database.engine.connect() as db:
+            return [ReplicaRow(**row._mapping) for row in db.execute(select(replicas))]
+
+    def replace(self, endpoint: str, entity: str, model_uri: str, owner_pid: int, rows: Iterable[ReplicaRow]) -> None:
+        """The entity's replicas run by gateway ``owner_pid`` are now exactly ``rows`` (a row for one of their
+        addresses, left by a gateway that is gone, is replaced)."""
+        rows = list(rows)
+        with self.database.engine.begin() as db:
+            db.execute(delete(replicas).where(and_(replicas.c.endpoint == endpoint, replicas.c.entity == entity,
+                                                   replicas.c.model_uri == model_uri,
+                                                   replicas.c.owner_pid == owner_pid)))
+            if rows:
+                db.execute(delete(replicas).where(tuple_(replicas.c.host, replicas.c.port).in_(
+                    [(r.host, r.port) for r in rows])))
+                db.execute(insert(replicas), [asdict(r) for r in rows])
+
+    def forget(self, rows: Iterable[ReplicaRow]) -> None:
+        addresses = [and_(replicas.c.host == r.host, replicas.c.port == r.port) for r in rows]
+        if addresses:
+            with self.database.engine.begin() as db:
+                db.execute(delete(replicas).where(or_(*addresses)))
