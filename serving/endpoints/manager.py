@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -22,12 +21,13 @@ from starlette.concurrency import run_in_threadpool
 
 from serving.endpoints import spec
 from serving.endpoints.monitoring import keep_monitoring
+from serving.endpoints.replica_book import ReplicaBook
 from serving.endpoints.store import EndpointStore
 from serving.protocol.errors import conflict, invalid_parameter, not_found, unavailable
 from serving.registry import versions
-from serving.replicas.local import (Launcher, ReplicaOwned, ReplicaStartError, adopt_replica, process_running,
-                                    stop_stray)
+from serving.replicas.local import Launcher, ReplicaStartError
 from serving.replicas.local_backend import LocalBackend
+from serving.replicas.remote import RemoteReplica
 from serving.replicas.replica_set import DEFAULT_MAX_CONCURRENCY, ReplicaSet
 from serving.state.replica_registry import ReplicaRegistry, ReplicaRow
 from serving.traffic.response_cache import ResponseCache
@@ -85,10 +85,10 @@ class EndpointManager:
         request_timeout_s: float = 30.0,
     ) -> None:
         self.store = store
-        self.registry = ReplicaRegistry(store.database)
         self._resolve = resolver
         self._home = home or log_dir.parent
         self.launcher = Launcher.for_gateway(replica_env, log_dir, token_file=self._home / "replica.token")
+        self.book = ReplicaBook(ReplicaRegistry(store.database), self.launcher)
         self.backend = LocalBackend(self.launcher)   # its warm pool comes with the autoscaler (gateway.app)
         if replica_client is None:
             from serving.replicas.client import ReplicaClient
@@ -100,8 +100,9 @@ class EndpointManager:
         self.live: dict[str, LiveEndpoint] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._restoring: dict[str, asyncio.Event] = {}  # set once the restored endpoint is live (or failed)
-        self._recording: dict[tuple[str, str, str], asyncio.Lock] = {}  # one registry write at a time per entity
-        self._record_tasks: set[asyncio.Task[None]] = set()
+        # Several gateways on one store: only the leader runs rollouts, replicas and the autoscaler; the others
+        # write their control-plane changes to the store (the leader picks them up) and route to its replicas.
+        self.leading = True
 
     # ---- control plane -------------------------------------------------------------------------
     async def create(self, request: spec.CreateEndpointRequest, creator: str) -> spec.EndpointRecord:
@@ -114,7 +115,8 @@ class EndpointManager:
             pending_config=None, ai_gateway=None, state_message=None,
         )
         await run_in_threadpool(self.store.create, record)
-        self._spawn(name, self._deploy(name, config, record.config_version))
+        if self.leading:
+            self._spawn(name, self._deploy(name, config, record.config_version))
         return record
 
     async def update_config(self, name: str, raw: spec.EndpointCoreConfig) -> spec.EndpointRecord:
@@ -127,7 +129,8 @@ class EndpointManager:
         record.config_update = "IN_PROGRESS"
         record.updated_ms = int(time.time() * 1000)
         await run_in_threadpool(self.store.compare_and_set, name, record.config_version, record)
-        self._spawn(name, self._deploy(name, config, record.config_version + 1))
+        if self.leading:
+            self._spawn(name, self._deploy(name, config, record.config_version + 1))
         return record
 
     async def delete(self, name: str) -> None:
@@ -172,7 +175,7 @@ class EndpointManager:
         the request timeout) rather than failing: it was serving before the restart, and its clients
         should see a slow answer, not an error."""
         records = await run_in_threadpool(self.store.list)
-        left = await self._left_running(records)
+        left = await self.book.left_running(records)
         for record in records:
             record.ready = "NOT_READY"
             record.config_update = "IN_PROGRESS"
@@ -182,80 +185,66 @@ class EndpointManager:
             self._restoring[record.name] = asyncio.Event()
             self._spawn(record.name, self._deploy(record.name, record.config, record.config_version, left))
 
-    async def _left_running(self, records: list[spec.EndpointRecord]) -> dict[tuple[str, str, str], list[ReplicaRow]]:
-        """The registry's replicas whose gateway is gone: those of the stored endpoints' entities, by entity, to
-        adopt; those of anything else (an endpoint deleted or changed meanwhile) are stopped and forgotten."""
-        try:
-            rows = await run_in_threadpool(self.registry.all)
-        except Exception as exc:  # noqa: BLE001 - start without adopting: every replica starts anew
-            log.warning("replica registry unreadable (%s): no replica adopted", type(exc).__name__)
-            return {}
-        wanted = {(r.name, str(e.name), f"models:/{e.entity_name}/{e.resolved_version}")
-                  for r in records for e in r.config.served_entities}
-        by_entity: dict[tuple[str, str, str], list[ReplicaRow]] = {}
-        strays = []
-        for row in rows:
-            if row.owner_pid != os.getpid() and process_running(row.owner_pid):
-                continue  # another gateway on this state runs it: not ours to adopt or stop
-            if row.key in wanted and row.backend == "local":
-                by_entity.setdefault(row.key, []).append(row)
-            else:
-                strays.append(row)
-        for row in strays:
-            await run_in_threadpool(stop_stray, row.pid, row.port)
-        if strays:
-            log.info("stopped %d replica(s) left running that no endpoint needs", len(strays))
-            try:
-                await run_in_threadpool(self.registry.forget, strays)
-            except Exception as exc:  # noqa: BLE001 - a stale row is harmless: the next start checks it again
-                log.warning("replica registry not updated: %s", type(exc).__name__)
-        return by_entity
+    # ---- several gateways on one store ---------------------------------------------------------
+    async def follow(self) -> None:
+        """A follower's data plane, refreshed from the store: every endpoint's config routed to the replicas
+        the registry lists for it (run by the leader). Replicas kept across refreshes keep their counts."""
+        records = await run_in_threadpool(self.store.list)
+        rows = await self.book.routes()
+        for record in records:
+            live = self.live.get(record.name)
+            entities: dict[str, ReplicaSet] = {}
+            for entity in record.config.served_entities:
+                uri = f"models:/{entity.entity_name}/{entity.resolved_version}"
+                served = live.entities.get(entity.name) if live is not None else None
+                if served is None or served.model_uri != uri or not served.followed:
+                    served = ReplicaSet(entity.name, entity.entity_name, str(entity.resolved_version), None,
+                                        endpoint=record.name, max_concurrency=entity.max_concurrency or DEFAULT_MAX_CONCURRENCY)
+                    served.followed = True
+                    served.attach(self.replica_client.send, self.request_timeout_s)
+                served.route_to([RemoteReplica(r.host, r.port, r.pid) for r in rows.get((record.name, entity.name, uri), [])])
+                entities[entity.name] = served
+            weights = spec.traffic_weights(record.config)
+            if live is None or live.entities != entities or live.weights != weights:
+                self.live[record.name] = LiveEndpoint(entities, weights, cache_for(record.config))
+        for name in set(self.live) - {r.name for r in records}:
+            del self.live[name]
 
-    async def _adopt(self, served: ReplicaSet, rows: list[ReplicaRow]) -> int:
-        """Adopt the live replicas among ``rows`` into ``served``; dead or foreign ones are stopped. How many."""
-        adopted = 0
-        gone = []
-        for row in rows:
-            try:
-                taken = await run_in_threadpool(adopt_replica, row.host, row.port, row.pid, row.model_uri,
-                                                self.launcher.token, self.launcher.log_dir)
-            except ReplicaOwned as exc:
-                log.info("not adopted: %s", exc)
-                continue
-            if taken is None:
-                await run_in_threadpool(stop_stray, row.pid, row.port)
-                gone.append(row)
-                continue
-            replica, ready = taken
-            replica.started_at = row.started_at
-            served.adopt(replica, ready)  # its row is rewritten under this gateway
-            adopted += 1
-        if gone:
-            try:
-                await run_in_threadpool(self.registry.forget, gone)
-            except Exception as exc:  # noqa: BLE001 - a stale row is harmless: the next start checks it again
-                log.warning("replica registry not updated: %s", type(exc).__name__)
-        return adopted
+    async def lead(self) -> None:
+        """This gateway has become the leader: adopt the replicas the previous leader left (its process is
+        gone) and run every endpoint from here on. Requests keep flowing through the followed routing until
+        each endpoint's own replica sets replace it."""
+        self.leading = True
+        records = await run_in_threadpool(self.store.list)
+        left = await self.book.left_running(records)
+        for record in records:
+            if record.name not in self._tasks:
+                config, version = self._target(record)
+                self._spawn(record.name, self._deploy(record.name, config, version, left))
 
-    def _replicas_changed(self, served: ReplicaSet) -> None:
-        """Record the entity's replicas in the registry (in the background; the newest list wins)."""
-        task = asyncio.get_running_loop().create_task(self._record(served))
-        self._record_tasks.add(task)
-        task.add_done_callback(self._record_tasks.discard)
+    async def reconcile(self) -> None:
+        """The leader applies what other gateways wrote: endpoints created or updated through them (a
+        rollout starts), or deleted (their replicas stop)."""
+        records = await run_in_threadpool(self.store.list)
+        for record in records:
+            # in progress and nobody here rolling it out: written by a follower, or by a leader that died in the
+            # middle; a failed rollout is UPDATE_FAILED, so it is not retried until the next change
+            if record.config_update == "IN_PROGRESS" and record.name not in self._tasks:
+                config, version = self._target(record)
+                self._spawn(record.name, self._deploy(record.name, config, version))
+        for name in set(self.live) - {r.name for r in records} - set(self._tasks):
+            await self._stop_all(self.live.pop(name).entities.values())
 
-    async def _record(self, served: ReplicaSet) -> None:
-        key = (served.endpoint, served.name, served.model_uri)
-        async with self._recording.setdefault(key, asyncio.Lock()):
-            rows = [ReplicaRow(host=r.host, port=r.port, pid=r.pid, endpoint=served.endpoint, entity=served.name,
-                               model_uri=served.model_uri, backend="local", started_at=r.started_at,
-                               owner_pid=os.getpid())
-                    for r in served.replicas]
-            try:
-                await run_in_threadpool(self.registry.replace, *key, os.getpid(), rows)
-            except Exception as exc:  # noqa: BLE001 - serving goes on; a restart then adopts fewer replicas
-                log.warning("replica registry not updated for %s/%s: %s", served.endpoint, served.name, type(exc).__name__)
+    @staticmethod
+    def _target(record: spec.EndpointRecord) -> tuple[spec.EndpointCoreConfig, int]:
+        """The config an endpoint should run: its pending one while an update is in progress, else its own."""
+        if record.config_update == "IN_PROGRESS" and record.pending_config is not None:
+            return record.pending_config, record.config_version + 1
+        return record.config, record.config_version
 
-    async def shutdown(self) -> None:
+    async def shutdown(self, *, keep_replicas: bool = False) -> None:
+        """Stop: rollouts cancelled, then every replica stopped, unless ``keep_replicas`` (one of several
+        gateways: the next leader adopts them)."""
         rollouts = list(self._tasks.values())
         for task in rollouts:
             task.cancel()
@@ -264,8 +253,9 @@ class EndpointManager:
         await asyncio.gather(*rollouts, return_exceptions=True)
         entities = [e for live in self.live.values() for e in live.entities.values()]
         self.live.clear()
-        await self._stop_all(entities, cancel_starts=True)
-        await asyncio.gather(*self._record_tasks, return_exceptions=True)  # the registry says: none left
+        if not keep_replicas:
+            await self._stop_all(entities, cancel_starts=True)
+        await self.book.flush()  # the registry is up to date
         await self.backend.close()
         await self.replica_client.close()
 
@@ -330,16 +320,17 @@ class EndpointManager:
             for entity in config.served_entities:
                 limit = entity.max_concurrency or DEFAULT_MAX_CONCURRENCY
                 current = old.entities.get(entity.name) if old else None
-                if current and (current.model_name, current.version) == (entity.entity_name, entity.resolved_version):
+                if (current and not current.followed
+                        and (current.model_name, current.version) == (entity.entity_name, entity.resolved_version)):
                     current.configure(limit, spec.scaling_config(entity))  # applies at once
                     keep[entity.name] = current
                     continue
                 served = ReplicaSet(entity.name, entity.entity_name, str(entity.resolved_version), self.backend,
                                     endpoint=name, max_concurrency=limit, scaling=spec.scaling_config(entity),
-                                    on_change=self._replicas_changed)
+                                    on_change=self.book.changed)
                 served.attach(self.replica_client.send, self.request_timeout_s)
                 started.append(served)
-                adopted = await self._adopt(served, left.get((name, str(entity.name), served.model_uri), []))
+                adopted = await self.book.adopt(served, left.get((name, str(entity.name), served.model_uri), []))
                 missing = max(entity.min_replicas or 1, 1) - adopted
                 if missing > 0:
                     await served.start(missing, self._ready_timeout_s)

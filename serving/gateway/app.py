@@ -24,6 +24,7 @@ from serving.gateway import control_plane
 from serving.gateway.auth import TokenRegistry, authenticate
 from serving.gateway.autoscaling import LiveAutoscaler
 from serving.gateway.data_plane import INVOCATIONS, InvocationsHandler
+from serving.gateway.leadership import Leadership
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.rate_limit import TokenBuckets
 from serving.inference_log import InferenceLogWriter
@@ -83,15 +84,24 @@ def _lifespan(manager: EndpointManager, inference_log: InferenceLogWriter, metri
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         inference_log.start()
         await manager.open()
-        await manager.restore()
-        task = _start_autoscaler(app, manager, metrics, autoscaling) if autoscaling is not None else None
+        leadership = None if manager.store.database.is_sqlite else Leadership(manager)
+        if leadership is None:
+            await manager.restore()
+        else:
+            await leadership.start()
+        tasks = [_start_autoscaler(app, manager, metrics, autoscaling)] if autoscaling is not None else []
+        if leadership is not None:
+            tasks.append(asyncio.get_running_loop().create_task(leadership.run()))
         try:
             yield
         finally:
-            if task is not None:
+            for task in tasks:
                 task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-            await manager.shutdown()   # every replica and the warm pool stopped
+            await asyncio.gather(*tasks, return_exceptions=True)
+            # one of several gateways leaves its replicas to the next leader (they stop themselves if none comes)
+            await manager.shutdown(keep_replicas=leadership is not None)
+            if leadership is not None:
+                await leadership.stop()
             inference_log.close()
 
     return lifespan
@@ -102,7 +112,7 @@ def _start_autoscaler(app: FastAPI, manager: EndpointManager, metrics: GatewayMe
     """The autoscaler over the live replica sets, stepped on this event loop; the warm pool its scale-ups
     take standbys from, filled in the background."""
     loop = asyncio.get_running_loop()
-    if settings.warm_pool_size:
+    if settings.warm_pool_size and manager.leading:  # a follower starts no replica, so needs no standby
         manager.backend.pool = WarmPool(settings.warm_pool_size, manager.launcher)
         loop.run_in_executor(None, manager.backend.pool.fill)
     scaler = LiveAutoscaler(manager, interval_s=settings.interval_s)

@@ -195,6 +195,8 @@ class LiveAutoscaler:
 
     def step(self) -> None:
         self._poke = None
+        if not self.manager.leading:
+            return  # one of several gateways, not the leader: the leader scales
         self.sync()
         now = self.clock()
         self._last_step = now

@@ -56,6 +56,7 @@ class ReplicaSet:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
         self._on_change = on_change         # told whenever ``replicas`` changes (the replica registry)
+        self.followed = False               # routing only, to replicas another gateway runs (``route_to``)
 
     # ---- what others read ----------------------------------------------------------------------
     @property
@@ -132,6 +133,16 @@ class ReplicaSet:
             self.dispatcher.capacity_changed()
         self._changed()
 
+    def route_to(self, replicas: list[Any]) -> None:
+        """A routing-only set (no backend): its replicas are now ``replicas`` (run elsewhere); those it had
+        already, by address, are kept with their outstanding counts."""
+        known = {r.url: r for r in self._replicas}
+        fresh = [known.get(r.url, r) for r in replicas]
+        if [r.url for r in fresh] != [r.url for r in self._replicas]:
+            self._replicas = fresh
+            if self.dispatcher is not None:
+                self.dispatcher.capacity_changed()
+
     def ready_count(self) -> int:
         """The replicas in the routing; a dead one leaves it here (the autoscaler replaces it)."""
         dead = [r for r in self._replicas if not r.alive()]
@@ -170,6 +181,8 @@ class ReplicaSet:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
         replicas, self._replicas = self._replicas, []
+        if self.backend is None:
+            return  # routing only: the replicas are another gateway's
         self._changed()
         for replica in replicas:
             await self._backend().stop(replica)

@@ -34,3 +34,14 @@ replicas = Table(
     Column("started_at", Float, nullable=False),
     Index("replicas_by_entity", "endpoint", "entity"),
 )
+
+# Leases: ``leader`` is held by one gateway of several sharing a PostgreSQL store until ``expires_at``
+# (seconds since the epoch); it renews it well before then. ``term`` grows by one at every change of holder.
+leases = Table(
+    "leases",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("holder", Text, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("term", Integer, nullable=False),
+)

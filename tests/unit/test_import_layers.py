@@ -23,7 +23,8 @@ SERVING = Path(__file__).resolve().parents[2] / "serving"
 LAYERS: dict[str, frozenset[str]] = {
     "__main__": frozenset({"gateway", "endpoints", "inference_log", "state", "settings"}),  # python -m serving
     "mlflow_plugin": frozenset(),                                                     # a client of the gateway's API
-    "gateway": frozenset({"endpoints", "replicas", "traffic", "autoscaler", "protocol", "inference_log", "settings"}),
+    "gateway": frozenset({"endpoints", "replicas", "traffic", "autoscaler", "protocol", "inference_log", "state",
+                          "settings"}),
     "endpoints": frozenset({"replicas", "traffic", "autoscaler", "protocol", "registry", "state"}),
     "replicas": frozenset({"traffic", "autoscaler", "protocol", "settings"}),
     "replica": frozenset({"features", "traffic", "protocol", "settings"}),             # its own process

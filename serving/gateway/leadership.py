@@ -1,0 +1,95 @@
+"""Several gateways on one PostgreSQL state store: a lease picks the leader, the others follow.
+
+The leader (the one holding the ``leader`` lease, see ``serving.state.lease``) runs rollouts, the replicas
+and the autoscaler, exactly as a lone gateway does, and applies changes other gateways wrote
+(``EndpointManager.reconcile``). A follower serves the data plane of every endpoint, routing to the replicas
+the registry lists (``EndpointManager.follow``), and writes its control-plane changes to the store. Each
+gateway checks every ``interval_s``: renew or take the lease, then reconcile or follow. A leader that
+dies stops renewing; another takes over after the lease's TTL, at once when the dead one was on this machine,
+and adopts its replicas (``EndpointManager.lead``). A graceful stop releases the lease.
+
+With the embedded SQLite store there is one gateway, always the leader, and none of this runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+
+from starlette.concurrency import run_in_threadpool
+
+from serving.endpoints.manager import EndpointManager
+from serving.protocol.errors import ApiError
+from serving.replicas.local import process_running
+from serving.state.lease import Lease
+
+log = logging.getLogger(__name__)
+
+
+def holder_id() -> str:
+    """This gateway in the lease: host, pid and a random part (a pid may be reused)."""
+    return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+
+
+def gone_from_this_host(holder: str) -> bool:
+    """A holder on this machine whose process is gone: its lease need not be waited out."""
+    host, _, rest = holder.partition("/")
+    pid = rest.partition("/")[0]
+    return host == socket.gethostname() and pid.isdigit() and not process_running(int(pid))
+
+
+class Leadership:
+    def __init__(self, manager: EndpointManager, *, ttl_s: float = 10.0, interval_s: float = 0.5) -> None:
+        self.manager = manager
+        self.me = holder_id()
+        self.lease = Lease(manager.store.database, ttl_s=ttl_s, is_gone=gone_from_this_host)
+        self.interval_s = interval_s
+
+    async def _hold(self) -> bool:
+        try:
+            return await run_in_threadpool(self.lease.hold, self.me) is not None
+        except Exception as exc:  # noqa: BLE001 - store unreachable: a leader keeps going until its lease is lost
+            log.warning("leader lease not renewed: %s", type(exc).__name__)
+            return self.manager.leading
+
+    async def start(self) -> None:
+        """At gateway start: lead (bring every endpoint up, adopting what a dead leader left) or follow."""
+        if await self._hold():
+            log.info("leading (%s)", self.me)
+            await self.manager.restore()
+        else:
+            self.manager.leading = False
+            log.info("following the leader")
+            await self.manager.follow()
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.step()
+            except ApiError as exc:  # the state store unreachable: try again next time
+                log.warning("leadership step failed: %s", exc.message)
+            except Exception:  # the loop must outlive a bad step
+                log.exception("leadership step failed")
+
+    async def step(self) -> None:
+        held = await self._hold()
+        if held and not self.manager.leading:
+            log.warning("taking over as leader (%s)", self.me)
+            await self.manager.lead()
+        elif not held and self.manager.leading:
+            log.warning("lost the leader lease: following")
+            self.manager.leading = False
+        if self.manager.leading:
+            await self.manager.reconcile()
+        else:
+            await self.manager.follow()
+
+    async def stop(self) -> None:
+        try:
+            await run_in_threadpool(self.lease.release, self.me)
+        except Exception as exc:  # noqa: BLE001 - it expires by itself
+            log.warning("leader lease not released: %s", type(exc).__name__)
