@@ -24,12 +24,18 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from serving.endpoints.spec import EndpointRecord, quote_name
 from serving.protocol.errors import ApiError, already_exists, conflict, not_found, unavailable
+from serving.state.changes import notify
 from serving.state.database import Database, StateStoreError, open_database
 from serving.state.migrate import ensure_schema
 from serving.state.schema import endpoints
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+def _notified(db: Connection, result: T) -> T:
+    notify(db)  # sent only if the transaction commits (and harmless when nothing changed)
+    return result
 
 
 def _missing(name: str) -> ApiError:
@@ -80,6 +86,7 @@ class EndpointStore:
             with self._transaction() as db:
                 db.execute(insert(endpoints).values(name=record.name, config_version=record.config_version,
                                                     revision=1, record=text))
+                notify(db)
         except IntegrityError:
             raise already_exists(f"serving endpoint {quote_name(record.name)} already exists") from None
         logger.info("endpoint stored name=%s", record.name)
@@ -105,7 +112,7 @@ class EndpointStore:
         statement = (update(endpoints).where(endpoints.c.name == record.name)
                      .values(record=text, config_version=record.config_version, revision=endpoints.c.revision + 1)
                      .returning(endpoints.c.revision))
-        row = self._read(lambda db: db.execute(statement).first())
+        row = self._read(lambda db: _notified(db, db.execute(statement).first()))
         if row is None:
             raise _missing(record.name)
         record.revision = row[0]
@@ -131,6 +138,7 @@ class EndpointStore:
         def attempt(db: Connection) -> tuple[int | None, tuple[int, int] | None]:
             row = db.execute(statement).first()
             if row is not None:
+                notify(db)
                 return row[0], None
             found = db.execute(select(endpoints.c.config_version, endpoints.c.revision)
                                .where(endpoints.c.name == name)).first()
@@ -147,7 +155,7 @@ class EndpointStore:
 
     def delete(self, name: str) -> None:
         """Remove an endpoint; 404 if it does not exist."""
-        gone = self._read(lambda db: db.execute(delete(endpoints).where(endpoints.c.name == name)).rowcount)
+        gone = self._read(lambda db: _notified(db, db.execute(delete(endpoints).where(endpoints.c.name == name)).rowcount))
         if gone == 0:
             raise _missing(name)
         logger.info("endpoint deleted name=%s", name)

@@ -4,7 +4,8 @@ The leader (the one holding the ``leader`` lease, see ``serving.state.lease``) r
 and the autoscaler, exactly as a lone gateway does, and applies changes other gateways wrote
 (``EndpointManager.reconcile``). A follower serves the data plane of every endpoint, routing to the replicas
 the registry lists (``EndpointManager.follow``), and writes its control-plane changes to the store. Each
-gateway checks every ``interval_s``: renew or take the lease, then reconcile or follow. A leader that
+gateway checks every ``interval_s``, and at once when another gateway's write sends a notice
+(``serving.state.changes``): renew or take the lease, then reconcile or follow. A leader that
 dies stops renewing; another takes over after the lease's TTL, at once when the dead one was on this machine,
 and adopts its replicas (``EndpointManager.lead``). A graceful stop releases the lease.
 
@@ -24,6 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from serving.endpoints.manager import EndpointManager
 from serving.protocol.errors import ApiError
 from serving.replicas.local import process_running
+from serving.state.changes import ChangeListener
 from serving.state.lease import Lease
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,8 @@ class Leadership:
         self.me = holder_id()
         self.lease = Lease(manager.store.database, ttl_s=ttl_s, is_gone=gone_from_this_host)
         self.interval_s = interval_s
+        self._changed = asyncio.Event()  # a NOTIFY came: step now rather than at the next interval
+        self._listener: ChangeListener | None = None
 
     async def _hold(self) -> bool:
         try:
@@ -66,8 +70,15 @@ class Leadership:
             await self.manager.follow()
 
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._listener = ChangeListener(self.manager.store.database.url, lambda: loop.call_soon_threadsafe(self._changed.set))
+        self._listener.start()
         while True:
-            await asyncio.sleep(self.interval_s)
+            try:
+                await asyncio.wait_for(self._changed.wait(), self.interval_s)
+            except TimeoutError:
+                pass
+            self._changed.clear()
             try:
                 await self.step()
             except ApiError as exc:  # the state store unreachable: try again next time
@@ -89,6 +100,8 @@ class Leadership:
             await self.manager.follow()
 
     async def stop(self) -> None:
+        if self._listener is not None:
+            await run_in_threadpool(self._listener.stop)
         try:
             await run_in_threadpool(self.lease.release, self.me)
         except Exception as exc:  # noqa: BLE001 - it expires by itself

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 
 from sqlalchemy import and_, delete, insert, or_, select, tuple_
 
+from serving.state.changes import notify
 from serving.state.database import Database
 from serving.state.schema import replicas
 
@@ -57,9 +58,11 @@ class ReplicaRegistry:
                 db.execute(delete(replicas).where(tuple_(replicas.c.host, replicas.c.port).in_(
                     [(r.host, r.port) for r in rows])))
                 db.execute(insert(replicas), [asdict(r) for r in rows])
+            notify(db)
 
     def forget(self, rows: Iterable[ReplicaRow]) -> None:
         addresses = [and_(replicas.c.host == r.host, replicas.c.port == r.port) for r in rows]
         if addresses:
             with self.database.engine.begin() as db:
                 db.execute(delete(replicas).where(or_(*addresses)))
+                notify(db)

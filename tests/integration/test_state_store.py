@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from serving.endpoints.store import EndpointStore
 from serving.protocol.errors import ApiError
 from serving.replicas.local import free_port, replica_token
 from serving.state import migrate
+from serving.state.changes import ChangeListener
 from serving.state.database import StateStoreError, open_database
 from serving.state.replica_registry import ReplicaRegistry, ReplicaRow
 from tests.integration.test_endpoint_store import make_record
@@ -163,3 +165,34 @@ def test_the_replica_token_is_kept_in_the_state_folder_readable_only_by_its_owne
     assert replica_token({}, token_file) == first and len(first) >= 32
     assert token_file.stat().st_mode & 0o777 == 0o600
     assert replica_token({"TOLLFREE_REPLICA_TOKEN": "from-a-secret"}, token_file) == "from-a-secret"
+
+
+def test_a_write_through_one_gateway_is_heard_by_the_others_at_once(postgres) -> None:
+    url = postgres.url(postgres.new_database())
+    writer, listening = EndpointStore(url), EndpointStore(url)
+    heard = threading.Event()
+    listener = ChangeListener(listening.database.url, heard.set)
+    listener.start()
+    try:
+        deadline = time.monotonic() + 10  # the listener is connected once a write is heard
+        for n in range(1000):
+            writer.create(make_record(f"warm-{n}"))
+            if heard.wait(0.2):
+                break
+            assert time.monotonic() < deadline, "no notice heard"
+        writes = {
+            "create": lambda: writer.create(make_record("fraud")),
+            "put": lambda: writer.put(writer.get("fraud")),
+            "compare_and_set": lambda: writer.compare_and_set("fraud", 1, writer.get("fraud")),
+            "delete": lambda: writer.delete("fraud"),
+            "registry": lambda: ReplicaRegistry(writer.database).replace("ep", "m-1", "models:/m/1", 1, [_row(9, 1)]),
+        }
+        for what, write in writes.items():
+            time.sleep(0.05)
+            heard.clear()
+            write()
+            assert heard.wait(1.0), f"{what} was not heard within 1 s"
+    finally:
+        listener.stop()
+        writer.close()
+        listening.close()
