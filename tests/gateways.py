@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import threading
 import time
 from dataclasses import dataclass
 
@@ -97,3 +98,50 @@ def wait_ready(url: str, name: str, timeout_s: float = 240.0) -> dict:
 
 def get(gateway: GatewayProcess, path: str) -> httpx.Response:
     return httpx.get(f"{gateway.url}{path}", headers={"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}"}, timeout=60)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    gateway: int      # index in ``urls`` of the gateway that answered
+    sent: float       # monotonic seconds
+    answered: float
+    status: int
+
+
+class RetryingClients:
+    """``concurrency`` closed-loop clients that retry a request on a connection error (refused, reset, closed)
+    until it gets an HTTP answer, moving to the next gateway in ``urls`` each time (a load balancer's retry and
+    redispatch; with one URL, a client that retries). Each client starts on its own gateway and takes turns.
+    One :class:`Outcome` per request, its retries included."""
+
+    def __init__(self, urls: list[str], path: str, body: bytes, concurrency: int) -> None:
+        self.outcomes: list[Outcome] = []
+        self.retries = 0
+        self._stop = threading.Event()
+        headers = {"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}", "content-type": "application/json"}
+
+        def client(at: int) -> None:
+            with httpx.Client(headers=headers, timeout=60) as http:
+                while not self._stop.is_set():
+                    sent = time.monotonic()
+                    while True:
+                        try:
+                            status = http.post(f"{urls[at]}{path}", content=body).status_code
+                            break
+                        except httpx.TransportError:
+                            self.retries += 1
+                            at = (at + 1) % len(urls)
+                            time.sleep(0.02)
+                    self.outcomes.append(Outcome(at, sent, time.monotonic(), status))
+                    at = (at + 1) % len(urls)
+
+        self.threads = [threading.Thread(target=client, args=(i % len(urls),), daemon=True) for i in range(concurrency)]
+        for thread in self.threads:
+            thread.start()
+
+    def stop(self) -> list[Outcome]:
+        self._stop.set()
+        for thread in self.threads:
+            thread.join(90)
+        assert not any(t.is_alive() for t in self.threads), "a client hung"
+        return self.outcomes

@@ -233,7 +233,9 @@ class EndpointManager:
                 config, version = self._target(record)
                 self._spawn(record.name, self._deploy(record.name, config, version))
         for name in set(self.live) - {r.name for r in records} - set(self._tasks):
-            await self._stop_all(self.live.pop(name).entities.values())
+            gone = self.live.pop(name, None)  # a delete through this gateway may have taken it meanwhile
+            if gone is not None:
+                await self._stop_all(gone.entities.values())
 
     @staticmethod
     def _target(record: spec.EndpointRecord) -> tuple[spec.EndpointCoreConfig, int]:

@@ -43,6 +43,18 @@ def gone_from_this_host(holder: str) -> bool:
     return host == socket.gethostname() and pid.isdigit() and not process_running(int(pid))
 
 
+async def _exited(holder: str, timeout_s: float = 5.0) -> None:
+    """Wait a little for a previous leader on this machine that released the lease (a graceful stop) to exit:
+    its replicas can be adopted only once their owner is gone."""
+    host, _, rest = holder.partition("/")
+    pid = rest.partition("/")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while process_running(int(pid)) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.1)
+
+
 class Leadership:
     def __init__(self, manager: EndpointManager, *, ttl_s: float = 10.0, interval_s: float = 0.5) -> None:
         self.manager = manager
@@ -87,9 +99,12 @@ class Leadership:
                 log.exception("leadership step failed")
 
     async def step(self) -> None:
+        before = None if self.manager.leading else await run_in_threadpool(self.lease.holder)
         held = await self._hold()
         if held and not self.manager.leading:
             log.warning("taking over as leader (%s)", self.me)
+            if before is not None and before[0] != self.me:
+                await _exited(before[0])
             await self.manager.lead()
         elif not held and self.manager.leading:
             log.warning("lost the leader lease: following")

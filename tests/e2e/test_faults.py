@@ -27,7 +27,7 @@ from serving.inference_log import read_inference_log
 from serving.replicas.local import free_port
 from serving.state.database import open_database
 from serving.state.replica_registry import ReplicaRegistry
-from tests.gateways import ENTITY, create, get, replicas_of, rows_body, wait_ready
+from tests.gateways import ENTITY, RetryingClients, create, get, replicas_of, rows_body, wait_ready
 from tests.services import ensure_redis_server
 from tests.world import MODEL_NAME
 
@@ -184,42 +184,6 @@ def replicas_of_pids(pids: list[int]) -> list[int]:
     return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
 
-class RetryingClients:
-    """``concurrency`` closed-loop clients that retry a request on a connection error (refused, reset, closed)
-    until it gets an HTTP answer: what a client behind a gateway restart sees. Each outcome: (sent, answered,
-    status) in monotonic seconds, one per request (its retries included)."""
-
-    def __init__(self, url: str, body: bytes, concurrency: int) -> None:
-        self.outcomes: list[tuple[float, float, int]] = []
-        self.retries = 0
-        self._stop = threading.Event()
-        headers = {"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}", "content-type": "application/json"}
-
-        def client() -> None:
-            with httpx.Client(headers=headers, timeout=60) as http:
-                while not self._stop.is_set():
-                    sent = time.monotonic()
-                    while True:
-                        try:
-                            status = http.post(url, content=body).status_code
-                            break
-                        except httpx.TransportError:
-                            self.retries += 1
-                            time.sleep(0.02)
-                    self.outcomes.append((sent, time.monotonic(), status))
-
-        self.threads = [threading.Thread(target=client, daemon=True) for _ in range(concurrency)]
-        for thread in self.threads:
-            thread.start()
-
-    def stop(self) -> list[tuple[float, float, int]]:
-        self._stop.set()
-        for thread in self.threads:
-            thread.join(90)
-        assert not any(t.is_alive() for t in self.threads), "a client hung"
-        return self.outcomes
-
-
 def test_a_crashed_gateway_loses_at_most_its_unflushed_tail_and_its_successor_adopts_the_replicas(
         world, gateway_env, record_property):
     """Load: 4 concurrent clients for 6 s. Fault: kill -9 of the gateway 5 s in. Holds: every request answered
@@ -238,7 +202,8 @@ def test_a_crashed_gateway_loses_at_most_its_unflushed_tail_and_its_successor_ad
     clients: RetryingClients | None = None
     try:
         create(gateway, name)
-        mine = [p.pid for p in replicas_of(gateway)]
+        mine = _registered(world, name, gateway.process.pid)  # this endpoint's; the gateway restored others too
+        assert mine and set(mine) <= {p.pid for p in replicas_of(gateway)}
         url = f"{gateway.url}/serving-endpoints/{name}/invocations"
         load = Background(url, body, 6.0, concurrency=4, timeout_s=20.0)
         time.sleep(5.0)
@@ -258,11 +223,11 @@ def test_a_crashed_gateway_loses_at_most_its_unflushed_tail_and_its_successor_ad
         assert not old_enough, f"{len(old_enough)} requests answered over 2 s before the crash were lost"
         assert replicas_of_pids(mine) == mine, "the replicas died with their gateway"
 
-        clients = RetryingClients(url, body, concurrency=4)
+        clients = RetryingClients([gateway.url], f"/serving-endpoints/{name}/invocations", body, concurrency=4)
         restarted = start_gateway(gateway_env, log, port=port, timeout_s=240)
         listening_at = time.monotonic()
         deadline = time.monotonic() + 60
-        while not [o for o in clients.outcomes if o[1] >= listening_at] and time.monotonic() < deadline:
+        while not [o for o in clients.outcomes if o.answered >= listening_at] and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(1.0)  # a second of traffic on the adopted replicas
         outcomes = clients.stop()
@@ -278,14 +243,13 @@ def test_a_crashed_gateway_loses_at_most_its_unflushed_tail_and_its_successor_ad
             restarted.stop(grace_s=60)
         for pid in replicas_of_pids(orphans):
             os.kill(pid, signal.SIGKILL)  # whatever the new gateway did not take (the test failed before)
-    after = [answered_at for _, answered_at, _ in outcomes if answered_at >= listening_at]
-    first_answer_s = min(after) - listening_at
+    first_answer_s = min(o.answered for o in outcomes if o.answered >= listening_at) - listening_at
     record_property("restart_requests", len(outcomes))
     record_property("restart_retries", clients.retries)
     record_property("restart_first_answer_s", round(first_answer_s, 3))
     print(f"restart after kill -9: {len(outcomes)} requests, {clients.retries} connection retries, "
           f"first answer {first_answer_s * 1000:.0f} ms after the new gateway listened")
-    assert {status for _, _, status in outcomes} == {200}, sorted({s for _, _, s in outcomes})
+    assert {o.status for o in outcomes} == {200}, sorted({o.status for o in outcomes})
     assert first_answer_s < 1.0
     assert view["state"]["ready"] == "READY"
     rows = {row.pid: row for row in registry if row.endpoint == name}
@@ -293,6 +257,18 @@ def test_a_crashed_gateway_loses_at_most_its_unflushed_tail_and_its_successor_ad
     assert {row.owner_pid for row in rows.values()} == {new_owner}
     assert "adopted replica pid" in log.read_text(errors="replace")
     assert not replicas_of_pids(mine), "the adopted replicas outlived the graceful stop of their new gateway"
+
+
+def _registered(world, endpoint: str, owner: int, timeout_s: float = 15.0) -> list[int]:  # type: ignore[no-untyped-def]
+    """The pids the replica registry lists for ``endpoint`` under gateway ``owner`` (written just after a change)."""
+    registry = ReplicaRegistry(open_database(world.settings.state_url))
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pids = sorted(r.pid for r in registry.all() if r.endpoint == endpoint and r.owner_pid == owner)
+        if pids or time.monotonic() > deadline:
+            registry.database.engine.dispose()
+            return pids
+        time.sleep(0.1)
 
 
 class Redis:

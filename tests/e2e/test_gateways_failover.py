@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 
 import httpx
@@ -23,48 +22,11 @@ from serving.replicas.local import process_running
 from serving.state.database import open_database
 from serving.state.lease import Lease
 from serving.state.replica_registry import ReplicaRegistry
-from tests.gateways import ENTITY, rows_body, wait_ready
+from tests.gateways import ENTITY, RetryingClients, rows_body, wait_ready
 
 pytestmark = pytest.mark.slow
 
 NAME = "fraud-shared"
-
-
-class FailoverClients:
-    """Closed-loop clients spread over the gateways; on a connection error a request moves to the next gateway
-    (a load balancer's retry and redispatch). Outcomes: (gateway index that answered, answered at, status)."""
-
-    def __init__(self, urls: list[str], body: bytes, concurrency: int) -> None:
-        self.outcomes: list[tuple[int, float, int]] = []
-        self.redispatched = 0
-        self._stop = threading.Event()
-        headers = {"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}", "content-type": "application/json"}
-
-        def client(first: int) -> None:
-            with httpx.Client(headers=headers, timeout=60) as http:
-                at = first
-                while not self._stop.is_set():
-                    while True:
-                        try:
-                            status = http.post(f"{urls[at]}/serving-endpoints/{NAME}/invocations", content=body).status_code
-                            break
-                        except httpx.TransportError:
-                            self.redispatched += 1
-                            at = (at + 1) % len(urls)
-                            time.sleep(0.02)
-                    self.outcomes.append((at, time.monotonic(), status))
-                    at = (at + 1) % len(urls)
-
-        self.threads = [threading.Thread(target=client, args=(i % len(urls),), daemon=True) for i in range(concurrency)]
-        for thread in self.threads:
-            thread.start()
-
-    def stop(self) -> list[tuple[int, float, int]]:
-        self._stop.set()
-        for thread in self.threads:
-            thread.join(90)
-        assert not any(t.is_alive() for t in self.threads), "a client hung"
-        return self.outcomes
 
 
 def test_the_follower_serves_the_leaders_replicas_and_takes_over_when_the_leader_dies(world, postgres, record_property):
@@ -76,7 +38,7 @@ def test_the_follower_serves_the_leaders_replicas_and_takes_over_when_the_leader
     follower: GatewayProcess | None = None
     database = open_database(url)
     adopted: list[int] = []
-    clients: FailoverClients | None = None
+    clients: RetryingClients | None = None
     try:
         follower = start_gateway(env, logs / "gateway-shared-b.log", timeout_s=240)
         assert Lease(database).holder()[0].split("/")[1] == str(leader.process.pid)
@@ -100,7 +62,7 @@ def test_the_follower_serves_the_leaders_replicas_and_takes_over_when_the_leader
             time.sleep(0.2)
         assert reply.status_code == 200, reply.text
 
-        clients = FailoverClients([leader.url, follower.url], body, concurrency=8)
+        clients = RetryingClients([leader.url, follower.url], f"/serving-endpoints/{NAME}/invocations", body, concurrency=8)
         time.sleep(3.0)
         leader.process.send_signal(signal.SIGKILL)
         killed_at = time.monotonic()
@@ -127,13 +89,13 @@ def test_the_follower_serves_the_leaders_replicas_and_takes_over_when_the_leader
             if process_running(pid):
                 os.killpg(pid, signal.SIGKILL)
         database.engine.dispose()
-    after = [o for o in outcomes if o[1] > killed_at]
+    after = [o for o in outcomes if o.answered > killed_at]
     record_property("failover_requests", len(outcomes))
-    record_property("failover_redispatched", clients.redispatched)
+    record_property("failover_redispatched", clients.retries)
     record_property("failover_lease_taken_s", round(took_over_s, 2))
-    print(f"leader kill -9: {len(outcomes)} requests ({len(after)} after the kill), {clients.redispatched} "
+    print(f"leader kill -9: {len(outcomes)} requests ({len(after)} after the kill), {clients.retries} "
           f"redispatched, lease taken over in {took_over_s:.2f} s")
-    assert {status for _, _, status in outcomes} == {200}, sorted({s for _, _, s in outcomes})
-    assert len(after) > 20 and all(o[0] == 1 for o in after if o[1] > killed_at + 1.0)
+    assert {o.status for o in outcomes} == {200}, sorted({o.status for o in outcomes})
+    assert len(after) > 20 and all(o.gateway == 1 for o in after if o.sent > killed_at + 1.0)
     assert took_over_s < 10.0
     assert [(r.pid, r.owner_pid) for r in rows] == [(adopted[0], follower.process.pid)], rows
