@@ -196,3 +196,16 @@ def test_a_write_through_one_gateway_is_heard_by_the_others_at_once(postgres) ->
         listener.stop()
         writer.close()
         listening.close()
+
+
+@pytest.mark.parametrize("url, says", [
+    ("not a url at all", "is not a database URL"),
+    ("mysql://u:hunter2secret@127.0.0.1/x", "SQLite or PostgreSQL"),
+    ("postgresql://u:hunter2secret@127.0.0.1:{port}/x", "did not answer"),
+])
+def test_the_state_cli_refuses_a_bad_or_unreachable_store_clearly(url, says, tmp_path: Path) -> None:
+    env = {**os.environ, "TOLLFREE_HOME": str(tmp_path), "TOLLFREE_STATE_URL": url.format(port=free_port())}
+    done = subprocess.run([sys.executable, "-m", "serving.state", "current"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and says in done.stderr, done.stderr
+    assert "hunter2secret" not in done.stderr + done.stdout
