@@ -162,6 +162,24 @@ class Controller:
                 scaler.state = PolicyState(replicas=old.state.replicas, target=min(config.max_target, max(config.min_target, old.state.target)))
             self.scalers[key] = scaler
 
+    def resume(self, key: EntityKey, state: PolicyState, samples: list[Sample], now: float) -> None:
+        """Continue a served entity from a recorded state and samples (another gateway's, or this one's
+        before a restart) instead of from scratch; the entity must have been added with ``set_config``.
+        Samples not before ``now`` (another machine's clock ahead of ours) are left out."""
+        with self._lock:
+            scaler = self.scalers[key]
+            scaler.state = state
+            last = scaler.history.snapshot().last
+            for sample in samples:
+                if sample.t < now and (last is None or sample.t > last.t):
+                    scaler.history.add(sample)
+                    last = sample
+
+    def snapshot(self) -> dict[EntityKey, tuple[PolicyState, tuple[Sample, ...]]]:
+        """Each entity's policy state and recent samples (what ``resume`` takes)."""
+        with self._lock:
+            return {key: (s.state, s.history.snapshot().samples) for key, s in self.scalers.items()}
+
     def remove(self, key: EntityKey) -> None:
         with self._lock:
             self.scalers.pop(key, None)

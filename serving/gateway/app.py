@@ -18,19 +18,22 @@ from typing import Any
 
 import orjson
 from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
 
 from serving.endpoints.manager import EndpointManager
 from serving.gateway import control_plane
 from serving.gateway.auth import TokenRegistry, authenticate
 from serving.gateway.autoscaling import LiveAutoscaler
 from serving.gateway.data_plane import INVOCATIONS, InvocationsHandler
-from serving.gateway.leadership import Leadership
+from serving.gateway.leadership import Leadership, holder_id
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.rate_limit import TokenBuckets
+from serving.gateway.shared_scaling import SharedScaling
 from serving.inference_log import InferenceLogWriter
 from serving.protocol.errors import (ApiError, error_body, install_error_handlers, not_found, payload_too_large,
                                      permission_denied)
 from serving.replicas.warm_pool import WarmPool
+from serving.state.scaling import LoadBoard, ScalerRecords
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +92,14 @@ def _lifespan(manager: EndpointManager, inference_log: InferenceLogWriter, metri
             await manager.restore()
         else:
             await leadership.start()
-        tasks = [_start_autoscaler(app, manager, metrics, autoscaling)] if autoscaling is not None else []
+        shared = None
+        tasks = []
+        if autoscaling is not None:
+            database = manager.store.database
+            shared = SharedScaling(LoadBoard(database), ScalerRecords(database),
+                                   leadership.me if leadership is not None else holder_id(), lambda: manager.leading)
+            await run_in_threadpool(shared.start)
+            tasks.append(_start_autoscaler(app, manager, metrics, autoscaling, shared))
         if leadership is not None:
             tasks.append(asyncio.get_running_loop().create_task(leadership.run()))
         try:
@@ -98,6 +108,8 @@ def _lifespan(manager: EndpointManager, inference_log: InferenceLogWriter, metri
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if shared is not None:
+                await run_in_threadpool(shared.stop)
             # one of several gateways leaves its replicas to the next leader (they stop themselves if none comes)
             await manager.shutdown(keep_replicas=leadership is not None)
             if leadership is not None:
@@ -108,14 +120,14 @@ def _lifespan(manager: EndpointManager, inference_log: InferenceLogWriter, metri
 
 
 def _start_autoscaler(app: FastAPI, manager: EndpointManager, metrics: GatewayMetrics,
-                      settings: AutoscalerSettings) -> asyncio.Task[None]:
+                      settings: AutoscalerSettings, shared: SharedScaling) -> asyncio.Task[None]:
     """The autoscaler over the live replica sets, stepped on this event loop; the warm pool its scale-ups
     take standbys from, filled in the background."""
     loop = asyncio.get_running_loop()
     if settings.warm_pool_size and manager.leading:  # a follower starts no replica, so needs no standby
         manager.backend.pool = WarmPool(settings.warm_pool_size, manager.launcher)
         loop.run_in_executor(None, manager.backend.pool.fill)
-    scaler = LiveAutoscaler(manager, interval_s=settings.interval_s)
+    scaler = LiveAutoscaler(manager, interval_s=settings.interval_s, shared=shared)
     app.state.autoscaler = scaler
     metrics.registry.register(scaler.controller.collector())
     return loop.create_task(scaler.run())

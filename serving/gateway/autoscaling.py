@@ -27,8 +27,11 @@ from dataclasses import replace
 from serving.autoscaler.config import ScalingConfig
 from serving.autoscaler.controller import Backend, Controller, EntityKey
 from serving.autoscaler.signals import Sample
+from serving.autoscaler.record import from_record, to_record
 from serving.endpoints.manager import EndpointManager
+from serving.gateway.shared_scaling import RemoteLoad, SharedScaling, reading
 from serving.replicas.replica_set import ReplicaSet
+from serving.state.scaling import Reading, ScalerRecord
 from serving.traffic.dispatcher import PIPELINE_DEPTH
 
 log = logging.getLogger(__name__)
@@ -58,18 +61,29 @@ def busy_share(before: float, after: float, seconds: float, outstanding: int) ->
 
 
 class GatewaySignals:
-    def __init__(self, manager: EndpointManager) -> None:
+    """The samples of this gateway's served entities; the leader of several adds the others' readings
+    (``shared``: see ``serving.gateway.shared_scaling``)."""
+
+    def __init__(self, manager: EndpointManager, shared: SharedScaling | None = None,
+                 wall: Callable[[], float] = time.time) -> None:
         self.manager = manager
+        self.shared = shared
+        self.wall = wall
+        self.remote = RemoteLoad()
         self._cpu: dict[int, tuple[float, float]] = {}   # pid -> (cpu seconds, when)
         self._busy: dict[int, tuple[float, float]] = {}  # pid -> (busy clock, when)
+        self._totals: dict[EntityKey, tuple[int, int]] = {}  # a follower's arrivals and completions so far
 
-    def _utilisation(self, entity: ReplicaSet, now: float) -> float | None:
+    def _utilisation(self, entity: ReplicaSet, now: float, seen: Mapping[int, float]) -> float | None:
         """The mean busy share of the entity's replicas over the last interval (see :func:`busy_share`);
-        for a replica that has not answered yet, the share of a core its process used."""
+        for a replica that has not answered yet, the share of a core its process used. ``seen``: the busy
+        clocks other gateways saw, by pid (the latest reading of a clock wins)."""
         shares = []
         clocks = entity.dispatcher.busy_clocks() if entity.dispatcher is not None else {}
         for replica in entity.replicas:
             clock = clocks.get(id(replica))
+            if replica.pid in seen:
+                clock = max(clock or 0.0, seen[replica.pid])
             if clock is not None:
                 last_busy = self._busy.get(replica.pid)
                 self._busy[replica.pid] = (clock, now)
@@ -89,24 +103,44 @@ class GatewaySignals:
     def sample(self, now: float) -> Mapping[EntityKey, Sample]:
         out: dict[EntityKey, Sample] = {}
         pids: set[int] = set()
+        others = self.shared.remote() if self.shared is not None else []
+        seen = RemoteLoad.busy_clocks(others)
         for endpoint, live in list(self.manager.live.items()):
             for name, entity in live.entities.items():
                 if entity.dispatcher is None:
                     continue
                 reading = entity.dispatcher.meter.read(now)
                 ready = sum(r.alive() for r in entity.replicas)
-                out[(endpoint, name)] = Sample(
+                own = Sample(
                     t=now, in_flight=reading.in_flight, ready_replicas=ready,
                     replicas=ready + entity.starting, queue_depth=reading.queue_depth,
                     requests=reading.arrivals, completed=reading.completed,
                     latency_p50_ms=reading.latency_p50_ms, latency_p99_ms=reading.latency_p99_ms,
-                    utilisation=self._utilisation(entity, now),
+                    utilisation=self._utilisation(entity, now, seen),
                     per_replica_in_flight=tuple(float(r.outstanding) for r in entity.replicas),
                 )
+                mine = [r for r in others if r.key == (endpoint, name)]
+                out[(endpoint, name)] = self.remote.merged(own, entity.model_uri, mine) if mine else own
                 pids.update(r.pid for r in entity.replicas)
         for gone in (self._cpu.keys() | self._busy.keys()) - pids:   # stopped replicas' readings
             self._cpu.pop(gone, None)
             self._busy.pop(gone, None)
+        return out
+
+    def readings(self, now: float) -> list[Reading]:
+        """A follower's readings of every entity it routes, for the leader (``shared_scaling.reading``)."""
+        out = []
+        for endpoint, live in list(self.manager.live.items()):
+            for name, entity in live.entities.items():
+                if entity.dispatcher is None:
+                    continue
+                load = entity.dispatcher.meter.read(now)
+                before = self._totals.get((endpoint, name), (0, 0))
+                totals = self._totals[(endpoint, name)] = (before[0] + load.arrivals, before[1] + load.completed)
+                clocks = entity.dispatcher.busy_clocks()
+                busy = {r.pid: clocks[id(r)] for r in entity.replicas if id(r) in clocks}
+                out.append(Reading(self.shared.me if self.shared else "", endpoint, name, entity.model_uri,
+                                   self.wall(), reading(load, totals, busy)))
         return out
 
 
@@ -146,17 +180,56 @@ class ReplicaSets:
 POKE_GAP_S = 0.05    # a poked step runs at least this long after the one before
 
 
+RECORD_EVERY_S = 5.0  # the leader records its state this often (what a new leader may lose at most)
+
+
 class LiveAutoscaler:
+    """Steps the controller every ``interval_s`` on the leader. With ``shared`` (the state store's side,
+    ``serving.gateway.shared_scaling``) a follower publishes its load instead, and the leader records its
+    state and continues from the recorded one for an entity it did not decide for before."""
+
     def __init__(self, manager: EndpointManager, backend: Backend | None = None, *, interval_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 shared: SharedScaling | None = None) -> None:
         self.manager = manager
         self.interval_s = interval_s
         self.clock = clock
-        self.controller = Controller(GatewaySignals(manager), backend or ReplicaSets(manager), {},
+        self.wall = wall
+        self.shared = shared
+        self.signals = GatewaySignals(manager, shared, wall)
+        self.controller = Controller(self.signals, backend or ReplicaSets(manager), {},
                                      concurrency_sink=self._set_limit, queue_sink=self._set_queue)
         self._configs: dict[EntityKey, tuple[int, ScalingConfig]] = {}  # key -> (id of the entity, its config)
         self._last_step = 0.0
+        self._last_record: float | None = None
         self._poke: asyncio.Handle | None = None
+
+    def _resume(self, key: EntityKey, entity: ReplicaSet, config: ScalingConfig) -> None:
+        """Continue from the recorded state of the same entity and model, unless it is older than the windows."""
+        found = self.shared.recorded.get(key) if self.shared is not None else None
+        if found is None or found.model_uri != entity.model_uri or found.at < self.wall() - config.scale_down_window_s:
+            return
+        now = self.clock()
+        try:
+            state, samples = from_record(found.state, config, now - self.wall())
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("autoscaler record of %s/%s not used: %s", key[0], key[1], type(exc).__name__)
+            return
+        self.controller.resume(key, state, samples, now)
+        log.info("autoscaler for %s/%s continues from its record: %d replicas, target %.1f, %d samples",
+                 key[0], key[1], state.replicas, state.target, len(samples))
+
+    def _record(self, now: float) -> None:
+        if self.shared is None or (self._last_record is not None and now - self._last_record < RECORD_EVERY_S):
+            return
+        self._last_record = now
+        shift, wall = self.wall() - now, self.wall()
+        records = []
+        for key, (state, samples) in self.controller.snapshot().items():
+            entity = self.manager.entity(*key)
+            if entity is not None:
+                records.append(ScalerRecord(key[0], key[1], entity.model_uri, wall, to_record(state, samples, shift)))
+        self.shared.record(records)
 
     def sync(self) -> None:
         """Follow the live endpoints: new or re-deployed entities in, removed ones out."""
@@ -169,9 +242,13 @@ class LiveAutoscaler:
                 seen.add(key)
                 known = self._configs.get(key)
                 if known is None or known[0] != id(entity) or known[1] != entity.scaling:
-                    if known is None or known[0] != id(entity):
+                    fresh = known is None or known[0] != id(entity)
+                    if fresh:
                         self.controller.remove(key)  # a new entity (new version): start from its own plan
-                    self.controller.set_config(key, seeded(entity.scaling, entity), len(entity.replicas))
+                    config = seeded(entity.scaling, entity)
+                    self.controller.set_config(key, config, len(entity.replicas))
+                    if known is None:  # not decided for here before: perhaps by a previous leader
+                        self._resume(key, entity, config)
                     self._configs[key] = (id(entity), entity.scaling)
                     # hold a burst while replicas start, rather than refuse it (the 5 s wait still bounds it)
                     entity.set_limits(max_queue=entity.scaling.max_queue)
@@ -195,12 +272,15 @@ class LiveAutoscaler:
 
     def step(self) -> None:
         self._poke = None
-        if not self.manager.leading:
-            return  # one of several gateways, not the leader: the leader scales
+        if not self.manager.leading:  # one of several gateways, not the leader: the leader scales
+            if self.shared is not None:
+                self.shared.offer(self.signals.readings(self.clock()))
+            return
         self.sync()
         now = self.clock()
         self._last_step = now
         self.controller.step(now)
+        self._record(now)
 
     def poke(self) -> None:
         """Step soon (a request found no replica): at once, or 50 ms after the last step when that was

@@ -45,3 +45,29 @@ leases = Table(
     Column("expires_at", Float, nullable=False),
     Column("term", Integer, nullable=False),
 )
+
+# Each gateway's latest load readings per served entity (a JSON object of counters and levels, written once a
+# second by every gateway that is not the leader), so the leader's autoscaler counts all traffic. ``at``:
+# seconds since the epoch, when the reading was taken.
+gateway_load = Table(
+    "gateway_load",
+    metadata,
+    Column("gateway", Text, primary_key=True),
+    Column("endpoint", Text, primary_key=True),
+    Column("entity", Text, primary_key=True),
+    Column("model_uri", Text, nullable=False),
+    Column("at", Float, nullable=False),
+    Column("reading", Text, nullable=False),
+)
+
+# The autoscaler's recorded state per served entity (its policy state and recent samples, JSON, times in
+# seconds since the epoch), written every few seconds by the leader; a new leader continues from it.
+autoscaler_state = Table(
+    "autoscaler_state",
+    metadata,
+    Column("endpoint", Text, primary_key=True),
+    Column("entity", Text, primary_key=True),
+    Column("model_uri", Text, nullable=False),
+    Column("at", Float, nullable=False),
+    Column("state", Text, nullable=False),
+)

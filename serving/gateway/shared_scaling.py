@@ -1,0 +1,170 @@
+"""One autoscaler for several gateways: followers publish their load, the leader adds it and records its state.
+
+Why publish through the state store rather than have the leader scrape each gateway: the gateways already
+share the store, a gateway need not know the others' addresses (behind HAProxy or a Kubernetes Service they
+are hidden), and it costs one small write per follower and one read by the leader a second, off the event
+loop, never per request.
+
+- A follower's reading per served entity (``reading``): its in-flight and queued requests (time-averages
+  over its last second), its arrivals and completions as running totals (so a reading read twice or missed
+  once counts every request once), its latency p50/p99 over the second, and the busy clock of each replica
+  (by pid) from its latest answer.
+- ``merged``: the leader adds the fresh readings of every other gateway for the same model to its own
+  sample: levels summed, totals as the rise since the last reading seen, p99 the highest, p50 weighted by
+  completions. Readings older than ``FRESH_S`` are from a gateway gone or stuck, and left out.
+- ``SharedScaling``: a thread that, once a second, writes this gateway's readings (when it follows), reads
+  the others' (when it leads), and saves the leader's records (``serving.autoscaler.record``) every few
+  seconds; the records are read at start and while following, so a new leader continues from them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from serving.autoscaler.signals import Sample
+from serving.state.scaling import EntityKey, LoadBoard, Reading, ScalerRecord, ScalerRecords
+from serving.traffic.load_meter import LoadReading
+
+log = logging.getLogger(__name__)
+
+FRESH_S = 3.0  # a reading older than this is from a gateway gone or stuck
+
+
+def reading(load: LoadReading, totals: tuple[int, int], busy: Mapping[int, float]) -> dict[str, Any]:
+    """A follower's reading of one entity: ``load`` over its last second, ``totals`` (arrivals, completed)
+    since it started, ``busy`` the latest busy clock of each replica by pid."""
+    return {"in_flight": load.in_flight, "queue_depth": load.queue_depth, "arrivals_total": totals[0],
+            "completed_total": totals[1], "latency_p50_ms": load.latency_p50_ms,
+            "latency_p99_ms": load.latency_p99_ms, "busy": {str(pid): clock for pid, clock in busy.items()}}
+
+
+class RemoteLoad:
+    """The leader's side: the other gateways' readings turned into additions to its own samples."""
+
+    def __init__(self) -> None:
+        self._totals: dict[tuple[str, EntityKey], tuple[int, int]] = {}  # last totals seen per gateway and entity
+
+    def rise(self, r: Reading) -> tuple[int, int]:
+        """Arrivals and completions since this gateway's last reading seen (0 the first time, or after its
+        totals went back: a restarted gateway)."""
+        now = (int(r.values.get("arrivals_total", 0)), int(r.values.get("completed_total", 0)))
+        before = self._totals.get((r.gateway, r.key))
+        self._totals[(r.gateway, r.key)] = now
+        if before is None or now[0] < before[0] or now[1] < before[1]:
+            return 0, 0
+        return now[0] - before[0], now[1] - before[1]
+
+    def merged(self, sample: Sample, model_uri: str, readings: Iterable[Reading]) -> Sample:
+        """``sample`` plus the readings of other gateways for the same entity and model."""
+        in_flight, queue, arrivals, completed = sample.in_flight, sample.queue_depth, sample.requests, sample.completed
+        p50_weighted = (sample.latency_p50_ms or 0.0) * sample.completed
+        p99s = [sample.latency_p99_ms] if sample.latency_p99_ms is not None else []
+        for r in readings:
+            if r.model_uri != model_uri:
+                continue
+            more, done = self.rise(r)
+            in_flight += float(r.values.get("in_flight", 0.0))
+            queue += float(r.values.get("queue_depth", 0.0))
+            arrivals += more
+            completed += done
+            if r.values.get("latency_p50_ms") is not None:
+                p50_weighted += float(r.values["latency_p50_ms"]) * done
+            if r.values.get("latency_p99_ms") is not None:
+                p99s.append(float(r.values["latency_p99_ms"]))
+        p50 = p50_weighted / completed if completed else sample.latency_p50_ms
+        return replace(sample, in_flight=in_flight, queue_depth=queue, requests=arrivals, completed=completed,
+                       latency_p50_ms=p50, latency_p99_ms=max(p99s) if p99s else None)
+
+    @staticmethod
+    def busy_clocks(readings: Iterable[Reading]) -> dict[int, float]:
+        """The latest busy clock any other gateway saw, per replica pid."""
+        out: dict[int, float] = {}
+        for r in readings:
+            for pid, clock in (r.values.get("busy") or {}).items():
+                out[int(pid)] = max(out.get(int(pid), 0.0), float(clock))
+        return out
+
+
+class SharedScaling:
+    """This gateway's side of the autoscaler's shared state, kept by a background thread (see the module)."""
+
+    def __init__(self, board: LoadBoard, records: ScalerRecords, me: str, leading: Callable[[], bool], *,
+                 interval_s: float = 1.0, clock: Callable[[], float] = time.time) -> None:
+        self.board = board
+        self.records = records
+        self.me = me
+        self.leading = leading
+        self.interval_s = interval_s
+        self.clock = clock
+        self.recorded: dict[EntityKey, ScalerRecord] = {}
+        self._remote: list[Reading] = []
+        self._offered: list[Reading] | None = None
+        self._to_save: list[ScalerRecord] | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ---- the event loop's side: never blocks on the store ---------------------------------------
+
+    def offer(self, readings: list[Reading]) -> None:
+        with self._lock:
+            self._offered = readings
+
+    def remote(self) -> list[Reading]:
+        with self._lock:
+            return list(self._remote)
+
+    def record(self, records: list[ScalerRecord]) -> None:
+        with self._lock:
+            self._to_save = records
+
+    # ---- the thread --------------------------------------------------------------------------------
+
+    def load_records(self) -> None:
+        try:
+            self.recorded = self.records.load()
+        except Exception as exc:  # noqa: BLE001 - the autoscaler then starts from scratch
+            log.warning("autoscaler records not read: %s", type(exc).__name__)
+
+    def tick(self) -> None:
+        """One round: publish what was offered, read the others (leader) or the records (follower), save."""
+        with self._lock:
+            offered, self._offered = self._offered, None
+            to_save, self._to_save = self._to_save, None
+        if offered is not None:
+            self.board.publish(self.me, offered)
+        if self.leading():
+            found = self.board.others(self.me, self.clock() - FRESH_S)
+            with self._lock:
+                self._remote = found
+        else:
+            self.load_records()
+        if to_save is not None:
+            self.records.save(to_save)
+            self.records.forget(keep=[r.key for r in to_save])
+
+    def start(self) -> None:
+        self.load_records()
+        self._thread = threading.Thread(target=self._run, name="shared-scaling", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.tick()
+            except Exception as exc:  # noqa: BLE001 - the store may be away for a while
+                log.warning("autoscaler's shared state not exchanged: %s", type(exc).__name__)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        try:
+            self.board.forget(self.me)
+        except Exception as exc:  # noqa: BLE001 - its readings go stale by themselves
+            log.warning("load readings not removed: %s", type(exc).__name__)
