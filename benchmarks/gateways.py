@@ -90,7 +90,8 @@ def _load(servers: list[Server], body: str, concurrency: int, seconds: int, home
 
 
 def run(seconds: int, concurrency: int) -> dict[str, Any]:
-    from tests.services import ensure_binary, postgres_server
+    from infra.packages import ensure_binary
+    from tests.services import postgres_server
 
     ensure_binary("wrk", "wrk")
     home = Path(tempfile.mkdtemp(prefix="tollfree-bench-gateways-"))

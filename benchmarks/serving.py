@@ -164,11 +164,11 @@ def _verdict(rows: list[dict[str, Any]], inproc: dict[str, Any]) -> dict[str, An
 
 
 def run(seconds: int, levels: list[int]) -> dict[str, Any]:
-    from tests.services import ServiceUnavailable, ensure_binary
+    from infra.packages import PackageMissing, ensure_binary
 
     try:
         ensure_binary("wrk", "wrk")  # Debian's package, installed here if missing (as root)
-    except ServiceUnavailable as exc:
+    except PackageMissing as exc:
         raise SystemExit(str(exc)) from exc
     home = Path(tempfile.mkdtemp(prefix="tollfree-bench-serving-"))
     os.environ["TOLLFREE_HOME"] = str(home)

@@ -52,12 +52,14 @@ class ProcessRecord:
                    argv=[str(a) for a in data["argv"]], log=str(data["log"]))
 
 
-def spawn(name: str, argv: Sequence[str], env: Mapping[str, str], log_path: Path, cwd: Path) -> ProcessRecord:
-    """Start ``argv`` in a new session (its own process group, no controlling terminal), output to ``log_path``."""
+def spawn(name: str, argv: Sequence[str], env: Mapping[str, str], log_path: Path, cwd: Path,
+          user: str | None = None) -> ProcessRecord:
+    """Start ``argv`` in a new session (its own process group, no controlling terminal), output to ``log_path``;
+    as ``user`` when given (we are root)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
         process = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env=dict(env), cwd=str(cwd), start_new_session=True)
+                                   env=dict(env), cwd=str(cwd), start_new_session=True, user=user)
     ticks = start_ticks(process.pid)
     if ticks is None:
         process.wait(timeout=5)
@@ -110,6 +112,19 @@ def stop_record(record: ProcessRecord, grace_s: float) -> bool:
     _signal_group(record.pid, signal.SIGKILL)
     _wait_gone([(record.pid, record.start_ticks)], 5.0)
     return True
+
+
+def stop_records(records: Sequence[ProcessRecord], grace_s: float) -> list[str]:
+    """``stop_record`` for several at once (SIGTERM to all, then wait): the names of those killed."""
+    live = [r for r in records if r.alive()]
+    for record in live:
+        _signal_group(record.pid, signal.SIGTERM)
+    left = _wait_gone([(r.pid, r.start_ticks) for r in live], grace_s)
+    killed = [r for r in live if (r.pid, r.start_ticks) in left]
+    for record in killed:
+        _signal_group(record.pid, signal.SIGKILL)
+    _wait_gone(left, 5.0)
+    return [r.name for r in killed]
 
 
 def stop_pids(targets: Sequence[tuple[int, int]], grace_s: float) -> list[int]:

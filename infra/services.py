@@ -2,6 +2,9 @@
 
 What ``infra.stack`` starts, in one place: a Prefect server, an MLflow server on the state folder's
 SQLite (unless ``MLFLOW_TRACKING_URI`` names an external one), the gateway, a Prefect process worker.
+With ``TOLLFREE_GATEWAYS=N`` (N >= 2): N gateways on the ports after ``TOLLFREE_GATEWAY_PORT``, sharing a
+PostgreSQL state store (the stack's own, ``infra.postgres``, unless ``TOLLFREE_STATE_URL`` names one), and
+HAProxy on ``TOLLFREE_GATEWAY_PORT`` in front of them (``infra.haproxy``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ from pathlib import Path
 
 import httpx
 
+from infra import haproxy
+from infra.packages import ensure_haproxy
+from infra.postgres import StackPostgres, run_as
 from infra.processes import MARK, ProcessRecord
 from serving.settings import export_defaults
 
@@ -28,6 +34,7 @@ WORK_POOL = "tollfree-local"
 PORT_DEFAULTS = {"prefect": ("TOLLFREE_PREFECT_PORT", 4200), "mlflow": ("TOLLFREE_MLFLOW_PORT", 5000),
                  "gateway": ("TOLLFREE_GATEWAY_PORT", 8080)}
 DATABASE_SCHEMES = {"sqlite", "postgresql", "mysql", "mssql"}
+MAX_GATEWAYS = 16
 STARTUP_TIMEOUT_S = float(os.environ.get("TOLLFREE_STACK_TIMEOUT_S", "180"))
 
 
@@ -39,6 +46,10 @@ class StackConfig:
     external_tracking_uri: str | None
     token_from_env: bool
     seed_data: bool
+    gateways: int = 1                        # TOLLFREE_GATEWAYS
+    state_url: str | None = None             # TOLLFREE_STATE_URL as set by the user
+    postgres_port: int = 5433                # the stack's own PostgreSQL (several gateways, no state URL given)
+    postgres_dir: Path | None = None
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> StackConfig:
@@ -56,6 +67,16 @@ class StackConfig:
             user_uri = None  # the stack's own env file was sourced: that is our server, not an external one
         # A database URI gets a local MLflow server in front of it; a server URI (http, databricks) is used as is.
         local = user_uri is None or user_uri.split(":", 1)[0].split("+", 1)[0] in DATABASE_SCHEMES
+        gateways = _gateways(env.get("TOLLFREE_GATEWAYS"))
+        state_url = env.get("TOLLFREE_STATE_URL") or None
+        if gateways > 1 and state_url is not None and not state_url.startswith("postgresql"):
+            raise ValueError("TOLLFREE_GATEWAYS above 1 needs a PostgreSQL state store: point TOLLFREE_STATE_URL at "
+                             "postgresql://..., or unset it and make up starts one")
+        raw_pg = env.get("TOLLFREE_POSTGRES_PORT") or "5433"
+        if not raw_pg.isdigit() or not 0 < int(raw_pg) < 65536:
+            raise ValueError(f"TOLLFREE_POSTGRES_PORT must be a TCP port, got {raw_pg!r}")
+        if gateways > 1 and ports["gateway"] + gateways >= 65536:
+            raise ValueError(f"TOLLFREE_GATEWAY_PORT {ports['gateway']} leaves no room for {gateways} gateways after it")
         token_file = settings.home / "secrets" / "admin-token"
         env_token = env.get("TOLLFREE_TOKEN") or ""
         file_token = token_file.read_text().strip() if token_file.exists() else None
@@ -65,7 +86,22 @@ class StackConfig:
             external_tracking_uri=None if local else user_uri,
             token_from_env=bool(env_token) and env_token != file_token,
             seed_data=env.get("TOLLFREE_SEED_DATA", "1") not in ("0", "false", "no"),
+            gateways=gateways, state_url=state_url, postgres_port=int(raw_pg),
+            postgres_dir=Path(env.get("TOLLFREE_POSTGRES_DIR") or settings.home / "postgres").expanduser().resolve(),
         )
+
+    @property
+    def postgres(self) -> StackPostgres | None:
+        """The stack's own PostgreSQL: with several gateways and no state URL of the user's."""
+        if self.gateways < 2 or self.state_url is not None:
+            return None
+        assert self.postgres_dir is not None
+        return StackPostgres(self.postgres_dir, self.postgres_port, self.home / "secrets" / "postgres-password")
+
+    def gateway_ports(self) -> list[int]:
+        """The gateways' own ports: the gateway port itself for one; the ones after it (HAProxy on it) for more."""
+        base = self.ports["gateway"]
+        return [base] if self.gateways == 1 else [base + i for i in range(1, self.gateways + 1)]
 
     @property
     def state_dir(self) -> Path:
@@ -97,6 +133,13 @@ class StackConfig:
     @property
     def tracking_uri(self) -> str:
         return self.external_tracking_uri or self.url("mlflow")
+
+
+def _gateways(raw: str | None) -> int:
+    value = (raw or "1").strip()
+    if not value.isdigit() or not 1 <= int(value) <= MAX_GATEWAYS:
+        raise ValueError(f"TOLLFREE_GATEWAYS must be a whole number from 1 to {MAX_GATEWAYS}, got {value!r}")
+    return int(value)
 
 
 # ---- the admin token ---------------------------------------------------------------------------
@@ -132,6 +175,8 @@ class Service:
     port: int | None
     healthy: Callable[[httpx.Client], bool]
     url: str | None = None
+    user: str | None = None                      # run as this user (PostgreSQL refuses root)
+    prepare: Callable[[], None] | None = None    # before it starts: its data folder, its config file
 
 
 def _answers(url: str) -> Callable[[httpx.Client], bool]:
@@ -188,15 +233,41 @@ def services(config: StackConfig, env: Mapping[str, str]) -> list[Service]:
              "--artifacts-destination", str(config.home / "mlartifacts"), "--workers", "1"],
             mlflow_env, config.ports["mlflow"], _answers(f"{config.url('mlflow')}/health"), config.url("mlflow"),
         ))
-    out.append(Service(
-        "gateway", [py, "-m", "serving", "--host", HOST, "--port", str(config.ports["gateway"])],
-        dict(env), config.ports["gateway"], _answers(f"{config.url('gateway')}/healthz"), config.url("gateway"),
-    ))
+    out.extend(_gateway_services(config, env))
     out.append(Service(
         "worker", [py, "-m", "prefect", "worker", "start", "--pool", WORK_POOL, "--type", "process",
                    "--name", f"{WORK_POOL}-worker", "--install-policy", "never"],
         dict(env), None, lambda client: worker_online(config, client),
     ))
+    return out
+
+
+def _gateway_services(config: StackConfig, env: Mapping[str, str]) -> list[Service]:
+    """One gateway; or PostgreSQL (unless the user gave a state URL), N gateways on it, and HAProxy."""
+    py = sys.executable
+    if config.gateways == 1:
+        return [Service("gateway", [py, "-m", "serving", "--host", HOST, "--port", str(config.ports["gateway"])],
+                        dict(env), config.ports["gateway"], _answers(f"{config.url('gateway')}/healthz"),
+                        config.url("gateway"))]
+    out = []
+    gateway_env = dict(env)
+    pg = config.postgres
+    if pg is not None:
+        gateway_env["TOLLFREE_STATE_URL"] = pg.url()
+        out.append(Service("postgres", pg.command(), dict(env), pg.port, lambda client: pg.answers(), pg.shown,
+                           run_as(), prepare=pg.initialize))
+    for i, port in enumerate(config.gateway_ports(), 1):
+        url = f"http://{HOST}:{port}"
+        out.append(Service(f"gateway-{i}", [py, "-m", "serving", "--host", HOST, "--port", str(port)],
+                           gateway_env, port, _answers(f"{url}/healthz"), url))
+    cfg = config.state_dir / "haproxy.cfg"
+
+    def write_config() -> None:
+        cfg.parent.mkdir(parents=True, exist_ok=True)
+        cfg.write_text(haproxy.config(config.ports["gateway"], config.gateway_ports(), HOST))
+
+    out.append(Service("haproxy", [ensure_haproxy(), "-f", str(cfg), "-db"], dict(env), config.ports["gateway"],
+                       _answers(f"{config.url('gateway')}/healthz"), config.url("gateway"), prepare=write_config))
     return out
 
 

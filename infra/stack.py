@@ -3,7 +3,8 @@
 ``up`` starts, in the background and on 127.0.0.1, a Prefect server (API and UI), an MLflow server
 (tracking, registry, UI) on the state folder's SQLite database, the gateway, and a Prefect process
 worker; it registers every deployment of ``flows/deployments.py`` on the process work pool and prints
-the URLs. ``down`` stops exactly what ``up`` started, by the recorded process ids. All state stays in
+the URLs. With ``TOLLFREE_GATEWAYS=N`` (N >= 2) the one gateway becomes a PostgreSQL state store, N gateways
+and HAProxy in front of them (``infra.services``). ``down`` stops exactly what ``up`` started, by the recorded process ids. All state stays in
 ``TOLLFREE_HOME``, so ``up`` after ``down`` finds every run, model and endpoint again.
 
 Ports: ``TOLLFREE_PREFECT_PORT`` (4200), ``TOLLFREE_MLFLOW_PORT`` (5000), ``TOLLFREE_GATEWAY_PORT`` (8080).
@@ -15,6 +16,7 @@ starts. The admin token comes from ``TOLLFREE_TOKEN`` or is generated once into 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -29,14 +31,24 @@ from pathlib import Path
 
 import httpx
 
-from infra.processes import ProcessRecord, marked, spawn, stop_pids, stop_record
+from infra.packages import PackageMissing
+from infra.processes import ProcessRecord, marked, spawn, stop_pids, stop_record, stop_records
 from infra.services import (
     HOST, PORT_DEFAULTS, PROJECT_DIR, STARTUP_TIMEOUT_S, WORK_POOL, Service, StackConfig, admin_token,
     child_environ, port_free, services, wait_healthy,
 )
 
 # Seconds each service gets to stop on SIGTERM before SIGKILL (the gateway drains and stops its replicas).
-GRACE_S = {"worker": 20.0, "gateway": 30.0, "mlflow-server": 15.0, "prefect-server": 15.0}
+GRACE_S = {"worker": 20.0, "gateway": 30.0, "mlflow-server": 15.0, "prefect-server": 15.0, "haproxy": 10.0,
+           "postgres": 30.0}
+
+
+def grace_s(name: str) -> float:
+    return GRACE_S.get(name.split("-")[0] if name.startswith("gateway-") else name, 15.0)
+
+
+def is_gateway(name: str) -> bool:
+    return name == "gateway" or name.startswith("gateway-")
 
 
 # ---- the record of what runs -------------------------------------------------------------------
@@ -46,17 +58,19 @@ GRACE_S = {"worker": 20.0, "gateway": 30.0, "mlflow-server": 15.0, "prefect-serv
 class StackRecord:
     stack_id: str
     services: dict[str, ProcessRecord]
+    gateways: int = 1
 
     @classmethod
     def load(cls, path: Path) -> StackRecord | None:
         if not path.exists():
             return None
         data = json.loads(path.read_text())
-        return cls(data["stack_id"], {s["name"]: ProcessRecord.from_json(s) for s in data["services"]})
+        return cls(data["stack_id"], {s["name"]: ProcessRecord.from_json(s) for s in data["services"]},
+                   int(data.get("gateways", 1)))
 
     def save(self, path: Path, config: StackConfig) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"stack_id": self.stack_id, "home": str(config.home), "ports": config.ports,
+        data = {"stack_id": self.stack_id, "home": str(config.home), "ports": config.ports, "gateways": config.gateways,
                 "services": [r.to_json() for r in self.services.values()]}
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=2) + "\n")
@@ -121,26 +135,38 @@ def up(config: StackConfig, environ: Mapping[str, str]) -> int:
     token = admin_token(config, environ)
     record = StackRecord.load(config.record_path)
     live = {name: r for name, r in (record.services if record else {}).items() if r.alive()}
+    if record is not None and live and record.gateways != config.gateways:
+        print(f"error: the stack runs with {record.gateways} gateway(s); make down first to change "
+              f"TOLLFREE_GATEWAYS to {config.gateways}", file=sys.stderr)
+        return 1
     stack_id = record.stack_id if record and live else uuid.uuid4().hex
-    record = StackRecord(stack_id, live)
+    record = StackRecord(stack_id, live, config.gateways)
     env = child_environ(config, environ, stack_id, token)
-    wanted = services(config, env)
+    try:
+        wanted = services(config, env)
+    except PackageMissing as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     for service in wanted:
         if service.name not in live and service.port is not None and not port_free(service.port):
-            var = next(v for k, (v, _) in PORT_DEFAULTS.items() if config.ports[k] == service.port)
-            raise SystemExit(f"error: port {service.port} on {HOST} is taken (for {service.name}); set {var} to another")
+            raise SystemExit(f"error: port {service.port} on {HOST} is taken (for {service.name}); "
+                             f"set {_port_variable(config, service.port)} to another")
     started: list[ProcessRecord] = []
     kept = sorted(live)
 
-    def start(name: str) -> list[tuple[Service, ProcessRecord]]:
+    def start(*names: str) -> list[tuple[Service, ProcessRecord]]:
+        out = []
         for service in wanted:
-            if service.name == name and service.name not in record.services:
-                proc = spawn(service.name, service.argv, service.env, config.log_dir / f"{service.name}.log", PROJECT_DIR)
+            if service.name in names and service.name not in record.services:
+                if service.prepare is not None:
+                    service.prepare()
+                proc = spawn(service.name, service.argv, service.env, config.log_dir / f"{service.name}.log", PROJECT_DIR,
+                             user=service.user)
                 record.services[service.name] = proc
                 record.save(config.record_path, config)
                 started.append(proc)
-                return [(service, proc)]
-        return []
+                out.append((service, proc))
+        return out
 
     registration: subprocess.Popen[bytes] | None = None
     try:
@@ -148,21 +174,24 @@ def up(config: StackConfig, environ: Mapping[str, str]) -> int:
         if seeded:
             print(f"seeded the demo's synthetic raw events into {seeded}")
         prefect = start("prefect-server")
+        if config.postgres is not None:  # several gateways: their shared state store, up before them
+            wait_healthy(start("postgres"))
+            config.postgres.create_database()
         # The gateway need not wait for MLflow: it answers at once, and restoring its endpoints' models goes
         # through the MLflow client, which retries until the server answers.
-        others = start("mlflow-server") + start("gateway")
+        others = start("mlflow-server") + start(*[s.name for s in wanted if is_gateway(s.name)]) + start("haproxy")
         wait_healthy(prefect)
         registration = start_registration(config, env)  # needs only Prefect
         worker = start("worker")
         wait_healthy(others)
         registered = finish_registration(config, registration)
         wait_healthy(worker)
-    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+    except (RuntimeError, subprocess.TimeoutExpired, PackageMissing) as exc:
         print(f"error: {exc}", file=sys.stderr)
         if registration is not None and registration.poll() is None:
             registration.kill()
         for proc in reversed(started):
-            stop_record(proc, GRACE_S.get(proc.name, 15.0))
+            stop_record(proc, grace_s(proc.name))
             del record.services[proc.name]
         if not live:  # a stack of this run alone: whatever its processes started goes too
             stop_pids(marked(stack_id), 10.0)
@@ -173,12 +202,25 @@ def up(config: StackConfig, environ: Mapping[str, str]) -> int:
     return 0
 
 
+def _port_variable(config: StackConfig, port: int) -> str:
+    for key, (var, _) in PORT_DEFAULTS.items():
+        if config.ports[key] == port:
+            return var
+    if port == config.postgres_port:
+        return "TOLLFREE_POSTGRES_PORT"
+    return "TOLLFREE_GATEWAY_PORT (the gateways take the ports after it)"
+
+
 def summary(config: StackConfig, registered: list[str], kept: list[str]) -> str:
     token = "TOLLFREE_TOKEN from your environment" if config.token_from_env else f"in {config.token_file} (0600)"
     lines = ["tollfree is up" + (f" (kept running: {', '.join(kept)})" if kept else "") + ":",
              f"  Prefect UI    {config.url('prefect')}",
              f"  MLflow UI     {config.tracking_uri}" + ("  (external)" if config.external_tracking_uri else ""),
-             f"  gateway       {config.url('gateway')}  (metrics at /metrics, bearer token)",
+             f"  gateway       {config.url('gateway')}  (metrics at /metrics, bearer token)" + (
+                 f"\n                HAProxy over {config.gateways} gateways on ports "
+                 f"{', '.join(str(p) for p in config.gateway_ports())}, state store "
+                 f"{config.postgres.shown if config.postgres is not None else 'TOLLFREE_STATE_URL'}"
+                 if config.gateways > 1 else ""),
              f"  admin token   {token}",
              f"  deployments   {len(registered)} on work pool {WORK_POOL}: {', '.join(registered)}",
              f"  logs          {config.log_dir}/",
@@ -194,15 +236,17 @@ def down(config: StackConfig) -> int:
     if record is None:
         print(f"nothing to stop: no stack recorded in {config.record_path}")
         return 0
-    for name in ("worker", "gateway", "mlflow-server", "prefect-server"):
-        proc = record.services.get(name)
-        if proc is None:
-            continue
-        if proc.alive():
-            killed = stop_record(proc, GRACE_S[name])
-            print(f"stopped {name} (pid {proc.pid})" + (", killed after its grace period" if killed else ""))
-        else:
-            print(f"{name} (pid {proc.pid}) was not running")
+    gateways = sorted(name for name in record.services if is_gateway(name))
+    # the gateways stop together: one of several that stops alone hands its replicas to the next leader
+    for names in (["worker"], ["haproxy"], gateways, ["mlflow-server"], ["prefect-server"], ["postgres"]):
+        procs = [record.services[name] for name in names if name in record.services]
+        running = [p for p in procs if p.alive()]
+        killed = stop_records(running, max((grace_s(p.name) for p in running), default=0.0))
+        for proc in procs:
+            if proc not in running:
+                print(f"{proc.name} (pid {proc.pid}) was not running")
+            else:
+                print(f"stopped {proc.name} (pid {proc.pid})" + (", killed after its grace period" if proc.name in killed else ""))
     leftovers = marked(record.stack_id)  # replicas, flow runs: started by ours, perhaps in sessions of their own
     if leftovers:
         forced = stop_pids(leftovers, 10.0)
@@ -220,6 +264,7 @@ def status(config: StackConfig, environ: Mapping[str, str]) -> int:
         print(f"tollfree is not running (no stack recorded in {config.record_path}); start it with make up")
         return 3
     token = environ.get("TOLLFREE_TOKEN") or (config.token_file.read_text().strip() if config.token_file.exists() else "")
+    config = dataclasses.replace(config, gateways=record.gateways)  # what runs, whatever this shell says
     env = child_environ(config, environ, record.stack_id, token)
     ok = True
     rows = []

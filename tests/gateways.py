@@ -112,9 +112,10 @@ class RetryingClients:
     """``concurrency`` closed-loop clients that retry a request on a connection error (refused, reset, closed)
     until it gets an HTTP answer, moving to the next gateway in ``urls`` each time (a load balancer's retry and
     redispatch; with one URL, a client that retries). Each client starts on its own gateway and takes turns.
-    One :class:`Outcome` per request, its retries included."""
+    One :class:`Outcome` per request, its retries included. With ``retry=False``, plain clients: a connection
+    error is an outcome of status 0 (a failed request)."""
 
-    def __init__(self, urls: list[str], path: str, body: bytes, concurrency: int) -> None:
+    def __init__(self, urls: list[str], path: str, body: bytes, concurrency: int, *, retry: bool = True) -> None:
         self.outcomes: list[Outcome] = []
         self.retries = 0
         self._stop = threading.Event()
@@ -129,6 +130,9 @@ class RetryingClients:
                             status = http.post(f"{urls[at]}{path}", content=body).status_code
                             break
                         except httpx.TransportError:
+                            if not retry:
+                                status = 0
+                                break
                             self.retries += 1
                             at = (at + 1) % len(urls)
                             time.sleep(0.02)

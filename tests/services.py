@@ -1,7 +1,7 @@
 """Real services the tests and benchmarks start themselves: redis-server and PostgreSQL from Debian's packages.
 
-Nothing is installed by hand: if ``redis-server`` is missing and we are root (CI, a fresh machine),
-it is installed with apt-get. It then runs on a free loopback port with persistence off, and stops
+Nothing is installed by hand: a missing program is installed with apt-get when we are root (CI, a fresh
+machine; ``infra.packages``). It then runs on a free loopback port with persistence off, and stops
 with the session.
 """
 
@@ -20,28 +20,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from infra import haproxy
+from infra.packages import ensure_binary, ensure_haproxy, ensure_postgres
 from serving.replicas.local import free_port
 
 
 class ServiceUnavailable(RuntimeError):
     pass
-
-
-def ensure_binary(binary: str, package: str) -> str:
-    """Path of ``binary``, installing Debian's ``package`` if it is missing and we may (root)."""
-    found = shutil.which(binary)
-    if found:
-        return found
-    if os.geteuid() != 0:
-        raise ServiceUnavailable(f"{binary} is not installed and installing it needs root (apt-get install {package})")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600)
-    subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", package],
-                   check=True, env=env, capture_output=True, timeout=600)
-    found = shutil.which(binary)
-    if not found:
-        raise ServiceUnavailable(f"apt-get installed {package} but {binary} is not on PATH")
-    return found
 
 
 def ensure_redis_server() -> str:
@@ -81,17 +66,6 @@ def redis_server() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def ensure_postgres() -> Path:
-    """The folder of PostgreSQL's server programs (``initdb``, ``postgres``), installing Debian's package if missing."""
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"))
-    if not found:
-        ensure_binary("pg_ctlcluster", "postgresql")
-        found = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"))
-        if not found:
-            raise ServiceUnavailable("apt-get installed postgresql but no /usr/lib/postgresql/*/bin/postgres exists")
-    return found[-1].parent
 
 
 @dataclass
@@ -170,3 +144,37 @@ def postgres_server() -> Iterator[Postgres]:
     finally:
         server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@contextmanager
+def haproxy_server(gateway_ports: list[int], workdir: Path) -> Iterator[str]:
+    """HAProxy (Debian's) in front of the gateways on ``gateway_ports``, configured as ``make up`` configures it
+    (``infra.haproxy``); yields its URL once it answers ``/healthz`` through a gateway."""
+    import httpx
+
+    port = free_port()
+    cfg = workdir / "haproxy.cfg"
+    cfg.write_text(haproxy.config(port, gateway_ports))
+    with open(workdir / "haproxy.log", "ab") as log:
+        process = subprocess.Popen([ensure_haproxy(), "-f", str(cfg), "-db"], stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if process.poll() is not None:
+                raise ServiceUnavailable(f"haproxy exited with code {process.returncode}; see {workdir / 'haproxy.log'}")
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise ServiceUnavailable("haproxy did not answer /healthz within 30 s")
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()

@@ -120,7 +120,7 @@ class GatewaySignals:
                     per_replica_in_flight=tuple(float(r.outstanding) for r in entity.replicas),
                 )
                 mine = [r for r in others if r.key == (endpoint, name)]
-                out[(endpoint, name)] = self.remote.merged(own, entity.model_uri, mine) if mine else own
+                out[(endpoint, name)] = self.remote.merged(own, entity.model_uri, mine, reading.seconds) if mine else own
                 pids.update(r.pid for r in entity.replicas)
         for gone in (self._cpu.keys() | self._busy.keys()) - pids:   # stopped replicas' readings
             self._cpu.pop(gone, None)

@@ -6,12 +6,12 @@ are hidden), and it costs one small write per follower and one read by the leade
 loop, never per request.
 
 - A follower's reading per served entity (``reading``): its in-flight and queued requests (time-averages
-  over its last second), its arrivals and completions as running totals (so a reading read twice or missed
-  once counts every request once), its latency p50/p99 over the second, and the busy clock of each replica
-  (by pid) from its latest answer.
+  over its last second), its arrivals and completions as running totals, its latency p50/p99 over the
+  second, and the busy clock of each replica (by pid) from its latest answer.
 - ``merged``: the leader adds the fresh readings of every other gateway for the same model to its own
-  sample: levels summed, totals as the rise since the last reading seen, p99 the highest, p50 weighted by
-  completions. Readings older than ``FRESH_S`` are from a gateway gone or stuck, and left out.
+  sample: levels summed, arrivals and completions at the rate the totals rose since the last reading seen
+  (so a reading read twice or missed neither doubles nor drops a second's traffic), p99 the highest, p50
+  weighted by completions. Readings older than ``FRESH_S`` are from a gateway gone or stuck, and left out.
 - ``SharedScaling``: a thread that, once a second, writes this gateway's readings (when it follows), reads
   the others' (when it leads), and saves the leader's records (``serving.autoscaler.record``) every few
   seconds; the records are read at start and while following, so a new leader continues from them.
@@ -33,6 +33,7 @@ from serving.traffic.load_meter import LoadReading
 log = logging.getLogger(__name__)
 
 FRESH_S = 3.0  # a reading older than this is from a gateway gone or stuck
+KEEP_RECORDS_S = 3600.0  # a record not saved again for this long is of an entity gone (a resume takes them younger)
 
 
 def reading(load: LoadReading, totals: tuple[int, int], busy: Mapping[int, float]) -> dict[str, Any]:
@@ -47,38 +48,47 @@ class RemoteLoad:
     """The leader's side: the other gateways' readings turned into additions to its own samples."""
 
     def __init__(self) -> None:
-        self._totals: dict[tuple[str, EntityKey], tuple[int, int]] = {}  # last totals seen per gateway and entity
+        # per gateway and entity: the last totals seen, when they were taken, and the rates they gave
+        self._last: dict[tuple[str, EntityKey], tuple[tuple[int, int], float, tuple[float, float]]] = {}
 
-    def rise(self, r: Reading) -> tuple[int, int]:
-        """Arrivals and completions since this gateway's last reading seen (0 the first time, or after its
-        totals went back: a restarted gateway)."""
-        now = (int(r.values.get("arrivals_total", 0)), int(r.values.get("completed_total", 0)))
-        before = self._totals.get((r.gateway, r.key))
-        self._totals[(r.gateway, r.key)] = now
-        if before is None or now[0] < before[0] or now[1] < before[1]:
-            return 0, 0
-        return now[0] - before[0], now[1] - before[1]
+    def rates(self, r: Reading) -> tuple[float, float]:
+        """Arrivals and completions a second at ``r``'s gateway: the rise of its totals since its last reading
+        seen, over the time between them (the same rates again for the same reading; none the first time, or
+        after its totals went back: a restarted gateway). Rates, not rises: a reading missed makes the next
+        rise cover two seconds, which must not count as one second of twice the traffic."""
+        totals = (int(r.values.get("arrivals_total", 0)), int(r.values.get("completed_total", 0)))
+        key = (r.gateway, r.key)
+        last = self._last.get(key)
+        if last is not None and r.at == last[1]:
+            return last[2]
+        rates = (0.0, 0.0)
+        if last is not None and r.at > last[1] and totals[0] >= last[0][0] and totals[1] >= last[0][1]:
+            seconds = r.at - last[1]
+            rates = ((totals[0] - last[0][0]) / seconds, (totals[1] - last[0][1]) / seconds)
+        self._last[key] = (totals, r.at, rates)
+        return rates
 
-    def merged(self, sample: Sample, model_uri: str, readings: Iterable[Reading]) -> Sample:
-        """``sample`` plus the readings of other gateways for the same entity and model."""
-        in_flight, queue, arrivals, completed = sample.in_flight, sample.queue_depth, sample.requests, sample.completed
+    def merged(self, sample: Sample, model_uri: str, readings: Iterable[Reading], seconds: float = 1.0) -> Sample:
+        """``sample`` (over ``seconds``) plus the readings of other gateways for the same entity and model."""
+        in_flight, queue = sample.in_flight, sample.queue_depth
+        arrivals, completed = float(sample.requests), float(sample.completed)
         p50_weighted = (sample.latency_p50_ms or 0.0) * sample.completed
         p99s = [sample.latency_p99_ms] if sample.latency_p99_ms is not None else []
         for r in readings:
             if r.model_uri != model_uri:
                 continue
-            more, done = self.rise(r)
+            arriving, completing = self.rates(r)
             in_flight += float(r.values.get("in_flight", 0.0))
             queue += float(r.values.get("queue_depth", 0.0))
-            arrivals += more
-            completed += done
+            arrivals += arriving * seconds
+            completed += completing * seconds
             if r.values.get("latency_p50_ms") is not None:
-                p50_weighted += float(r.values["latency_p50_ms"]) * done
+                p50_weighted += float(r.values["latency_p50_ms"]) * completing * seconds
             if r.values.get("latency_p99_ms") is not None:
                 p99s.append(float(r.values["latency_p99_ms"]))
         p50 = p50_weighted / completed if completed else sample.latency_p50_ms
-        return replace(sample, in_flight=in_flight, queue_depth=queue, requests=arrivals, completed=completed,
-                       latency_p50_ms=p50, latency_p99_ms=max(p99s) if p99s else None)
+        return replace(sample, in_flight=in_flight, queue_depth=queue, requests=round(arrivals),
+                       completed=round(completed), latency_p50_ms=p50, latency_p99_ms=max(p99s) if p99s else None)
 
     @staticmethod
     def busy_clocks(readings: Iterable[Reading]) -> dict[int, float]:
@@ -146,7 +156,7 @@ class SharedScaling:
             self.load_records()
         if to_save is not None:
             self.records.save(to_save)
-            self.records.forget(keep=[r.key for r in to_save])
+            self.records.forget(before=self.clock() - KEEP_RECORDS_S)
 
     def start(self) -> None:
         self.load_records()

@@ -78,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
 
     mlflow.set_tracking_uri(settings.tracking_uri)
     token = os.environ.get(REPLICA_TOKEN_ENV) or None
+    loaded: list[Any] = []  # the app, once a model can serve: only then may a new gateway adopt us
+    # watched from the start: a replica still loading when its gateway dies stops at once (nobody knows of it)
+    owner = OwnerWatch(first_owner(os.environ), _orphan_grace_s(os.environ),
+                       adoptable=lambda: bool(loaded) and getattr(loaded[0], "inner", True) is not None)
+    watch(owner)
     app: Any
     if args.standby:
         started = time.perf_counter()
@@ -89,8 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         runtime.warm()
         runtime.profile()
         app = create_replica_app(runtime, token=token, model_uri=args.model_uri, load_seconds=time.perf_counter() - started)
-    owner = OwnerWatch(first_owner(os.environ), _orphan_grace_s(os.environ))
-    watch(owner)
+    loaded.append(app)
     uvicorn.run(Adoptable(app, owner, token), host=args.host, port=args.port, log_level="warning", access_log=False, loop="uvloop",
                 http="httptools", lifespan="on")
     return 0

@@ -4,7 +4,8 @@ Local replicas run in their own sessions, so a gateway that dies (``kill -9``, a
 with it: the next gateway on the same state adopts the live ones (``POST /adopt {"owner_pid": PID}`` with
 the replica token) and serves on at once. One nobody adopts must not live on forever: once its owner is
 gone the replica waits ``grace_s`` (``TOLLFREE_REPLICA_ORPHAN_S``, default 60) for an adoption, then stops
-itself. The decision is pure (:class:`OwnerWatch`, clock and liveness check injected); :func:`watch` runs it.
+itself. A replica that cannot be adopted yet (still loading its model, or a warm-pool standby without one:
+no gateway has it in the registry) stops at once when its owner dies. The decision is pure (:class:`OwnerWatch`, clock and liveness check injected); :func:`watch` runs it.
 """
 
 from __future__ import annotations
@@ -42,10 +43,11 @@ class OwnerWatch:
     """Whether the replica has been without an owner for longer than ``grace_s``."""
 
     def __init__(self, owner_pid: int, grace_s: float, *, alive: Callable[[int], bool] = pid_alive,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, adoptable: Callable[[], bool] = lambda: True) -> None:
         self.owner_pid = owner_pid
         self.grace_s = grace_s
         self._alive = alive
+        self._adoptable = adoptable
         self._clock = clock
         self._orphaned_at: float | None = None
         self._lock = threading.Lock()
@@ -61,11 +63,15 @@ class OwnerWatch:
             return True
 
     def expired(self) -> bool:
-        """Checked every second or so: True once the owner has been gone for ``grace_s``."""
+        """Checked every second or so: True once the owner has been gone for ``grace_s``, or at once when it is
+        gone and the replica cannot be adopted (no model loaded yet)."""
         with self._lock:
             if self._alive(self.owner_pid):
                 self._orphaned_at = None
                 return False
+            if not self._adoptable():
+                log.warning("owner pid %d is gone before this replica could serve: nobody can adopt it", self.owner_pid)
+                return True
             now = self._clock()
             if self._orphaned_at is None:
                 self._orphaned_at = now
@@ -86,7 +92,7 @@ def watch(owner: OwnerWatch, interval_s: float = 1.0) -> threading.Thread:
         while True:
             time.sleep(interval_s)
             if owner.expired():
-                log.warning("not adopted within %.0fs of its owner's death: stopping", owner.grace_s)
+                log.warning("ownerless and not adopted: stopping")
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
 

@@ -98,11 +98,8 @@ class ScalerRecords:
                                                              json.loads(row.state))
                     for row in db.execute(select(autoscaler_state))}
 
-    def forget(self, keep: Iterable[EntityKey]) -> None:
-        """Drop the records of every entity not in ``keep`` (endpoints deleted, entities replaced)."""
-        keep = set(keep)
+    def forget(self, before: float) -> None:
+        """Drop the records last saved before ``before`` (endpoints deleted, entities replaced long ago); the
+        others stay, so an entity still being restored keeps its record until it is resumed."""
         with self.database.engine.begin() as db:
-            for row in db.execute(select(autoscaler_state.c.endpoint, autoscaler_state.c.entity)).all():
-                if (row.endpoint, row.entity) not in keep:
-                    db.execute(delete(autoscaler_state).where(and_(autoscaler_state.c.endpoint == row.endpoint,
-                                                                   autoscaler_state.c.entity == row.entity)))
+            db.execute(delete(autoscaler_state).where(autoscaler_state.c.at < before))

@@ -1,35 +1,81 @@
-"""Two real gateway processes on one real PostgreSQL state store: the first leads (its replicas, its
-autoscaler), the second follows (routes to the leader's replicas from the registry, writes its changes to
-the store for the leader to apply). Then ``kill -9`` of the leader under load.
+"""Two real gateway processes on one real PostgreSQL state store, behind a real HAProxy configured as ``make up``
+configures it. The first leads (its replicas, its autoscaler), the second follows (routes to the leader's replicas
+from the registry, publishes its load, writes its changes to the store for the leader to apply).
 
-What must hold: an endpoint created through the follower is rolled out by the leader and served by both;
-clients that move to the other gateway on a connection error (what a load balancer's redispatch does) see
-no failed request across the leader's death; the follower takes the lease within 10 s and adopts the dead
-leader's replica (same process, now registered under it) instead of starting another.
+What must hold:
+- an endpoint created through HAProxy is rolled out by the leader and served by both gateways;
+- load sent to the follower alone (24 clients) makes the leader add a replica (the leader counts the follower's load);
+- ``kill -9`` of the leader under 24 closed-loop clients through HAProxy: no failed request at plain clients (HAProxy
+  retries and redispatches), the follower takes the lease within 10 s, adopts the dead leader's replicas (same
+  processes) and continues the autoscaler from the leader's record;
+- a load step after that (64 clients) still adds a replica, and the registry lists exactly the replica processes
+  that run.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
 import httpx
+import psutil
 import pytest
 
 from serving.gateway.process import GatewayProcess, environ_with, start_gateway
+from serving.protocol.wire import OWNER_ENV
 from serving.replicas.local import process_running
 from serving.state.database import open_database
 from serving.state.lease import Lease
 from serving.state.replica_registry import ReplicaRegistry
 from tests.gateways import ENTITY, RetryingClients, rows_body, wait_ready
+from tests.services import haproxy_server
 
 pytestmark = pytest.mark.slow
 
 NAME = "fraud-shared"
+# Requests in flight per replica (vertical axis off): 24 clients want 2 replicas, 64 three or more. The policy's
+# load estimate (arrivals x service time) ran up to ~37 % over the clients here while a replica joined (measured
+# 2026-12-03), so each level keeps a margin from the next count.
+TARGET = 20
+AUTOSCALING = {"initial_target": TARGET, "vertical": False, "scale_down_window_s": 900}
 
 
-def test_the_follower_serves_the_leaders_replicas_and_takes_over_when_the_leader_dies(world, postgres, record_property):
+def _registered(database) -> list:  # type: ignore[no-untyped-def]
+    return sorted((r for r in ReplicaRegistry(database).all() if r.endpoint == NAME), key=lambda r: r.pid)
+
+
+def _wait_replicas(database, n: int, timeout_s: float, owner: int) -> list:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        rows = _registered(database)
+        if len(rows) >= n and all(r.owner_pid == owner for r in rows):
+            return rows
+        assert time.monotonic() < deadline, f"not {n} replicas of gateway {owner} within {timeout_s:.0f}s: {rows}"
+        time.sleep(0.25)
+
+
+def _port(gateway: GatewayProcess) -> int:
+    return int(gateway.url.rsplit(":", 1)[1])
+
+
+def _running_replicas(gateways: list[GatewayProcess]) -> list[int]:
+    """Pids of the replica processes first started by these gateways (their ``OWNER_ENV``), still running."""
+    owners = {str(g.process.pid) for g in gateways}
+    out = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if "serving.replica" in (proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE \
+                    and proc.environ().get(OWNER_ENV) in owners:
+                out.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return sorted(out)
+
+
+def test_behind_haproxy_the_follower_takes_over_from_a_killed_leader_and_keeps_scaling(world, postgres, tmp_path,
+                                                                                      record_property):
     url = postgres.url(postgres.new_database())
     env = environ_with({"TOLLFREE_STATE_URL": url, "TOLLFREE_REPLICA_TOKEN": "shared-" + os.urandom(16).hex(),
                         "TOLLFREE_WARM_POOL": "0"})
@@ -37,65 +83,78 @@ def test_the_follower_serves_the_leaders_replicas_and_takes_over_when_the_leader
     leader = start_gateway(env, logs / "gateway-shared-a.log", timeout_s=240)
     follower: GatewayProcess | None = None
     database = open_database(url)
-    adopted: list[int] = []
-    clients: RetryingClients | None = None
+    clients: list[RetryingClients] = []
+    started: list[int] = []
+    path = f"/serving-endpoints/{NAME}/invocations"
     try:
         follower = start_gateway(env, logs / "gateway-shared-b.log", timeout_s=240)
         assert Lease(database).holder()[0].split("/")[1] == str(leader.process.pid)
-        admin = {"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}"}
-        created = httpx.post(f"{follower.url}/api/2.0/serving-endpoints", headers=admin, timeout=60,
-                             json={"name": NAME, "config": {"served_entities": [ENTITY]}})
-        assert created.status_code == 200, created.text
-        wait_ready(follower.url, NAME)  # rolled out by the leader, read through the follower
-        rows = [r for r in ReplicaRegistry(database).all() if r.endpoint == NAME]
-        assert len(rows) == 1 and rows[0].owner_pid == leader.process.pid
-        adopted = [rows[0].pid]
+        with haproxy_server([_port(leader), _port(follower)], tmp_path) as proxy:
+            admin = {"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}"}
+            created = httpx.post(f"{proxy}/api/2.0/serving-endpoints", headers=admin, timeout=60, json={
+                "name": NAME, "config": {"served_entities": [{**ENTITY, "max_replicas": 3, "autoscaling": AUTOSCALING}]}})
+            assert created.status_code == 200, created.text
+            wait_ready(proxy, NAME)  # rolled out by the leader
+            body = rows_body(world)
+            deadline = time.monotonic() + 30  # the follower routes once it has read the registry
+            while httpx.post(f"{follower.url}{path}", content=body, timeout=60,
+                             headers={**admin, "content-type": "application/json"}).status_code != 200:
+                assert time.monotonic() < deadline, "the follower never routed to the leader's replica"
+                time.sleep(0.2)
 
-        body = rows_body(world)
-        deadline = time.monotonic() + 30  # the follower routes to the leader's replica once it has read the registry
-        while True:
-            reply = httpx.post(f"{follower.url}/serving-endpoints/{NAME}/invocations", content=body,
-                               headers={**admin, "content-type": "application/json"},
-                               timeout=60)
-            if reply.status_code == 200 or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        assert reply.status_code == 200, reply.text
+            # 24 clients on the follower alone: the leader sees none of it itself, yet adds a replica
+            clients.append(RetryingClients([follower.url], path, body, concurrency=24, retry=False))
+            two = _wait_replicas(database, 2, 120, owner=leader.process.pid)
+            shared_load = [o.status for o in clients.pop().stop()]
+            started = [r.pid for r in two]
 
-        clients = RetryingClients([leader.url, follower.url], f"/serving-endpoints/{NAME}/invocations", body, concurrency=8)
-        time.sleep(3.0)
-        leader.process.send_signal(signal.SIGKILL)
-        killed_at = time.monotonic()
-        leader.process.wait(10)
-        deadline = time.monotonic() + 30
-        while True:
-            holder = Lease(database).holder()
-            if holder is not None and holder[0].split("/")[1] == str(follower.process.pid):
-                break
-            assert time.monotonic() < deadline, f"no new leader: {holder}"
-            time.sleep(0.1)
-        took_over_s = time.monotonic() - killed_at
-        time.sleep(3.0)  # traffic on the new leader
-        outcomes = clients.stop()
-        rows = [r for r in ReplicaRegistry(database).all() if r.endpoint == NAME]
+            # 24 plain clients through HAProxy; kill -9 of the leader
+            clients.append(RetryingClients([proxy], path, body, concurrency=24, retry=False))
+            time.sleep(3.0)
+            leader.process.send_signal(signal.SIGKILL)
+            killed_at = time.monotonic()
+            leader.process.wait(10)
+            deadline = time.monotonic() + 30
+            while True:
+                holder = Lease(database).holder()
+                if holder is not None and holder[0].split("/")[1] == str(follower.process.pid):
+                    break
+                assert time.monotonic() < deadline, f"no new leader: {holder}"
+                time.sleep(0.1)
+            took_over_s = time.monotonic() - killed_at
+            adopted = _wait_replicas(database, 2, 60, owner=follower.process.pid)
+            time.sleep(3.0)  # traffic on the new leader
+            outcomes = clients.pop().stop()
+
+            # a load step: 64 clients want a third replica, which the new leader starts
+            clients.append(RetryingClients([proxy], path, body, concurrency=64, retry=False))
+            three = _wait_replicas(database, 3, 120, owner=follower.process.pid)
+            stepped = clients.pop().stop()
+            running = _running_replicas([leader, follower])
     finally:
-        if clients is not None:
-            clients._stop.set()
+        for group in clients:
+            group._stop.set()
         if leader.process.poll() is None:
             leader.process.kill()
         if follower is not None:
             follower.stop(grace_s=60)
-        for pid in adopted:  # one of several gateways leaves its replicas for the next leader: none comes here
-            if process_running(pid):
+        for pid in started + [r.pid for r in ReplicaRegistry(database).all() if r.endpoint == NAME]:
+            if process_running(pid):  # one of several gateways leaves its replicas for the next leader: none comes
                 os.killpg(pid, signal.SIGKILL)
         database.engine.dispose()
     after = [o for o in outcomes if o.answered > killed_at]
+    log = (logs / "gateway-shared-b.log").read_text()
+    resumed = re.search(rf"autoscaler for {NAME}/\S+ continues from its record: (\d+) replicas", log)
     record_property("failover_requests", len(outcomes))
-    record_property("failover_redispatched", clients.retries)
     record_property("failover_lease_taken_s", round(took_over_s, 2))
-    print(f"leader kill -9: {len(outcomes)} requests ({len(after)} after the kill), {clients.retries} "
-          f"redispatched, lease taken over in {took_over_s:.2f} s")
+    print(f"leader kill -9 behind HAProxy: {len(outcomes)} requests ({len(after)} after the kill), "
+          f"lease taken over in {took_over_s:.2f} s; {len(adopted)} replicas adopted; load step: {len(stepped)} requests, "
+          f"3 replicas")
+    assert set(shared_load) == {200}, sorted(set(shared_load))
     assert {o.status for o in outcomes} == {200}, sorted({o.status for o in outcomes})
-    assert len(after) > 20 and all(o.gateway == 1 for o in after if o.sent > killed_at + 1.0)
-    assert took_over_s < 10.0
-    assert [(r.pid, r.owner_pid) for r in rows] == [(adopted[0], follower.process.pid)], rows
+    assert {o.status for o in stepped} == {200}, sorted({o.status for o in stepped})
+    assert len(after) > 20 and took_over_s < 10.0
+    assert set(started) <= {r.pid for r in adopted}  # the same processes, now the follower's
+    assert resumed is not None, "the new leader did not continue from the leader's record"
+    assert len(adopted) == 2 and int(resumed.group(1)) == 2, (adopted, resumed.group(0))
+    assert sorted(r.pid for r in three) == running and set(started) < set(running)

@@ -1,16 +1,20 @@
-"""``make up`` / ``make status`` / ``make down`` for real, on free ports and a throw-away state folder.
+"""``make up`` / ``make status`` / ``make down`` for real, on free ports and a throw-away state folder, with
+``TOLLFREE_GATEWAYS=2``: the stack's own PostgreSQL, two gateways and HAProxy in front of them.
 
 up -> the Prefect API lists every deployment with its schedule, the UIs answer -> a deployment run
-triggered from the Prefect CLI completes and shows its artifact -> status says what runs -> down ->
-no process of ours is left (recorded pids, and everything carrying the stack's mark).
+triggered from the Prefect CLI completes and shows its artifact -> an endpoint created through HAProxy
+answers -> status says what runs -> down -> no process of ours is left (recorded pids, and everything
+carrying the stack's mark) -> up again: the endpoint, its config and alias, and the token are back -> down.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
+import tempfile
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -19,23 +23,69 @@ import httpx
 import pytest
 
 from infra.processes import marked, start_ticks
+from infra.services import port_free
+from serving.gateway.process import wait_endpoint_ready
 from serving.replicas.local import free_port
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 PREFECT = str(Path(os.sys.executable).parent / "prefect")
 
 
-def _stack_env(home: Path) -> dict[str, str]:
+def _free_ports(n: int) -> int:
+    """The first of ``n`` consecutive free loopback ports (HAProxy's, then one per gateway)."""
+    for _ in range(100):
+        base = free_port()
+        if base + n < 65536 and all(port_free(base + i) for i in range(1, n)):
+            return base
+    raise AssertionError(f"no {n} consecutive free ports")
+
+
+def _stack_env(home: Path, postgres_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
-           if k not in {"MLFLOW_TRACKING_URI", "PREFECT_HOME", "PREFECT_API_URL", "TOLLFREE_TOKEN", "TOLLFREE_TOKENS_FILE"}}
+           if k not in {"MLFLOW_TRACKING_URI", "PREFECT_HOME", "PREFECT_API_URL", "TOLLFREE_TOKEN", "TOLLFREE_TOKENS_FILE",
+                        "TOLLFREE_STATE_URL"}}
     env.update({
         "TOLLFREE_HOME": str(home),
         "TOLLFREE_PREFECT_PORT": str(free_port()),
         "TOLLFREE_MLFLOW_PORT": str(free_port()),
-        "TOLLFREE_GATEWAY_PORT": str(free_port()),
+        "TOLLFREE_GATEWAY_PORT": str(_free_ports(3)),
+        "TOLLFREE_GATEWAYS": "2",
+        "TOLLFREE_POSTGRES_PORT": str(free_port()),
+        "TOLLFREE_POSTGRES_DIR": str(postgres_dir),  # PostgreSQL runs as its own user: not under pytest's 0700 tmp
+        "TOLLFREE_WARM_POOL": "0",
         "PREFECT_WORKER_QUERY_SECONDS": "2",
     })
     return env
+
+
+def _log_tiny_model(tracking_uri: str) -> None:
+    """A small scikit-learn model registered in the stack's own MLflow server, alias ``champion``."""
+    import mlflow
+    import pandas as pd
+    from mlflow import MlflowClient
+    from mlflow.models import infer_signature
+    from sklearn.linear_model import LogisticRegression
+
+    x = pd.DataFrame({"a": [0.0, 1.0, 2.0, 3.0] * 10, "b": [1.0, 0.0, 1.0, 0.0] * 10})
+    y = (x["a"] > 1.5).astype(int)
+    model = LogisticRegression().fit(x, y)
+    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_experiment("stack-test")
+    with mlflow.start_run():
+        mlflow.sklearn.log_model(model, name="model", signature=infer_signature(x, model.predict(x)),
+                                 registered_model_name="tiny")
+    MlflowClient(tracking_uri).set_registered_model_alias("tiny", "champion", "1")
+
+
+def _served(gateway: str, token: str) -> dict:
+    """The endpoint ``tiny`` once ready, after a prediction through it answered."""
+    ready = wait_endpoint_ready(gateway, token, "tiny", timeout_s=240)
+    answer = httpx.post(f"{gateway}/serving-endpoints/tiny/invocations", timeout=60,
+                        headers={"Authorization": f"Bearer {token}"},
+                        json={"dataframe_records": [{"a": 3.0, "b": 0.0}, {"a": 0.0, "b": 1.0}]})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["predictions"] == [1, 0]
+    return ready
 
 
 def _make(target: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -52,11 +102,14 @@ def _small_data(home: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(420)
-def test_up_registers_every_deployment_runs_one_from_the_cli_and_down_leaves_nothing(tmp_path: Path):
+@pytest.mark.timeout(600)
+def test_up_with_two_gateways_registers_every_deployment_serves_and_comes_back_after_down(tmp_path: Path,
+                                                                                           restore_tracking_uri):
     home = tmp_path / "home"
     _small_data(home)  # a small data set: make up seeds the demo's only when there is none
-    env = _stack_env(home)
+    postgres_dir = Path(tempfile.mkdtemp(prefix="tollfree-stack-pg-"))
+    env = _stack_env(home, postgres_dir)
+    gateway = f"http://127.0.0.1:{env['TOLLFREE_GATEWAY_PORT']}"
     api = f"http://127.0.0.1:{env['TOLLFREE_PREFECT_PORT']}/api"
     record_path = home / "stack" / "stack.json"
     started = time.monotonic()
@@ -69,6 +122,10 @@ def test_up_registers_every_deployment_runs_one_from_the_cli_and_down_leaves_not
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
         assert str(token_file) in up.stdout and token not in up.stdout + up.stderr
         assert not any(token in p.read_text(errors="replace") for p in (home / "logs").glob("*.log"))
+        password = (home / "secrets" / "postgres-password").read_text().strip()
+        assert stat.S_IMODE((home / "secrets" / "postgres-password").stat().st_mode) == 0o600
+        assert "HAProxy over 2 gateways" in up.stdout and password not in up.stdout + up.stderr
+        assert not any(password in p.read_text(errors="replace") for p in (home / "logs").glob("*.log"))
 
         with httpx.Client(timeout=10) as client:
             flows = {f["id"]: f["name"] for f in client.post(f"{api}/flows/filter", json={}).json()}
@@ -102,23 +159,44 @@ def test_up_registers_every_deployment_runs_one_from_the_cli_and_down_leaves_not
         assert [a["key"] for a in artifacts] == ["materialize-summary"]
         assert {row["table"] for row in json.loads(artifacts[0]["data"])} >= {"customer_activity"}
 
+        _log_tiny_model(f"http://127.0.0.1:{env['TOLLFREE_MLFLOW_PORT']}")
+        created = httpx.post(f"{gateway}/api/2.0/serving-endpoints", headers={"Authorization": f"Bearer {token}"},
+                             timeout=60, json={"name": "tiny", "config": {"served_entities": [
+                                 {"entity_name": "tiny", "entity_alias": "champion", "max_concurrency": 3}]}})
+        assert created.status_code == 200, created.text
+        before = _served(gateway, token)
+        print(f"endpoint served through HAProxy at {time.monotonic() - started:.0f}s")
+
         status = _make("status", env)
         assert status.returncode == 0, status.stdout + status.stderr
-        for name in ("prefect-server", "mlflow-server", "gateway", "worker"):
+        for name in ("prefect-server", "mlflow-server", "postgres", "gateway-1", "gateway-2", "haproxy", "worker"):
             assert any(line.split()[:1] == [name] and "running" in line for line in status.stdout.splitlines()), status.stdout
         assert "materialize/hourly" in status.stdout and "0 2 * * *" in status.stdout
+        assert "tiny" in status.stdout and password not in status.stdout
+        roles = [(home / "logs" / f"gateway-{i}.log").read_text() for i in (1, 2)]
+        assert sum("leading (" in log for log in roles) == 1 and sum("following the leader" in log for log in roles) == 1
 
         record = json.loads(record_path.read_text())
         recorded = [(s["pid"], s["start_ticks"]) for s in record["services"]]
-        assert len(recorded) == 4
+        assert len(recorded) == 7
+        down = _make("down", env)
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert all(start_ticks(pid) != ticks for pid, ticks in recorded)
+        assert marked(record["stack_id"]) == []  # replicas included
+        after = subprocess.run([os.sys.executable, "-m", "infra.stack", "status"], cwd=PROJECT_DIR, env=env,
+                               capture_output=True, text=True, timeout=60)
+        assert after.returncode == 3 and "not running" in after.stdout
+        assert (home / "prefect" / "prefect.db").exists() and (home / "mlflow.db").exists()  # state survives down
+
+        again = _make("up", env)  # PostgreSQL, both gateways and HAProxy again, on the data they left
+        assert again.returncode == 0, again.stdout + again.stderr
+        back = _served(gateway, token)
+        print(f"endpoint back after down and up at {time.monotonic() - started:.0f}s")
     finally:
         if record_path.exists():
             down = _make("down", env)
             print(f"make down done at {time.monotonic() - started:.0f}s")
             assert down.returncode == 0, down.stdout + down.stderr
-    assert all(start_ticks(pid) != ticks for pid, ticks in recorded)
-    assert marked(record["stack_id"]) == []
-    after = subprocess.run([os.sys.executable, "-m", "infra.stack", "status"], cwd=PROJECT_DIR, env=env,
-                           capture_output=True, text=True, timeout=60)
-    assert after.returncode == 3 and "not running" in after.stdout
-    assert (home / "prefect" / "prefect.db").exists() and (home / "mlflow.db").exists()  # state survives down
+        shutil.rmtree(postgres_dir, ignore_errors=True)
+    assert back["config"] == before["config"] and back["id"] == before["id"]
+    assert back["config"]["served_entities"][0]["entity_alias"] == "champion"

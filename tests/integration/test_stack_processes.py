@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from infra.processes import MARK, marked, spawn, start_ticks, stop_pids, stop_record
-from infra.services import StackConfig, admin_token, port_free
+from infra.services import StackConfig, admin_token, child_environ, port_free, services
 from infra.stack import StackRecord, write_env_file
 
 
@@ -118,3 +118,53 @@ def test_up_refuses_a_taken_port_before_starting_anything(tmp_path: Path):
         with pytest.raises(SystemExit, match="TOLLFREE_GATEWAY_PORT"):
             up(StackConfig.from_environ(environ), environ)
     assert not (tmp_path / "stack" / "stack.json").exists()
+
+
+def test_one_gateway_by_default_and_with_several_postgresql_and_haproxy_in_front(tmp_path: Path):
+    env = {"TOLLFREE_HOME": str(tmp_path), "TOLLFREE_GATEWAY_PORT": "18080", "MLFLOW_TRACKING_URI": "http://mlflow.x:5000"}
+    one = services(StackConfig.from_environ(env), child_environ(StackConfig.from_environ(env), env, "s", "t" * 20))
+    assert [s.name for s in one] == ["prefect-server", "gateway", "worker"]
+    assert one[1].port == 18080 and "TOLLFREE_STATE_URL" not in one[1].env
+
+    several = {**env, "TOLLFREE_GATEWAYS": "3", "TOLLFREE_POSTGRES_PORT": "15433"}
+    config = StackConfig.from_environ(several)
+    wanted = {s.name: s for s in services(config, child_environ(config, several, "s", "t" * 20))}
+    assert list(wanted) == ["prefect-server", "postgres", "gateway-1", "gateway-2", "gateway-3", "haproxy", "worker"]
+    assert [wanted[f"gateway-{i}"].port for i in (1, 2, 3)] == [18081, 18082, 18083]
+    assert wanted["haproxy"].port == 18080 and wanted["postgres"].port == 15433
+    password = (tmp_path / "secrets" / "postgres-password").read_text().strip()
+    assert stat.S_IMODE((tmp_path / "secrets" / "postgres-password").stat().st_mode) == 0o600
+    urls = {wanted[f"gateway-{i}"].env["TOLLFREE_STATE_URL"] for i in (1, 2, 3)}
+    assert urls == {f"postgresql://tollfree:{password}@127.0.0.1:15433/tollfree"}
+    assert password not in wanted["postgres"].url and "***" in wanted["postgres"].url
+    wanted["haproxy"].prepare()
+    cfg = (config.state_dir / "haproxy.cfg").read_text()
+    assert "bind 127.0.0.1:18080" in cfg and "option httpchk GET /healthz" in cfg and "option redispatch 1" in cfg
+    assert [line.split()[2] for line in cfg.splitlines() if line.strip().startswith("server ")] == \
+        ["127.0.0.1:18081", "127.0.0.1:18082", "127.0.0.1:18083"]
+    given = {**several, "TOLLFREE_STATE_URL": "postgresql://u:p@db.internal/s"}
+    assert StackConfig.from_environ(given).postgres is None  # the user's PostgreSQL: none of the stack's own
+
+
+@pytest.mark.parametrize(("env", "says"), [
+    ({"TOLLFREE_GATEWAYS": "0"}, "TOLLFREE_GATEWAYS must be a whole number from 1 to 16"),
+    ({"TOLLFREE_GATEWAYS": "two"}, "TOLLFREE_GATEWAYS must be a whole number"),
+    ({"TOLLFREE_GATEWAYS": "2", "TOLLFREE_STATE_URL": "sqlite:///x.db"}, "needs a PostgreSQL state store"),
+    ({"TOLLFREE_GATEWAYS": "2", "TOLLFREE_POSTGRES_PORT": "99999"}, "TOLLFREE_POSTGRES_PORT must be a TCP port"),
+    ({"TOLLFREE_GATEWAYS": "4", "TOLLFREE_GATEWAY_PORT": "65533"}, "leaves no room for 4 gateways"),
+])
+def test_a_bad_gateway_setting_is_refused_naming_it(tmp_path: Path, env: dict, says: str):
+    with pytest.raises(ValueError, match=says):
+        StackConfig.from_environ({"TOLLFREE_HOME": str(tmp_path), **env})
+
+
+def test_haproxy_accepts_the_configuration_make_up_writes(tmp_path: Path):
+    import subprocess
+
+    from infra import haproxy
+    from infra.packages import ensure_haproxy
+
+    cfg = tmp_path / "haproxy.cfg"
+    cfg.write_text(haproxy.config(18080, [18081, 18082]))
+    checked = subprocess.run([ensure_haproxy(), "-c", "-f", str(cfg)], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr

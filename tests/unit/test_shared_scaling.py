@@ -64,21 +64,23 @@ def _reading(gateway: str, at: float, arrivals: int, completed: int, **values) -
                     "latency_p50_ms": 20.0, "latency_p99_ms": 50.0, **values})
 
 
-def test_the_leader_adds_the_rise_of_each_gateways_totals_and_sums_the_levels():
+def test_the_leader_adds_each_gateways_rates_and_sums_the_levels():
     own = Sample(t=10.0, in_flight=2.0, ready_replicas=1, queue_depth=1.0, requests=10, completed=9,
                  latency_p50_ms=10.0, latency_p99_ms=30.0)
     remote = RemoteLoad()
     first = remote.merged(own, URI, [_reading("b", 9.5, 100, 90)])
-    assert (first.requests, first.completed) == (10, 9)       # no earlier reading from b: its rise is unknown
+    assert (first.requests, first.completed) == (10, 9)       # no earlier reading from b: its rate is unknown
     assert first.in_flight == 5.0 and first.queue_depth == 2.0 and first.latency_p99_ms == 50.0
     later = remote.merged(own, URI, [_reading("b", 10.5, 130, 118)])
     assert (later.requests, later.completed) == (40, 37)
     assert later.latency_p50_ms == (10.0 * 9 + 20.0 * 28) / 37
-    again = remote.merged(own, URI, [_reading("b", 10.5, 130, 118)])  # the same reading read twice
-    assert (again.requests, again.completed) == (10, 9)
-    restarted = remote.merged(own, URI, [_reading("b", 11.5, 5, 5)])  # b restarted: its totals went back
+    again = remote.merged(own, URI, [_reading("b", 10.5, 130, 118)])  # the same reading read twice: same rates
+    assert (again.requests, again.completed) == (40, 37)
+    missed = remote.merged(own, URI, [_reading("b", 12.5, 190, 178)])  # one reading missed: 2 s at 30 a second
+    assert (missed.requests, missed.completed) == (40, 39)
+    restarted = remote.merged(own, URI, [_reading("b", 13.5, 5, 5)])  # b restarted: its totals went back
     assert (restarted.requests, restarted.completed) == (10, 9)
-    other_model = remote.merged(own, "models:/m/2", [_reading("b", 12.5, 200, 200)])
+    other_model = remote.merged(own, "models:/m/2", [_reading("b", 14.5, 200, 200)])
     assert other_model == own
 
 

@@ -1,0 +1,49 @@
+"""HAProxy in front of several gateways (``make up`` with ``TOLLFREE_GATEWAYS`` >= 2): its configuration. Pure.
+
+What it does for a client:
+- health checks: ``GET /healthz`` on each gateway every second; one failed check takes a gateway out, one
+  passed check brings it back;
+- retries: a request whose connection fails, or that gets an empty or broken answer (a gateway killed while
+  it held the request), is sent again, to another gateway (``option redispatch 1``), up to 3 times. HAProxy
+  can retry only a request it holds whole: it waits for the whole body before it sends a request on
+  (``option http-buffer-request``), and bodies over ``BUFFER_BYTES`` are not retried. Predictions are idempotent,
+  so a request sent twice is answered once; a request the dead gateway had already logged is logged twice;
+- ``balance leastconn``: each new request to the gateway with the fewest in flight.
+"""
+
+from __future__ import annotations
+
+BUFFER_BYTES = 262_144  # tune.bufsize: the largest request HAProxy can retry whole
+
+
+def config(listen_port: int, gateway_ports: list[int], host: str = "127.0.0.1") -> str:
+    servers = "\n".join(f"    server gateway-{i} {host}:{port} check" for i, port in enumerate(gateway_ports, 1))
+    return f"""# written by make up (infra/haproxy.py); rewritten at every up
+global
+    maxconn 4096
+    tune.bufsize {BUFFER_BYTES}
+
+defaults
+    mode http
+    option httplog
+    log stdout format raw local0
+    timeout connect 2s
+    timeout client 130s
+    timeout server 130s
+    timeout http-request 30s
+    retries 3
+    option redispatch 1
+    retry-on conn-failure empty-response junk-response
+    option http-buffer-request
+
+frontend gateways
+    bind {host}:{listen_port}
+    default_backend gateways
+
+backend gateways
+    balance leastconn
+    option httpchk GET /healthz
+    http-check expect status 200
+    default-server inter 1s fall 1 rise 1
+{servers}
+"""
