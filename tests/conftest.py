@@ -81,3 +81,17 @@ def postgres():
 
     with postgres_server() as server:
         yield server
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def state_database(request, tmp_path: Path):
+    """A fresh state store at the schema's head, on each backend in turn: SQLite, then the session's PostgreSQL."""
+    from serving.endpoints.store import EndpointStore
+
+    if request.param == "sqlite":
+        store = EndpointStore(tmp_path / "endpoints.db")
+    else:
+        server = request.getfixturevalue("postgres")
+        store = EndpointStore(server.url(server.new_database()))
+    yield store.database
+    store.close()

@@ -60,11 +60,7 @@ def redis_server() -> Iterator[str]:
             raise ServiceUnavailable("redis-server did not answer PING within 20 s")
         yield f"127.0.0.1:{port}"
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        _terminate(process)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -173,8 +169,12 @@ def haproxy_server(gateway_ports: list[int], workdir: Path) -> Iterator[str]:
             time.sleep(0.1)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        _terminate(process)
+
+
+def _terminate(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()

@@ -87,7 +87,8 @@ def _lifespan(manager: EndpointManager, inference_log: InferenceLogWriter, metri
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         inference_log.start()
         await manager.open()
-        leadership = None if manager.store.database.is_sqlite else Leadership(manager)
+        pool = _WarmPoolSwitch(manager, autoscaling.warm_pool_size if autoscaling is not None else 0)
+        leadership = None if manager.store.database.is_sqlite else Leadership(manager, on_role=pool.switch)
         if leadership is None:
             await manager.restore()
         else:
@@ -99,6 +100,7 @@ def _lifespan(manager: EndpointManager, inference_log: InferenceLogWriter, metri
             shared = SharedScaling(LoadBoard(database), ScalerRecords(database),
                                    leadership.me if leadership is not None else holder_id(), lambda: manager.leading)
             await run_in_threadpool(shared.start)
+            pool.switch(manager.leading)  # a follower starts no replica, so needs no standby
             tasks.append(_start_autoscaler(app, manager, metrics, autoscaling, shared))
         if leadership is not None:
             tasks.append(asyncio.get_running_loop().create_task(leadership.run()))
@@ -121,16 +123,32 @@ def _lifespan(manager: EndpointManager, inference_log: InferenceLogWriter, metri
 
 def _start_autoscaler(app: FastAPI, manager: EndpointManager, metrics: GatewayMetrics,
                       settings: AutoscalerSettings, shared: SharedScaling) -> asyncio.Task[None]:
-    """The autoscaler over the live replica sets, stepped on this event loop; the warm pool its scale-ups
-    take standbys from, filled in the background."""
+    """The autoscaler over the live replica sets, stepped on this event loop (its scale-ups take standbys from
+    the leader's warm pool, ``_WarmPoolSwitch``)."""
     loop = asyncio.get_running_loop()
-    if settings.warm_pool_size and manager.leading:  # a follower starts no replica, so needs no standby
-        manager.backend.pool = WarmPool(settings.warm_pool_size, manager.launcher)
-        loop.run_in_executor(None, manager.backend.pool.fill)
     scaler = LiveAutoscaler(manager, interval_s=settings.interval_s, shared=shared)
     app.state.autoscaler = scaler
     metrics.registry.register(scaler.controller.collector())
     return loop.create_task(scaler.run())
+
+
+class _WarmPoolSwitch:
+    """The leader's warm pool: standbys kept ready while this gateway leads (it starts the replicas), none
+    while it follows; filled and emptied in the background."""
+
+    def __init__(self, manager: EndpointManager, size: int) -> None:
+        self.manager = manager
+        self.size = size
+
+    def switch(self, leading: bool) -> None:
+        backend = self.manager.backend
+        loop = asyncio.get_running_loop()
+        if leading and self.size and backend.pool is None:
+            backend.pool = WarmPool(self.size, self.manager.launcher)
+            loop.run_in_executor(None, backend.pool.fill)
+        elif not leading and backend.pool is not None:
+            pool, backend.pool = backend.pool, None
+            loop.run_in_executor(None, pool.close)
 
 
 class Gateway:

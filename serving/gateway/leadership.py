@@ -19,6 +19,7 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Callable
 
 from starlette.concurrency import run_in_threadpool
 
@@ -56,8 +57,10 @@ async def _exited(holder: str, timeout_s: float = 5.0) -> None:
 
 
 class Leadership:
-    def __init__(self, manager: EndpointManager, *, ttl_s: float = 10.0, interval_s: float = 0.5) -> None:
+    def __init__(self, manager: EndpointManager, *, ttl_s: float = 10.0, interval_s: float = 0.5,
+                 on_role: Callable[[bool], None] = lambda leading: None) -> None:
         self.manager = manager
+        self.on_role = on_role  # told True when this gateway starts leading, False when it stops (its warm pool)
         self.me = holder_id()
         self.lease = Lease(manager.store.database, ttl_s=ttl_s, is_gone=gone_from_this_host)
         self.interval_s = interval_s
@@ -106,9 +109,11 @@ class Leadership:
             if before is not None and before[0] != self.me:
                 await _exited(before[0])
             await self.manager.lead()
+            self.on_role(True)
         elif not held and self.manager.leading:
             log.warning("lost the leader lease: following")
             self.manager.leading = False
+            self.on_role(False)
         if self.manager.leading:
             await self.manager.reconcile()
         else:

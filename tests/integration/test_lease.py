@@ -4,11 +4,7 @@ once, a release, and many contenders racing for a free lease getting exactly one
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
-import pytest
-
-from serving.endpoints.store import EndpointStore
 from serving.state.lease import Lease
 
 
@@ -20,20 +16,9 @@ class Clock:
         return self.now
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database(request, tmp_path: Path):
-    if request.param == "sqlite":
-        store = EndpointStore(tmp_path / "endpoints.db")
-    else:
-        server = request.getfixturevalue("postgres")
-        store = EndpointStore(server.url(server.new_database()))
-    yield store.database
-    store.close()
-
-
-def test_one_holder_until_it_expires_and_the_term_counts_holders(database) -> None:
+def test_one_holder_until_it_expires_and_the_term_counts_holders(state_database) -> None:
     clock = Clock()
-    lease = Lease(database, ttl_s=10, clock=clock)
+    lease = Lease(state_database, ttl_s=10, clock=clock)
     assert lease.hold("a") == 1
     assert lease.hold("b") is None
     clock.now += 8
@@ -46,10 +31,10 @@ def test_one_holder_until_it_expires_and_the_term_counts_holders(database) -> No
     assert lease.holder()[0] == "b"
 
 
-def test_a_dead_holder_is_replaced_at_once_and_a_release_frees_it(database) -> None:
+def test_a_dead_holder_is_replaced_at_once_and_a_release_frees_it(state_database) -> None:
     clock = Clock()
     dead: set[str] = set()
-    lease = Lease(database, ttl_s=10, clock=clock, is_gone=lambda holder: holder in dead)
+    lease = Lease(state_database, ttl_s=10, clock=clock, is_gone=lambda holder: holder in dead)
     assert lease.hold("a") == 1
     dead.add("a")
     assert lease.hold("b") == 2
@@ -59,8 +44,8 @@ def test_a_dead_holder_is_replaced_at_once_and_a_release_frees_it(database) -> N
     assert lease.hold("c") == 3
 
 
-def test_contenders_for_a_free_lease_get_exactly_one_winner(database) -> None:
-    lease = Lease(database, ttl_s=10)
+def test_contenders_for_a_free_lease_get_exactly_one_winner(state_database) -> None:
+    lease = Lease(state_database, ttl_s=10)
     barrier = threading.Barrier(6)
     won: list[str] = []
     errors: list[BaseException] = []

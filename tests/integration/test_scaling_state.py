@@ -4,31 +4,15 @@ the old ones dropped)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-
-from serving.endpoints.store import EndpointStore
 from serving.state.scaling import LoadBoard, Reading, ScalerRecord, ScalerRecords
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database(request, tmp_path: Path):
-    if request.param == "sqlite":
-        store = EndpointStore(tmp_path / "endpoints.db")
-    else:
-        server = request.getfixturevalue("postgres")
-        store = EndpointStore(server.url(server.new_database()))
-    yield store.database
-    store.close()
 
 
 def _reading(gateway: str, entity: str, at: float, n: int) -> Reading:
     return Reading(gateway, "e", entity, "models:/m/1", at, {"arrivals_total": n, "busy": {"12": 1.5}})
 
 
-def test_each_gateway_replaces_its_own_readings_and_reads_the_others_fresh_ones(database) -> None:
-    board = LoadBoard(database)
+def test_each_gateway_replaces_its_own_readings_and_reads_the_others_fresh_ones(state_database) -> None:
+    board = LoadBoard(state_database)
     board.publish("a", [_reading("a", "x", 100.0, 1), _reading("a", "y", 100.0, 2)])
     board.publish("b", [_reading("b", "x", 100.5, 3)])
     board.publish("c", [_reading("c", "x", 90.0, 4)])       # stale: from a gateway gone quiet
@@ -41,8 +25,8 @@ def test_each_gateway_replaces_its_own_readings_and_reads_the_others_fresh_ones(
     assert board.others("a", since=0.0) == [_reading("c", "x", 90.0, 4)]
 
 
-def test_the_leaders_records_are_replaced_per_entity_and_dropped_with_their_entity(database) -> None:
-    records = ScalerRecords(database)
+def test_the_leaders_records_are_replaced_per_entity_and_dropped_with_their_entity(state_database) -> None:
+    records = ScalerRecords(state_database)
     state = {"policy": {"replicas": 3, "target": 7.0}, "samples": [{"t": 1.0, "in_flight": 2.0, "ready_replicas": 1}]}
     records.save([ScalerRecord("e", "x", "models:/m/1", 10.0, state), ScalerRecord("e", "y", "models:/m/1", 10.0, state)])
     records.save([ScalerRecord("e", "x", "models:/m/2", 15.0, {**state, "policy": {"replicas": 4, "target": 7.0}})])
