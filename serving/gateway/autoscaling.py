@@ -26,8 +26,8 @@ from dataclasses import replace
 
 from serving.autoscaler.config import ScalingConfig
 from serving.autoscaler.controller import Backend, Controller, EntityKey
-from serving.autoscaler.signals import Sample
 from serving.autoscaler.record import from_record, to_record
+from serving.autoscaler.signals import Sample
 from serving.endpoints.manager import EndpointManager
 from serving.gateway.shared_scaling import RemoteLoad, SharedScaling, reading
 from serving.replicas.replica_set import ReplicaSet
