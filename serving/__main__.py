@@ -7,6 +7,8 @@ serves the data plane and the health probes alone.
 State folder from ``TOLLFREE_HOME``, registry from ``MLFLOW_TRACKING_URI`` (default: the state
 folder's SQLite), admin token from ``TOLLFREE_TOKEN`` (required), endpoint state from
 ``TOLLFREE_STATE_URL`` (default: ``endpoints.db`` in the state folder; ``postgresql://...`` to share it).
+Replicas are local processes unless ``TOLLFREE_BACKEND=kubernetes`` (pods; settings in
+``serving.replicas.cluster.connect``).
 The gateway migrates the state store's schema when it starts; with ``TOLLFREE_STATE_MIGRATE=manual`` it
 refuses an old schema and names the command to run (``python -m serving.state upgrade``).
 """
@@ -22,9 +24,7 @@ import sys
 KEEP_ALIVE_S = 75  # seconds an idle client connection stays open (see main)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from serving.settings import export_defaults
-
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m serving", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
@@ -35,7 +35,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds a replica has to answer before the client gets 504 "
                              "(default: TOLLFREE_REQUEST_TIMEOUT_S, else 30)")
     parser.add_argument("--log-level", default="info")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from serving.settings import export_defaults
+
+    args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s gateway %(name)s: %(message)s")
     settings = export_defaults(os.environ)
 
@@ -54,18 +60,19 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    timeout_s = args.request_timeout
+    timeout_s = _request_timeout(args.request_timeout)
     if timeout_s is None:
-        raw = os.environ.get("TOLLFREE_REQUEST_TIMEOUT_S", "30")
-        try:
-            timeout_s = float(raw)
-        except ValueError:
-            timeout_s = float("nan")
-    if not 0 < timeout_s <= 3600:
         print("the request timeout (--request-timeout or TOLLFREE_REQUEST_TIMEOUT_S) must be a number of seconds "
               "in (0, 3600]", file=sys.stderr)
         return 2
     settings.home.mkdir(parents=True, exist_ok=True)
+    from serving.replicas.cluster.connect import ClusterSettingsError, cluster_from_environ
+
+    try:
+        cluster = cluster_from_environ(os.environ)   # None: local replica processes
+    except ClusterSettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         store = EndpointStore(settings.state_url, migrate=os.environ.get("TOLLFREE_STATE_MIGRATE", "auto") != "manual")
     except StateStoreError as exc:  # unreachable, or a schema to migrate first: the message names the URL, never its password
@@ -78,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         log_dir=settings.home / "logs",
         home=settings.home,
         request_timeout_s=timeout_s,
+        cluster=cluster,
     )
     pool = os.environ.get("TOLLFREE_WARM_POOL", "1")
     if not pool.isdigit():
@@ -85,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     metrics = GatewayMetrics.create()  # one registry: the gateway's, the inference log's, the autoscaler's
     app = create_gateway_app(manager, tokens, InferenceLogWriter(settings.inference_log_dir, registry=metrics.registry),
-                             metrics=metrics, autoscale=os.environ.get("TOLLFREE_AUTOSCALE", "on") != "off", warm_pool_size=int(pool))
+                             metrics=metrics, autoscale=os.environ.get("TOLLFREE_AUTOSCALE", "on") != "off", warm_pool_size=int(pool) if cluster is None else 0)  # pods start from their image, not from local standbys
     # An idle keep-alive connection is kept 75 s (nginx's default; uvicorn's is 5 s): longer than the idle expiry
     # of the clients in front (httpx 5 s, load balancers 60 s), so a client never reuses a connection the gateway
     # is closing at that moment: that race failed a POST with a ReadError, which no client retries by itself.
@@ -102,6 +110,17 @@ def main(argv: list[str] | None = None) -> int:
     with asyncio.Runner(loop_factory=public.config.get_loop_factory()) as runner:
         runner.run(_serve_both(public, admin))
     return 0
+
+
+def _request_timeout(given: float | None) -> float | None:
+    """``--request-timeout``, else ``TOLLFREE_REQUEST_TIMEOUT_S``, else 30; None if not in (0, 3600]."""
+    timeout_s = given
+    if timeout_s is None:
+        try:
+            timeout_s = float(os.environ.get("TOLLFREE_REQUEST_TIMEOUT_S", "30"))
+        except ValueError:
+            return None
+    return timeout_s if 0 < timeout_s <= 3600 else None
 
 
 async def _serve_both(public, admin) -> None:  # type: ignore[no-untyped-def]

@@ -50,7 +50,7 @@ class FakeReplicas:
     async def send(self, replica: FakeReplica, requests: list[WireRequest]) -> WireReply:
         self.batches.append((replica.url, [r.request_id for r in requests]))
         await asyncio.sleep(self.delay_s)
-        if not replica.reachable:
+        if not getattr(replica, "reachable", True):
             raise ReplicaUnreachable("connection refused")
         self.busy_s += 0.25
         return WireReply([WireAnswer(200, 1, json.dumps([r.request_id]).encode(), b"") for r in requests], self.busy_s)

@@ -1,7 +1,7 @@
 """The control plane's live state: endpoints and the replica set of each served entity.
 
 Records persist in the EndpointStore; replicas are local processes, each listed in the replica registry
-while it serves. A config change starts the new served entities' replicas, waits until they are ready,
+while it serves, or the pods of a Deployment per served entity on Kubernetes (``endpoints.placement``). A config change starts the new served entities' replicas, waits until they are ready,
 and only then moves traffic to them; a failed rollout ends UPDATE_FAILED and the old config keeps
 serving. A gateway that starts on existing state adopts the live replicas a crashed predecessor left
 (registry, then health check, then ``/adopt``), starts only what is missing, and stops the rest.
@@ -16,11 +16,13 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from starlette.concurrency import run_in_threadpool
 
 from serving.endpoints import spec
 from serving.endpoints.monitoring import keep_monitoring
+from serving.endpoints.placement import Placement
 from serving.endpoints.replica_book import ReplicaBook
 from serving.endpoints.store import EndpointStore
 from serving.protocol.errors import conflict, invalid_parameter, not_found, unavailable
@@ -31,6 +33,9 @@ from serving.replicas.remote import RemoteReplica
 from serving.replicas.replica_set import DEFAULT_MAX_CONCURRENCY, ReplicaSet
 from serving.state.replica_registry import ReplicaRegistry, ReplicaRow
 from serving.traffic.response_cache import ResponseCache
+
+if TYPE_CHECKING:
+    from serving.replicas.cluster.connect import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +88,7 @@ class EndpointManager:
         ready_timeout_s: float = 180.0,
         replica_client=None,  # type: ignore[no-untyped-def]  # has start/close/send; default: ReplicaClient
         request_timeout_s: float = 30.0,
+        cluster: Cluster | None = None,   # replicas as Kubernetes pods (TOLLFREE_BACKEND=kubernetes)
     ) -> None:
         self.store = store
         self._resolve = resolver
@@ -90,6 +96,8 @@ class EndpointManager:
         self.launcher = Launcher.for_gateway(replica_env, log_dir, token_file=self._home / "replica.token")
         self.book = ReplicaBook(ReplicaRegistry(store.database), self.launcher)
         self.backend = LocalBackend(self.launcher)   # its warm pool comes with the autoscaler (gateway.app)
+        self.cluster = cluster
+        self.placement = Placement(self.backend, self.book, cluster)
         if replica_client is None:
             from serving.replicas.client import ReplicaClient
 
@@ -103,6 +111,7 @@ class EndpointManager:
         # Several gateways on one store: only the leader runs rollouts, replicas and the autoscaler; the others
         # write their control-plane changes to the store (the leader picks them up) and route to its replicas.
         self.leading = True
+        self._closing = False   # the gateway is stopping: a cancelled rollout leaves a cluster's Deployments be
 
     # ---- control plane -------------------------------------------------------------------------
     async def create(self, request: spec.CreateEndpointRequest, creator: str) -> spec.EndpointRecord:
@@ -198,17 +207,18 @@ class EndpointManager:
                 uri = f"models:/{entity.entity_name}/{entity.resolved_version}"
                 served = live.entities.get(entity.name) if live is not None else None
                 if served is None or served.model_uri != uri or not served.followed:
-                    served = ReplicaSet(entity.name, entity.entity_name, str(entity.resolved_version), None,
-                                        endpoint=record.name, max_concurrency=entity.max_concurrency or DEFAULT_MAX_CONCURRENCY)
-                    served.followed = True
+                    served = self.placement.follow(record.name, entity)
                     served.attach(self.replica_client.send, self.request_timeout_s)
-                served.route_to([RemoteReplica(r.host, r.port, r.pid) for r in rows.get((record.name, entity.name, uri), [])])
+                if self.cluster is None:
+                    served.route_to([RemoteReplica(r.host, r.port, r.pid) for r in rows.get((record.name, entity.name, uri), [])])
                 entities[entity.name] = served
             weights = spec.traffic_weights(record.config)
             if live is None or live.entities != entities or live.weights != weights:
                 self.live[record.name] = LiveEndpoint(entities, weights, cache_for(record.config))
+                if live is not None:
+                    self.placement.forget([e for e in live.entities.values() if e not in entities.values()])
         for name in set(self.live) - {r.name for r in records}:
-            del self.live[name]
+            self.placement.forget(self.live.pop(name).entities.values())
 
     async def lead(self) -> None:
         """This gateway has become the leader: adopt the replicas the previous leader left (its process is
@@ -217,6 +227,7 @@ class EndpointManager:
         self.leading = True
         records = await run_in_threadpool(self.store.list)
         left = await self.book.left_running(records)
+        await self.placement.sweep(records)
         for record in records:
             if record.name not in self._tasks:
                 config, version = self._target(record)
@@ -247,6 +258,7 @@ class EndpointManager:
     async def shutdown(self, *, keep_replicas: bool = False) -> None:
         """Stop: rollouts cancelled, then every replica stopped, unless ``keep_replicas`` (one of several
         gateways: the next leader adopts them)."""
+        self._closing = True
         rollouts = list(self._tasks.values())
         for task in rollouts:
             task.cancel()
@@ -255,7 +267,7 @@ class EndpointManager:
         await asyncio.gather(*rollouts, return_exceptions=True)
         entities = [e for live in self.live.values() for e in live.entities.values()]
         self.live.clear()
-        if not keep_replicas:
+        if not keep_replicas or self.cluster is not None:   # a cluster's sets stop routing; its Deployments stay
             await self._stop_all(entities, cancel_starts=True)
         await self.book.flush()  # the registry is up to date
         await self.backend.close()
@@ -327,9 +339,7 @@ class EndpointManager:
                     current.configure(limit, spec.scaling_config(entity))  # applies at once
                     keep[entity.name] = current
                     continue
-                served = ReplicaSet(entity.name, entity.entity_name, str(entity.resolved_version), self.backend,
-                                    endpoint=name, max_concurrency=limit, scaling=spec.scaling_config(entity),
-                                    on_change=self.book.changed)
+                served = self.placement.run(name, entity)
                 served.attach(self.replica_client.send, self.request_timeout_s)
                 started.append(served)
                 adopted = await self.book.adopt(served, left.get((name, str(entity.name), served.model_uri), []))
@@ -343,7 +353,7 @@ class EndpointManager:
             await self._finish(name, ready=old is not None, update="UPDATE_FAILED", message=str(exc)[:500])
             return
         except asyncio.CancelledError:
-            await self._stop_all(started)
+            await self._stop_all(started, cancel_starts=self._closing)
             raise
         self.live[name] = LiveEndpoint(keep, spec.traffic_weights(config), cache_for(config))
         if old is not None:

@@ -87,6 +87,8 @@ def _lifespan(manager: EndpointManager, inference_log: InferenceLogWriter, metri
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         inference_log.start()
         await manager.open()
+        if manager.cluster is not None:   # the routing first: a restored endpoint finds its pods at once
+            await run_in_threadpool(_watch_cluster, manager)
         pool = _WarmPoolSwitch(manager, autoscaling.warm_pool_size if autoscaling is not None else 0)
         leadership = None if manager.store.database.is_sqlite else Leadership(manager, on_role=pool.switch)
         if leadership is None:
@@ -116,9 +118,22 @@ def _lifespan(manager: EndpointManager, inference_log: InferenceLogWriter, metri
             await manager.shutdown(keep_replicas=leadership is not None)
             if leadership is not None:
                 await leadership.stop()
+            if manager.cluster is not None:
+                await run_in_threadpool(manager.cluster.stop)
             inference_log.close()
 
     return lifespan
+
+
+CLUSTER_SYNC_S = 10.0
+
+
+def _watch_cluster(manager: EndpointManager) -> None:
+    """Start the EndpointSlice watch and wait (up to ``CLUSTER_SYNC_S``) for its first list."""
+    assert manager.cluster is not None
+    manager.cluster.start()
+    if not manager.cluster.routes.synced.wait(CLUSTER_SYNC_S):
+        log.warning("no EndpointSlice list from the Kubernetes API after %.0f s: starting without routes", CLUSTER_SYNC_S)
 
 
 def _start_autoscaler(app: FastAPI, manager: EndpointManager, metrics: GatewayMetrics,

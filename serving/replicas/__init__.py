@@ -5,6 +5,7 @@
     local_backend  starts and stops local processes for the replica sets (warm pool first)
     warm_pool      standby processes with the runtime imported, waiting for a model
     client         the keep-alive client that sends batch envelopes to a replica (and returns its readings)
-    kubernetes     the autoscaler's backend on Kubernetes Deployments (scale subresource)
+    remote         a replica another gateway runs (several gateways on one machine)
+    cluster/       replicas as Kubernetes pods: a Deployment per entity, routing from EndpointSlices
     probe          measure a candidate model by serving it in a real local replica
 """

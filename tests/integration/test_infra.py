@@ -19,6 +19,7 @@ from kubernetes_validate import utils as kv
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 K8S = PROJECT_DIR / "infra" / "k8s"
+REPLICA_TEMPLATE = K8S / "replica" / "template.yaml"   # not applied: the gateways' backend renders it per entity
 JOB_TEMPLATE = PROJECT_DIR / "infra" / "prefect" / "kubernetes-base-job-template.json"
 KUBERNETES_VERSION = "1.37.0"  # the newest schemas kubernetes-validate bundles (no network needed)
 
@@ -44,6 +45,15 @@ def strict(doc: dict[str, Any]) -> None:
     kv.validate(doc, KUBERNETES_VERSION, strict=True)
 
 
+def replica_objects() -> dict[str, dict[str, Any]]:
+    """What the Kubernetes backend makes of the template for one served entity."""
+    from serving.replicas.cluster.objects import ReplicaTemplate, Wanted, owned_by
+
+    objects = ReplicaTemplate.load(REPLICA_TEMPLATE).render(Wanted("fraud", "champion", "models:/fraud/3"), 2)
+    name = objects["Deployment"]["metadata"]["name"]
+    return {kind: obj if kind == "Deployment" else owned_by(obj, name, "0b9c7f1e-uid") for kind, obj in objects.items()}
+
+
 @pytest.mark.parametrize("path", manifest_files(), ids=lambda p: p.name)
 def test_every_manifest_is_valid_kubernetes_in_strict_mode(path: Path):
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
@@ -67,23 +77,57 @@ def test_kustomization_lists_every_manifest_and_renders():
         pytest.skip("kubectl is not installed: the rendered kustomization is not checked")
     rendered = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=60, check=True).stdout
     docs = [d for d in yaml.safe_load_all(rendered) if d]
-    assert len(docs) == len(documents())
+    assert len(docs) == len(documents()) + 1   # and the replica template's ConfigMap
+    [template] = [d for d in docs if d["metadata"]["name"].startswith("tollfree-replica-template")]
+    assert template["data"]["template.yaml"] == REPLICA_TEMPLATE.read_text()
+    [gateway] = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "tollfree-gateway"]
+    [volume] = [v for v in gateway["spec"]["template"]["spec"]["volumes"] if v["name"] == "replica-template"]
+    assert volume["configMap"]["name"] == template["metadata"]["name"]   # kustomize's hashed name, followed
     for doc in docs:
         strict(doc)
         if doc["kind"] != "Namespace":
             assert doc["metadata"]["namespace"] == "tollfree", doc["metadata"]["name"]
 
 
-def test_autoscaler_may_only_get_and_patch_deployment_scale_and_read_status_in_its_namespace():
-    role = named("Role", "tollfree-autoscaler")
-    assert role["rules"] == [{"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get", "patch"]},
-                             {"apiGroups": ["apps"], "resources": ["deployments/status"], "verbs": ["get"]}]
+def test_the_gateways_may_only_manage_replica_deployments_and_watch_endpointslices_in_their_namespace():
+    role = named("Role", "tollfree-gateway")
+    assert role["rules"] == [
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["create", "get", "list", "delete"]},
+        {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get", "patch"]},
+        {"apiGroups": [""], "resources": ["services"], "verbs": ["create"]},
+        {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["create"]},
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]}]
     assert not [d for d in documents() if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
-    binding = named("RoleBinding", "tollfree-autoscaler")
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tollfree-autoscaler"}
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "tollfree-autoscaler", "namespace": "tollfree"}]
+    binding = named("RoleBinding", "tollfree-gateway")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tollfree-gateway"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "tollfree-gateway", "namespace": "tollfree"}]
     gateway = named("Deployment", "tollfree-gateway")
-    assert gateway["spec"]["template"]["spec"]["serviceAccountName"] == "tollfree-autoscaler"
+    assert gateway["spec"]["template"]["spec"]["serviceAccountName"] == "tollfree-gateway"
+
+
+def test_two_gateways_behind_a_service_with_a_disruption_budget_select_the_kubernetes_backend():
+    gateway = named("Deployment", "tollfree-gateway")
+    assert gateway["spec"]["replicas"] >= 2
+    assert named("PodDisruptionBudget", "tollfree-gateway")["spec"] == {
+        "minAvailable": 1, "selector": {"matchLabels": gateway["spec"]["selector"]["matchLabels"]}}
+    [container] = gateway["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["TOLLFREE_BACKEND"] == "kubernetes"
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == "replica-template"]
+    assert env["TOLLFREE_K8S_TEMPLATE"] == mount["mountPath"] + "/template.yaml"
+    secrets = {s["secretRef"]["name"] for s in container["envFrom"] if "secretRef" in s}
+    assert secrets == {"tollfree-admin-token", "tollfree-replica-token", "tollfree-state-url"}
+    [replica] = replica_objects()["Deployment"]["spec"]["template"]["spec"]["containers"]
+    assert {"secretRef": {"name": "tollfree-replica-token"}} in replica["envFrom"]   # the same token as the gateways
+
+
+def test_every_object_the_backend_renders_from_the_template_is_valid_in_strict_mode():
+    for doc in [d for d in yaml.safe_load_all(REPLICA_TEMPLATE.read_text()) if d]:
+        strict(doc)
+    for obj in replica_objects().values():
+        strict(obj)
+    pod = replica_objects()["Deployment"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] in {d["metadata"]["name"] for d in by_kind("ServiceAccount")}
 
 
 def test_role_bindings_and_pods_refer_to_accounts_and_roles_that_exist():
@@ -103,16 +147,8 @@ def _probe_paths(container: dict[str, Any]) -> dict[str, str]:
             if kind in container}
 
 
-def test_the_replica_template_is_named_as_the_autoscaler_backend_looks_it_up():
-    from serving.replicas.kubernetes import deployment_name
-
-    replica = named("Deployment", deployment_name("fraud", "fraud-champion"))
-    labels = replica["spec"]["template"]["metadata"]["labels"]
-    assert labels["tollfree.io/endpoint"] == "fraud" and labels["tollfree.io/served-entity"] == "fraud-champion"
-
-
 def test_model_replicas_update_without_downtime_and_probe_routes_the_replica_serves():
-    replica = named("Deployment", "tollfree-fraud-fraud-champion")
+    replica = replica_objects()["Deployment"]
     rolling = replica["spec"]["strategy"]["rollingUpdate"]
     assert replica["spec"]["strategy"]["type"] == "RollingUpdate"
     assert rolling["maxUnavailable"] == 0 and rolling["maxSurge"] >= 1
@@ -136,17 +172,19 @@ def test_services_and_the_disruption_budget_select_the_pods_they_mean():
         return {name for name, labels in pods.items() if selector.items() <= labels.items()}
 
     assert selected(named("Service", "tollfree-gateway")["spec"]["selector"]) == {"tollfree-gateway"}
-    assert selected(named("Service", "tollfree-fraud-fraud-champion")["spec"]["selector"]) == {"tollfree-fraud-fraud-champion"}
-    [pdb] = by_kind("PodDisruptionBudget")
-    assert selected(pdb["spec"]["selector"]["matchLabels"]) == {"tollfree-fraud-fraud-champion"}
-    assert pdb["spec"]["minAvailable"] == 1
+    replica = replica_objects()
+    name = replica["Deployment"]["metadata"]["name"]
+    pods[name] = replica["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert selected(replica["Service"]["spec"]["selector"]) == {name}
+    assert selected(replica["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"]) == {name}
+    assert replica["PodDisruptionBudget"]["spec"]["minAvailable"] == 1
     for deployment in by_kind("Deployment"):
         assert deployment["spec"]["selector"]["matchLabels"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
 
 
 def test_containers_run_modules_that_exist_and_read_config_that_is_defined():
     configmaps = {d["metadata"]["name"] for d in by_kind("ConfigMap")}
-    for workload in by_kind("Deployment") + by_kind("Job"):
+    for workload in by_kind("Deployment") + by_kind("Job") + [replica_objects()["Deployment"]]:
         for container in workload["spec"]["template"]["spec"]["containers"]:
             command = container["command"]
             if command[:2] == ["python", "-m"]:

@@ -21,7 +21,7 @@ SERVING = Path(__file__).resolve().parents[2] / "serving"
 # Top to bottom; each part may import only parts below it, and only those it lists. The README's
 # "Layout" table says the same.
 LAYERS: dict[str, frozenset[str]] = {
-    "__main__": frozenset({"gateway", "endpoints", "inference_log", "state", "settings"}),  # python -m serving
+    "__main__": frozenset({"gateway", "endpoints", "replicas", "inference_log", "state", "settings"}),  # python -m serving
     "mlflow_plugin": frozenset(),                                                     # a client of the gateway's API
     "gateway": frozenset({"endpoints", "replicas", "traffic", "autoscaler", "protocol", "inference_log", "state",
                           "settings"}),

@@ -1,0 +1,87 @@
+"""Where a served entity's replicas run, as the endpoint manager asks for them: local processes (the embedded
+backend, listed in the replica registry) or the pods of one Deployment on Kubernetes (``TOLLFREE_BACKEND=
+kubernetes``, ``serving.replicas.cluster``). Either way the manager gets a ``ReplicaSet``: one it runs (the
+leader's) or one that only routes (a follower's).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from starlette.concurrency import run_in_threadpool
+
+from serving.endpoints import spec
+from serving.replicas.replica_set import DEFAULT_MAX_CONCURRENCY, ReplicaSet
+
+if TYPE_CHECKING:
+    from serving.endpoints.replica_book import ReplicaBook
+    from serving.replicas.cluster.connect import Cluster
+    from serving.replicas.local_backend import LocalBackend
+
+log = logging.getLogger(__name__)
+
+
+class Placement:
+    def __init__(self, backend: LocalBackend, book: ReplicaBook, cluster: Cluster | None = None) -> None:
+        self.backend = backend
+        self.book = book
+        self.cluster = cluster
+
+    def run(self, endpoint: str, entity: spec.ServedEntityInput) -> ReplicaSet:
+        """The leader's set for ``entity``: it starts, scales and stops the replicas."""
+        if self.cluster is not None:
+            return self._pods(endpoint, entity, lead=True)
+        return ReplicaSet(str(entity.name), entity.entity_name, str(entity.resolved_version), self.backend,
+                          endpoint=endpoint, max_concurrency=_limit(entity), scaling=spec.scaling_config(entity),
+                          on_change=self.book.changed)
+
+    def follow(self, endpoint: str, entity: spec.ServedEntityInput) -> ReplicaSet:
+        """A follower's set for ``entity``: it routes to the replicas the leader runs (``manager.follow`` gives a
+        local one its replicas from the registry; a cluster's follows the EndpointSlices by itself)."""
+        if self.cluster is not None:
+            return self._pods(endpoint, entity, lead=False)
+        served = ReplicaSet(str(entity.name), entity.entity_name, str(entity.resolved_version), None,
+                            endpoint=endpoint, max_concurrency=_limit(entity))
+        served.followed = True
+        return served
+
+    def forget(self, sets: Iterable[ReplicaSet]) -> None:
+        """A follower's sets it no longer routes through: those of a cluster stop following the watch (requests
+        still queued on them go on to the pods they know)."""
+        for served in sets:
+            detach = getattr(served, "detach", None)
+            if detach is not None:
+                detach()
+
+    async def sweep(self, records: list[spec.EndpointRecord]) -> None:
+        """On a cluster: delete the Deployments the gateways made that no stored endpoint needs any more (left by a
+        leader that died between a rollout and its clean-up). Local leftovers are the replica book's."""
+        if self.cluster is None:
+            return
+        from serving.replicas.cluster.objects import Wanted
+
+        needed = {Wanted(r.name, str(e.name), f"models:/{e.entity_name}/{e.resolved_version}").name
+                  for r in records for config in (r.config, r.pending_config) if config is not None
+                  for e in config.served_entities}
+        try:
+            for name in set(await run_in_threadpool(self.cluster.backend.managed)) - needed:
+                await run_in_threadpool(self.cluster.backend.delete, name)
+        except Exception as exc:  # noqa: BLE001 - a leftover costs pods, not correctness: the next leader sweeps again
+            log.error("left-over Deployments not removed: %s", exc)
+
+    def _pods(self, endpoint: str, entity: spec.ServedEntityInput, *, lead: bool) -> ReplicaSet:
+        from serving.replicas.cluster.objects import Wanted
+        from serving.replicas.cluster.pod_set import PodSet
+
+        assert self.cluster is not None
+        wanted = Wanted(endpoint, str(entity.name), f"models:/{entity.entity_name}/{entity.resolved_version}",
+                        entity.workload_size)
+        return PodSet(wanted, entity.entity_name, str(entity.resolved_version), self.cluster.routes,
+                      self.cluster.backend if lead else None, max_concurrency=_limit(entity),
+                      scaling=spec.scaling_config(entity) if lead else None)
+
+
+def _limit(entity: spec.ServedEntityInput) -> int:
+    return entity.max_concurrency or DEFAULT_MAX_CONCURRENCY

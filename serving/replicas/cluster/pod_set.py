@@ -1,0 +1,111 @@
+"""A served entity whose replicas are the pods of one Deployment: its count is declared to the cluster, its
+routing follows the EndpointSlice watch (``routes``).
+
+The leader's set declares: ``start`` creates (or adopts) the Deployment and waits for ready pods,
+``scale_to`` patches the scale subresource, ``stop`` deletes the Deployment (the cluster drains the pods:
+a stopping pod leaves the slices before its SIGTERM, the template's ``preStop``). A follower's set, or any
+set once its gateway is shutting down, only routes: the Deployment belongs to the cluster and outlives
+every gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from serving.replicas.cluster.api import ClusterError, KubernetesBackend
+from serving.replicas.cluster.objects import Wanted
+from serving.replicas.cluster.routes import PodReplica, Routes
+from serving.replicas.local import ReplicaStartError
+from serving.replicas.replica_set import ReplicaSet
+
+log = logging.getLogger(__name__)
+
+READY_POLL_S = 0.2
+
+
+class PodSet(ReplicaSet):
+    def __init__(self, wanted: Wanted, model_name: str, version: str, routes: Routes,
+                 cluster: KubernetesBackend | None, **options: Any) -> None:
+        super().__init__(wanted.entity, model_name, version, None, endpoint=wanted.endpoint, **options)
+        self.wanted_objects = wanted
+        self.object_name = wanted.name
+        self.cluster = cluster            # None: routing only (a follower)
+        self.followed = cluster is None
+        self._routes = routes
+        self._loop = asyncio.get_running_loop()
+        routes.subscribe(self.object_name, self._from_watch)
+
+    def _from_watch(self, pods: list[PodReplica]) -> None:
+        """Called on the watch's thread (or the loop's, at subscription): the routing changes on the loop."""
+        try:
+            self._loop.call_soon_threadsafe(self.route_to, pods)
+        except RuntimeError:  # the loop is closed: the gateway has stopped
+            pass
+
+    def detach(self) -> None:
+        """Stop following the watch; the routing stays as it is."""
+        self._routes.unsubscribe(self.object_name, self._from_watch)
+
+    @property
+    def starting(self) -> int:
+        """Pods asked for that are not ready yet."""
+        return max(0, (self.wanted or 0) - len(self._replicas)) if self.cluster is not None else 0
+
+    def ready_count(self) -> int:
+        return len(self._replicas)
+
+    async def start(self, n: int, timeout_s: float) -> None:
+        """Create (or adopt) the Deployment with at least ``n`` pods and wait until ``n`` are ready and routed;
+        ReplicaStartError if they are not within ``timeout_s``."""
+        cluster = self._cluster()
+        try:
+            self.wanted = await run_in_threadpool(cluster.apply, self.wanted_objects, n)
+        except ClusterError as exc:
+            raise ReplicaStartError(str(exc)) from exc
+        deadline = time.monotonic() + timeout_s
+        while len(self._replicas) < n:
+            if time.monotonic() > deadline:
+                raise ReplicaStartError(f"{len(self._replicas)} of {n} pod(s) of Deployment {self.object_name} ready "
+                                        f"after {timeout_s:.0f}s; see kubectl describe deployment {self.object_name}")
+            await asyncio.sleep(READY_POLL_S)
+        if self.dispatcher is not None:
+            self.dispatcher.capacity_changed()
+
+    def scale_to(self, n: int) -> None:
+        """Declare ``n`` pods; returns at once (the patch runs in the background, the watch brings the pods)."""
+        if n == self.wanted:
+            return
+        self.wanted = n
+        self._spawn(self._scale(n))
+
+    async def stop(self, *, cancel_starts: bool = False) -> None:
+        """Out of the routing; the leader's set (not ``cancel_starts``: the gateway itself is not stopping)
+        also deletes the Deployment."""
+        self._closed = True
+        self.detach()
+        self._replicas = []
+        for task in list(self._tasks):
+            task.cancel()
+        if self.cluster is not None and not cancel_starts:
+            try:
+                await run_in_threadpool(self.cluster.delete, self.object_name)
+            except ClusterError as exc:
+                log.error("%s: the leader's next start removes it (it is no endpoint's)", exc)
+
+    def _cluster(self) -> KubernetesBackend:
+        if self.cluster is None:
+            raise RuntimeError(f"{self.endpoint}/{self.name} routes to another gateway's Deployment: it cannot change it")
+        return self.cluster
+
+    async def _scale(self, n: int) -> None:
+        try:
+            await run_in_threadpool(self._cluster().scale, self.object_name, n)
+            log.info("Deployment %s of %s/%s scaled to %d", self.object_name, self.endpoint, self.name, n)
+        except ClusterError as exc:
+            log.error("%s", exc)
+            self.wanted = None   # the next step asks again
