@@ -116,3 +116,13 @@ def test_routes_join_an_entitys_slices_keep_pod_objects_and_tell_only_who_change
 
 def test_an_ipv6_pod_address_is_bracketed_in_its_url():
     assert PodReplica("fd00::5", 8000, "a").url == "http://[fd00::5]:8000"
+
+
+def test_the_gateway_refuses_to_start_on_kubernetes_without_the_replica_token(monkeypatch, capsys):
+    from serving.__main__ import main
+
+    monkeypatch.setenv("TOLLFREE_TOKEN", "unit-test-admin-token-0123456789")
+    monkeypatch.setenv("TOLLFREE_BACKEND", "kubernetes")
+    monkeypatch.delenv("TOLLFREE_REPLICA_TOKEN", raising=False)
+    assert main(["--port", "1"]) == 2
+    assert "TOLLFREE_BACKEND=kubernetes needs TOLLFREE_REPLICA_TOKEN" in capsys.readouterr().err
