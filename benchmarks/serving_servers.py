@@ -79,7 +79,9 @@ def start_mlflow(model: dict[str, Any], workers: int, env: dict[str, str], logs:
     return Server(f"mlflow-{workers}w", url, "/invocations", {}, process.pid, stop)
 
 
-def start_tollfree(model: dict[str, Any], env: dict[str, str], logs: Path) -> Server:
+def start_tollfree(model: dict[str, Any], env: dict[str, str], logs: Path, *, kind: str = "tollfree",
+                   entity: dict[str, Any] | None = None) -> Server:
+    """The gateway and endpoint ``bench``; ``entity`` adds to its served entity (default: ``max_concurrency`` 64)."""
     import httpx
 
     from serving.gateway.process import start_gateway, wait_endpoint_ready
@@ -87,7 +89,7 @@ def start_tollfree(model: dict[str, Any], env: dict[str, str], logs: Path) -> Se
     token = secrets.token_urlsafe(24)
     # no warm pool: nothing but the gateway and the endpoint's replica runs (max_concurrency 64 fixes one
     # replica's concurrency, so the autoscaler keeps the one replica at c <= 32)
-    gateway = start_gateway({**env, "TOLLFREE_TOKEN": token, "TOLLFREE_WARM_POOL": "0"}, logs / f"gateway-{model['name']}.log",
+    gateway = start_gateway({**env, "TOLLFREE_TOKEN": token, "TOLLFREE_WARM_POOL": "0"}, logs / f"gateway-{kind}-{model['name']}.log",
                             timeout_s=READY_TIMEOUT_S)
     auth = {"Authorization": f"Bearer {token}"}
 
@@ -100,7 +102,8 @@ def start_tollfree(model: dict[str, Any], env: dict[str, str], logs: Path) -> Se
         created = httpx.post(
             f"{gateway.url}/api/2.0/serving-endpoints", headers=auth, timeout=30,
             json={"name": "bench", "config": {"served_entities": [
-                {"entity_name": model["name"], "entity_version": model["version"], "max_concurrency": 64}]}},
+                {"entity_name": model["name"], "entity_version": model["version"],
+                 **({"max_concurrency": 64} if entity is None else entity)}]}},
         )
         if created.status_code != 200:
             raise RuntimeError(f"endpoint create: {created.status_code} {created.text[:300]}")
@@ -108,4 +111,4 @@ def start_tollfree(model: dict[str, Any], env: dict[str, str], logs: Path) -> Se
     except BaseException:
         stop()
         raise
-    return Server("tollfree", gateway.url, "/serving-endpoints/bench/invocations", auth, gateway.process.pid, stop)
+    return Server(kind, gateway.url, "/serving-endpoints/bench/invocations", auth, gateway.process.pid, stop)

@@ -7,8 +7,7 @@ EndpointSlices (list, and watch as a chunked stream of JSON events from a resour
 too old). Every object created is validated against the Kubernetes schemas in strict mode (422 otherwise),
 and every request is checked against the Role in ``infra/k8s/gateway-rbac.yaml`` (403 otherwise). What it
 does not do: scheduling, images, the pod spec beyond the container's command. Its "kubelet" gives each pod of
-a Deployment what ``pods`` makes of it (default: a made-up 10.244/16 address, ready at once, where nothing is
-ever sent; ``LocalPods``: a real replica process on loopback, ready when its ``/health/ready`` answers 200, as
+a Deployment what ``pods`` makes of it (default: a loopback port where nothing listens, ready at once; ``LocalPods``: a real replica process on loopback, ready when its ``/health/ready`` answers 200, as
 the template's readiness probe asks), and its EndpointSlice controller publishes the ready pods of each
 Service in one slice per pod (each slice has its own port), with the Service's labels.
 """
@@ -17,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import itertools
 import json
 import threading
 import time
@@ -59,10 +57,10 @@ class Pod:
     stop: Callable[[], None] | None = None     # what deleting the pod does
 
 
-def made_up_address(counter: Iterator[int] = itertools.count(2)) -> PodFactory:
+def made_up_address() -> PodFactory:
+    """A loopback port nothing listens on, per pod: a gateway that reaches out to it is refused at once."""
     def pod(name: str, container: dict[str, Any]) -> Pod:
-        n = next(counter)
-        return Pod(name, f"10.244.{n // 250}.{n % 250}", int(container["ports"][0]["containerPort"]))
+        return Pod(name, "127.0.0.1", free_port())
     return pod
 
 

@@ -4,12 +4,13 @@
 What is real: the client's requests (paths, verbs, query, bodies, content types), the objects rendered from
 the shipped template (validated in strict mode by the stand-in), the Role of ``infra/k8s/gateway-rbac.yaml``
 (every request checked against it), the watch protocol (chunked events, resource versions, 410 Gone), and the
-gateway app itself with its endpoint manager. What is not: the replicas (fake replies, nothing is sent to the
-made-up pod addresses), scheduling, probes.
+gateway app itself with its endpoint manager. What is not: the replicas (fake replies; the pod addresses are
+loopback ports where nothing listens), scheduling, probes.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,7 +28,7 @@ from serving.replicas.cluster.connect import DEFAULT_TEMPLATE, Cluster, from_env
 from serving.replicas.cluster.objects import ReplicaTemplate, Wanted
 from serving.replicas.cluster.routes import Routes, SliceWatch
 from tests.fakes import FakeReplicas
-from tests.k8s_api import FakeKubernetes, api_client, serve
+from tests.k8s_api import FakeKubernetes, Pod, api_client, serve
 
 TOKEN = "integration-test-admin-token-0123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -134,7 +135,7 @@ def test_the_watch_routes_to_ready_pods_follows_changes_and_lists_afresh_after_4
         wanted = Wanted("fraud", "champion", "models:/fraud/3")
         cluster.apply(wanted, 2)
         two = until(lambda: len(routes.pods(wanted.name)) == 2 and routes.pods(wanted.name), "two pods routed")
-        assert all(p.url.startswith("http://10.244.") and p.url.endswith(":8000") for p in two)
+        assert len({p.url for p in two}) == 2 and {p.pod for p in two} == {p.name for p in fake.running[wanted.name]}
         fake.set_ready(wanted.name, 0, False)   # failing its readiness probe: out of the routing
         until(lambda: len(routes.pods(wanted.name)) == 1, "the unready pod dropped")
         fake.expire_watches()                    # the API server restarted after a compaction
@@ -192,7 +193,7 @@ def test_a_gateway_on_kubernetes_serves_from_pods_scales_the_deployment_and_leav
         answer = client.post("/serving-endpoints/ep/invocations", json={"inputs": [[1.0]]}, headers=AUTH)
         assert answer.status_code == 200, answer.text
         [pod] = manager.entity("ep", "m-1").replicas
-        assert replicas.batches[-1][0] == pod.url and pod.url.startswith("http://10.244.")
+        assert replicas.batches[-1][0] == pod.url and pod.pod.startswith(name)
 
         client.portal.call(manager.entity("ep", "m-1").scale_to, 3)   # what the autoscaler calls
         until(lambda: fake.deployments() == {name: 3}, "the Deployment scaled through its scale subresource")
@@ -267,3 +268,48 @@ def test_two_gateways_on_one_store_route_to_the_same_pods_and_a_new_leader_adopt
         if a is not None:
             a.__exit__(None, None, None)
     assert fake.deployments() == {name: 2} and not fake.refused
+
+
+class _ReadyPod:
+    """A pod that answers only its readiness probe, with the batching plan its replica would have measured."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        plan = {"enabled": True, "max_batch": 8, "max_wait_ms": 2.0, "single_ms": 1.5, "gain": 3.0}
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                body = json.dumps({"status": "ready", "batching": plan}).encode()
+                self.send_response(200 if self.path == "/health/ready" else 404)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def __call__(self, name: str, container: dict) -> Pod:
+        return Pod(name, "127.0.0.1", self.server.server_address[1])
+
+
+def test_the_batching_plan_comes_from_a_pods_ready_answer(tmp_path):
+    pod = _ReadyPod()
+    fake = FakeKubernetes(namespace=NS, pods=pod)
+    try:
+        with serve(fake) as url:
+            app, manager = _gateway(tmp_path, url, FakeReplicas(delay_s=0.0))
+            body = {"name": "ep", "config": {"served_entities": [{"entity_name": "m", "entity_version": "1"}]}}
+            with TestClient(app) as client:
+                assert client.post("/api/2.0/serving-endpoints", json=body, headers=AUTH).status_code == 200
+                until(lambda: _view(client)["state"]["ready"] == "READY", "ready")
+                plan = until(lambda: manager.entity("ep", "m-1").dispatcher.plan.enabled
+                             and manager.entity("ep", "m-1").dispatcher.plan, "the pod's batching plan adopted")
+                assert plan.max_batch == 8 and plan.single_ms == 1.5
+    finally:
+        pod.server.shutdown()

@@ -1,6 +1,10 @@
 """A served entity whose replicas are the pods of one Deployment: its count is declared to the cluster, its
 routing follows the EndpointSlice watch (``routes``).
 
+Each pod's readiness answer carries the batching plan its replica measured of the model (as a local replica's
+does at start): the set reads it from the first pod it routes to, so requests are batched as they are for local
+replicas.
+
 The leader's set declares: ``start`` creates (or adopts) the Deployment and waits for ready pods,
 ``scale_to`` patches the scale subresource, ``stop`` deletes the Deployment (the cluster drains the pods:
 a stopping pod leaves the slices before its SIGTERM, the template's ``preStop``). A follower's set, or any
@@ -15,6 +19,7 @@ import logging
 import time
 from typing import Any
 
+import httpx
 from starlette.concurrency import run_in_threadpool
 
 from serving.replicas.cluster.api import ClusterError, KubernetesBackend
@@ -26,6 +31,7 @@ from serving.replicas.replica_set import ReplicaSet
 log = logging.getLogger(__name__)
 
 READY_POLL_S = 0.2
+PLAN_TIMEOUT_S = 2.0
 
 
 class PodSet(ReplicaSet):
@@ -38,6 +44,7 @@ class PodSet(ReplicaSet):
         self.followed = cluster is None
         self._routes = routes
         self._loop = asyncio.get_running_loop()
+        self._plan_read = False
         routes.subscribe(self.object_name, self._from_watch)
 
     def _from_watch(self, pods: list[PodReplica]) -> None:
@@ -46,6 +53,24 @@ class PodSet(ReplicaSet):
             self._loop.call_soon_threadsafe(self.route_to, pods)
         except RuntimeError:  # the loop is closed: the gateway has stopped
             pass
+
+    def route_to(self, replicas: list[Any]) -> None:
+        super().route_to(replicas)
+        if replicas and not self._plan_read and self.dispatcher is not None:
+            self._plan_read = True
+            self._spawn(self._read_plan(replicas[0]))
+
+    async def _read_plan(self, pod: PodReplica) -> None:
+        """The batching plan from ``pod``'s ready answer; none (no batching) if it does not give one."""
+        try:
+            async with httpx.AsyncClient(timeout=PLAN_TIMEOUT_S) as client:
+                answer = await client.get(f"{pod.url}/health/ready")
+            if answer.status_code == 200:
+                self._adopt_plan(answer.json(), replace=True)
+                return
+        except (httpx.HTTPError, ValueError):
+            pass
+        self._plan_read = False   # the next routing change asks the next pod
 
     def detach(self) -> None:
         """Stop following the watch; the routing stays as it is."""
