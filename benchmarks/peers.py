@@ -1,0 +1,415 @@
+"""tollfree side by side with the servers users would pick instead, one run, one table.
+
+    python -m benchmarks.peers [--seconds 10] [--levels 1,8,32,128] [--rows 1,32]
+                               [--models light,heavy,pipeline] [--servers tollfree,...] [--json]
+
+Models (fitted once per run, the same object for every server):
+
+  light     GradientBoostingClassifier(100 trees, depth 3) on 20 float columns
+  heavy     GradientBoostingClassifier(500 trees, depth 6) on 20 float columns
+  pipeline  StandardScaler on 19 float columns + OneHotEncoder on a string column "cat", then the light GBDT:
+            tollfree's float64 fast path does not apply (pandas and MLflow's schema enforcement run)
+
+Servers, one at a time, everything on 127.0.0.1 and the same 2 cores as wrk:
+
+  tollfree          python -m serving, shipped defaults (autoscaler on, both axes); the model logged
+                    without an input example, so the replica does not batch
+  tollfree-example  the same, the model logged with an input example: the replica profiles it at load and
+                    batches concurrent requests when the profile says batches pay
+  tollfree-fixed    defaults, but max_concurrency fixed at 64 (the vertical axis off): the autoscaler's cost
+  mlflow-2w         mlflow models serve -w 2 --env-manager local, in tollfree's venv (uvloop installed)
+  mlserver, mlserver-batch, bentoml, bentoml-batch, rayserve, kserve: see benchmarks/peer_servers.py, each in
+                    its own virtualenv (benchmarks/peer_envs.py), 2 workers or replicas, batching as named
+  uvicorn           a bare ASGI app returning a constant, 2 workers: the ceiling for a Python HTTP server here
+
+Each server must answer the in-process predictions for the sample rows before it is timed. Load: wrk (closed
+loop, keep-alive, min(2, c) threads), each server's native request format, 2 s warm-up then --seconds timed
+per point. CPU-s per 1000 predictions: utime+stime of the server's process tree from /proc over the timed
+window, per predicted row. The 1-minute load average is recorded before and after each server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.common import log
+from benchmarks.serving_load import WARMUP_S, cpu_delta, tree_cpu, wrk
+from benchmarks.serving_servers import VENV_BIN, Server, start_mlflow, start_tollfree
+
+SEED = 20263
+FEATURES = 20
+TRAIN_ROWS = 4000
+MODELS = {
+    "light": "GBDT 100 trees, depth 3, 20 float columns",
+    "heavy": "GBDT 500 trees, depth 6, 20 float columns",
+    "pipeline": "scaler on 19 floats + one-hot 'cat', GBDT 100 trees depth 3",
+}
+TOLLFREE = ("tollfree", "tollfree-example", "tollfree-fixed")
+OURS = (*TOLLFREE, "mlflow-2w")
+CEILING = "uvicorn"
+BATCHING = ("mlserver", "bentoml", "rayserve")   # peers with adaptive batching: each also runs with it on (-batch)
+TARGETS = {"rps_c32_over_best_peer": 2.0, "p50_c1_over_best_peer": 1.2, "rows_per_s_32_over_best_peer": 2.0}
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from benchmarks.peer_servers import PEER_KINDS
+
+    every = [*TOLLFREE, "mlflow-2w", *[k for kind in PEER_KINDS
+                                        for k in ((kind, f"{kind}-batch") if kind in BATCHING else (kind,))]]
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.peers", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32, 128])
+    parser.add_argument("--rows", type=lambda s: [int(x) for x in s.split(",")], default=[1, 32])
+    parser.add_argument("--models", type=lambda s: s.split(","), default=list(MODELS))
+    parser.add_argument("--servers", type=lambda s: s.split(","), default=every)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    for name in args.models:
+        if name not in MODELS:
+            parser.error(f"unknown model {name!r}: one of {', '.join(MODELS)}")
+    for name in args.servers:
+        if name not in every:
+            parser.error(f"unknown server {name!r}: one of {', '.join(every)}")
+    return args
+
+
+# --- models and requests -------------------------------------------------------------------------------
+
+
+def _fit(key: str, rng: np.random.Generator) -> tuple[Any, Any, list[str]]:
+    """The estimator, a frame of its training inputs, its input columns."""
+    import pandas as pd
+    from sklearn.compose import ColumnTransformer
+    from sklearn.ensemble import GradientBoostingClassifier
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    x = rng.normal(size=(TRAIN_ROWS, FEATURES))
+    y = ((x[:, 0] + 0.5 * x[:, 1] * x[:, 2] - x[:, 3] + rng.normal(scale=0.5, size=TRAIN_ROWS)) > 0).astype(int)
+    columns = [f"f{i}" for i in range(FEATURES)]
+    frame = pd.DataFrame(x, columns=columns)
+    trees, depth = (500, 6) if key == "heavy" else (100, 3)
+    gbdt = GradientBoostingClassifier(n_estimators=trees, max_depth=depth, random_state=SEED)
+    if key != "pipeline":
+        return gbdt.fit(frame, y), frame, columns
+    columns = [*columns[:-1], "cat"]
+    frame = frame.iloc[:, :-1].assign(cat=np.where(x[:, -1] > 0.5, "a", np.where(x[:, -1] > -0.5, "b", "c")))
+    y = np.where(frame["cat"] == "a", 1 - y, y)
+    prep = ColumnTransformer([("num", StandardScaler(), columns[:-1]),
+                              ("cat", OneHotEncoder(handle_unknown="ignore"), ["cat"])])
+    return Pipeline([("prep", prep), ("gbdt", gbdt)]).fit(frame, y), frame, columns
+
+
+def _pip() -> list[str]:
+    import cloudpickle
+    import mlflow
+    import sklearn
+
+    return [f"mlflow=={mlflow.__version__}", f"scikit-learn=={sklearn.__version__}", f"cloudpickle=={cloudpickle.__version__}"]
+
+
+def _register(key: str, estimator: Any, frame: Any, *, example: bool) -> dict[str, str]:
+    import mlflow
+    from mlflow.models import infer_signature
+
+    name = f"peers-{key}{'-example' if example else ''}"
+    with mlflow.start_run():
+        # cloudpickle, as benchmarks/serving.py logs its models (skops asks for the tree types to be trusted)
+        info = mlflow.sklearn.log_model(estimator, name="model", signature=infer_signature(frame, estimator.predict(frame)),
+                                        input_example=frame.iloc[:5] if example else None, registered_model_name=name,
+                                        serialization_format="cloudpickle", pip_requirements=_pip())
+    return {"name": name, "version": str(info.registered_model_version)}
+
+
+def _prepare(keys: list[str], home: Path) -> dict[str, dict[str, Any]]:
+    """Per model: the estimator as a joblib file, its MLflow registrations, sample rows and their predictions."""
+    import joblib
+    import mlflow
+
+    experiment = mlflow.create_experiment("bench-peers", artifact_location=(home / "artifacts").resolve().as_uri())
+    mlflow.set_experiment(experiment_id=experiment)
+    rng = np.random.default_rng(SEED)
+    out = {}
+    for key in keys:
+        began = time.monotonic()
+        estimator, frame, columns = _fit(key, rng)
+        path = home / f"{key}.joblib"
+        joblib.dump(estimator, path)
+        rows = frame.sample(32, random_state=SEED).reset_index(drop=True)
+        out[key] = {"estimator": estimator, "path": path, "columns": columns, "frame": rows,
+                    "plain": _register(key, estimator, frame, example=False),
+                    "example": _register(key, estimator, frame, example=True),
+                    "expected": [int(v) for v in estimator.predict(rows)]}
+        log(f"model {key}: {MODELS[key]}, fitted and registered in {time.monotonic() - began:.1f}s")
+    return out
+
+
+def _request(kind: str, model: dict[str, Any], n: int) -> tuple[str, str, dict[str, str]]:
+    """(path, body, headers) of a request with the first ``n`` sample rows, in ``kind``'s native format."""
+    rows = model["frame"].iloc[:n]
+    if kind in OURS:
+        split = json.loads(rows.to_json(orient="split", index=False))
+        return "", json.dumps({"dataframe_split": split}), {}
+    from benchmarks.peer_servers import request_for
+
+    records = model["columns"][-1] == "cat"
+    data = rows.to_dict(orient="records") if records else rows.to_numpy().tolist()
+    return request_for(kind.partition("-")[0], data)
+
+
+def _predictions(kind: str, answer: Any) -> list[Any]:
+    if kind in OURS:
+        return list(answer["predictions"])
+    from benchmarks.peer_servers import predictions_of
+
+    return list(predictions_of(kind.partition("-")[0], answer))
+
+
+# --- servers -------------------------------------------------------------------------------------------
+
+
+def _start(kind: str, model: dict[str, Any], env: dict[str, str], home: Path) -> Server:
+    logs = home / "logs"
+    if kind == "tollfree":
+        return start_tollfree(model["plain"], env, logs, kind=kind, entity={})
+    if kind == "tollfree-example":
+        return start_tollfree(model["example"], env, logs, kind=kind, entity={})
+    if kind == "tollfree-fixed":
+        return start_tollfree(model["plain"], env, logs, kind=kind, entity={"max_concurrency": 64})
+    if kind == "mlflow-2w":
+        return start_mlflow(model["plain"], 2, env, logs)
+    from benchmarks import peer_servers
+    from benchmarks.peer_envs import ensure_venv
+
+    base, _, variant = kind.partition("-")
+    python = ensure_venv(base)
+    workdir = home / kind
+    workdir.mkdir(exist_ok=True)
+    start = getattr(peer_servers, f"start_{base}")
+    server = start(python, model["path"], workdir, logs, workers=2, batching=variant == "batch")
+    server.kind = kind
+    return server
+
+
+def _path_taken(kind: str, home: Path) -> str:
+    """What tollfree's replica did with the model, from its log: the float64 fast path, and the batch plan."""
+    if kind not in TOLLFREE:
+        return ""
+    logs = sorted((home / "logs").glob("replica-*.log"), key=lambda p: p.stat().st_mtime)
+    text = logs[-1].read_text(errors="replace") if logs else ""
+    fast = re.findall(r"numpy path: (yes|no)", text)
+    batch = re.findall(r"-> BatchPlan\(([^)]*)\)", text)
+    enabled = "batching " + ("on" if batch and "enabled=True" in batch[-1] else "off")
+    return f"{'fast path' if fast and fast[-1] == 'yes' else 'pandas path'}, {enabled}"
+
+
+def _scaling(server: Server) -> str:
+    """What tollfree's autoscaler did over the run: the most replicas it asked for and its last per-replica limit."""
+    import httpx
+
+    answer = httpx.get(f"{server.url}/api/2.0/serving-endpoints/bench/autoscaler", headers=server.headers, timeout=30)
+    decisions = answer.json().get("decisions", []) if answer.status_code == 200 else []
+    if not decisions:
+        return "; autoscaler: no decision"
+    return (f"; autoscaler: up to {max(d['replicas'] for d in decisions)} replica(s), "
+            f"limit {decisions[-1]['max_concurrency']} per replica at the end")
+
+
+def _check(kind: str, server: Server, model: dict[str, Any], n: int) -> None:
+    import httpx
+
+    path, body, headers = _request(kind, model, n)
+    answer = httpx.post(server.url + (path or server.path), content=body, timeout=60,
+                        headers={"content-type": "application/json", **server.headers, **headers})
+    if answer.status_code != 200:
+        raise RuntimeError(f"{kind}: sample request gave HTTP {answer.status_code}: {answer.text[:300]}")
+    if kind != CEILING:
+        got = [int(v) for v in _predictions(kind, answer.json())]
+        if got != model["expected"][:n]:
+            raise RuntimeError(f"{kind}: predictions differ from the model's own: {got[:8]} vs {model['expected'][:8]}")
+
+
+def _point(kind: str, server: Server, model: dict[str, Any], n: int, c: int, seconds: int, script: Path) -> dict[str, Any]:
+    path, body, headers = _request(kind, model, n)
+    target = Server(kind, server.url, path or server.path, {**server.headers, **headers}, server.pid, None)
+    wrk(target, body, c, WARMUP_S, script)
+    before = tree_cpu(server.pid)
+    result = wrk(target, body, c, seconds, script)
+    cpu = cpu_delta(server.pid, before, tree_cpu(server.pid))
+    ok = max(result["requests"] - result["non2xx"], 0)
+    duration_s = result["duration_us"] / 1e6
+    errors = sum(result[k] for k in ("non2xx", "connect", "read", "write", "timeout"))
+    row = {"server": kind, "rows": n, "concurrency": c, "rps": result["requests"] / duration_s,
+           "rows_per_s": ok * n / duration_s, "p50_ms": result["p50_us"] / 1000, "p99_ms": result["p99_us"] / 1000,
+           "errors": errors, "cpu_s_per_1000_predictions": cpu["total_s"] / (ok * n) * 1000 if ok else None}
+    log(f"  {kind:16s} rows={n:<2d} c={c:<3d} {row['rps']:8.1f} rps  p50 {row['p50_ms']:7.2f} ms  "
+        f"p99 {row['p99_ms']:7.2f} ms  errors {errors}")
+    return row
+
+
+def _serve_and_measure(kind: str, model: dict[str, Any], env: dict[str, str], home: Path,
+                       args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    load_before = os.getloadavg()[0]
+    began = time.monotonic()
+    server = _start(kind, model, env, home)
+    info: dict[str, Any] = {"start_s": round(time.monotonic() - began, 1)}
+    try:
+        for n in args.rows:
+            _check(kind, server, model, n)
+        info["path"] = _path_taken(kind, home)
+        rows = [_point(kind, server, model, n, c, args.seconds, home / "post.lua") for n in args.rows for c in args.levels]
+        if kind in TOLLFREE:
+            info["path"] += _scaling(server)
+    finally:
+        server.stop()
+    info["loadavg_1m_before_after"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    return rows, info
+
+
+# --- verdict and table ---------------------------------------------------------------------------------
+
+
+def _verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    def best_peer(n: int, c: int, key: str, low: bool = False) -> dict[str, Any] | None:
+        peers = [r for r in rows if r["rows"] == n and r["concurrency"] == c and r["server"] not in OURS
+                 and r["server"] != CEILING and r["errors"] == 0]
+        return (min if low else max)(peers, key=lambda r: r[key]) if peers else None
+
+    def ours(n: int, c: int) -> dict[str, Any] | None:
+        return next((r for r in rows if r["server"] == "tollfree" and r["rows"] == n and r["concurrency"] == c), None)
+
+    out: dict[str, Any] = {}
+    checks = [("rps_c32_over_best_peer", 1, 32, "rps", False), ("p50_c1_over_best_peer", 1, 1, "p50_ms", True),
+              ("rows_per_s_32_over_best_peer", 32, 32, "rows_per_s", False)]
+    for name, n, c, key, low in checks:
+        mine, peer = ours(n, c), best_peer(n, c, key, low)
+        if mine and peer:
+            ratio = mine[key] / peer[key]
+            ok = ratio <= TARGETS[name] if low else ratio >= TARGETS[name]
+            out[name] = {"value": round(ratio, 2), "best_peer": peer["server"], "target": TARGETS[name], "pass": ok}
+    return out
+
+
+def _table(rows: list[dict[str, Any]], info: dict[str, dict[str, Any]]) -> str:
+    ceiling = {(r["rows"], r["concurrency"]): r["rps"] for r in rows if r["server"] == CEILING}
+    lines = ["| server | path | rows | c | rps | rows/s | p50 ms | p99 ms | errors | CPU-s / 1000 preds | x ceiling rps | load 1m before/after |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        top = ceiling.get((r["rows"], r["concurrency"]))
+        share = "-" if not top else f"{r['rps'] / top:.2f}"
+        cpu = r["cpu_s_per_1000_predictions"]
+        cpu_text = "-" if cpu is None else f"{cpu:.3f}"
+        load = info.get(r["server"], {}).get("loadavg_1m_before_after", ["-", "-"])
+        lines.append(f"| {r['server']} | {info.get(r['server'], {}).get('path') or '-'} | {r['rows']} | {r['concurrency']} | "
+                     f"{r['rps']:.1f} | {r['rows_per_s']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['errors']} | "
+                     f"{cpu_text} | {share} | {load[0]}/{load[1]} |")
+    return "\n".join(lines)
+
+
+# --- run -----------------------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from infra.packages import PackageMissing, ensure_binary
+
+    try:
+        ensure_binary("wrk", "wrk")
+    except PackageMissing as exc:
+        raise SystemExit(str(exc)) from exc
+    home = Path(tempfile.mkdtemp(prefix="tollfree-bench-peers-"))
+    os.environ["TOLLFREE_HOME"] = str(home)
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{home / 'mlflow.db'}"
+    from serving.settings import export_defaults
+
+    export_defaults(os.environ)
+    env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    (home / "logs").mkdir()
+    began, load_before = time.monotonic(), os.getloadavg()[0]
+    try:
+        models = _prepare(args.models, home)
+        results: dict[str, Any] = {}
+        versions: dict[str, dict[str, str]] = {}
+        for key, model in models.items():
+            rows: list[dict[str, Any]] = []
+            info: dict[str, dict[str, Any]] = {}
+            failures: dict[str, str] = {}
+            for kind in args.servers:
+                try:
+                    got, info[kind] = _serve_and_measure(kind, model, env, home, args)
+                    rows += got
+                except Exception as exc:  # noqa: BLE001 - reported in the table; the other servers go on
+                    failures[kind] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                    log(f"  {kind}: FAILED: {failures[kind]}")
+            results[key] = {"label": MODELS[key], "rows": rows, "servers": info, "failures": failures,
+                            "verdict": _verdict(rows)}
+        from benchmarks.peer_envs import versions as peer_versions
+
+        for kind in {k.partition("-")[0] for k in args.servers if k not in OURS}:
+            with contextlib.suppress(Exception):
+                versions[kind] = peer_versions(kind)
+        import mlflow
+        import sklearn
+
+        return {"benchmark": "peers", "command": "python -m benchmarks.peers " + " ".join(_argv(args)),
+                "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "seconds_per_point": args.seconds,
+                "warmup_s": WARMUP_S, "results": results, "targets": TARGETS, "peer_versions": versions,
+                "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "mlflow": mlflow.__version__,
+                            "sklearn": sklearn.__version__,
+                            "wrk": subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.splitlines()[0],
+                            "loadavg_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)]},
+                "wall_s": round(time.monotonic() - began, 1)}
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _argv(args: argparse.Namespace) -> list[str]:
+    return [f"--seconds {args.seconds}", f"--levels {','.join(map(str, args.levels))}", f"--rows {','.join(map(str, args.rows))}",
+            f"--models {','.join(args.models)}", f"--servers {','.join(args.servers)}"]
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupted)
+    result = run(args)
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+        return 0
+    m = result["machine"]
+    print(f"{result['command']}\n{result['date_utc']} UTC; {m['wrk']}; python {m['python']}, mlflow {m['mlflow']}, sklearn "
+          f"{m['sklearn']}; {m['cpus']} cpus shared by wrk and the server; {WARMUP_S} s warm-up + {result['seconds_per_point']} s "
+          f"per point; {result['wall_s']} s in all; 1-min load average before/after {m['loadavg_1m_before_after']}")
+    for kind, v in result["peer_versions"].items():
+        print(f"{kind}: {', '.join(f'{k} {x}' for k, x in v.items())}")
+    for key, res in result["results"].items():
+        print(f"\n## {key}: {res['label']}\n")
+        print(_table(res["rows"], res["servers"]))
+        print()
+        for name, v in res["verdict"].items():
+            print(f"{name}: {v['value']} against {v['best_peer']} (target {'<=' if 'p50' in name else '>='} {v['target']}): "
+                  f"{'PASS' if v['pass'] else 'FAIL'}")
+        for kind, why in res["failures"].items():
+            print(f"FAILED {kind}: {why}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,52 @@
+"""The peers benchmark's pure parts: each server's request format, reading its answer back, the verdict against
+the best peer and the table (benchmarks/peers.py, benchmarks/peer_servers.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from benchmarks.peer_servers import predictions_of, request_for
+from benchmarks.peers import _predictions, _request, _table, _verdict
+
+
+def _model(records: bool) -> dict:
+    columns = ["f0", "cat"] if records else ["f0", "f1"]
+    frame = pd.DataFrame({"f0": [0.5, 1.5], "cat" if records else "f1": ["a", "b"] if records else [2.0, 3.0]})
+    return {"columns": columns, "frame": frame}
+
+
+def test_tollfree_and_mlflow_get_dataframe_split_and_peers_their_native_format():
+    path, body, headers = _request("tollfree", _model(records=False), 2)
+    assert path == "" and json.loads(body) == {"dataframe_split": {"columns": ["f0", "f1"], "data": [[0.5, 2.0], [1.5, 3.0]]}}
+    path, body, _ = _request("kserve", _model(records=False), 1)
+    assert path == "/v1/models/peer:predict" and json.loads(body) == {"instances": [[0.5, 2.0]]}
+    path, body, _ = _request("bentoml-batch", _model(records=True), 2)   # a variant speaks its peer's format
+    assert path == "/predict" and json.loads(body)["instances"] == [{"f0": 0.5, "cat": "a"}, {"f0": 1.5, "cat": "b"}]
+    path, body, _ = request_for("mlserver", [[0.5, 2.0]])
+    v2 = json.loads(body)
+    assert path == "/v2/models/peer/infer" and v2["inputs"][0]["datatype"] == "FP64" and v2["inputs"][0]["shape"] == [1, 2]
+
+
+def test_answers_are_read_back_as_labels():
+    assert _predictions("mlflow-2w", {"predictions": [1, 0]}) == [1, 0]
+    assert _predictions("mlserver-batch", {"outputs": [{"data": [0, 1]}]}) == [0, 1]
+    assert predictions_of("bentoml", "[1, 1]") == [1, 1]
+
+
+def _row(server: str, rows: int, c: int, rps: float, p50: float) -> dict:
+    return {"server": server, "rows": rows, "concurrency": c, "rps": rps, "rows_per_s": rps * rows, "p50_ms": p50,
+            "p99_ms": p50 * 3, "errors": 0, "cpu_s_per_1000_predictions": 1.0}
+
+
+def test_the_verdict_compares_with_the_best_peer_never_with_ours_or_the_ceiling():
+    rows = [_row("tollfree", 1, 32, 3000, 9.0), _row("kserve", 1, 32, 2000, 12.0), _row("mlserver", 1, 32, 1000, 30.0),
+            _row("mlflow-2w", 1, 32, 5000, 5.0), _row("uvicorn", 1, 32, 30000, 0.5),
+            _row("tollfree", 1, 1, 700, 1.3), _row("kserve", 1, 1, 1300, 0.65), _row("bentoml", 1, 1, 600, 1.4)]
+    verdict = _verdict(rows)
+    assert verdict["rps_c32_over_best_peer"] == {"value": 1.5, "best_peer": "kserve", "target": 2.0, "pass": False}
+    assert verdict["p50_c1_over_best_peer"]["best_peer"] == "kserve" and verdict["p50_c1_over_best_peer"]["value"] == 2.0
+    assert "rows_per_s_32_over_best_peer" not in verdict   # no 32-row points: no claim
+    table = _table(rows, {"tollfree": {"path": "fast path, batching off", "loadavg_1m_before_after": [0.1, 1.2]}})
+    assert "| tollfree | fast path, batching off | 1 | 32 | 3000.0 |" in table and "| 0.10 |" in table   # 3000 / 30000
