@@ -47,172 +47,24 @@ predictions_of() speak each one's native format.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import json
-import os
-import signal
-import subprocess
+import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Callable
 
-from benchmarks.serving_servers import Server, wait_http_ok
+from benchmarks.peer_process import BATCH_SIZE, BATCH_WAIT_S, ROWS_CODE, loopback_port, start_process
+from benchmarks.serving_servers import Server
 
 PEER_KINDS = ("mlserver", "bentoml", "rayserve", "kserve", "uvicorn")
 MODEL_NAME = "peer"
-READY_TIMEOUT_S = 180.0
-STOP_TIMEOUT_S = 20.0
-BATCH_SIZE, BATCH_WAIT_S = 32, 0.002
-_TELEMETRY_OFF = {"RAY_USAGE_STATS_ENABLED": "0", "BENTOML_DO_NOT_TRACK": "true", "DO_NOT_TRACK": "1",
-                  "HF_HUB_DISABLE_TELEMETRY": "1", "RAY_DISABLE_DOCKER_CPU_WARNING": "1"}
-
-# shared by the scripts that run the model themselves (bentoml, rayserve, kserve)
-_ROWS_CODE = '''
-import joblib
-import numpy as np
-import pandas as pd
-
-
-def to_x(rows):
-    """records -> DataFrame (column names matter to a ColumnTransformer), numeric rows -> float array"""
-    if rows and isinstance(rows[0], dict):
-        return pd.DataFrame.from_records(rows)
-    return np.asarray(rows, dtype=np.float64)
-
-
-def predict_rows(model, rows):
-    return model.predict(to_x(rows)).tolist()
-
-
-def predict_batches(model, batches):
-    """one predict over several requests' rows (all records or all numeric), split back per request"""
-    if len({bool(b) and isinstance(b[0], dict) for b in batches}) > 1:
-        return [predict_rows(model, b) for b in batches]
-    labels = predict_rows(model, [row for b in batches for row in b])
-    out, at = [], 0
-    for b in batches:
-        out.append(labels[at:at + len(b)])
-        at += len(b)
-    return out
-'''
-
-
-# ---------------------------------------------------------------------------------------------- process tree
-
-
-def _processes() -> dict[int, tuple[int, int, str]]:
-    """pid -> (parent pid, session id, start time) of every process, from /proc."""
-    table = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                table[int(entry.name)] = (int(fields[1]), int(fields[3]), fields[19])
-    return table
-
-
-def _tree(root: int) -> dict[int, str]:
-    """The root's descendants and the members of its session (pid -> start time), the root excluded. Both:
-    BentoML's circus setsid()s its workers, and orphans of a killed parent leave the tree but not the session."""
-    table, found = _processes(), {root}
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    todo = [root, *(pid for pid, (_, sid, _) in table.items() if sid == root)]
-    while todo:
-        pid = todo.pop()
-        found.add(pid)
-        todo += [child for child in children.get(pid, []) if child not in found]
-    return {pid: table[pid][2] for pid in found - {root} if pid in table}
-
-
-def _kill_left(seen: dict[int, str]) -> None:
-    """SIGKILL the processes seen in the tree that still run (same pid and start time: not a reused pid)."""
-    table = _processes()
-    for pid, started in seen.items():
-        if pid in table and table[pid][2] == started:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-
-
-def _stopper(process: subprocess.Popen, cleanup: Callable[[], None] | None, term_root_only: bool) -> Callable[[], None]:
-    def stop() -> None:
-        seen = _tree(process.pid)
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):  # its own session: the root and the children it keeps
-                (os.kill if term_root_only else os.killpg)(process.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=STOP_TIMEOUT_S)
-        seen.update(_tree(process.pid))
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=5)
-        _kill_left(seen)
-        if cleanup is not None:
-            cleanup()
-
-    return stop
-
-
-def _env(python: Path, workdir: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-    venv = python.parent.parent
-    env.update(_TELEMETRY_OFF, VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
-               BENTOML_HOME=str(workdir / "bentoml_home"), PYTHONUNBUFFERED="1")
-    return env
-
-
-def _wait_log(log_path: Path, offset: int, needle: str, count: int, process: subprocess.Popen) -> None:
-    """Wait until the log (past `offset`) says `needle` `count` times: every worker up, not just the first."""
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        with open(log_path, "rb") as log:
-            log.seek(offset)
-            if log.read().decode(errors="replace").count(needle) >= count:
-                return
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited with code {process.returncode}; see {log_path}")
-        time.sleep(0.2)
-    raise RuntimeError(f"{needle!r} not seen {count} times after {READY_TIMEOUT_S:.0f}s; see {log_path}")
-
-
-def _start(kind: str, cmd: list[str], python: Path, workdir: Path, logs: Path, url: str, ready_path: str,
-           path: str, cleanup: Callable[[], None] | None = None, ready_log: tuple[str, int] | None = None,
-           term_root_only: bool = False) -> Server:
-    """Start `cmd` as its own session in workdir, wait for GET url+ready_path to answer 200 (and the log to
-    show every worker started), return the Server."""
-    logs.mkdir(parents=True, exist_ok=True)
-    workdir.mkdir(parents=True, exist_ok=True)
-    log_path = logs / f"{kind}.log"
-    offset = log_path.stat().st_size if log_path.exists() else 0
-    with open(log_path, "ab") as out:
-        process = subprocess.Popen(cmd, cwd=workdir, env=_env(python, workdir), stdout=out,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    stop = _stopper(process, cleanup, term_root_only)
-    try:
-        wait_http_ok(url + ready_path, process, log_path, READY_TIMEOUT_S)
-        if ready_log is not None:
-            _wait_log(log_path, offset, *ready_log, process)
-    except BaseException:
-        stop()
-        raise
-    return Server(kind, url, path, {"Content-Type": "application/json"}, process.pid, stop)
-
-
-def _port() -> int:
-    from serving.replicas.local import free_port
-
-    return free_port("127.0.0.1")
-
-
 # ---------------------------------------------------------------------------------------------- the peers
 
 
 def start_mlserver(python: Path, model_path: Path, workdir: Path, logs: Path, *, workers: int = 2,
                    batching: bool = False) -> Server:
-    port, grpc_port = _port(), _port()
+    port, grpc_port = loopback_port(), loopback_port()
     settings = {"host": "127.0.0.1", "http_port": port, "grpc_port": grpc_port, "parallel_workers": workers,
                 "metrics_endpoint": None, "debug": False, "load_models_at_startup": True,
                 "model_repository_root": str(workdir / "models"), "environments_dir": str(workdir / "envs"),
@@ -225,8 +77,8 @@ def start_mlserver(python: Path, model_path: Path, workdir: Path, logs: Path, *,
     (workdir / "settings.json").write_text(json.dumps(settings, indent=1))
     (repo / "model-settings.json").write_text(json.dumps(model, indent=1))
     cmd = [str(python.parent / "mlserver"), "start", str(workdir)]
-    return _start("mlserver", cmd, python, workdir, logs, f"http://127.0.0.1:{port}",
-                  f"/v2/models/{MODEL_NAME}/ready", f"/v2/models/{MODEL_NAME}/infer")
+    return start_process("mlserver", cmd, python, workdir, logs, f"http://127.0.0.1:{port}",
+                         f"/v2/models/{MODEL_NAME}/ready", f"/v2/models/{MODEL_NAME}/infer")
 
 
 _BENTOML_CODE = '''
@@ -253,13 +105,13 @@ class Peer:
 
 def start_bentoml(python: Path, model_path: Path, workdir: Path, logs: Path, *, workers: int = 2,
                   batching: bool = False) -> Server:
-    port = _port()
+    port = loopback_port()
     args = (str(Path(model_path).resolve()), workers, batching, BATCH_SIZE * 32, 60_000)  # rows; a 503 deadline
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "bento_peer.py").write_text(_ROWS_CODE + _BENTOML_CODE.format(args=repr(args)))
+    (workdir / "bento_peer.py").write_text(ROWS_CODE + _BENTOML_CODE.format(args=repr(args)))
     cmd = [str(python.parent / "bentoml"), "serve", "bento_peer:Peer", "--host", "127.0.0.1", "--port", str(port)]
-    return _start("bentoml", cmd, python, workdir, logs, f"http://127.0.0.1:{port}", "/readyz", "/predict",
-                  ready_log=("Service Peer initialized", workers))
+    return start_process("bentoml", cmd, python, workdir, logs, f"http://127.0.0.1:{port}", "/readyz", "/predict",
+                         ready_log=("Service Peer initialized", workers))
 
 
 _RAY_CODE = '''
@@ -320,24 +172,21 @@ if __name__ == "__main__":
 
 def start_rayserve(python: Path, model_path: Path, workdir: Path, logs: Path, *, workers: int = 2,
                    batching: bool = False) -> Server:
-    port = _port()
-    temp_dir, cleanup = workdir.resolve() / "ray", None
+    port = loopback_port()
+    temp_dir = workdir.resolve() / "ray"
+    cleanup: Callable[[], None] | None = None
     if len(str(temp_dir)) > 40:  # Ray puts unix sockets under <temp>/session_<date>_<pid>/sockets: 107 bytes at most
         temp_dir = Path(tempfile.mkdtemp(prefix="tfray-", dir="/tmp"))
-
-        def cleanup() -> None:
-            import shutil
-
-            shutil.rmtree(temp_dir, ignore_errors=True)
+        cleanup = functools.partial(shutil.rmtree, temp_dir, ignore_errors=True)
 
     args = (str(Path(model_path).resolve()), workers, batching, port, str(temp_dir), BATCH_SIZE, BATCH_WAIT_S)
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "ray_peer.py").write_text("import os\n" + _ROWS_CODE + _RAY_CODE.format(args=repr(args)))
+    (workdir / "ray_peer.py").write_text("import os\n" + ROWS_CODE + _RAY_CODE.format(args=repr(args)))
     cmd = [str(python), "ray_peer.py"]
     # SIGTERM to the driver alone: it shuts Serve and Ray down in order (a group SIGTERM kills the raylet
     # first, and the driver's serve.shutdown() then hangs); whatever is left is SIGKILLed after 20 s
-    return _start("rayserve", cmd, python, workdir, logs, f"http://127.0.0.1:{port}", "/", "/", cleanup,
-                  term_root_only=True)
+    return start_process("rayserve", cmd, python, workdir, logs, f"http://127.0.0.1:{port}", "/", "/", cleanup,
+                         term_root_only=True)
 
 
 _KSERVE_CODE = '''
@@ -393,14 +242,14 @@ if __name__ == "__main__":
 
 def start_kserve(python: Path, model_path: Path, workdir: Path, logs: Path, *, workers: int = 2,
                  batching: bool = False) -> Server:
-    port = _port()
+    port = loopback_port()
     args = (str(Path(model_path).resolve()), workers, port, MODEL_NAME)
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "kserve_peer.py").write_text(_ROWS_CODE + _KSERVE_CODE.format(args=repr(args)))
+    (workdir / "kserve_peer.py").write_text(ROWS_CODE + _KSERVE_CODE.format(args=repr(args)))
     cmd = [str(python), "kserve_peer.py"]
-    return _start("kserve", cmd, python, workdir, logs, f"http://127.0.0.1:{port}",
-                  f"/v1/models/{MODEL_NAME}", f"/v1/models/{MODEL_NAME}:predict",
-                  ready_log=("Application startup complete.", workers))
+    return start_process("kserve", cmd, python, workdir, logs, f"http://127.0.0.1:{port}",
+                         f"/v1/models/{MODEL_NAME}", f"/v1/models/{MODEL_NAME}:predict",
+                         ready_log=("Application startup complete.", workers))
 
 
 _UVICORN_CODE = '''
@@ -426,13 +275,13 @@ async def app(scope, receive, send):
 
 def start_uvicorn(python: Path, model_path: Path, workdir: Path, logs: Path, *, workers: int = 2,
                   batching: bool = False) -> Server:
-    port = _port()
+    port = loopback_port()
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "asgi_peer.py").write_text(_UVICORN_CODE)
     cmd = [str(python.parent / "uvicorn"), "asgi_peer:app", "--host", "127.0.0.1", "--port", str(port),
            "--workers", str(workers), "--loop", "uvloop", "--http", "httptools", "--no-access-log"]
-    return _start("uvicorn", cmd, python, workdir, logs, f"http://127.0.0.1:{port}", "/", "/",
-                  ready_log=("Application startup complete.", workers))
+    return start_process("uvicorn", cmd, python, workdir, logs, f"http://127.0.0.1:{port}", "/", "/",
+                         ready_log=("Application startup complete.", workers))
 
 
 STARTERS: dict[str, Callable[..., Server]] = {

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import log
+from benchmarks.peers_report import CEILING, OURS, TARGETS, table, verdict
 from benchmarks.serving_load import WARMUP_S, cpu_delta, tree_cpu, wrk
 from benchmarks.serving_servers import VENV_BIN, Server, start_mlflow, start_tollfree
 
@@ -59,10 +60,7 @@ MODELS = {
     "pipeline": "scaler on 19 floats + one-hot 'cat', GBDT 100 trees depth 3",
 }
 TOLLFREE = ("tollfree", "tollfree-example", "tollfree-fixed")
-OURS = (*TOLLFREE, "mlflow-2w")
-CEILING = "uvicorn"
 BATCHING = ("mlserver", "bentoml", "rayserve")   # peers with adaptive batching: each also runs with it on (-batch)
-TARGETS = {"rps_c32_over_best_peer": 2.0, "p50_c1_over_best_peer": 1.2, "rows_per_s_32_over_best_peer": 2.0}
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -281,46 +279,6 @@ def _serve_and_measure(kind: str, model: dict[str, Any], env: dict[str, str], ho
     return rows, info
 
 
-# --- verdict and table ---------------------------------------------------------------------------------
-
-
-def _verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    def best_peer(n: int, c: int, key: str, low: bool = False) -> dict[str, Any] | None:
-        peers = [r for r in rows if r["rows"] == n and r["concurrency"] == c and r["server"] not in OURS
-                 and r["server"] != CEILING and r["errors"] == 0]
-        return (min if low else max)(peers, key=lambda r: r[key]) if peers else None
-
-    def ours(n: int, c: int) -> dict[str, Any] | None:
-        return next((r for r in rows if r["server"] == "tollfree" and r["rows"] == n and r["concurrency"] == c), None)
-
-    out: dict[str, Any] = {}
-    checks = [("rps_c32_over_best_peer", 1, 32, "rps", False), ("p50_c1_over_best_peer", 1, 1, "p50_ms", True),
-              ("rows_per_s_32_over_best_peer", 32, 32, "rows_per_s", False)]
-    for name, n, c, key, low in checks:
-        mine, peer = ours(n, c), best_peer(n, c, key, low)
-        if mine and peer:
-            ratio = mine[key] / peer[key]
-            ok = ratio <= TARGETS[name] if low else ratio >= TARGETS[name]
-            out[name] = {"value": round(ratio, 2), "best_peer": peer["server"], "target": TARGETS[name], "pass": ok}
-    return out
-
-
-def _table(rows: list[dict[str, Any]], info: dict[str, dict[str, Any]]) -> str:
-    ceiling = {(r["rows"], r["concurrency"]): r["rps"] for r in rows if r["server"] == CEILING}
-    lines = ["| server | path | rows | c | rps | rows/s | p50 ms | p99 ms | errors | CPU-s / 1000 preds | x ceiling rps | load 1m before/after |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-    for r in rows:
-        top = ceiling.get((r["rows"], r["concurrency"]))
-        share = "-" if not top else f"{r['rps'] / top:.2f}"
-        cpu = r["cpu_s_per_1000_predictions"]
-        cpu_text = "-" if cpu is None else f"{cpu:.3f}"
-        load = info.get(r["server"], {}).get("loadavg_1m_before_after", ["-", "-"])
-        lines.append(f"| {r['server']} | {info.get(r['server'], {}).get('path') or '-'} | {r['rows']} | {r['concurrency']} | "
-                     f"{r['rps']:.1f} | {r['rows_per_s']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['errors']} | "
-                     f"{cpu_text} | {share} | {load[0]}/{load[1]} |")
-    return "\n".join(lines)
-
-
 # --- run -----------------------------------------------------------------------------------------------
 
 
@@ -356,7 +314,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     failures[kind] = f"{type(exc).__name__}: {str(exc)[:300]}"
                     log(f"  {kind}: FAILED: {failures[kind]}")
             results[key] = {"label": MODELS[key], "rows": rows, "servers": info, "failures": failures,
-                            "verdict": _verdict(rows)}
+                            "verdict": verdict(rows)}
         from benchmarks.peer_envs import versions as peer_versions
 
         for kind in {k.partition("-")[0] for k in args.servers if k not in OURS}:
@@ -401,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{kind}: {', '.join(f'{k} {x}' for k, x in v.items())}")
     for key, res in result["results"].items():
         print(f"\n## {key}: {res['label']}\n")
-        print(_table(res["rows"], res["servers"]))
+        print(table(res["rows"], res["servers"]))
         print()
         for name, v in res["verdict"].items():
             print(f"{name}: {v['value']} against {v['best_peer']} (target {'<=' if 'p50' in name else '>='} {v['target']}): "

@@ -59,6 +59,16 @@ def backend(api) -> tuple[KubernetesBackend, FakeKubernetes]:
     return KubernetesBackend(NS, ReplicaTemplate.load(DEFAULT_TEMPLATE), api_client(url)), fake
 
 
+@pytest.fixture()
+def watched(api) -> Iterator[tuple[Routes, SliceWatch]]:
+    """The routing and its EndpointSlice watch against the stand-in, stopped after the test."""
+    routes = Routes()
+    watch = SliceWatch(NS, routes, api_client(api[1]))
+    watch.start()
+    yield routes, watch
+    watch.stop()
+
+
 def test_apply_creates_a_valid_deployment_service_and_budget_owned_by_it(backend):
     cluster, fake = backend
     wanted = Wanted("fraud", "champion", "models:/fraud/3", "Large")
@@ -125,44 +135,33 @@ def test_a_refused_request_names_the_call_and_status_never_the_body(api):
     assert "models:/fraud/3" not in str(refused.value)
 
 
-def test_the_watch_routes_to_ready_pods_follows_changes_and_lists_afresh_after_410(backend, api):
+def test_the_watch_routes_to_ready_pods_follows_changes_and_lists_afresh_after_410(backend, watched):
     cluster, fake = backend
-    routes = Routes()
-    watch = SliceWatch(NS, routes, api_client(api[1]))
-    watch.start()
-    try:
-        assert routes.synced.wait(10)
-        wanted = Wanted("fraud", "champion", "models:/fraud/3")
-        cluster.apply(wanted, 2)
-        two = until(lambda: len(routes.pods(wanted.name)) == 2 and routes.pods(wanted.name), "two pods routed")
-        assert len({p.url for p in two}) == 2 and {p.pod for p in two} == {p.name for p in fake.running[wanted.name]}
-        fake.set_ready(wanted.name, 0, False)   # failing its readiness probe: out of the routing
-        until(lambda: len(routes.pods(wanted.name)) == 1, "the unready pod dropped")
-        fake.expire_watches()                    # the API server restarted after a compaction
-        cluster.scale(wanted.name, 3)
-        until(lambda: len(routes.pods(wanted.name)) == 2 and watch.relists == 2, "a fresh list after 410 Gone")
-        cluster.delete(wanted.name)
-        until(lambda: routes.pods(wanted.name) == [], "the deleted entity's pods dropped")
-    finally:
-        watch.stop()
+    routes, watch = watched
+    assert routes.synced.wait(10)
+    wanted = Wanted("fraud", "champion", "models:/fraud/3")
+    cluster.apply(wanted, 2)
+    two = until(lambda: len(routes.pods(wanted.name)) == 2 and routes.pods(wanted.name), "two pods routed")
+    assert len({p.url for p in two}) == 2 and {p.pod for p in two} == {p.name for p in fake.running[wanted.name]}
+    fake.set_ready(wanted.name, 0, False)   # failing its readiness probe: out of the routing
+    until(lambda: len(routes.pods(wanted.name)) == 1, "the unready pod dropped")
+    fake.expire_watches()                    # the API server restarted after a compaction
+    cluster.scale(wanted.name, 3)
+    until(lambda: len(routes.pods(wanted.name)) == 2 and watch.relists == 2, "a fresh list after 410 Gone")
+    cluster.delete(wanted.name)
+    until(lambda: routes.pods(wanted.name) == [], "the deleted entity's pods dropped")
     assert not fake.refused
 
 
-def test_the_role_grants_exactly_what_the_backend_uses(backend, api):
+def test_the_role_grants_exactly_what_the_backend_uses(backend, watched):
     """Least privilege: every verb on every resource in the Role is one the backend or the watch sends."""
     cluster, fake = backend
-    routes = Routes()
-    watch = SliceWatch(NS, routes, api_client(api[1]))
-    watch.start()
-    try:
-        wanted = Wanted("fraud", "champion", "models:/fraud/3")
-        cluster.apply(wanted, 1)
-        cluster.apply(wanted, 2)
-        cluster.managed()
-        cluster.delete(wanted.name)
-        until(lambda: ("watch", "endpointslices") in fake.used, "a watch")
-    finally:
-        watch.stop()
+    wanted = Wanted("fraud", "champion", "models:/fraud/3")
+    cluster.apply(wanted, 1)
+    cluster.apply(wanted, 2)
+    cluster.managed()
+    cluster.delete(wanted.name)
+    until(lambda: ("watch", "endpointslices") in fake.used, "a watch")
     granted = {(verb, resource) for rule in fake.rules for resource in rule["resources"] for verb in rule["verbs"]}
     used = set(fake.used)
     assert used == granted, f"granted but unused: {granted - used}; used but not granted: {used - granted}"

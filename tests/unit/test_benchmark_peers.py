@@ -8,7 +8,9 @@ import json
 import pandas as pd
 
 from benchmarks.peer_servers import predictions_of, request_for
-from benchmarks.peers import _predictions, _request, _table, _verdict
+from benchmarks.peers import _predictions, _request
+from benchmarks.peers_report import table as _table
+from benchmarks.peers_report import verdict as _verdict
 
 
 def _model(records: bool) -> dict:

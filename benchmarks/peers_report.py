@@ -1,0 +1,46 @@
+"""The peers benchmark's verdict against the issue's targets and its markdown table (benchmarks/peers.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+OURS = ("tollfree", "tollfree-example", "tollfree-fixed", "mlflow-2w")   # never a peer in the verdict
+CEILING = "uvicorn"                                                        # the bare ASGI app: no model
+TARGETS = {"rps_c32_over_best_peer": 2.0, "p50_c1_over_best_peer": 1.2, "rows_per_s_32_over_best_peer": 2.0}
+
+
+def verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    def best_peer(n: int, c: int, key: str, low: bool = False) -> dict[str, Any] | None:
+        peers = [r for r in rows if r["rows"] == n and r["concurrency"] == c and r["server"] not in OURS
+                 and r["server"] != CEILING and r["errors"] == 0]
+        return (min if low else max)(peers, key=lambda r: r[key]) if peers else None
+
+    def ours(n: int, c: int) -> dict[str, Any] | None:
+        return next((r for r in rows if r["server"] == "tollfree" and r["rows"] == n and r["concurrency"] == c), None)
+
+    out: dict[str, Any] = {}
+    checks = [("rps_c32_over_best_peer", 1, 32, "rps", False), ("p50_c1_over_best_peer", 1, 1, "p50_ms", True),
+              ("rows_per_s_32_over_best_peer", 32, 32, "rows_per_s", False)]
+    for name, n, c, key, low in checks:
+        mine, peer = ours(n, c), best_peer(n, c, key, low)
+        if mine and peer:
+            ratio = mine[key] / peer[key]
+            ok = ratio <= TARGETS[name] if low else ratio >= TARGETS[name]
+            out[name] = {"value": round(ratio, 2), "best_peer": peer["server"], "target": TARGETS[name], "pass": ok}
+    return out
+
+
+def table(rows: list[dict[str, Any]], info: dict[str, dict[str, Any]]) -> str:
+    ceiling = {(r["rows"], r["concurrency"]): r["rps"] for r in rows if r["server"] == CEILING}
+    lines = ["| server | path | rows | c | rps | rows/s | p50 ms | p99 ms | errors | CPU-s / 1000 preds | x ceiling rps | load 1m before/after |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        top = ceiling.get((r["rows"], r["concurrency"]))
+        share = "-" if not top else f"{r['rps'] / top:.2f}"
+        cpu = r["cpu_s_per_1000_predictions"]
+        cpu_text = "-" if cpu is None else f"{cpu:.3f}"
+        load = info.get(r["server"], {}).get("loadavg_1m_before_after", ["-", "-"])
+        lines.append(f"| {r['server']} | {info.get(r['server'], {}).get('path') or '-'} | {r['rows']} | {r['concurrency']} | "
+                     f"{r['rps']:.1f} | {r['rows_per_s']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['errors']} | "
+                     f"{cpu_text} | {share} | {load[0]}/{load[1]} |")
+    return "\n".join(lines)
