@@ -92,8 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"TOLLFREE_WARM_POOL must be a whole number of standby replicas (got {pool[:20]!r})", file=sys.stderr)
         return 2
     metrics = GatewayMetrics.create()  # one registry: the gateway's, the inference log's, the autoscaler's
+    warm_pool = int(pool) if cluster is None else 0   # pods start from their image, not from local standbys
     app = create_gateway_app(manager, tokens, InferenceLogWriter(settings.inference_log_dir, registry=metrics.registry),
-                             metrics=metrics, autoscale=os.environ.get("TOLLFREE_AUTOSCALE", "on") != "off", warm_pool_size=int(pool) if cluster is None else 0)  # pods start from their image, not from local standbys
+                             metrics=metrics, autoscale=os.environ.get("TOLLFREE_AUTOSCALE", "on") != "off",
+                             warm_pool_size=warm_pool)
     # An idle keep-alive connection is kept 75 s (nginx's default; uvicorn's is 5 s): longer than the idle expiry
     # of the clients in front (httpx 5 s, load balancers 60 s), so a client never reuses a connection the gateway
     # is closing at that moment: that race failed a POST with a ReadError, which no client retries by itself.

@@ -1,10 +1,11 @@
 """The control plane's live state: endpoints and the replica set of each served entity.
 
 Records persist in the EndpointStore; replicas are local processes, each listed in the replica registry
-while it serves, or the pods of a Deployment per served entity on Kubernetes (``endpoints.placement``). A config change starts the new served entities' replicas, waits until they are ready,
-and only then moves traffic to them; a failed rollout ends UPDATE_FAILED and the old config keeps
-serving. A gateway that starts on existing state adopts the live replicas a crashed predecessor left
-(registry, then health check, then ``/adopt``), starts only what is missing, and stops the rest.
+while it serves, or the pods of a Deployment per served entity on Kubernetes (``endpoints.placement``).
+A config change starts the new served entities' replicas, waits until they are ready, and only then
+moves traffic to them; a failed rollout ends UPDATE_FAILED and the old config keeps serving. A gateway
+that starts on existing state adopts the live replicas a crashed predecessor left (registry, then health
+check, then ``/adopt``), starts only what is missing, and stops the rest.
 """
 
 from __future__ import annotations
@@ -199,7 +200,7 @@ class EndpointManager:
         """A follower's data plane, refreshed from the store: every endpoint's config routed to the replicas
         the registry lists for it (run by the leader). Replicas kept across refreshes keep their counts."""
         records = await run_in_threadpool(self.store.list)
-        rows = await self.book.routes()
+        rows = await self.book.routes() if self.cluster is None else {}   # a cluster's sets follow its watch
         for record in records:
             live = self.live.get(record.name)
             entities: dict[str, ReplicaSet] = {}

@@ -51,9 +51,7 @@ class Placement:
         """A follower's sets it no longer routes through: those of a cluster stop following the watch (requests
         still queued on them go on to the pods they know)."""
         for served in sets:
-            detach = getattr(served, "detach", None)
-            if detach is not None:
-                detach()
+            served.detach()
 
     async def sweep(self, records: list[spec.EndpointRecord]) -> None:
         """On a cluster: delete the Deployments the gateways made that no stored endpoint needs any more (left by a

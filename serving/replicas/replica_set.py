@@ -143,6 +143,9 @@ class ReplicaSet:
             if self.dispatcher is not None:
                 self.dispatcher.capacity_changed()
 
+    def detach(self) -> None:
+        """Stop following where the replicas come from (a set of local or registry replicas follows nothing)."""
+
     def ready_count(self) -> int:
         """The replicas in the routing; a dead one leaves it here (the autoscaler replaces it)."""
         dead = [r for r in self._replicas if not r.alive()]

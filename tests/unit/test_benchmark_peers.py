@@ -52,3 +52,15 @@ def test_the_verdict_compares_with_the_best_peer_never_with_ours_or_the_ceiling(
     assert "rows_per_s_32_over_best_peer" not in verdict   # no 32-row points: no claim
     table = _table(rows, {"tollfree": {"path": "fast path, batching off", "loadavg_1m_before_after": [0.1, 1.2]}})
     assert "| tollfree | fast path, batching off | 1 | 32 | 3000.0 |" in table and "| 0.10 |" in table   # 3000 / 30000
+
+
+def test_an_unknown_model_or_server_is_refused_naming_it(capsys):
+    import pytest
+
+    from benchmarks.peers import _parse_args
+
+    for argv, named in ((["--models", "light,huge"], "unknown model 'huge'"), (["--servers", "kserve,triton"], "unknown server 'triton'")):
+        with pytest.raises(SystemExit):
+            _parse_args(argv)
+        assert named in capsys.readouterr().err
+    assert "rayserve-batch" in _parse_args([]).servers
