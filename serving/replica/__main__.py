@@ -17,7 +17,7 @@ skip_feast_type_checks()  # before anything below imports Feast
 from serving.protocol.wire import REPLICA_TOKEN_ENV  # noqa: E402
 from serving.replica.app import StandbyApp, create_replica_app  # noqa: E402
 from serving.replica.owner import DEFAULT_ORPHAN_S, ORPHAN_ENV, Adoptable, OwnerWatch, first_owner, watch  # noqa: E402
-from serving.replica.runtime import ModelRuntime  # noqa: E402
+from serving.replica.runtime import ModelRuntime, settle_heap  # noqa: E402
 
 log = logging.getLogger("serving.replica")
 
@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         runtime = ModelRuntime.load(args.model_uri, Path(settings.home))
         runtime.warm()
         runtime.profile()
+        settle_heap()
         app = create_replica_app(runtime, token=token, model_uri=args.model_uri, load_seconds=time.perf_counter() - started)
     loaded.append(app)
     uvicorn.run(Adoptable(app, owner, token), host=args.host, port=args.port, log_level="warning", access_log=False, loop="uvloop",

@@ -34,7 +34,7 @@ from serving.protocol import wire
 from serving.protocol.errors import REQUEST_ID_HEADER, ApiError, error_body, internal, not_found, resolve_request_id, unauthenticated
 from serving.protocol.scoring import parse_scoring_request, to_jsonable
 from serving.replica.metrics import ReplicaMetrics
-from serving.replica.runtime import ModelError, ModelRuntime, Prediction
+from serving.replica.runtime import ModelError, ModelRuntime, Prediction, settle_heap
 
 log = logging.getLogger(__name__)
 
@@ -283,6 +283,7 @@ class StandbyApp:
         # a request waits for this: no separate warm-up call (profiling predicts the example first, which warms
         # the same path), and three timed runs a size instead of five
         runtime.profile(budget_s=self.profile_budget_s, runs=3)
+        settle_heap()
         seconds = time.perf_counter() - started
         log.info("standby loaded %s in %.2fs", model_uri, seconds)
         return create_replica_app(runtime, token=self.token, model_uri=model_uri, load_seconds=seconds)

@@ -55,9 +55,31 @@ def models(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
         info = mlflow.pyfunc.log_model(name="sleepy", python_model=RowCostModel(SLEEP_PER_ROW_S), pip_requirements=["mlflow"],
                                        signature=infer_signature(frame, [2.0]), input_example=frame)
         uris["sleepy"] = info.model_uri
+        uris["mixed"] = _log_mixed(X, y)
     uris["home"] = str(home)
     yield uris  # the runs' URIs are runs:/..., resolved against this tracking URI
     mlflow.set_tracking_uri(previous)
+
+
+def _log_mixed(X: pd.DataFrame, y: pd.Series) -> str:
+    """A pipeline with a scaler and a one-hot string column, logged with a signature and no input example."""
+    import mlflow
+    from mlflow.models import infer_signature
+    from sklearn.compose import ColumnTransformer
+    from sklearn.ensemble import GradientBoostingClassifier
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    mixed = X.iloc[:, :5].assign(cat=np.where(X.f5 > 0, "a", "b"))
+    prep = ColumnTransformer([("num", StandardScaler(), COLUMNS[:5]), ("cat", OneHotEncoder(handle_unknown="ignore"), ["cat"])])
+    pipeline = Pipeline([("prep", prep), ("gbdt", GradientBoostingClassifier(n_estimators=20, max_depth=2, random_state=0))])
+    pipeline.fit(mixed, y)
+    info = mlflow.sklearn.log_model(pipeline, name="mixed", signature=infer_signature(mixed, pipeline.predict(mixed)),
+                                    serialization_format="cloudpickle")
+    return info.model_uri
+
+
+MIXED = [*COLUMNS[:5], "cat"]
 
 
 def load(models: dict[str, str], which: str) -> ModelRuntime:
@@ -187,3 +209,60 @@ def test_each_envelope_answer_carries_the_replica_busy_clock_which_counts_a_mode
         assert rows * SLEEP_PER_ROW_S <= rise < rows * SLEEP_PER_ROW_S + 0.15, rises
     counter = float(re.search(r'tollfree_replica_busy_seconds_total\{model_uri="models:/sleepy/1"\} (\S+)', metrics).group(1))
     assert counter == pytest.approx(readings[-1], abs=1e-3)
+
+
+def test_a_model_without_an_example_is_timed_on_a_row_built_from_its_signature(models):
+    """Logged with a signature and no input example: the replica still measures it, so a model whose rows
+    cost little next to its fixed cost per call (a pipeline) is batched."""
+    runtime = load(models, "mixed")
+    row = runtime.sample_row()
+    assert list(row.columns) == MIXED and row.iloc[0].tolist() == [0.0] * 5 + [""]
+    assert [str(t) for t in row.dtypes] == ["float64"] * 5 + ["object"]
+    plan = runtime.profile(sizes=(1, 2, 4, 8), budget_s=2.0)
+    # a pipeline predicts 8 rows in about the time of 1: the per-row gain is far above batching's bar of 2
+    assert plan.enabled and plan.max_batch > 1 and plan.gain > 2.0, plan
+    sleepy = load(models, "sleepy")  # a custom pyfunc with its example: timed on the example, as before
+    assert sleepy.sample_row().iloc[0].tolist() == [1.0]
+
+
+def test_the_frame_path_gives_pyfunc_predictions_and_leaves_other_types_to_pyfunc(models):
+    runtime = load(models, "mixed")
+    assert runtime.frame_path is not None and runtime.numpy_path is None
+    rows = [[0.5, -1, 2.25, 0.0, 1.5, "a"], [1.0, 2.0, -0.5, 3, 0.25, "b"]]  # ints in double columns, as JSON sends them
+    frame = pd.DataFrame(rows, columns=MIXED)
+    expected = runtime._model.predict(frame).tolist()
+    request = parse({"dataframe_split": {"columns": MIXED, "data": rows}})
+    ready = runtime.frame_path.ready(runtime.model_input(request.frame))
+    assert ready is not None and all(str(t) == "float64" for t in ready.dtypes[:5])
+    assert runtime.predict_request(request).predictions.tolist() == expected
+    shuffled = parse({"dataframe_records": [dict(zip(reversed(MIXED), reversed(r))) for r in rows]})
+    assert runtime.predict_request(shuffled).predictions.tolist() == expected
+    # a number in the string column is not the signature's type: pyfunc's schema check answers, naming no value
+    bad = parse({"dataframe_split": {"columns": MIXED, "data": [[0.5, 1.0, 2.0, 0.0, 1.5, 7]]}})
+    assert runtime.frame_path.ready(runtime.model_input(bad.frame)) is None
+    with pytest.raises(ApiError) as err:
+        runtime.predict_request(bad)
+    assert err.value.status_code == 400 and "7" not in err.value.message
+
+
+def test_requests_on_the_pandas_path_are_predicted_as_one_call_and_a_request_missing_a_column_fails_alone(models):
+    runtime = load(models, "mixed")
+    calls = []
+    direct = runtime.frame_path
+
+    def counting(frame: pd.DataFrame):  # type: ignore[no-untyped-def]
+        calls.append(len(frame))
+        return direct.predict(frame)
+
+    runtime.frame_path = type(direct)(counting, direct.types)
+    rng = np.random.default_rng(3)
+    requests = [parse({"dataframe_split": {"columns": MIXED, "data": [[*rng.normal(size=5).round(3).tolist(), c]
+                                                                      for c in "ab"[:n]]}}) for n in (1, 2, 1)]
+    alone = [runtime.predict_request(r).predictions.tolist() for r in requests]
+    calls.clear()
+    together = runtime.predict_batch(requests)
+    assert calls == [4] and [t.predictions.tolist() for t in together] == alone
+    lacking = parse({"dataframe_split": {"columns": MIXED[:-1], "data": [[1.0] * 5]}})
+    mixed = runtime.predict_batch([requests[0], lacking, requests[2]])
+    assert isinstance(mixed[1], ApiError) and mixed[1].status_code == 400 and "cat" in mixed[1].message
+    assert mixed[0].predictions.tolist() == alone[0] and mixed[2].predictions.tolist() == alone[2]

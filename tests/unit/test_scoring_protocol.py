@@ -345,3 +345,16 @@ def test_a_numpy_array_becomes_a_json_list() -> None:
     body = {"predictions": to_jsonable(np.array([0, 1]))}
     assert body == {"predictions": [0, 1]}
     json.dumps(body, allow_nan=False)
+
+
+def test_joined_frame_is_the_requests_frames_in_order_however_they_were_sent():
+    from serving.protocol.scoring import joined_frame
+
+    def parse(doc: object):  # type: ignore[no-untyped-def]
+        return parse_scoring_request(json.dumps(doc).encode(), "application/json")
+
+    split = [parse({"dataframe_split": {"columns": ["a", "b"], "data": rows}}) for rows in ([[1, "x"]], [[2.5, "y"], [3, "z"]])]
+    expected = pd.concat([r.frame for r in split], ignore_index=True)
+    pd.testing.assert_frame_equal(joined_frame(split), expected)
+    records = parse({"dataframe_records": [{"b": "w", "a": 4.0}]})  # other shapes: the frames concatenated
+    pd.testing.assert_frame_equal(joined_frame([*split, records]), pd.concat([expected, records.frame], ignore_index=True))
