@@ -19,6 +19,7 @@ Rows (each selectable by its sizes option; an empty list skips it):
     tollfree (local, entity keys)     --sizes           fraud@champion, features joined through Feast
     naive pandas script               --naive-sizes     the entity-key input, one join for everything
     tollfree (local, features given)  --features-sizes  fraud_plain on the features parquet
+    limit                             (with each features size) benchmarks.batch_limit on the same parquet
     mlflow models predict             --mlflow-sizes    models:/fraud/V on the features CSV
 
 Every measured run is a fresh process started by a small wrapper that reports the wall time and the
@@ -49,7 +50,8 @@ from typing import Any
 from benchmarks.batch_setup import MODEL, PLAIN_MODEL, SERVICE, environ, log, set_up
 
 PROJECT = Path(__file__).resolve().parent.parent
-TARGETS = {"vs_mlflow": 10.0, "vs_naive": 1.0, "rss_10m_over_1m": 1.5}
+TARGETS = {"vs_mlflow": 5.0, "vs_naive": 1.0, "rss_10m_over_1m": 1.5, "over_limit": 2.0}
+LIMIT = "limit (read + predict on every core + write)"
 
 WRAPPER = """
 import json, resource, subprocess, sys, time
@@ -206,8 +208,10 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                     log(f"  {results[-1]}")
                     (work / "naive.parquet").unlink(missing_ok=True)
             for size in feature_sizes:
-                results.append(_tollfree(FEATURES_GIVEN, work, info["features_parquet"][str(size)],
-                                         f"models:/{PLAIN_MODEL}/{info['plain_model_version']}", size, args, flow_env))
+                plain = f"models:/{PLAIN_MODEL}/{info['plain_model_version']}"
+                results.append(_tollfree(FEATURES_GIVEN, work, info["features_parquet"][str(size)], plain, size, args,
+                                         flow_env))
+                results.append(_limit(work, info["features_parquet"][str(size)], plain, size, args, env))
             overhead = None
             for size in sorted({10, *mlflow_sizes}) if mlflow_sizes else []:
                 log(f"mlflow models predict, {size} rows")
@@ -255,6 +259,19 @@ def _tollfree(tool: str, work: Path, source: str, model_uri: str, size: int, arg
     return row
 
 
+def _limit(work: Path, source: str, model_uri: str, size: int, args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
+    """``benchmarks.batch_limit`` on the features-given row's input, in a fresh process."""
+    log(f"limit, {size} rows")
+    m = measure([sys.executable, "-m", "benchmarks.batch_limit", "--input", source, "--output", str(work / "limit.parquet"),
+                 "--model-uri", model_uri], env, args.timeout, args.cap_mb)
+    (work / "limit.parquet").unlink(missing_ok=True)
+    out = json.loads(m["stdout"].strip().splitlines()[-1])
+    row = _row(LIMIT, size, m, out["seconds"], out["rows"])
+    row["stage_seconds"] = {k.removesuffix("_s"): out[k] for k in ("read_s", "predict_s", "write_s")}
+    log(f"  {row}")
+    return row
+
+
 def _row(tool: str, rows: int, m: dict[str, Any], work_s: float | None, scored: int) -> dict[str, Any]:
     return {"tool": tool, "rows": rows, "scored": scored, "wall_s": round(m["wall"], 2), "rows_per_s": round(rows / m["wall"]),
             "work_s": round(work_s, 2) if work_s else None,
@@ -276,6 +293,12 @@ def verdicts(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     ratio = r[key] / best[key]
                     out.append({"target": f"{FEATURES_GIVEN} {key} vs {MLFLOW} ({best['rows']} rows)", "rows": r["rows"],
                                 "ratio": round(ratio, 2), "need": TARGETS["vs_mlflow"], "pass": ratio >= TARGETS["vs_mlflow"]})
+    for r in (r for r in results if r["tool"] == FEATURES_GIVEN and r.get("work_s")):
+        bound = pick(LIMIT, r["rows"])
+        if bound and bound.get("work_s"):
+            ratio = r["work_s"] / bound["work_s"]
+            out.append({"target": f"{FEATURES_GIVEN} work s over the {LIMIT}", "rows": r["rows"], "ratio": round(ratio, 2),
+                        "need": f"<= {TARGETS['over_limit']}", "pass": ratio <= TARGETS["over_limit"]})
     ours = {r["rows"]: r for r in results if r["tool"] == ENTITY_KEYS}
     for rows, r in sorted(ours.items()):
         n = pick(NAIVE, rows)
@@ -310,7 +333,7 @@ def table(report: dict[str, Any]) -> str:
     for r in report["results"]:
         if r.get("stage_seconds"):
             stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stage_seconds"].items())
-            lines.append(f"{r['tool']} {r['rows']} rows, chunks of {r['chunk_rows']}: stage seconds {stages}")
+            lines.append(f"{r['tool']} {r['rows']} rows, chunks of {r.get('chunk_rows') or '-'}: stage seconds {stages}")
     if "machine" in report:
         lines.append(f"load average at the end: {' '.join(f'{x:.1f}' for x in report['machine']['loadavg'])}")
     lines.append("")

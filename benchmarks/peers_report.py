@@ -6,10 +6,15 @@ from typing import Any
 
 OURS = ("tollfree", "tollfree-example", "tollfree-fixed", "mlflow-2w")   # never a peer in the verdict
 CEILING = "uvicorn"                                                        # the bare ASGI app: no model
-TARGETS = {"rps_c32_over_best_peer": 2.0, "p50_c1_over_best_peer": 1.2, "rows_per_s_32_over_best_peer": 2.0}
+TARGETS = {"rps_c32_over_best_peer": 2.0, "p50_c1_over_best_peer": 1.2, "rows_per_s_32_over_best_peer": 2.0,
+           "p99_c32_over_that_peer": 1.0, "p50_c1_over_in_process_ms": 1.0}
+PASS_WHEN = {"rps_c32_over_best_peer": ">=", "p50_c1_over_best_peer": "<=", "rows_per_s_32_over_best_peer": ">=",
+             "p99_c32_over_that_peer": "<", "p50_c1_over_in_process_ms": "<="}
 
 
-def verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def verdict(rows: list[dict[str, Any]], in_process_ms: float | None = None) -> dict[str, Any]:
+    """tollfree (shipped defaults) against the best peer at each target's point; ``in_process_ms``: the
+    model's own predict of one row in the benchmark's process (p50), for the c=1 overhead target."""
     def best_peer(n: int, c: int, key: str, low: bool = False) -> dict[str, Any] | None:
         peers = [r for r in rows if r["rows"] == n and r["concurrency"] == c and r["server"] not in OURS
                  and r["server"] != CEILING and r["errors"] == 0]
@@ -27,6 +32,16 @@ def verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
             ratio = mine[key] / peer[key]
             ok = ratio <= TARGETS[name] if low else ratio >= TARGETS[name]
             out[name] = {"value": round(ratio, 2), "best_peer": peer["server"], "target": TARGETS[name], "pass": ok}
+    mine, peer = ours(1, 32), best_peer(1, 32, "rps")
+    if mine and peer:  # the throughput lead must not come from a longer tail than that peer's
+        ratio = mine["p99_ms"] / peer["p99_ms"]
+        out["p99_c32_over_that_peer"] = {"value": round(ratio, 2), "best_peer": peer["server"],
+                                         "target": TARGETS["p99_c32_over_that_peer"], "pass": ratio < 1.0}
+    mine = ours(1, 1)
+    if mine and in_process_ms is not None:
+        over = mine["p50_ms"] - in_process_ms
+        out["p50_c1_over_in_process_ms"] = {"value": round(over, 2), "best_peer": f"in-process {in_process_ms:.2f} ms",
+                                            "target": TARGETS["p50_c1_over_in_process_ms"], "pass": over <= 1.0}
     return out
 
 

@@ -156,7 +156,7 @@ class JoinedChunk:
 def score_chunk(ctx: ScoringContext, chunk: Chunk) -> ChunkResult:
     """Features, predictions and output files of one chunk (runs in the driver or a Dask worker)."""
     if ctx.service_name is None:
-        return _score_features_given(ctx, chunk)
+        return finish_given(ctx, chunk, read_given(ctx, chunk))
     return finish_chunk(ctx, chunk, join_chunk(ctx, chunk))
 
 
@@ -205,15 +205,29 @@ def finish_chunk(ctx: ScoringContext, chunk: Chunk, joined: JoinedChunk) -> Chun
     )
 
 
-def _score_features_given(ctx: ScoringContext, chunk: Chunk) -> ChunkResult:
-    """Predictions straight from the chunk's own columns (the model's signature inputs); no join, no store."""
+@dataclass(frozen=True)
+class GivenChunk:
+    """A features-given chunk's rows as read (``read_given``), waiting for ``finish_given``."""
+
+    rows: pd.DataFrame
+    timestamps: Any
+    read_s: float
+
+
+def read_given(ctx: ScoringContext, chunk: Chunk) -> GivenChunk:
+    """A features-given chunk's rows and output timestamps, read from its row group."""
     started = time.perf_counter()
-    model = _model(ctx.tracking_uri, ctx.model_uri)
-    names = [c.name for c in ctx.spec.model_columns]
     rows = _row_group(chunk.path, chunk.row_group, ctx.spec.columns).slice(chunk.start, chunk.length).to_pandas()
     timestamps = _timestamps(pd.to_datetime(rows[TIMESTAMP], utc=True).dt.floor("us"))  # as the join path's
-    read = time.perf_counter()
+    return GivenChunk(rows, timestamps, time.perf_counter() - started)
 
+
+def finish_given(ctx: ScoringContext, chunk: Chunk, given: GivenChunk) -> ChunkResult:
+    """Predictions straight from the chunk's own columns (the model's signature inputs); no join, no store."""
+    read = time.perf_counter()
+    model = _model(ctx.tracking_uri, ctx.model_uri)
+    names = [c.name for c in ctx.spec.model_columns]
+    rows, timestamps = given.rows, given.timestamps
     scores = _positive_scores(model.predict(rows[names]))
     predicted = time.perf_counter()
 
@@ -227,7 +241,7 @@ def _score_features_given(ctx: ScoringContext, chunk: Chunk) -> ChunkResult:
     files = _write_by_date(out, ctx, chunk.index)
     done = time.perf_counter()
     return ChunkResult(chunk.index, len(out), 0, files,
-                       {"read": read - started, "features": 0.0, "predict": predicted - read, "write": done - predicted})
+                       {"read": given.read_s, "features": 0.0, "predict": predicted - read, "write": done - predicted})
 
 
 def _timestamps(column: pd.Series) -> Any:

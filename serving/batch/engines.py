@@ -13,7 +13,16 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from serving.batch.chunks import Chunk, ChunkResult, ScoringContext, finish_chunk, join_chunk, score_chunk
+from serving.batch.chunks import (
+    Chunk,
+    ChunkResult,
+    ScoringContext,
+    finish_chunk,
+    finish_given,
+    join_chunk,
+    read_given,
+    score_chunk,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,24 +46,27 @@ def run(engine: str, ctx: ScoringContext, chunks: Sequence[Chunk], on_done: Call
 
 
 def run_local(ctx: ScoringContext, chunks: Sequence[Chunk], on_done: Callable[[ChunkResult], None]) -> list[ChunkResult]:
-    """Chunks in order. With a feature store, one ahead: a worker thread joins chunk N+1 (the offline store's
-    query, which releases the GIL and leaves part of a core idle) while this thread finishes chunk N
-    (on-demand features, predict, write); at most two chunks are held at once. Features given: one by one."""
+    """Chunks in order, one ahead: a worker thread prepares chunk N+1 while this thread finishes chunk N;
+    at most two chunks are held at once. With a feature store, preparing is the join (the offline store's
+    query, which releases the GIL and leaves part of a core idle) and finishing is on-demand features,
+    predict and write; with features given, preparing is reading the rows (parquet decoding releases the
+    GIL too) and finishing is predict and write."""
     results = []
-    if ctx.service_name is None or len(chunks) < 2:
+    prepare, finish = (join_chunk, finish_chunk) if ctx.service_name is not None else (read_given, finish_given)
+    if len(chunks) < 2:
         for chunk in chunks:
             result = score_chunk(ctx, chunk)
             on_done(result)
             results.append(result)
         return results
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batch-join")
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batch-ahead")
     try:
-        ahead = pool.submit(join_chunk, ctx, chunks[0])
+        ahead = pool.submit(prepare, ctx, chunks[0])
         for i, chunk in enumerate(chunks):
-            joined = ahead.result()
+            prepared = ahead.result()
             if i + 1 < len(chunks):
-                ahead = pool.submit(join_chunk, ctx, chunks[i + 1])
-            result = finish_chunk(ctx, chunk, joined)
+                ahead = pool.submit(prepare, ctx, chunks[i + 1])
+            result = finish(ctx, chunk, prepared)  # type: ignore[arg-type]
             on_done(result)
             results.append(result)
     finally:

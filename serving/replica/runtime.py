@@ -104,9 +104,9 @@ class NumpyPath:
 @dataclass(frozen=True)
 class FramePath:
     """A scikit-learn estimator's predict method, fed the request's frame directly when its columns already
-    have the signature's types (float64 for double, float32 for float, str for string; ints in a double
-    column are cast, as MLflow's schema check casts them). MLflow's schema check costs about a fifth of a
-    one-row pipeline predict; a frame of any other type takes pyfunc, whose check says what is wrong."""
+    have the signature's types (float64 for double, float32 for float, str for string). MLflow's schema
+    check costs about a fifth of a one-row pipeline predict; a frame of any other type takes pyfunc, whose
+    check converts what it may and says what is wrong."""
 
     predict: Any
     types: dict[str, str]  # column -> signature type, in signature order
@@ -130,18 +130,13 @@ class FramePath:
         is not the signature's."""
         if list(frame.columns) != list(self.types):
             return None
-        cast = {}
         for name, kind in self.types.items():
             dtype = frame[name].dtype
-            if kind == "double" and dtype != np.float64:
-                if dtype.kind not in "iu":
-                    return None
-                cast[name] = np.float64
-            elif kind == "float" and dtype != np.float32:
+            if kind == "double" and dtype != np.float64 or kind == "float" and dtype != np.float32:
+                return None  # MLflow refuses an int64 column for a double (it could lose precision): so does pyfunc here
+            if kind == "string" and (dtype != object or pd.api.types.infer_dtype(frame[name], skipna=False) != "string"):
                 return None
-            elif kind == "string" and (dtype != object or pd.api.types.infer_dtype(frame[name], skipna=False) != "string"):
-                return None
-        return frame.astype(cast) if cast else frame
+        return frame
 
 
 class ModelRuntime:

@@ -50,6 +50,11 @@ def test_the_verdict_compares_with_the_best_peer_never_with_ours_or_the_ceiling(
     assert verdict["rps_c32_over_best_peer"] == {"value": 1.5, "best_peer": "kserve", "target": 2.0, "pass": False}
     assert verdict["p50_c1_over_best_peer"]["best_peer"] == "kserve" and verdict["p50_c1_over_best_peer"]["value"] == 2.0
     assert "rows_per_s_32_over_best_peer" not in verdict   # no 32-row points: no claim
+    # the lead at c=32 must come with a shorter tail than that peer's: 27 ms against kserve's 36 ms
+    assert verdict["p99_c32_over_that_peer"] == {"value": 0.75, "best_peer": "kserve", "target": 1.0, "pass": True}
+    assert "p50_c1_over_in_process_ms" not in verdict   # no in-process figure given
+    assert _verdict(rows, in_process_ms=0.2)["p50_c1_over_in_process_ms"]["value"] == 1.1
+    assert _verdict(rows, in_process_ms=0.2)["p50_c1_over_in_process_ms"]["pass"] is False
     table = _table(rows, {"tollfree": {"path": "fast path, batching off", "loadavg_1m_before_after": [0.1, 1.2]}})
     assert "| tollfree | fast path, batching off | 1 | 32 | 3000.0 |" in table and "| 0.10 |" in table   # 3000 / 30000
 
