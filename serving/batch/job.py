@@ -169,6 +169,7 @@ def score_dataset(
         if on_progress is not None:
             on_progress(Progress(done["rows"], plan.rows, done["chunks"], len(chunks), time.perf_counter() - checked))
 
+    chunked = time.perf_counter()
     try:
         results = engines.run(engine, ctx, chunks, record, dask)
         rows = sum(r.rows for r in results)
@@ -185,6 +186,8 @@ def score_dataset(
             "finished_at": datetime.now(timezone.utc).isoformat(), "user": _user(), "stage_seconds": stages,
             "regrouped_by": spec.join_keys[0] if regroup and spec.join_keys else None,
             "seconds": round(time.perf_counter() - started, 3),
+            # before the first chunk: the model resolved and loaded, the input planned, the suite's verdict
+            "check_seconds": round(checked - started, 3), "chunks_seconds": round(time.perf_counter() - chunked, 3),
         })
         output_layout.publish(staging, final)
     except BaseException:
