@@ -84,21 +84,28 @@ class NumpyPath:
 
     @classmethod
     def for_model(cls, model: Any) -> NumpyPath | None:
-        flavor = model.metadata.flavors.get("python_function", {})
-        schema = model.metadata.get_input_schema()
-        if flavor.get("loader_module") != "mlflow.sklearn" or schema is None or not schema.has_input_names():
+        found = _sklearn_columns(model)
+        if found is None or any(t not in _NUMERIC_TYPES for t in found[1].values()):
             return None
-        if schema.is_tensor_spec() or any(str(getattr(s.type, "name", s.type)) not in _NUMERIC_TYPES for s in schema.inputs):
-            return None
-        if any(str(getattr(s.type, "name", s.type)) in ("long", "integer") for s in schema.inputs):
+        if any(t in ("long", "integer") for t in found[1].values()):
             return None  # MLflow refuses floats for integer columns; only the pyfunc path says so precisely
-        method = getattr(model.get_raw_model(), flavor.get("predict_fn", "predict"), None)
-        if method is None:
-            return None
         # Fitted on a DataFrame, scikit-learn warns on every array without feature names; the columns are
         # put in the fitted order here, so the warning says nothing.
         warnings.filterwarnings("ignore", message="X does not have valid feature names", category=UserWarning)
-        return cls(method, list(schema.input_names()))
+        return cls(found[0], list(found[1]))
+
+
+def _sklearn_columns(model: Any) -> tuple[Any, dict[str, str]] | None:
+    """A scikit-learn model's own predict method (the one its pyfunc flavor calls) and its signature's
+    column types in order; None for other flavors, tensor signatures or optional columns."""
+    flavor = model.metadata.flavors.get("python_function", {})
+    schema = model.metadata.get_input_schema()
+    if flavor.get("loader_module") != "mlflow.sklearn" or schema is None or not schema.has_input_names():
+        return None
+    if schema.is_tensor_spec() or any(not s.required for s in schema.inputs):
+        return None
+    method = getattr(model.get_raw_model(), flavor.get("predict_fn", "predict"), None)
+    return None if method is None else (method, {s.name: str(getattr(s.type, "name", s.type)) for s in schema.inputs})
 
 
 @dataclass(frozen=True)
@@ -113,17 +120,10 @@ class FramePath:
 
     @classmethod
     def for_model(cls, model: Any) -> FramePath | None:
-        flavor = model.metadata.flavors.get("python_function", {})
-        schema = model.metadata.get_input_schema()
-        if flavor.get("loader_module") != "mlflow.sklearn" or schema is None or not schema.has_input_names():
+        found = _sklearn_columns(model)
+        if found is None or any(t not in ("double", "float", "string") for t in found[1].values()):
             return None
-        if schema.is_tensor_spec() or any(not s.required for s in schema.inputs):
-            return None
-        types = {s.name: str(getattr(s.type, "name", s.type)) for s in schema.inputs}
-        method = getattr(model.get_raw_model(), flavor.get("predict_fn", "predict"), None)
-        if method is None or any(t not in ("double", "float", "string") for t in types.values()):
-            return None
-        return cls(method, types)
+        return cls(*found)
 
     def ready(self, frame: pd.DataFrame) -> pd.DataFrame | None:
         """``frame`` (already in signature order) as the estimator takes it, or None if a column's type
