@@ -4,8 +4,8 @@
 
 What no batch scorer can beat on the same model and files: the features parquet read whole with pyarrow
 (the row key and the model's columns), the estimator's own predict method (the one its pyfunc flavor
-calls) on one float64 array split across one forked process per core (scikit-learn's tree ensembles hold
-the GIL while they predict, so threads would not use a second core), and the row key with the
+calls) on one float64 array split across one forked process per core (processes use every core whether
+or not the estimator releases the GIL while it predicts), and the row key with the
 prediction written as one parquet file and fsynced. No validation, no schema check, no chunking, no
 manifest. Prints one JSON line: the seconds of each step (imports and the model load not counted).
 """
