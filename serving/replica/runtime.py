@@ -219,7 +219,8 @@ class ModelRuntime:
         if any(r.params for r in requests):
             return None
         counts = [r.n_rows for r in requests]
-        matrices = [r.numeric_matrix(self.numpy_path.columns) for r in requests] if self.numpy_path else [None]
+        matrices = ([r.numeric_matrix(self.numpy_path.columns) for r in requests]
+                    if self.numpy_path is not None and self.feature_reader is None else [None])  # only read if used
         try:
             if self.feature_reader is not None:
                 features = self.feature_reader.read(joined_frame(list(requests)))
