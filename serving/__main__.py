@@ -34,6 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--request-timeout", type=float, default=None, metavar="SECONDS",
                         help="seconds a replica has to answer before the client gets 504 "
                              "(default: TOLLFREE_REQUEST_TIMEOUT_S, else 30)")
+    parser.add_argument("--stream-claim-idle", type=float, default=30.0, metavar="SECONDS",
+                        help="claim stream entries another consumer (a stopped gateway) left pending this long "
+                             "(default 30)")
     parser.add_argument("--log-level", default="info")
     return parser
 
@@ -95,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     warm_pool = int(pool) if cluster is None else 0   # pods start from their image, not from local standbys
     app = create_gateway_app(manager, tokens, InferenceLogWriter(settings.inference_log_dir, registry=metrics.registry),
                              metrics=metrics, autoscale=os.environ.get("TOLLFREE_AUTOSCALE", "on") != "off",
-                             warm_pool_size=warm_pool)
+                             warm_pool_size=warm_pool, stream_claim_idle_s=args.stream_claim_idle)
     # An idle keep-alive connection is kept 75 s (nginx's default; uvicorn's is 5 s): longer than the idle expiry
     # of the clients in front (httpx 5 s, load balancers 60 s), so a client never reuses a connection the gateway
     # is closing at that moment: that race failed a POST with a ReadError, which no client retries by itself.

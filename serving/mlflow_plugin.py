@@ -9,7 +9,7 @@ import os
 import re
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote, urlparse
 
 import httpx
@@ -27,7 +27,8 @@ SCORING_KEYS = ("dataframe_split", "dataframe_records", "instances", "inputs")
 _MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<ref>[^/@]+))/?$")
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 _BOOL_KEYS = {"scale_to_zero_enabled", "await_ready"}
-_CONFIG_KEYS = ("min_replicas", "max_replicas", "max_concurrency", "scale_to_zero_enabled", "await_ready", "timeout_s")
+_CONFIG_KEYS = ("min_replicas", "max_replicas", "max_concurrency", "scale_to_zero_enabled", "await_ready", "timeout_s",
+                "stream_inputs")
 _SCALE_KEYS = ("min_replicas", "max_replicas", "max_concurrency", "scale_to_zero_enabled", "workload_size")
 _KEEP_KEYS = ("name", "entity_name", "workload_type", "environment_vars") + _SCALE_KEYS
 
@@ -49,14 +50,39 @@ def _convert(key: str, value: Any) -> Any:
     raise _error(f"config {key} must be {kind}")
 
 
-def parse_config(config: Mapping[str, Any] | None) -> tuple[dict[str, Any], bool, float]:
-    """(served-entity fields, wait until ready?, timeout in s) from ``-C key=value`` strings or Python values."""
+def _stream_inputs(value: Any) -> list[dict[str, Any]]:
+    """``-C stream_inputs=JSON`` (a list of objects; ``[]`` or ``null``: none), or a Python list of dicts.
+    Only the shape is checked here; the gateway checks the inputs themselves, by field."""
+    if isinstance(value, (str, bytes)):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
+            raise _error(f"config stream_inputs is not valid JSON{where}: give a JSON list of objects") from None
+    value = [] if value is None else value
+    if not isinstance(value, (list, tuple)) or not all(isinstance(s, Mapping) for s in value):
+        raise _error("config stream_inputs must be a list of objects (source, sink, dead_letter, ...)")
+    return [dict(s) for s in value]
+
+
+class DeploymentConfig(NamedTuple):
+    """A deployment's ``-C`` config: served-entity fields, waiting, and the endpoint's stream inputs."""
+
+    entity: dict[str, Any]           # min/max_replicas, max_concurrency, scale_to_zero_enabled
+    await_ready: bool = True
+    timeout_s: float = 300.0
+    stream_inputs: list[dict[str, Any]] | None = None  # None: not given (an update keeps the endpoint's)
+
+
+def parse_config(config: Mapping[str, Any] | None) -> DeploymentConfig:
+    """The config from ``-C key=value`` strings or Python values; an unknown key or a bad value is refused by name."""
     values: dict[str, Any] = {}
     for key, value in (config or {}).items():
         if key not in _CONFIG_KEYS:
             raise _error(f"unknown config key {str(key)[:64]!r}; the tollfree target takes {', '.join(_CONFIG_KEYS)}")
-        values[key] = _convert(key, value)
-    return values, values.pop("await_ready", True), values.pop("timeout_s", 300.0)
+        values[key] = _stream_inputs(value) if key == "stream_inputs" else _convert(key, value)
+    return DeploymentConfig(values, values.pop("await_ready", True), values.pop("timeout_s", 300.0),
+                            values.pop("stream_inputs", None))
 
 
 def served_entity(model_uri: str) -> dict[str, str]:
@@ -119,6 +145,8 @@ def _deployment(view: Mapping[str, Any], url: str) -> dict[str, Any]:
            "model_uri": entities[0]["model_uri"] if len(entities) == 1 else None, "served_entities": entities,
            "config_version": config.get("config_version"), "id": view.get("id"), "creator": view.get("creator"),
            "invocations_url": f"{url}/serving-endpoints/{quote(name, safe='')}/invocations"}
+    if config.get("stream_inputs"):
+        out["stream_inputs"] = config["stream_inputs"]
     views = [e for key in ("pending_config", "config") for e in (view.get(key) or {}).get("served_entities", [])]
     found = [view.get("state_message")] + [e.get("state", {}).get("deployment_state_message") for e in views]
     message = next((str(m) for m in found if m), None)
@@ -135,18 +163,21 @@ class TollfreeDeploymentClient(BaseDeploymentClient):
 
     def create_deployment(self, name, model_uri, flavor=None, config=None, endpoint=None) -> dict[str, Any]:
         _check(endpoint, flavor)
-        fields, wait, timeout_s = parse_config(config)
-        entity = {**served_entity(model_uri), **fields}
-        view = self._call("POST", API, {"name": name, "config": {"served_entities": [entity]}})
+        fields, wait, timeout_s, streams = parse_config(config)
+        body: dict[str, Any] = {"served_entities": [{**served_entity(model_uri), **fields}]}
+        if streams is not None:
+            body["stream_inputs"] = streams
+        view = self._call("POST", API, {"name": name, "config": body})
         log.info("created deployment %s serving %s", name, model_uri)
         return _deployment(self._wait(name, timeout_s) if wait else view, self.url)
 
     def update_deployment(self, name, model_uri=None, flavor=None, config=None, endpoint=None) -> dict[str, Any]:
-        """A new model replaces every served entity (keeping the busiest one's scaling); else config applies to all."""
+        """A new model replaces every served entity (keeping the busiest one's scaling); else config applies to all.
+        ``stream_inputs``, when given, replace the endpoint's (``[]``: none); left out, the endpoint's are kept."""
         _check(endpoint, flavor)
         if flavor is not None and model_uri is None:
             raise _error("a flavor can only be given together with a model URI")
-        fields, wait, timeout_s = parse_config(config)
+        fields, wait, timeout_s, streams = parse_config(config)
         current = self._call("GET", self._path(name))["config"]
         routes = [{k: r[k] for k in ("served_entity_name", "traffic_percentage")} for r in current["traffic_config"]["routes"]]
         entities = [{**{k: e[k] for k in _KEEP_KEYS if k in e}, **fields, **served_entity(_model_uri(e))}
@@ -157,6 +188,9 @@ class TollfreeDeploymentClient(BaseDeploymentClient):
             base = next(e for e in entities if e.get("name") == busiest)
             body = {"served_entities": [{**{k: base[k] for k in _SCALE_KEYS if k in base}, **fields,
                                          **served_entity(model_uri)}]}
+        streams = current.get("stream_inputs") if streams is None else streams  # [] removes them
+        if streams is not None:
+            body["stream_inputs"] = streams
         view = self._call("PUT", self._path(name) + "/config", body)
         log.info("updating deployment %s%s", name, f" to {model_uri}" if model_uri else "")
         return _deployment(self._wait(name, timeout_s) if wait else view, self.url)
@@ -243,7 +277,9 @@ def target_help() -> str:
 Target: `tollfree` (gateway ${URL_ENV}, default {DEFAULT_URL}) or `tollfree:/http://HOST:PORT`; token ${TOKEN_ENV}.
 Model URI: models:/NAME@ALIAS or models:/NAME/VERSION (runs:/ URIs and paths are refused). Flavor: {FLAVOR}.
 Config (-C key=value): min_replicas, max_replicas, max_concurrency (integers), scale_to_zero_enabled (true|false;
-min_replicas must be 0 exactly when true), await_ready (true|false, default true), timeout_s (default 300).
+min_replicas must be 0 exactly when true), await_ready (true|false, default true), timeout_s (default 300),
+stream_inputs (a JSON list of {{"source", "sink", "dead_letter": "redis://HOST:PORT/STREAM", "group", "batch_size",
+"max_wait_ms", "max_lag_s"}}: Redis streams the endpoint also reads; on update, left out keeps the current ones).
 update -m NEW_URI replaces the served entity, keeping its scaling unless -C overrides it; without -m, -C applies
 to the current served entities. predict takes a DataFrame (sent as dataframe_split) or a scoring-protocol dict.
 """

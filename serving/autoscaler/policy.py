@@ -7,7 +7,9 @@ Horizontal (every ``decision_interval_s``): ``desired = ceil(load / target)``, t
 the seconds' loads (``load.py``) over ``scale_up_window_s`` to scale up and over ``scale_down_window_s``
 to scale down, with tolerance bands against flapping. A surge (the last second's load over ``SURGE``
 x the replicas' capacity, Knative's panic threshold) is decided at once; one still rising is sized for
-where it heads within a decision interval. The last replica leaves only through the idle window.
+where it heads within a decision interval. The last replica leaves only through the idle window. An
+entity fed by a stream also gets the replicas that drain the stream's backlog within its ``max_lag_s`` at
+the throughput a replica reaches now (``_stream_drain``), when that is more.
 
 Vertical (every ``vertical_interval_s``, ``vertical.py``): the per-replica target concurrency, the
 horizontal's denominator. The gateway's admission limit is ``target x admission_headroom`` and, with
@@ -125,6 +127,21 @@ def _projected(config: ScalingConfig, signals: Signals, service_s: Optional[floa
     return None if ramp is None else ramp[0] + ramp[1] * config.decision_interval_s
 
 
+def _stream_drain(config: ScalingConfig, signals: Signals, now: float) -> Optional[int]:
+    """The replicas that serve the current throughput plus a stream's backlog within its ``max_lag_s``
+    (``Sample.stream_backlog_per_s``), at the throughput a replica reached over the scale-up window; None
+    without a backlog or without a measured throughput."""
+    last = signals.last
+    if last is None or last.stream_backlog_per_s <= 0 or last.ready_replicas <= 0:
+        return None
+    recent = signals.since(now - config.scale_up_window_s)
+    served_per_s = sum(s.completed for s in recent) / max(1, len(recent))
+    if served_per_s <= 0:
+        return None
+    per_replica = served_per_s / last.ready_replicas
+    return math.ceil((served_per_s + last.stream_backlog_per_s) / per_replica - 1e-9)
+
+
 def _horizontal(config: ScalingConfig, signals: Signals, state: PolicyState, now: float,
                 surge: bool = False) -> tuple[int, str, dict]:
     target, current = state.target, state.replicas
@@ -149,6 +166,10 @@ def _horizontal(config: ScalingConfig, signals: Signals, state: PolicyState, now
         desired, reason = want_up, "scale up"
     elif load_down < current * target * (1 - config.tolerance):
         desired, reason = math.ceil(load_down / target - 1e-9), "scale down"
+    drain = _stream_drain(config, signals, now)
+    if drain is not None and drain > max(desired, current):
+        desired, reason = drain, "stream lag"
+    inputs["stream_drain"] = drain
     bounded = min(config.max_replicas, max(floor, desired))
     if bounded != desired:
         reason += f" (bounded to [{floor}, {config.max_replicas}])"

@@ -28,6 +28,9 @@ class Sample:
     latency_p99_ms: Optional[float] = None
     utilisation: Optional[float] = None   # busy share of the ready replicas' parallel capacity, 0..1
     per_replica_in_flight: tuple[float, ...] = ()
+    # stream entries waiting in the broker for this entity, divided by their stream's max_lag_s: the events a
+    # second it must serve on top of its current throughput to drain the backlog in time (0: no stream lag)
+    stream_backlog_per_s: float = 0.0
 
 
 @dataclass(frozen=True)

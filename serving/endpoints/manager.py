@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from starlette.concurrency import run_in_threadpool
 
 from serving.endpoints import spec
-from serving.endpoints.monitoring import keep_monitoring
+from serving.endpoints.monitoring import keep_extensions
 from serving.endpoints.placement import Placement
 from serving.endpoints.replica_book import ReplicaBook
 from serving.endpoints.store import EndpointStore
@@ -34,6 +34,7 @@ from serving.replicas.remote import RemoteReplica
 from serving.replicas.replica_set import DEFAULT_MAX_CONCURRENCY, ReplicaSet
 from serving.state.replica_registry import ReplicaRegistry, ReplicaRow
 from serving.traffic.response_cache import ResponseCache
+from serving.streams.config import StreamInput
 
 if TYPE_CHECKING:
     from serving.replicas.cluster.connect import Cluster
@@ -46,6 +47,7 @@ class LiveEndpoint:
     entities: dict[str, ReplicaSet]
     weights: list[tuple[str, int]]
     cache: ResponseCache | None = None
+    streams: tuple[StreamInput, ...] = ()  # the config's stream inputs (the leader runs their consumers)
 
 
 def cache_for(config: spec.EndpointCoreConfig) -> ResponseCache | None:
@@ -53,6 +55,10 @@ def cache_for(config: spec.EndpointCoreConfig) -> ResponseCache | None:
     if settings is None or not settings.enabled:
         return None
     return ResponseCache(settings.max_entries, float(settings.ttl_seconds))
+
+
+def _streams(config: spec.EndpointCoreConfig) -> tuple[StreamInput, ...]:
+    return tuple(config.stream_inputs or ())
 
 
 VersionResolver = Callable[[str, "str | None", "str | None"], str]
@@ -134,7 +140,7 @@ class EndpointManager:
         if record.config_update == "IN_PROGRESS":
             # what Databricks answers while an update is in progress: 409, so clients and SDKs treat it as a conflict
             raise conflict(f"endpoint {name} has a config update in progress; retry when it ends")
-        config = await self._resolved(spec.normalize_config(keep_monitoring(raw, record.config), name))
+        config = await self._resolved(spec.normalize_config(keep_extensions(raw, record.config), name))
         record.pending_config = config
         record.config_update = "IN_PROGRESS"
         record.updated_ms = int(time.time() * 1000)
@@ -214,8 +220,8 @@ class EndpointManager:
                     served.route_to([RemoteReplica(r.host, r.port, r.pid) for r in rows.get((record.name, entity.name, uri), [])])
                 entities[entity.name] = served
             weights = spec.traffic_weights(record.config)
-            if live is None or live.entities != entities or live.weights != weights:
-                self.live[record.name] = LiveEndpoint(entities, weights, cache_for(record.config))
+            if live is None or live.entities != entities or live.weights != weights or live.streams != _streams(record.config):
+                self.live[record.name] = LiveEndpoint(entities, weights, cache_for(record.config), _streams(record.config))
                 if live is not None:
                     self.placement.forget([e for e in live.entities.values() if e not in entities.values()])
         for name in set(self.live) - {r.name for r in records}:
@@ -356,7 +362,7 @@ class EndpointManager:
         except asyncio.CancelledError:
             await self._stop_all(started, cancel_starts=self._closing)
             raise
-        self.live[name] = LiveEndpoint(keep, spec.traffic_weights(config), cache_for(config))
+        self.live[name] = LiveEndpoint(keep, spec.traffic_weights(config), cache_for(config), _streams(config))
         if old is not None:
             await self._stop_all([e for n, e in old.entities.items() if keep.get(n) is not e])
         await self._finish(name, ready=True, update="NOT_UPDATING", config=config, config_version=version)

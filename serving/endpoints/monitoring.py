@@ -133,9 +133,9 @@ def check_monitoring(config: MonitoringConfig) -> None:
             raise invalid_parameter("monitoring.reference: set a dataset or a start/end window, not both")
 
 
-def keep_monitoring(update: EndpointCoreConfig, current: EndpointCoreConfig) -> EndpointCoreConfig:
-    """A config update (``EndpointCoreConfig``) that leaves ``monitoring`` out keeps the current config's
-    block: the Databricks SDK's ``update_config`` cannot send it. Sent as ``null``, it is removed."""
-    if "monitoring" in update.model_fields_set:
-        return update
-    return update.model_copy(update={"monitoring": current.monitoring})
+def keep_extensions(update: EndpointCoreConfig, current: EndpointCoreConfig) -> EndpointCoreConfig:
+    """A config update (``EndpointCoreConfig``) that leaves out a tollfree extension block (``monitoring``,
+    ``stream_inputs``) keeps the current config's: the Databricks SDK's ``update_config`` cannot send them.
+    Sent as ``null``, a block is removed."""
+    kept = {key: getattr(current, key) for key in ("monitoring", "stream_inputs") if key not in update.model_fields_set}
+    return update.model_copy(update=kept) if kept else update

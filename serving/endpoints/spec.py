@@ -2,7 +2,7 @@
 
 Inputs take what databricks-sdk and MLflow send for registry models on CPU, plus tollfree extensions
 (``entity_alias``, ``min/max_replicas``, ``max_concurrency``, ``autoscaling``, and on the config
-``response_cache`` and ``monitoring``); other fields are a 400 naming them.
+``response_cache``, ``monitoring`` and ``stream_inputs``); other fields are a 400 naming them.
 Messages name fields and indexes, never payload values, except an endpoint name cut to 63 characters.
 """
 
@@ -19,6 +19,7 @@ from pydantic_core import PydanticCustomError
 from serving.autoscaler.config import ScalingConfig, ScalingConfigError
 from serving.endpoints.monitoring import MonitoringConfig, check_monitoring
 from serving.protocol.errors import invalid_parameter
+from serving.streams.config import StreamInput, check_stream_inputs
 
 READY_STATES = frozenset({"READY", "NOT_READY"})
 CONFIG_UPDATE_STATES = frozenset({"NOT_UPDATING", "IN_PROGRESS", "UPDATE_FAILED", "UPDATE_CANCELED"})
@@ -107,6 +108,7 @@ class EndpointCoreConfig(BaseModel):
     auto_capture_config: AutoCaptureConfigInput | None = None
     response_cache: ResponseCacheConfig | None = None
     monitoring: MonitoringConfig | None = None  # tollfree extension: serving.endpoints.monitoring
+    stream_inputs: list[StreamInput] | None = None  # tollfree extension: serving.streams.config
 
 
 class EndpointTag(BaseModel):
@@ -211,7 +213,11 @@ def normalize_config(config: EndpointCoreConfig, endpoint_name: str | None = Non
     traffic = _normalize_traffic(config.traffic_config, list(first))
     if config.monitoring is not None:
         check_monitoring(config.monitoring)
-    return config.model_copy(update={"served_entities": entities, "traffic_config": traffic})
+    if config.stream_inputs is not None:
+        check_stream_inputs(config.stream_inputs)
+    streams = config.stream_inputs or None  # an empty list is no stream input
+    return config.model_copy(update={"served_entities": entities, "traffic_config": traffic,
+                                     "stream_inputs": streams})
 
 
 DEFAULT_MAX_REPLICAS = 4  # local processes on one machine; set max_replicas for more
@@ -329,6 +335,8 @@ def _config_view(config: EndpointCoreConfig, version: int, state: dict[str, str]
         out["response_cache"] = config.response_cache.model_dump()
     if config.monitoring is not None:
         out["monitoring"] = config.monitoring.model_dump(mode="json", exclude_none=True)
+    if config.stream_inputs is not None:
+        out["stream_inputs"] = [s.model_dump() for s in config.stream_inputs]
     return out
 
 

@@ -29,6 +29,7 @@ from serving.gateway.leadership import Leadership, holder_id
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.rate_limit import TokenBuckets
 from serving.gateway.shared_scaling import SharedScaling
+from serving.gateway.streaming import StreamSupervisor
 from serving.inference_log import InferenceLogWriter
 from serving.protocol.errors import (ApiError, error_body, install_error_handlers, not_found, payload_too_large,
                                      permission_denied)
@@ -54,18 +55,24 @@ def create_gateway_app(
     autoscale_interval_s: float = 1.0,
     metrics: GatewayMetrics | None = None,
     limiter: TokenBuckets | None = None,
+    stream_claim_idle_s: float = 30.0,
 ) -> Gateway:
     """The gateway app. ``autoscale`` runs the autoscaler on local replica processes, with
-    ``warm_pool_size`` standby processes kept ready (``python -m serving`` turns both on)."""
+    ``warm_pool_size`` standby processes kept ready (``python -m serving`` turns both on). The leader
+    consumes the endpoints' stream inputs (``serving.gateway.streaming``); entries another consumer left
+    pending for ``stream_claim_idle_s`` are claimed."""
     metrics = metrics or GatewayMetrics.create()
     limiter = limiter or TokenBuckets()
     autoscaling = AutoscalerSettings(warm_pool_size, autoscale_interval_s) if autoscale else None
-    app = FastAPI(title="tollfree gateway", lifespan=_lifespan(manager, inference_log, metrics, autoscaling),
+    streams = StreamSupervisor(manager, inference_log, claim_idle_s=stream_claim_idle_s)
+    metrics.registry.register(streams.collector())
+    app = FastAPI(title="tollfree gateway", lifespan=_lifespan(manager, inference_log, metrics, autoscaling, streams),
                   docs_url=None, redoc_url=None)
     install_error_handlers(app)
     app.state.manager = manager
     app.state.metrics = metrics
     app.state.tokens = tokens
+    app.state.streams = streams
     control_plane.install(app)
     data_plane = InvocationsHandler(manager, tokens, inference_log, metrics, rng=rng or random.Random(),
                                     max_body_bytes=max_body_bytes, limiter=limiter)
@@ -79,9 +86,11 @@ class AutoscalerSettings:
 
 
 def _lifespan(manager: EndpointManager, inference_log: InferenceLogWriter, metrics: GatewayMetrics,
-              autoscaling: AutoscalerSettings | None) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """Start: the inference log, the replica client, every stored endpoint, the autoscaler. Stop: the
-    reverse, every replica stopped and the log flushed before the process ends."""
+              autoscaling: AutoscalerSettings | None,
+              streams: StreamSupervisor) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Start: the inference log, the replica client, every stored endpoint, the autoscaler, the stream
+    consumers. Stop: the reverse (the consumers first: what they hold stays pending in the broker), every
+    replica stopped and the log flushed before the process ends."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -103,13 +112,14 @@ def _lifespan(manager: EndpointManager, inference_log: InferenceLogWriter, metri
                                    leadership.me if leadership is not None else holder_id(), lambda: manager.leading)
             await run_in_threadpool(shared.start)
             pool.switch(manager.leading)  # a follower starts no replica, so needs no standby
-            tasks.append(_start_autoscaler(app, manager, metrics, autoscaling, shared))
+            tasks.append(_start_autoscaler(app, manager, metrics, autoscaling, shared, streams))
+        tasks.append(asyncio.get_running_loop().create_task(streams.run()))
         if leadership is not None:
             tasks.append(asyncio.get_running_loop().create_task(leadership.run()))
         try:
             yield
         finally:
-            for task in tasks:
+            for task in reversed(tasks):
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             if shared is not None:
@@ -137,11 +147,11 @@ def _watch_cluster(manager: EndpointManager) -> None:
 
 
 def _start_autoscaler(app: FastAPI, manager: EndpointManager, metrics: GatewayMetrics,
-                      settings: AutoscalerSettings, shared: SharedScaling) -> asyncio.Task[None]:
+                      settings: AutoscalerSettings, shared: SharedScaling, streams: StreamSupervisor) -> asyncio.Task[None]:
     """The autoscaler over the live replica sets, stepped on this event loop (its scale-ups take standbys from
     the leader's warm pool, ``_WarmPoolSwitch``)."""
     loop = asyncio.get_running_loop()
-    scaler = LiveAutoscaler(manager, interval_s=settings.interval_s, shared=shared)
+    scaler = LiveAutoscaler(manager, interval_s=settings.interval_s, shared=shared, backlog=streams.backlog_per_s)
     app.state.autoscaler = scaler
     metrics.registry.register(scaler.controller.collector())
     return loop.create_task(scaler.run())

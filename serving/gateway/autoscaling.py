@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _DEFAULT_TARGET = ScalingConfig().initial_target
 
+Backlog = Callable[[str, str], float]  # (endpoint, entity) -> its stream backlog per second of max_lag_s
+
 
 def cpu_seconds(pid: int) -> float | None:
     """utime + stime of a process, from /proc (None if it is gone)."""
@@ -65,8 +67,9 @@ class GatewaySignals:
     (``shared``: see ``serving.gateway.shared_scaling``)."""
 
     def __init__(self, manager: EndpointManager, shared: SharedScaling | None = None,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, backlog: Backlog | None = None) -> None:
         self.manager = manager
+        self.backlog = backlog
         self.shared = shared
         self.wall = wall
         self.remote = RemoteLoad()
@@ -118,6 +121,7 @@ class GatewaySignals:
                     latency_p50_ms=reading.latency_p50_ms, latency_p99_ms=reading.latency_p99_ms,
                     utilisation=self._utilisation(entity, now, seen),
                     per_replica_in_flight=tuple(float(r.outstanding) for r in entity.replicas),
+                    stream_backlog_per_s=self.backlog(endpoint, name) if self.backlog is not None else 0.0,
                 )
                 mine = [r for r in others if r.key == (endpoint, name)]
                 out[(endpoint, name)] = self.remote.merged(own, entity.model_uri, mine, reading.seconds) if mine else own
@@ -190,13 +194,13 @@ class LiveAutoscaler:
 
     def __init__(self, manager: EndpointManager, backend: Backend | None = None, *, interval_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
-                 shared: SharedScaling | None = None) -> None:
+                 shared: SharedScaling | None = None, backlog: Backlog | None = None) -> None:
         self.manager = manager
         self.interval_s = interval_s
         self.clock = clock
         self.wall = wall
         self.shared = shared
-        self.signals = GatewaySignals(manager, shared, wall)
+        self.signals = GatewaySignals(manager, shared, wall, backlog)
         self.controller = Controller(self.signals, backend or ReplicaSets(manager), {},
                                      concurrency_sink=self._set_limit, queue_sink=self._set_queue)
         self._configs: dict[EntityKey, tuple[int, ScalingConfig]] = {}  # key -> (id of the entity, its config)

@@ -8,7 +8,9 @@ Routes: ``POST /invocations`` (one scoring request, the MLflow protocol, for dir
 probes), ``POST /invocations/batch`` (the gateway's envelope of several, ``serving.protocol.wire``),
 ``GET /health/ready`` and ``GET /health/live`` (probes; no token), ``GET /metrics`` (Prometheus,
 ``serving.replica.metrics``). When ``TOLLFREE_REPLICA_TOKEN`` is set (the gateway sets it for the replicas
-it starts) every route but the probes requires it as a bearer token.
+it starts) every route but the probes requires it as a bearer token. Both scoring routes also take a
+stream event (one row; content type ``application/x-tollfree-event+json``, ``serving.protocol.events``),
+its strings parsed by the model's input types.
 
 A plain ASGI app on uvicorn rather than FastAPI: the replica has five fixed routes, and routing and
 request objects cost more than its numpy path predicts a row. Requests are parsed, predicted and
@@ -32,7 +34,8 @@ import pandas as pd
 
 from serving.protocol import wire
 from serving.protocol.errors import REQUEST_ID_HEADER, ApiError, error_body, internal, not_found, resolve_request_id, unauthenticated
-from serving.protocol.scoring import parse_scoring_request, to_jsonable
+from serving.protocol.events import is_event_content_type, parse_event
+from serving.protocol.scoring import JSON_CONTENT_TYPE, ScoringRequest, parse_scoring_request, to_jsonable
 from serving.replica.metrics import ReplicaMetrics
 from serving.replica.runtime import ModelError, ModelRuntime, Prediction, settle_heap
 
@@ -64,6 +67,13 @@ def answer_for(result: Prediction | Exception, request_id: str, rows: int) -> wi
     return wire.WireAnswer(500, 0, orjson.dumps(error_body(err)), b"")
 
 
+def parse_request(runtime: ModelRuntime, body: bytes, content_type: str | None, max_rows: int) -> ScoringRequest:
+    """A scoring request (the MLflow protocol), or a stream event parsed by the model's input types."""
+    if content_type != JSON_CONTENT_TYPE and is_event_content_type(content_type):
+        return parse_event(body, runtime.event_fields)
+    return parse_scoring_request(body, content_type, max_rows=max_rows)
+
+
 def score_envelope(runtime: ModelRuntime, envelope: bytes, max_rows: int, metrics: ReplicaMetrics | None = None) -> bytes:
     """Parse every request in the envelope, predict those that parsed as one batch, answer each (the
     whole call counted on the replica's busy clock)."""
@@ -77,7 +87,7 @@ def _score_envelope(runtime: ModelRuntime, envelope: bytes, max_rows: int, metri
     parsed: list[Any] = []
     for request in requests:
         try:
-            parsed.append(parse_scoring_request(request.body, request.content_type, max_rows=max_rows))
+            parsed.append(parse_request(runtime, request.body, request.content_type, max_rows))
         except ApiError as err:
             parsed.append(err)
     good = [p for p in parsed if not isinstance(p, ApiError)]
@@ -105,7 +115,7 @@ def _score_one(runtime: ModelRuntime, body: bytes, content_type: str | None, req
                max_rows: int, metrics: ReplicaMetrics | None) -> tuple[int, bytes]:
     started = time.perf_counter()
     try:
-        parsed = parse_scoring_request(body, content_type, max_rows=max_rows)
+        parsed = parse_request(runtime, body, content_type, max_rows)
         result: Prediction | Exception = runtime.predict_request(parsed)
     except (ApiError, ModelError) as exc:
         result = exc

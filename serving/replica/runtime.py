@@ -26,6 +26,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,7 @@ class ModelError(Exception):
 
 
 _NUMERIC_TYPES = frozenset({"double", "float", "long", "integer"})
+_FEAST_EVENT_KINDS = {"Float64": "double", "Float32": "double", "Int64": "long", "Int32": "long"}
 # signature column type -> (the value of a built sample row, its pandas dtype)
 _SAMPLE_VALUES: dict[str, tuple[Any, str]] = {
     "double": (0.0, "float64"), "float": (0.0, "float32"), "long": (0, "int64"), "integer": (0, "int32"),
@@ -169,6 +171,20 @@ class ModelRuntime:
         log.info("loaded %s (feature service: %s; numpy path: %s; frame path: %s)", model_uri, service or "none",
                  "yes" if fast else "no", "yes" if direct else "no")
         return cls(model, reader, columns, fast, direct)
+
+    @cached_property
+    def event_fields(self) -> dict[str, str] | None:
+        """What a stream event must carry (``serving.protocol.events``): the FeatureService's entity keys
+        (long) and request fields (as ``check_request_frame`` reads them: any type not an integer is a
+        double), else the signature's columns and types, else None (no named columns: all strings)."""
+        if self.feature_reader is not None:
+            layout = self.feature_reader.layout
+            return {**{key: "long" for key in layout.join_keys},
+                    **{name: _FEAST_EVENT_KINDS.get(dtype, "double") for name, dtype in layout.request_fields.items()}}
+        schema = self._model.metadata.get_input_schema()
+        if schema is None or schema.is_tensor_spec() or not schema.has_input_names():
+            return None
+        return {spec.name: str(getattr(spec.type, "name", spec.type)) for spec in schema.inputs}
 
     @property
     def feature_service(self) -> str | None:

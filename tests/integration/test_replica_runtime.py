@@ -8,6 +8,7 @@ import json
 import re
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import orjson
@@ -15,11 +16,13 @@ import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
+from serving.features.reader import ServiceLayout, check_request_frame
 from serving.protocol import wire
 from serving.protocol.errors import ApiError
+from serving.protocol.events import EVENT_CONTENT_TYPE, parse_event
 from serving.protocol.scoring import parse_scoring_request
 from serving.protocol.wire import BUSY_HEADER
-from serving.replica.app import create_replica_app
+from serving.replica.app import create_replica_app, score_envelope, score_one
 from serving.replica.runtime import ModelRuntime
 from tests.models import RowCostModel
 
@@ -267,3 +270,53 @@ def test_requests_on_the_pandas_path_are_predicted_as_one_call_and_a_request_mis
     mixed = runtime.predict_batch([requests[0], lacking, requests[2]])
     assert isinstance(mixed[1], ApiError) and mixed[1].status_code == 400 and "cat" in mixed[1].message
     assert mixed[0].predictions.tolist() == alone[0] and mixed[2].predictions.tolist() == alone[2]
+
+
+def test_a_stream_event_predicts_what_the_same_row_as_dataframe_split_does_and_a_bad_one_fails_alone(models):
+    runtime = load(models, "numeric")
+    assert runtime.event_fields == {c: "double" for c in COLUMNS}
+    rows = np.random.default_rng(4).normal(size=(3, 6)).round(5).tolist()
+    # Redis fields in any order, as strings, with metadata the model does not take
+    events = [orjson.dumps({"event_id": f"1700000000000-{i}", **{c: repr(v) for c, v in reversed(list(zip(COLUMNS, row)))}})
+              for i, row in enumerate(rows)]
+    assert parse_event(events[0], runtime.event_fields).numeric_matrix(COLUMNS) is not None  # the numpy path
+    split = json.dumps({"dataframe_split": {"columns": COLUMNS, "data": rows}}).encode()
+    bad = orjson.dumps({**orjson.loads(events[1]), "f3": "12,5"})
+    envelope = wire.encode_requests([
+        wire.WireRequest("e0", EVENT_CONTENT_TYPE, events[0]),
+        wire.WireRequest("bad", f"{EVENT_CONTENT_TYPE}; charset=utf-8", bad),
+        wire.WireRequest("e2", EVENT_CONTENT_TYPE.upper(), events[2]),
+        wire.WireRequest("split", "application/json", split),
+        wire.WireRequest("missing", EVENT_CONTENT_TYPE, orjson.dumps({c: "1.0" for c in COLUMNS if c != "f1"})),
+    ])
+    items = wire.decode_answers(score_envelope(runtime, envelope, 100), expected=5)
+    assert [i.status for i in items] == [200, 400, 200, 200, 400]
+    expected = orjson.loads(items[3].client_body())["predictions"]
+    assert [orjson.loads(items[i].client_body())["predictions"] for i in (0, 2)] == [expected[0:1], expected[2:3]]
+    assert orjson.loads(items[1].first) == {"error_code": "INVALID_PARAMETER_VALUE",
+                                            "message": 'event field "f3" must be a double (a finite number)'}
+    assert orjson.loads(items[4].first)["message"] == 'event is missing field "f1"'
+    status, body = score_one(runtime, events[1], EVENT_CONTENT_TYPE, "one", False, 100)
+    assert status == 200 and orjson.loads(body)["predictions"] == expected[1:2]
+    # integer columns (long) are parsed as int64, which MLflow's schema check takes as they are
+    integers = load(models, "integers")
+    ints = [[1, 0, -1, 2, 0, 1], [0, 2, 1, -1, 1, 0]]
+    both = integers.predict_batch([parse_event(orjson.dumps(dict(zip(COLUMNS, map(str, r)))), integers.event_fields)
+                                   for r in ints])
+    assert [p.predictions.tolist() for p in both] == [integers._model.predict(pd.DataFrame([r], columns=COLUMNS)).tolist()
+                                                      for r in ints]
+
+
+def test_a_feature_service_models_event_carries_its_entity_keys_and_request_fields(models):
+    """A FeatureService's layout (the fraud service's shape: no Feast store needed to read it): the event
+    fields are the entity keys as longs and the request fields by their Feast type, and an event parsed
+    by them passes the reader's own check of the request frame."""
+    layout = ServiceLayout("fraud_v1", ("customer_id", "merchant_id"), {"amount": "Float64", "items": "Int32"},
+                           ("cust_spend_24h",), {}, {})
+    runtime = ModelRuntime(load(models, "numeric")._model, SimpleNamespace(layout=layout), None)  # type: ignore[arg-type]
+    assert runtime.event_fields == {"customer_id": "long", "merchant_id": "long", "amount": "double", "items": "long"}
+    event = orjson.dumps({"merchant_id": "17", "amount": "25.5", "customer_id": "3", "items": "2", "source": "pos"})
+    request = parse_event(event, runtime.event_fields)
+    assert check_request_frame(request.frame, layout) == {"customer_id": [3], "merchant_id": [17], "amount": [25.5],
+                                                          "items": [2]}
+    assert str(request.frame["customer_id"].dtype) == "int64"

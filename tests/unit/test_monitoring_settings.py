@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from serving.endpoints.monitoring import CanaryThresholds, DriftConfig, keep_monitoring, overridden
+from serving.endpoints.monitoring import CanaryThresholds, DriftConfig, keep_extensions, overridden
 from serving.endpoints.spec import EndpointCoreConfig, _config_view, normalize_config
 from serving.protocol.errors import ApiError
 
@@ -50,10 +50,10 @@ def test_overridden_keeps_defaults_and_accepts_an_integer_for_a_number():
 def test_an_update_without_the_block_keeps_it_and_null_removes_it():
     current = config({"enabled": False})
     entities = {"served_entities": [{"entity_name": "m", "entity_version": "2"}]}
-    kept = keep_monitoring(EndpointCoreConfig.model_validate(entities), current)  # what the SDK's update_config sends
+    kept = keep_extensions(EndpointCoreConfig.model_validate(entities), current)  # what the SDK's update_config sends
     assert kept.monitoring is not None and kept.monitoring.enabled is False
     assert kept.served_entities[0].entity_version == "2"
-    removed = keep_monitoring(EndpointCoreConfig.model_validate({**entities, "monitoring": None}), current)
+    removed = keep_extensions(EndpointCoreConfig.model_validate({**entities, "monitoring": None}), current)
     assert removed.monitoring is None
-    replaced = keep_monitoring(EndpointCoreConfig.model_validate({**entities, "monitoring": {"min_rows": 5}}), current)
+    replaced = keep_extensions(EndpointCoreConfig.model_validate({**entities, "monitoring": {"min_rows": 5}}), current)
     assert replaced.monitoring.enabled is True and replaced.monitoring.min_rows == 5

@@ -1,0 +1,1 @@
+"""Streaming inference: Redis Streams as another front door to an endpoint."""
