@@ -25,6 +25,8 @@ from infra import haproxy
 from infra.packages import ensure_haproxy
 from infra.postgres import StackPostgres, run_as
 from infra.processes import MARK, ProcessRecord
+from infra.redis import answers as redis_answers
+from infra.redis import redis_command
 from serving.settings import export_defaults
 
 log = logging.getLogger("tollfree.stack")
@@ -32,7 +34,7 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
 WORK_POOL = "tollfree-local"
 PORT_DEFAULTS = {"prefect": ("TOLLFREE_PREFECT_PORT", 4200), "mlflow": ("TOLLFREE_MLFLOW_PORT", 5000),
-                 "gateway": ("TOLLFREE_GATEWAY_PORT", 8080)}
+                 "gateway": ("TOLLFREE_GATEWAY_PORT", 8080), "redis": ("TOLLFREE_REDIS_PORT", 6380)}
 DATABASE_SCHEMES = {"sqlite", "postgresql", "mysql", "mssql"}
 MAX_GATEWAYS = 16
 STARTUP_TIMEOUT_S = float(os.environ.get("TOLLFREE_STACK_TIMEOUT_S", "180"))
@@ -233,7 +235,14 @@ def services(config: StackConfig, env: Mapping[str, str]) -> list[Service]:
              "--artifacts-destination", str(config.home / "mlartifacts"), "--workers", "1"],
             mlflow_env, config.ports["mlflow"], _answers(f"{config.url('mlflow')}/health"), config.url("mlflow"),
         ))
+    redis_port = config.ports["redis"]
+    redis_dir = config.home / "redis"
+    out.append(Service("redis", redis_command(redis_port, redis_dir), dict(env), redis_port,
+                       lambda client: redis_answers(redis_port), f"redis://{HOST}:{redis_port}",
+                       prepare=lambda: redis_dir.mkdir(parents=True, exist_ok=True)))
     out.extend(_gateway_services(config, env))
+    out.append(Service("stream-feed", [py, "-m", "infra.stream_feed"], {**env, "TOLLFREE_REDIS_PORT": str(redis_port)},
+                       None, lambda client: True))
     out.append(Service(
         "worker", [py, "-m", "prefect", "worker", "start", "--pool", WORK_POOL, "--type", "process",
                    "--name", f"{WORK_POOL}-worker", "--install-policy", "never"],

@@ -1,13 +1,14 @@
 """The local stack: ``python -m infra.stack up|down|status`` (what ``make up``, ``make down``, ``make status`` run).
 
 ``up`` starts, in the background and on 127.0.0.1, a Prefect server (API and UI), an MLflow server
-(tracking, registry, UI) on the state folder's SQLite database, the gateway, and a Prefect process
-worker; it registers every deployment of ``flows/deployments.py`` on the process work pool and prints
+(tracking, registry, UI) on the state folder's SQLite database, a redis-server (the stream inputs' broker,
+``infra.redis``), the gateway, a Prefect process worker, and the demo's stream feed (``infra.stream_feed``); it registers every deployment of ``flows/deployments.py`` on the process work pool and prints
 the URLs. With ``TOLLFREE_GATEWAYS=N`` (N >= 2) the one gateway becomes a PostgreSQL state store, N gateways
 and HAProxy in front of them (``infra.services``). ``down`` stops exactly what ``up`` started, by the recorded process ids. All state stays in
 ``TOLLFREE_HOME``, so ``up`` after ``down`` finds every run, model and endpoint again.
 
-Ports: ``TOLLFREE_PREFECT_PORT`` (4200), ``TOLLFREE_MLFLOW_PORT`` (5000), ``TOLLFREE_GATEWAY_PORT`` (8080).
+Ports: ``TOLLFREE_PREFECT_PORT`` (4200), ``TOLLFREE_MLFLOW_PORT`` (5000), ``TOLLFREE_GATEWAY_PORT`` (8080),
+``TOLLFREE_REDIS_PORT`` (6380).
 A set ``MLFLOW_TRACKING_URI`` naming a database (SQLite, PostgreSQL, MySQL) becomes the local MLflow
 server's backend store; one naming a server (http, databricks) is used as is and no local MLflow server
 starts. The admin token comes from ``TOLLFREE_TOKEN`` or is generated once into a 0600 file.
@@ -39,7 +40,7 @@ from infra.services import (
 )
 
 # Seconds each service gets to stop on SIGTERM before SIGKILL (the gateway drains and stops its replicas).
-GRACE_S = {"worker": 20.0, "gateway": 30.0, "mlflow-server": 15.0, "prefect-server": 15.0, "haproxy": 10.0,
+GRACE_S = {"stream-feed": 5.0, "redis": 20.0, "worker": 20.0, "gateway": 30.0, "mlflow-server": 15.0, "prefect-server": 15.0, "haproxy": 10.0,
            "postgres": 30.0}
 
 
@@ -179,6 +180,8 @@ def up(config: StackConfig, environ: Mapping[str, str]) -> int:
             config.postgres.create_database()
         # The gateway need not wait for MLflow: it answers at once, and restoring its endpoints' models goes
         # through the MLflow client, which retries until the server answers.
+        broker = start("redis")  # the stream inputs' broker, up before the gateways consume from it
+        wait_healthy(broker)
         others = start("mlflow-server") + start(*[s.name for s in wanted if is_gateway(s.name)]) + start("haproxy")
         wait_healthy(prefect)
         registration = start_registration(config, env)  # needs only Prefect
@@ -186,6 +189,7 @@ def up(config: StackConfig, environ: Mapping[str, str]) -> int:
         wait_healthy(others)
         registered = finish_registration(config, registration)
         wait_healthy(worker)
+        start("stream-feed")  # once the gateways answer: it attaches its stream to the demo's endpoint
     except (RuntimeError, subprocess.TimeoutExpired, PackageMissing) as exc:
         print(f"error: {exc}", file=sys.stderr)
         if registration is not None and registration.poll() is None:
@@ -222,6 +226,8 @@ def summary(config: StackConfig, registered: list[str], kept: list[str]) -> str:
                  f"{config.postgres.shown if config.postgres is not None else 'TOLLFREE_STATE_URL'}"
                  if config.gateways > 1 else ""),
              f"  admin token   {token}",
+             f"  stream        redis://{HOST}:{config.ports['redis']}/transactions, fed at TOLLFREE_STREAM_RATE events/s "
+             "(default 5); scores in the stream 'scores' once the endpoint 'fraud' exists",
              f"  deployments   {len(registered)} on work pool {WORK_POOL}: {', '.join(registered)}",
              f"  logs          {config.log_dir}/",
              f"  state         {config.home}/",
@@ -238,7 +244,8 @@ def down(config: StackConfig) -> int:
         return 0
     gateways = sorted(name for name in record.services if is_gateway(name))
     # the gateways stop together: one of several that stops alone hands its replicas to the next leader
-    for names in (["worker"], ["haproxy"], gateways, ["mlflow-server"], ["prefect-server"], ["postgres"]):
+    for names in (["stream-feed"], ["worker"], ["haproxy"], gateways, ["mlflow-server"], ["prefect-server"], ["postgres"],
+                  ["redis"]):
         procs = [record.services[name] for name in names if name in record.services]
         running = [p for p in procs if p.alive()]
         killed = stop_records(running, max((grace_s(p.name) for p in running), default=0.0))
@@ -291,6 +298,26 @@ def status(config: StackConfig, environ: Mapping[str, str]) -> int:
     return 0 if ok else 3
 
 
+def _stream_lines(endpoint: dict) -> list[str]:
+    """An endpoint's stream inputs with their consumer group's lag, read from their Redis server."""
+    import redis
+
+    from serving.streams.config import StreamAddress
+
+    lines = []
+    for stream in endpoint.get("config", {}).get("stream_inputs", []):
+        source = StreamAddress.parse(stream["source"], "source")
+        try:
+            with redis.Redis(host=source.host, port=source.port, socket_timeout=3) as client:
+                group = next((g for g in client.xinfo_groups(source.stream) if g["name"].decode() == stream["group"]), None)
+            lag = "no consumer group yet" if group is None else \
+                f"lag {int(group.get('lag') or 0) + int(group['pending'])} entries ({group['pending']} in flight)"
+        except redis.RedisError as exc:
+            lag = f"broker not answering ({type(exc).__name__})"
+        lines.append(f"      stream {source.url} -> {stream['sink'].rsplit('/', 1)[-1]}  group {stream['group']}: {lag}")
+    return lines
+
+
 def _deployment_lines(config: StackConfig, client: httpx.Client) -> list[str]:
     try:
         flows = {f["id"]: f["name"] for f in client.post(f"{config.prefect_api}/flows/filter", json={}).json()}
@@ -319,6 +346,7 @@ def _endpoint_lines(config: StackConfig, client: httpx.Client, token: str) -> li
     for e in endpoints:
         state = e.get("state", {})
         lines.append(f"    {e['name']:<16} {state.get('ready')} / {state.get('config_update')}")
+        lines.extend(_stream_lines(e))
     return lines
 
 

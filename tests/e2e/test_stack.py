@@ -3,7 +3,7 @@
 
 up -> the Prefect API lists every deployment with its schedule, the UIs answer -> a deployment run
 triggered from the Prefect CLI completes and shows its artifact -> an endpoint created through HAProxy
-answers -> status says what runs -> down -> no process of ours is left (recorded pids, and everything
+answers -> the demo's stream feed reaches it -> status says what runs (the stream with its lag) -> down -> no process of ours is left (recorded pids, and everything
 carrying the stack's mark) -> up again: the endpoint, its config and alias, and the token are back -> down.
 """
 
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
 
 from infra.processes import marked, start_ticks
 from infra.services import port_free
@@ -51,6 +52,9 @@ def _stack_env(home: Path, postgres_dir: Path) -> dict[str, str]:
         "TOLLFREE_GATEWAY_PORT": str(_free_ports(3)),
         "TOLLFREE_GATEWAYS": "2",
         "TOLLFREE_POSTGRES_PORT": str(free_port()),
+        "TOLLFREE_REDIS_PORT": str(free_port()),
+        "TOLLFREE_STREAM_RATE": "20",
+        "TOLLFREE_STREAM_ENDPOINT": "tiny",  # the feed attaches its stream to the test's endpoint
         "TOLLFREE_POSTGRES_DIR": str(postgres_dir),  # PostgreSQL runs as its own user: not under pytest's 0700 tmp
         "TOLLFREE_WARM_POOL": "0",
         "PREFECT_WORKER_QUERY_SECONDS": "2",
@@ -166,19 +170,32 @@ def test_up_with_two_gateways_registers_every_deployment_serves_and_comes_back_a
         assert created.status_code == 200, created.text
         before = _served(gateway, token)
         print(f"endpoint served through HAProxy at {time.monotonic() - started:.0f}s")
+        # the feed attached its stream to "tiny": the demo's transactions lack tiny's columns, so each one is
+        # consumed and dead-lettered with the missing column named (the feed, the broker and the consumer work)
+        broker = redis.Redis(port=int(env["TOLLFREE_REDIS_PORT"]))
+        deadline = time.monotonic() + 120
+        while not broker.exists("transactions-dead"):
+            assert time.monotonic() < deadline, "no event of the feed reached the dead-letter stream"
+            time.sleep(0.5)
+        letter = broker.xrange("transactions-dead", count=1)[0][1]
+        assert letter[b"reason"].startswith(b"INVALID_PARAMETER_VALUE: event is missing field"), letter
+        before = wait_endpoint_ready(gateway, token, "tiny")  # its config now has the stream input: compared after up
+        assert before["config"]["stream_inputs"][0]["source"].endswith("/transactions")
 
         status = _make("status", env)
         assert status.returncode == 0, status.stdout + status.stderr
-        for name in ("prefect-server", "mlflow-server", "postgres", "gateway-1", "gateway-2", "haproxy", "worker"):
+        for name in ("prefect-server", "mlflow-server", "redis", "postgres", "gateway-1", "gateway-2", "haproxy",
+                     "stream-feed", "worker"):
             assert any(line.split()[:1] == [name] and "running" in line for line in status.stdout.splitlines()), status.stdout
         assert "materialize/hourly" in status.stdout and "0 2 * * *" in status.stdout
         assert "tiny" in status.stdout and password not in status.stdout
+        assert "/transactions -> scores  group tollfree: lag" in status.stdout, status.stdout
         roles = [(home / "logs" / f"gateway-{i}.log").read_text() for i in (1, 2)]
         assert sum("leading (" in log for log in roles) == 1 and sum("following the leader" in log for log in roles) == 1
 
         record = json.loads(record_path.read_text())
         recorded = [(s["pid"], s["start_ticks"]) for s in record["services"]]
-        assert len(recorded) == 7
+        assert len(recorded) == 9
         down = _make("down", env)
         assert down.returncode == 0, down.stdout + down.stderr
         assert all(start_ticks(pid) != ticks for pid, ticks in recorded)

@@ -20,7 +20,7 @@ from infra.stack import StackRecord, write_env_file
 
 def test_ports_come_from_the_environment_and_are_checked(tmp_path: Path):
     config = StackConfig.from_environ({"TOLLFREE_HOME": str(tmp_path), "TOLLFREE_PREFECT_PORT": "14999"})
-    assert config.ports == {"prefect": 14999, "mlflow": 5000, "gateway": 8080}
+    assert config.ports == {"prefect": 14999, "mlflow": 5000, "gateway": 8080, "redis": 6380}
     assert config.prefect_api == "http://127.0.0.1:14999/api"
     with pytest.raises(ValueError, match="TOLLFREE_GATEWAY_PORT"):
         StackConfig.from_environ({"TOLLFREE_HOME": str(tmp_path), "TOLLFREE_GATEWAY_PORT": "80a"})
@@ -123,13 +123,15 @@ def test_up_refuses_a_taken_port_before_starting_anything(tmp_path: Path):
 def test_one_gateway_by_default_and_with_several_postgresql_and_haproxy_in_front(tmp_path: Path):
     env = {"TOLLFREE_HOME": str(tmp_path), "TOLLFREE_GATEWAY_PORT": "18080", "MLFLOW_TRACKING_URI": "http://mlflow.x:5000"}
     one = services(StackConfig.from_environ(env), child_environ(StackConfig.from_environ(env), env, "s", "t" * 20))
-    assert [s.name for s in one] == ["prefect-server", "gateway", "worker"]
-    assert one[1].port == 18080 and "TOLLFREE_STATE_URL" not in one[1].env
+    assert [s.name for s in one] == ["prefect-server", "redis", "gateway", "stream-feed", "worker"]
+    assert one[2].port == 18080 and "TOLLFREE_STATE_URL" not in one[2].env
+    assert one[1].port == 6380 and "--appendonly" in one[1].argv and one[3].env["TOLLFREE_REDIS_PORT"] == "6380"
 
     several = {**env, "TOLLFREE_GATEWAYS": "3", "TOLLFREE_POSTGRES_PORT": "15433"}
     config = StackConfig.from_environ(several)
     wanted = {s.name: s for s in services(config, child_environ(config, several, "s", "t" * 20))}
-    assert list(wanted) == ["prefect-server", "postgres", "gateway-1", "gateway-2", "gateway-3", "haproxy", "worker"]
+    assert list(wanted) == ["prefect-server", "redis", "postgres", "gateway-1", "gateway-2", "gateway-3", "haproxy",
+                            "stream-feed", "worker"]
     assert [wanted[f"gateway-{i}"].port for i in (1, 2, 3)] == [18081, 18082, 18083]
     assert wanted["haproxy"].port == 18080 and wanted["postgres"].port == 15433
     password = (tmp_path / "secrets" / "postgres-password").read_text().strip()

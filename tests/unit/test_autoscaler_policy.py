@@ -322,3 +322,30 @@ def test_an_increase_is_at_most_in_proportion_to_the_spare_busy_share():
     scaler = EntityScaler(config, replicas=1)
     run(scaler, 1, 12, 2.0, ready=1, util=0.4, p99=60.0, rate=30.0)
     assert scaler.state.target == pytest.approx(4.0)
+
+
+def test_a_stream_backlog_adds_the_replicas_that_drain_it_within_max_lag_s():
+    """2 replicas serve 100 events/s; 600 events wait and must drain within 10 s (60 a second more): the
+    throughput must reach 160/s, 80/s per replica now, so 2 -> ceil(160 / 50) = 4 replicas."""
+    config = horizontal_only(max_replicas=8)
+    scaler = EntityScaler(config, replicas=2)
+    history = []
+    for t in range(1, 11):
+        backlog = 60.0 if t >= 6 else 0.0
+        s = Sample(t=float(t), in_flight=20.0, ready_replicas=2, replicas=2, requests=100, completed=100,
+                   stream_backlog_per_s=backlog)
+        scaler.observe(s)
+        history.append(scaler.decide(float(t)))
+    assert scaler.state.replicas == 4
+    assert history[-1].reason.startswith("stream lag") or any(d.reason.startswith("stream lag") for d in history)
+
+
+def test_no_stream_backlog_or_no_throughput_measured_adds_nothing():
+    config = horizontal_only(max_replicas=8)
+    for backlog, completed in ((0.0, 100), (500.0, 0)):
+        scaler = EntityScaler(config, replicas=2)
+        for t in range(1, 11):
+            scaler.observe(Sample(t=float(t), in_flight=20.0, ready_replicas=2, replicas=2, requests=completed,
+                                  completed=completed, stream_backlog_per_s=backlog))
+            scaler.decide(float(t))
+        assert scaler.state.replicas == 2, (backlog, completed)
