@@ -60,9 +60,9 @@ class StreamFrontDoor:
         except UnicodeDecodeError:
             return _dead(entry, "MALFORMED_REQUEST: event fields must be UTF-8 text")
         name = choose_entity(live.weights, self.rng)
-        entity = live.entities[name]
-        if entity.dispatcher is None:
-            return None
+        entity = live.entities.get(name)
+        if entity is None or entity.dispatcher is None:
+            return None  # not started yet: scored again after a back-off
         body = orjson.dumps(fields)
         try:
             answer = await entity.dispatcher.submit(WireRequest(entry.id, EVENT_CONTENT_TYPE, body))
@@ -154,8 +154,11 @@ class StreamSupervisor:
     async def run(self) -> None:
         try:
             while True:
-                self.sync()
-                await self.read_lag()
+                try:
+                    self.sync()
+                    await self.read_lag()
+                except Exception:  # the loop must outlive a bad turn: the consumers run on meanwhile
+                    log.exception("stream supervisor step failed")
                 await asyncio.sleep(self.interval_s)
         finally:
             await self.stop()
@@ -168,6 +171,9 @@ class StreamSupervisor:
                 for stream in live.streams:
                     wanted[(endpoint, stream.source_address.url, stream.group)] = stream
         for key, (config, _, task) in list(self.consumers.items()):
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                log.error("the consumer of %s for endpoint %s stopped (%r); starting it again", key[1], key[0],
+                          task.exception())
             if wanted.get(key) != config or task.done():
                 task.cancel()
                 del self.consumers[key]
