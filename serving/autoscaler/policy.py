@@ -30,6 +30,7 @@ from serving.autoscaler.signals import Signals
 from serving.autoscaler.vertical import LATENCY_GOAL, retune
 
 SURGE = 1.5                   # a 1-s load above this many times capacity is decided at once
+BACKLOG_SLACK = 0.1           # a stream backlog that needs at most this share more throughput: no replica added
 
 
 @dataclass(frozen=True)
@@ -129,17 +130,19 @@ def _projected(config: ScalingConfig, signals: Signals, service_s: Optional[floa
 
 def _stream_drain(config: ScalingConfig, signals: Signals, now: float) -> Optional[int]:
     """The replicas that serve the current throughput plus a stream's backlog within its ``max_lag_s``
-    (``Sample.stream_backlog_per_s``), at the throughput a replica reached over the scale-up window; None
-    without a backlog or without a measured throughput."""
-    last = signals.last
-    if last is None or last.stream_backlog_per_s <= 0 or last.ready_replicas <= 0:
-        return None
+    (``Sample.stream_backlog_per_s``, its largest over the scale-up window), at the throughput a replica
+    reached over that window; None without a backlog, without a measured throughput, or when draining it
+    needs at most ``BACKLOG_SLACK`` more throughput (the replicas' slack drains that)."""
     recent = signals.since(now - config.scale_up_window_s)
+    last = signals.last
+    backlog = max((s.stream_backlog_per_s for s in recent), default=0.0)
+    if last is None or backlog <= 0 or last.ready_replicas <= 0:
+        return None
     served_per_s = sum(s.completed for s in recent) / max(1, len(recent))
-    if served_per_s <= 0:
+    if served_per_s <= 0 or backlog <= BACKLOG_SLACK * served_per_s:
         return None
     per_replica = served_per_s / last.ready_replicas
-    return math.ceil((served_per_s + last.stream_backlog_per_s) / per_replica - 1e-9)
+    return math.ceil((served_per_s + backlog) / per_replica - 1e-9)
 
 
 def _horizontal(config: ScalingConfig, signals: Signals, state: PolicyState, now: float,
@@ -167,7 +170,7 @@ def _horizontal(config: ScalingConfig, signals: Signals, state: PolicyState, now
     elif load_down < current * target * (1 - config.tolerance):
         desired, reason = math.ceil(load_down / target - 1e-9), "scale down"
     drain = _stream_drain(config, signals, now)
-    if drain is not None and drain > max(desired, current):
+    if drain is not None and drain > desired:  # a backlog holds its replicas against a scale-down too
         desired, reason = drain, "stream lag"
     inputs["stream_drain"] = drain
     bounded = min(config.max_replicas, max(floor, desired))

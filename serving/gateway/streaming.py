@@ -23,13 +23,12 @@ from prometheus_client.registry import Collector
 
 from serving.endpoints.manager import EndpointManager, LiveEndpoint
 from serving.inference_log import InferenceLogWriter, InferenceRecord, utc_now
-from serving.protocol.errors import ApiError
+from serving.protocol.errors import ApiError, error_body
 from serving.protocol.events import EVENT_CONTENT_TYPE
 from serving.protocol.wire import WireAnswer, WireRequest
 from serving.streams.broker import Entry, Output, RedisStreams
 from serving.streams.config import StreamInput
 from serving.streams.consumer import StreamConsumer
-from serving.traffic.dispatcher import AdmissionRefused
 from serving.traffic.router import choose_entity
 
 log = logging.getLogger(__name__)
@@ -48,37 +47,41 @@ class StreamFrontDoor:
         self.rng = rng or random.Random()
 
     async def score(self, entries: Sequence[Entry]) -> list[Output | None]:
+        """Each entry's output: the entries are split by the traffic split, and each served entity's share
+        enters its dispatcher's queue at once (``Dispatcher.submit_many``), to leave in full envelopes."""
         live = self.manager.live.get(self.endpoint)
         if live is None:
             return [None] * len(entries)
-        return list(await asyncio.gather(*(self._one(live, entry) for entry in entries)))
-
-    async def _one(self, live: LiveEndpoint, entry: Entry) -> Output | None:
         started = time.perf_counter()
-        try:
-            fields = {k.decode(): v.decode() for k, v in entry.fields.items()}
-        except UnicodeDecodeError:
-            return _dead(entry, "MALFORMED_REQUEST: event fields must be UTF-8 text")
-        name = choose_entity(live.weights, self.rng)
+        out: list[Output | None] = [None] * len(entries)
+        shares: dict[str, list[tuple[int, Entry, dict[str, str]]]] = {}
+        for at, entry in enumerate(entries):
+            try:
+                fields = {k.decode(): v.decode() for k, v in entry.fields.items()}
+            except UnicodeDecodeError:
+                out[at] = _dead(entry, "MALFORMED_REQUEST: event fields must be UTF-8 text")
+                continue
+            shares.setdefault(choose_entity(live.weights, self.rng), []).append((at, entry, fields))
+        await asyncio.gather(*(self._share(live, name, share, out, started) for name, share in shares.items()))
+        return out
+
+    async def _share(self, live: LiveEndpoint, name: str, share: list[tuple[int, Entry, dict[str, str]]],
+                     out: list[Output | None], started: float) -> None:
         entity = live.entities.get(name)
         if entity is None or entity.dispatcher is None:
-            return None  # not started yet: scored again after a back-off
-        body = orjson.dumps(fields)
-        try:
-            answer = await entity.dispatcher.submit(WireRequest(entry.id, EVENT_CONTENT_TYPE, body))
-        except AdmissionRefused:
-            return None
-        except ApiError as err:
-            if err.status_code in RETRY_STATUSES:
-                return None
-            answer = WireAnswer(err.status_code, 0, orjson.dumps({"error_code": err.error_code, "message": err.message}), b"")
-        if answer.status in RETRY_STATUSES:
-            return None
-        self._record(entry, fields, name, entity.version, answer, time.perf_counter() - started)
-        if answer.status != 200:
-            return _dead(entry, _reason(answer.first))
-        return Output(entry.id, {b"event_id": entry.id.encode(), b"prediction": _one_prediction(answer.first),
-                                 b"model_version": entity.version.encode(), b"served_entity": name.encode()})
+            return  # not started yet: scored again after a back-off
+        answers = await entity.dispatcher.submit_many(
+            [WireRequest(entry.id, EVENT_CONTENT_TYPE, orjson.dumps(fields)) for _, entry, fields in share])
+        elapsed = time.perf_counter() - started
+        for (at, entry, fields), answer in zip(share, answers):
+            if isinstance(answer, ApiError):
+                answer = WireAnswer(answer.status_code, 0, orjson.dumps(error_body(answer)), b"")
+            if not isinstance(answer, WireAnswer) or answer.status in RETRY_STATUSES:
+                continue  # no capacity now (AdmissionRefused, 429, 503, 504): scored again after a back-off
+            self._record(entry, fields, name, entity.version, answer, elapsed)
+            out[at] = _dead(entry, _reason(answer.first)) if answer.status != 200 else Output(entry.id, {
+                b"event_id": entry.id.encode(), b"prediction": _one_prediction(answer.first),
+                b"model_version": entity.version.encode(), b"served_entity": name.encode()})
 
     def _record(self, entry: Entry, fields: dict[str, str], entity: str, version: str, answer: WireAnswer,
                 elapsed: float) -> None:
@@ -214,12 +217,13 @@ class StreamSupervisor:
 
     def backlog_per_s(self, endpoint: str, entity: str) -> float:
         """The autoscaler's stream signal for a served entity: its traffic share of each of its endpoint's
-        consumer groups' lag (unacknowledged entries) divided by that stream's ``max_lag_s``; the largest."""
+        consumer groups' unread entries (those in flight are being served) divided by that stream's
+        ``max_lag_s``; the largest."""
         live = self.manager.live.get(endpoint)
         if live is None:
             return 0.0
         share = dict(live.weights).get(entity, 0) / 100
-        return max((share * consumer.stats.lag.entries / config.max_lag_s
+        return max((share * consumer.stats.lag.unread / config.max_lag_s
                     for (name, _, _), (config, consumer, _) in self.consumers.items() if name == endpoint), default=0.0)
 
     def collector(self) -> Collector:

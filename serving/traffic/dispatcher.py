@@ -112,6 +112,28 @@ class Dispatcher:
 
     async def submit(self, request: WireRequest) -> WireAnswer:
         """The replica's answer to ``request``; AdmissionRefused or ApiError (503/504) otherwise."""
+        pending = self._enqueue(request)
+        self._pump()
+        self._wake()
+        return await pending.future
+
+    async def submit_many(self, requests: Sequence[WireRequest]) -> list[WireAnswer | Exception]:
+        """Each request's answer, or its AdmissionRefused / ApiError, in order. They join the queue together
+        before anything is sent, so they leave in envelopes as large as the plan allows (a stream's
+        micro-batch), where requests arriving one by one would leave one by one while a replica is free."""
+        entered: list[_Pending | AdmissionRefused] = []
+        for request in requests:
+            try:
+                entered.append(self._enqueue(request))
+            except AdmissionRefused as refused:
+                entered.append(refused)
+        self._pump()
+        self._wake()
+        waiting = [e.future for e in entered if isinstance(e, _Pending)]
+        answers = iter(await asyncio.gather(*waiting, return_exceptions=True))
+        return [e if isinstance(e, AdmissionRefused) else next(answers) for e in entered]  # type: ignore[misc]
+
+    def _enqueue(self, request: WireRequest) -> _Pending:
         if len(self._queue) >= self.max_queue and self._pick() is None:
             self.stats.refused += 1
             self.meter.turned_away(self._clock())
@@ -122,10 +144,11 @@ class Dispatcher:
         self._queue.append(pending)
         self.meter.arrived(now)
         pending.expiry = loop.call_later(self.max_wait_s, self._expire, pending)
-        self._pump()
+        return pending
+
+    def _wake(self) -> None:
         if self.on_starved is not None and not any(r.alive() for r in self._replicas()):
             self.on_starved()  # scale from zero now, not at the autoscaler's next tick
-        return await pending.future
 
     def capacity_changed(self) -> None:
         """Replicas were added, limits raised or the plan changed: send what can go now."""

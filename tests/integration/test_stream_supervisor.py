@@ -16,6 +16,7 @@ from infra.redis import RedisServer
 from serving.endpoints.manager import LiveEndpoint
 from serving.gateway.streaming import StreamSupervisor
 from serving.replicas.local import free_port
+from serving.streams.broker import Lag
 from serving.streams.config import StreamInput
 
 
@@ -51,6 +52,8 @@ def test_consumers_follow_the_live_configs_and_the_leadership_and_their_lag_is_r
             await supervisor.read_lag()
             await asyncio.sleep(0.05)
         assert consumer.stats.lag.pending == 30 and consumer.stats.retries > 0
+        assert supervisor.backlog_per_s("e", "a") == 0.0  # in flight, not waiting: being served
+        consumer.stats.lag = Lag(unread=30, pending=200, oldest_age_s=1.0)
         assert supervisor.backlog_per_s("e", "a") == pytest.approx(0.8 * 30 / 10.0)
         assert supervisor.backlog_per_s("e", "b") == pytest.approx(0.2 * 30 / 10.0)
         assert supervisor.backlog_per_s("other", "a") == 0.0

@@ -92,6 +92,31 @@ def test_waiting_requests_go_as_one_batch_and_each_gets_its_own_answer():
     assert outstanding == 0
 
 
+def test_requests_submitted_together_leave_in_full_batches_and_overflow_is_refused_each():
+    """A stream's micro-batch: the 19 requests above, submitted together, leave as 8, 8, 3 (not 1, 1, 8, 8, 1);
+    with no replica free and the queue bounded, each request past the bound gets its own AdmissionRefused."""
+    async def scenario(busy: bool):  # type: ignore[no-untyped-def]
+        replicas = FakeReplicas(delay_s=0.05)
+        replica = FakeReplica("r", outstanding=1 if busy else 0)
+        dispatcher = Dispatcher(replicas.send, lambda: [replica], limit=lambda: 1 if busy else 64, max_queue=16)
+        dispatcher.plan = BATCHING
+        requests = [WireRequest(f"q{i}", "application/json", b"{}") for i in range(19)]
+        if busy:
+            task = asyncio.ensure_future(dispatcher.submit_many(requests))
+            await asyncio.sleep(0.01)
+            replica.outstanding = 0  # the replica frees up: the 16 admitted ones go
+            dispatcher.capacity_changed()
+            return replicas.batches, await task
+        return replicas.batches, await dispatcher.submit_many(requests)
+
+    batches, answers = run(scenario(busy=False))
+    assert [len(ids) for _, ids in batches] == [8, 8, 3]
+    assert [json.loads(a.first) for a in answers] == [[f"q{i}"] for i in range(19)]
+    batches, answers = run(scenario(busy=True))
+    assert [json.loads(a.first) for a in answers[:16]] == [[f"q{i}"] for i in range(16)]
+    assert all(isinstance(a, AdmissionRefused) for a in answers[16:]) and len(answers) == 19
+
+
 def test_a_lone_request_is_never_held_for_company():
     async def scenario():  # type: ignore[no-untyped-def]
         replicas = FakeReplicas(delay_s=0.0)
