@@ -92,9 +92,9 @@ return appended
 """
 
 
-def entry_ms(entry_id: str) -> int:
+def entry_ms(entry_id: str | bytes) -> int:
     """The milliseconds part of a stream entry id (when Redis appended it)."""
-    return int(entry_id.split("-", 1)[0])
+    return int(_text(entry_id).split("-", 1)[0])
 
 
 class RedisStreams:

@@ -53,7 +53,7 @@ class ConsumerStats:
 
 class StreamConsumer:
     def __init__(self, endpoint: str, config: StreamInput, source: Source, sink: Sink, score: Score, *,
-                 consumer: str, claim_idle_s: float = 30.0, max_batches: int = 2, retry_s: float = 0.05,
+                 consumer: str, claim_idle_s: float = 30.0, max_batches: int = 4, retry_s: float = 0.05,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.endpoint = endpoint
         self.config = config
