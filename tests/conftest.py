@@ -95,3 +95,17 @@ def state_database(request, tmp_path: Path):
         store = EndpointStore(server.url(server.new_database()))
     yield store.database
     store.close()
+
+
+@pytest.fixture(scope="session")
+def stream_broker(tmp_path_factory: pytest.TempPathFactory):
+    """A redis-server of the session's (no persistence) for the stream consumer's tests; each test uses streams
+    of its own names."""
+    from infra.redis import RedisServer
+    from serving.replicas.local import free_port
+
+    running = RedisServer(free_port(), tmp_path_factory.mktemp("redis"), persistent=False).start()
+    try:
+        yield running
+    finally:
+        running.stop()

@@ -157,12 +157,12 @@ class StreamConsumer:
             self.stats.duplicates += len(entries) - len(todo)
             outputs = await self._score_final(todo)
             appended = await self.sink.write(self._sink, self._dead, [(markers[o.event_id], o) for o in outputs])
+            await self.source.ack(self._stream, self.config.group, [e.id for e in entries])
+            await self.sink.settle(list(markers.values()))
             self.stats.duplicates += len(outputs) - appended  # another consumer wrote them meanwhile
             dead = sum(o.dead for o in outputs)
             self.stats.dead_letters += dead
-            self.stats.results += len(outputs) - dead
-            await self.source.ack(self._stream, self.config.group, [e.id for e in entries])
-            await self.sink.settle(list(markers.values()))
+            self.stats.results += len(outputs) - dead  # counted once written and acknowledged
         finally:
             self.stats.in_flight -= len(entries)
 

@@ -12,25 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 import redis
 
 from infra.redis import RedisServer
-from serving.replicas.local import free_port
 from serving.streams.broker import Entry, Output, RedisStreams
 from serving.streams.config import StreamInput
 from serving.streams.consumer import StreamConsumer
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    running = RedisServer(free_port(), tmp_path_factory.mktemp("redis"), persistent=False).start()
-    try:
-        yield running
-    finally:
-        running.stop()
+@pytest.fixture
+def server(stream_broker: RedisServer) -> RedisServer:
+    return stream_broker
 
 
 @pytest.fixture
