@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvicorn
 
-    from serving.endpoints.manager import EndpointManager, mlflow_resolver
+    from serving.endpoints.manager import EndpointManager
+    from serving.endpoints.resolver import mlflow_resolver
     from serving.endpoints.store import EndpointStore
     from serving.gateway.app import create_gateway_app
     from serving.gateway.auth import TokenRegistry

@@ -49,6 +49,8 @@ class InferenceRecord:
     outputs: str | None  # JSON text of the predictions
     error_code: str | None
     rows: int
+    input_tokens: int | None = None   # chat requests: the usage (reported by the model, else estimated)
+    output_tokens: int | None = None
 
 
 INFERENCE_LOG_SCHEMA: pa.Schema = pa.schema(
@@ -65,6 +67,8 @@ INFERENCE_LOG_SCHEMA: pa.Schema = pa.schema(
         pa.field("outputs", pa.string()),
         pa.field("error_code", pa.string()),
         pa.field("rows", pa.int64(), nullable=False),
+        pa.field("input_tokens", pa.int64()),
+        pa.field("output_tokens", pa.int64()),
     ]
 )
 
@@ -275,6 +279,14 @@ def _part_files(folder: Path, endpoint: str | None, since: datetime | None, unti
             yield from sorted(day_dir.glob("part-*.parquet"))  # hidden .tmp files never match
 
 
+def _conformed(table: pa.Table) -> pa.Table:
+    """A part in today's schema: columns added since it was written (the token counts) come back null."""
+    for field in INFERENCE_LOG_SCHEMA:
+        if field.name not in table.column_names:
+            table = table.append_column(field.name, pa.nulls(len(table), field.type))
+    return table.select(INFERENCE_LOG_SCHEMA.names).cast(INFERENCE_LOG_SCHEMA)
+
+
 def read_inference_log(
     folder: Path,
     endpoint: str | None = None,
@@ -282,10 +294,7 @@ def read_inference_log(
     until: datetime | None = None,
 ) -> pd.DataFrame:
     """All records (``since`` <= timestamp < ``until``), sorted by timestamp; empty frame if none."""
-    tables = [
-        pq.read_table(part).select(INFERENCE_LOG_SCHEMA.names).cast(INFERENCE_LOG_SCHEMA)
-        for part in _part_files(Path(folder), endpoint, since, until)
-    ]
+    tables = [_conformed(pq.read_table(part)) for part in _part_files(Path(folder), endpoint, since, until)]
     table = pa.concat_tables(tables) if tables else INFERENCE_LOG_SCHEMA.empty_table()
     ts_type = INFERENCE_LOG_SCHEMA.field("timestamp").type
     if endpoint is not None:

@@ -14,20 +14,23 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from starlette.concurrency import run_in_threadpool
 
 from serving.endpoints import spec
+from serving.endpoints.external import ExternalModelInput
 from serving.endpoints.monitoring import keep_extensions
 from serving.endpoints.placement import Placement
 from serving.endpoints.replica_book import ReplicaBook
+from serving.endpoints.resolver import VersionResolver
 from serving.endpoints.store import EndpointStore
+from serving.generative.ai_gateway import AiGatewayConfig, ai_gateway_view, parse_ai_gateway
+from serving.generative.secrets import SecretMissing, Secrets
 from serving.protocol.errors import conflict, invalid_parameter, not_found, unavailable
-from serving.registry import versions
 from serving.replicas.local import Launcher, ReplicaStartError
 from serving.replicas.local_backend import LocalBackend
 from serving.replicas.remote import RemoteReplica
@@ -48,6 +51,7 @@ class LiveEndpoint:
     weights: list[tuple[str, int]]
     cache: ResponseCache | None = None
     streams: tuple[StreamInput, ...] = ()  # the config's stream inputs (the leader runs their consumers)
+    external: dict[str, ExternalModelInput] = field(default_factory=dict)  # served entities another server runs
 
 
 def cache_for(config: spec.EndpointCoreConfig) -> ResponseCache | None:
@@ -61,26 +65,8 @@ def _streams(config: spec.EndpointCoreConfig) -> tuple[StreamInput, ...]:
     return tuple(config.stream_inputs or ())
 
 
-VersionResolver = Callable[[str, "str | None", "str | None"], str]
-
-
-def mlflow_resolver(tracking_uri: str) -> VersionResolver:
-    """Resolve (model, version, alias) to a registry version; 400 naming the model if it is not there, 503
-    if the registry does not answer."""
-
-    def resolve(model_name: str, version: str | None, alias: str | None) -> str:
-        from mlflow import MlflowClient
-        from mlflow.exceptions import MlflowException
-
-        try:
-            found = versions.resolve(MlflowClient(tracking_uri), model_name, alias or str(version), alias=bool(alias))
-        except LookupError as exc:
-            raise invalid_parameter(str(exc)) from exc
-        except MlflowException as exc:  # resolve lets through only a registry that did not answer
-            raise unavailable(f"the MLflow registry did not answer while resolving {model_name}") from exc
-        return str(found.version)
-
-    return resolve
+def _external(config: spec.EndpointCoreConfig) -> dict[str, ExternalModelInput]:
+    return {str(e.name): e.external_model for e in config.served_entities if e.external_model is not None}
 
 
 class EndpointManager:
@@ -113,6 +99,8 @@ class EndpointManager:
         self.request_timeout_s = request_timeout_s
         self._ready_timeout_s = ready_timeout_s
         self.live: dict[str, LiveEndpoint] = {}
+        self.ai_gateways: dict[str, AiGatewayConfig] = {}   # each endpoint's, as its record has it
+        self.secrets = Secrets(self._home / "secrets")      # external models' API keys
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._restoring: dict[str, asyncio.Event] = {}  # set once the restored endpoint is live (or failed)
         # Several gateways on one store: only the leader runs rollouts, replicas and the autoscaler; the others
@@ -123,7 +111,7 @@ class EndpointManager:
     # ---- control plane -------------------------------------------------------------------------
     async def create(self, request: spec.CreateEndpointRequest, creator: str) -> spec.EndpointRecord:
         name = spec.validate_endpoint_name(request.name)
-        config = await self._resolved(spec.normalize_config(request.config, name))
+        config = await self._resolved(self._with_secrets(spec.normalize_config(request.config, name)))
         now = int(time.time() * 1000)
         record = spec.EndpointRecord(
             name=name, id=uuid.uuid4().hex, creator=creator, created_ms=now, updated_ms=now,
@@ -140,7 +128,7 @@ class EndpointManager:
         if record.config_update == "IN_PROGRESS":
             # what Databricks answers while an update is in progress: 409, so clients and SDKs treat it as a conflict
             raise conflict(f"endpoint {name} has a config update in progress; retry when it ends")
-        config = await self._resolved(spec.normalize_config(keep_extensions(raw, record.config), name))
+        config = await self._resolved(self._with_secrets(spec.normalize_config(keep_extensions(raw, record.config), name)))
         record.pending_config = config
         record.config_update = "IN_PROGRESS"
         record.updated_ms = int(time.time() * 1000)
@@ -160,23 +148,40 @@ class EndpointManager:
             await self._stop_all(live.entities.values())
 
     async def set_ai_gateway(self, name: str, body: dict) -> dict:
-        """Store the endpoint's AI-gateway settings (inference table config, ...); no replica restarts."""
-        allowed = {"inference_table_config", "usage_tracking_config", "rate_limits", "guardrails", "fallback_config"}
-        unknown = sorted(set(body) - allowed)
-        if unknown:
-            raise invalid_parameter(f"unknown ai-gateway field(s): {', '.join(k[:64] for k in unknown[:5])}")
+        """Store the endpoint's AI gateway (``serving.generative.ai_gateway``); it applies to the next request,
+        no replica restarts."""
+        config = parse_ai_gateway(body)
         record = await run_in_threadpool(self.store.get, name)
-        record.ai_gateway = body
+        record.ai_gateway = ai_gateway_view(config)
         record.updated_ms = int(time.time() * 1000)
         await run_in_threadpool(self.store.put, record)
-        return body
+        self.ai_gateways[name] = config
+        return record.ai_gateway
+
+    def _remember(self, record: spec.EndpointRecord) -> None:
+        """The AI gateway an endpoint's record holds, for its requests (records another gateway wrote too)."""
+        try:
+            self.ai_gateways[record.name] = parse_ai_gateway(record.ai_gateway or {})
+        except Exception:  # noqa: BLE001 - stored before the field was checked: served without one, and said
+            log.error("endpoint %s: its stored ai_gateway is not valid any more; serving without it", record.name)
+            self.ai_gateways[record.name] = AiGatewayConfig()
+
+    def _with_secrets(self, config: spec.EndpointCoreConfig) -> spec.EndpointCoreConfig:
+        """400 when an external model's API key names a secret that is not set."""
+        for i, entity in enumerate(config.served_entities):
+            if entity.external_model is not None:
+                try:
+                    self.secrets.read(str(entity.external_model.openai_config.openai_api_key))
+                except SecretMissing as exc:
+                    raise invalid_parameter(f"served_entities[{i}].external_model.openai_config.openai_api_key: {exc}") from None
+        return config
 
     async def openapi(self, name: str) -> dict:
         from serving.endpoints.openapi import endpoint_openapi, model_inputs
 
         record = await run_in_threadpool(self.store.get, name)
         entities = {}
-        for entity in record.config.served_entities:
+        for entity in spec.registry_entities(record.config):
             uri = f"models:/{entity.entity_name}/{entity.resolved_version}"
             entities[str(entity.name)] = await run_in_threadpool(model_inputs, uri, self._home)
         return endpoint_openapi(name, entities)
@@ -193,6 +198,7 @@ class EndpointManager:
         records = await run_in_threadpool(self.store.list)
         left = await self.book.left_running(records)
         for record in records:
+            self._remember(record)
             record.ready = "NOT_READY"
             record.config_update = "IN_PROGRESS"
             record.pending_config = None
@@ -208,9 +214,10 @@ class EndpointManager:
         records = await run_in_threadpool(self.store.list)
         rows = await self.book.routes() if self.cluster is None else {}   # a cluster's sets follow its watch
         for record in records:
+            self._remember(record)
             live = self.live.get(record.name)
             entities: dict[str, ReplicaSet] = {}
-            for entity in record.config.served_entities:
+            for entity in spec.registry_entities(record.config):
                 uri = f"models:/{entity.entity_name}/{entity.resolved_version}"
                 served = live.entities.get(entity.name) if live is not None else None
                 if served is None or served.model_uri != uri or not served.followed:
@@ -219,9 +226,11 @@ class EndpointManager:
                 if self.cluster is None:
                     served.route_to([RemoteReplica(r.host, r.port, r.pid) for r in rows.get((record.name, entity.name, uri), [])])
                 entities[entity.name] = served
-            weights = spec.traffic_weights(record.config)
-            if live is None or live.entities != entities or live.weights != weights or live.streams != _streams(record.config):
-                self.live[record.name] = LiveEndpoint(entities, weights, cache_for(record.config), _streams(record.config))
+            weights, external = spec.traffic_weights(record.config), _external(record.config)
+            if live is None or (live.entities, live.weights, live.streams, live.external) != (
+                    entities, weights, _streams(record.config), external):
+                self.live[record.name] = LiveEndpoint(entities, weights, cache_for(record.config), _streams(record.config),
+                                                      external)
                 if live is not None:
                     self.placement.forget([e for e in live.entities.values() if e not in entities.values()])
         for name in set(self.live) - {r.name for r in records}:
@@ -245,6 +254,7 @@ class EndpointManager:
         rollout starts), or deleted (their replicas stop)."""
         records = await run_in_threadpool(self.store.list)
         for record in records:
+            self._remember(record)
             # in progress and nobody here rolling it out: written by a follower, or by a leader that died in the
             # middle; a failed rollout is UPDATE_FAILED, so it is not retried until the next change
             if record.config_update == "IN_PROGRESS" and record.name not in self._tasks:
@@ -312,7 +322,7 @@ class EndpointManager:
 
     # ---- internals -----------------------------------------------------------------------------
     async def _resolved(self, config: spec.EndpointCoreConfig) -> spec.EndpointCoreConfig:
-        for entity in config.served_entities:
+        for entity in spec.registry_entities(config):
             entity.resolved_version = await run_in_threadpool(
                 self._resolve, entity.entity_name, entity.entity_version, entity.entity_alias
             )
@@ -338,7 +348,7 @@ class EndpointManager:
         keep: dict[str, ReplicaSet] = {}
         started: list[ReplicaSet] = []
         try:
-            for entity in config.served_entities:
+            for entity in spec.registry_entities(config):
                 limit = entity.max_concurrency or DEFAULT_MAX_CONCURRENCY
                 current = old.entities.get(entity.name) if old else None
                 if (current and not current.followed
@@ -362,7 +372,8 @@ class EndpointManager:
         except asyncio.CancelledError:
             await self._stop_all(started, cancel_starts=self._closing)
             raise
-        self.live[name] = LiveEndpoint(keep, spec.traffic_weights(config), cache_for(config), _streams(config))
+        self.live[name] = LiveEndpoint(keep, spec.traffic_weights(config), cache_for(config), _streams(config),
+                                       _external(config))
         if old is not None:
             await self._stop_all([e for n, e in old.entities.items() if keep.get(n) is not e])
         await self._finish(name, ready=True, update="NOT_UPDATING", config=config, config_version=version)

@@ -62,7 +62,7 @@ class Placement:
 
         needed = {Wanted(r.name, str(e.name), f"models:/{e.entity_name}/{e.resolved_version}").name
                   for r in records for config in (r.config, r.pending_config) if config is not None
-                  for e in config.served_entities}
+                  for e in spec.registry_entities(config)}
         try:
             for name in set(await run_in_threadpool(self.cluster.backend.managed)) - needed:
                 await run_in_threadpool(self.cluster.backend.delete, name)

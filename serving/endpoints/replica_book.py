@@ -48,7 +48,7 @@ class ReplicaBook:
             log.warning("replica registry unreadable (%s): no replica adopted", type(exc).__name__)
             return {}
         wanted = {(r.name, str(e.name), f"models:/{e.entity_name}/{e.resolved_version}")
-                  for r in records for e in r.config.served_entities}
+                  for r in records for e in spec.registry_entities(r.config)}
         by_entity: dict[tuple[str, str, str], list[ReplicaRow]] = {}
         strays = []
         for row in rows:

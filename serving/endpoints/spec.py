@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Valida
 from pydantic_core import PydanticCustomError
 
 from serving.autoscaler.config import ScalingConfig, ScalingConfigError
+from serving.endpoints.external import ExternalModelInput, check_external, external_view
 from serving.endpoints.monitoring import MonitoringConfig, check_monitoring
 from serving.protocol.errors import invalid_parameter
 from serving.streams.config import StreamInput, check_stream_inputs
@@ -43,7 +44,8 @@ def quote_name(name: str) -> str:
 class ServedEntityInput(BaseModel):
     model_config = _FORBID
     name: str | None = Field(default=None, max_length=128)
-    entity_name: str = Field(max_length=256)
+    entity_name: str | None = Field(default=None, max_length=256)   # a registry model, or:
+    external_model: ExternalModelInput | None = None                 # a model another server runs
     entity_version: str | None = Field(default=None, max_length=18)
     entity_alias: str | None = Field(default=None, max_length=255)
     workload_size: Literal["Small", "Medium", "Large"] = "Small"
@@ -141,8 +143,34 @@ def _check(ok: bool, message: str) -> None:
         raise invalid_parameter(message)
 
 
+def is_external(e: ServedEntityInput) -> bool:
+    return e.external_model is not None
+
+
+def registry_entities(config: EndpointCoreConfig) -> list[ServedEntityInput]:
+    """The entities that serve a registry model on replicas (all but the external models)."""
+    return [e for e in config.served_entities if e.external_model is None]
+
+
+def _normalize_external(p: str, e: ServedEntityInput) -> ServedEntityInput:
+    assert e.external_model is not None
+    _check(e.entity_name is None and e.entity_version is None and e.entity_alias is None,
+           f"{p}: set either external_model or entity_name, not both")
+    replicas = ("min_replicas", "max_replicas", "max_concurrency", "autoscaling", "environment_vars")
+    _check(all(getattr(e, k) is None for k in replicas) and not e.scale_to_zero_enabled,
+           f"{p}: an external model runs no replicas here: remove {', '.join(replicas)} and scale_to_zero_enabled")
+    check_external(f"{p}.external_model", e.external_model)
+    name = e.name if e.name is not None else e.external_model.name
+    _check(bool(_SERVED_NAME_RE.match(name)), f"{p}.name must be 1 to 128 letters, digits, '_', '-' or '.'")
+    return e.model_copy(update={"name": name})
+
+
 def _normalize_entity(i: int, e: ServedEntityInput) -> ServedEntityInput:
     p = f"served_entities[{i}]"
+    if e.external_model is not None:
+        return _normalize_external(p, e)
+    _check(e.entity_name is not None, f"{p}: set entity_name (a registry model) or external_model")
+    assert e.entity_name is not None
     _check(bool(_MODEL_NAME_RE.match(e.entity_name)),
            f"{p}.entity_name must name a registered model (letters, digits, '_', '-', '.'), not a path or URI")
     _check((e.entity_version is None) != (e.entity_alias is None),
@@ -314,6 +342,9 @@ def _entity_views(e: ServedEntityInput, state: dict[str, str]) -> tuple[dict[str
     common: dict[str, Any] = {"name": e.name, "workload_size": e.workload_size,
                               "scale_to_zero_enabled": e.scale_to_zero_enabled, "state": dict(state)}
     common.update({k: getattr(e, k) for k in ("workload_type", "environment_vars") if getattr(e, k) is not None})
+    if e.external_model is not None:
+        external = {"external_model": external_view(e.external_model)}
+        return {**common, **external}, {**common, **external}
     entity, model = {**common, "entity_name": e.entity_name}, {**common, "model_name": e.entity_name}
     version = e.resolved_version or e.entity_version
     if version is not None:

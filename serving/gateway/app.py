@@ -24,6 +24,7 @@ from serving.endpoints.manager import EndpointManager
 from serving.gateway import control_plane
 from serving.gateway.auth import TokenRegistry, authenticate
 from serving.gateway.autoscaling import LiveAutoscaler
+from serving.gateway.chat_plane import OPENAI_ROUTE, ChatPlane
 from serving.gateway.data_plane import INVOCATIONS, InvocationsHandler
 from serving.gateway.leadership import Leadership, holder_id
 from serving.gateway.metrics import GatewayMetrics
@@ -66,7 +67,9 @@ def create_gateway_app(
     autoscaling = AutoscalerSettings(warm_pool_size, autoscale_interval_s) if autoscale else None
     streams = StreamSupervisor(manager, inference_log, claim_idle_s=stream_claim_idle_s)
     metrics.registry.register(streams.collector())
-    app = FastAPI(title="tollfree gateway", lifespan=_lifespan(manager, inference_log, metrics, autoscaling, streams),
+    rng = rng or random.Random()
+    chat = ChatPlane(manager, inference_log, metrics, rng=rng, timeout_s=manager.request_timeout_s)
+    app = FastAPI(title="tollfree gateway", lifespan=_lifespan(manager, inference_log, metrics, autoscaling, streams, chat),
                   docs_url=None, redoc_url=None)
     install_error_handlers(app)
     app.state.manager = manager
@@ -74,8 +77,8 @@ def create_gateway_app(
     app.state.tokens = tokens
     app.state.streams = streams
     control_plane.install(app)
-    data_plane = InvocationsHandler(manager, tokens, inference_log, metrics, rng=rng or random.Random(),
-                                    max_body_bytes=max_body_bytes, limiter=limiter)
+    data_plane = InvocationsHandler(manager, tokens, inference_log, metrics, rng=rng,
+                                    max_body_bytes=max_body_bytes, limiter=limiter, chat=chat)
     return Gateway(app, data_plane, tokens, limiter, max_body_bytes)
 
 
@@ -87,7 +90,7 @@ class AutoscalerSettings:
 
 def _lifespan(manager: EndpointManager, inference_log: InferenceLogWriter, metrics: GatewayMetrics,
               autoscaling: AutoscalerSettings | None,
-              streams: StreamSupervisor) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+              streams: StreamSupervisor, chat: ChatPlane) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """Start: the inference log, the replica client, every stored endpoint, the autoscaler, the stream
     consumers. Stop: the reverse (the consumers first: what they hold stays pending in the broker), every
     replica stopped and the log flushed before the process ends."""
@@ -130,6 +133,7 @@ def _lifespan(manager: EndpointManager, inference_log: InferenceLogWriter, metri
                 await leadership.stop()
             if manager.cluster is not None:
                 await run_in_threadpool(manager.cluster.stop)
+            await chat.upstreams.close()
             inference_log.close()
 
     return lifespan
@@ -198,6 +202,9 @@ class Gateway:
                 if match is not None:
                     await self.data_plane(scope, receive, send, match.group(1))
                     return
+                if scope["path"] == OPENAI_ROUTE:
+                    await self.data_plane.openai(scope, receive, send)
+                    return
             if scope["path"] not in PUBLIC_PATHS:
                 try:
                     who = authenticate(self.tokens, _header(scope, b"authorization"))
@@ -232,8 +239,8 @@ class PublicGateway:
         self.state = gateway.state
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and not (scope["path"] in PUBLIC_PATHS or (
-                scope["method"] == "POST" and INVOCATIONS.match(scope["path"]) is not None)):
+        if scope["type"] == "http" and not (scope["path"] in PUBLIC_PATHS or (scope["method"] == "POST" and (
+                INVOCATIONS.match(scope["path"]) is not None or scope["path"] == OPENAI_ROUTE))):
             await _send_error(send, not_found("no such route on this port (the admin API listens on its own port)"))
             return
         await self.gateway(scope, receive, send)

@@ -18,11 +18,14 @@ from typing import Any
 import orjson
 
 from serving.endpoints.manager import EndpointManager
-from serving.gateway.auth import TokenRegistry, authorize
+from serving.gateway.auth import TokenRegistry, authenticate, authorize
+from serving.gateway.chat_plane import ChatPlane
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.rate_limit import TokenBuckets
 from serving.inference_log import InferenceLogWriter, InferenceRecord, utc_now
-from serving.protocol.errors import REQUEST_ID_HEADER, ApiError, error_body, payload_too_large, resolve_request_id, unavailable
+from serving.generative.chat import is_chat_body
+from serving.protocol.errors import (REQUEST_ID_HEADER, ApiError, error_body, invalid_parameter, payload_too_large,
+                                     permission_denied, resolve_request_id, unavailable)
 from serving.protocol.scoring import canonical_payload_key
 from serving.protocol.wire import WireAnswer, WireRequest
 from serving.traffic.dispatcher import AdmissionRefused
@@ -39,7 +42,7 @@ _REQUEST_ID = REQUEST_ID_HEADER.encode()
 class InvocationsHandler:
     def __init__(self, manager: EndpointManager, tokens: TokenRegistry, inference_log: InferenceLogWriter,
                  metrics: GatewayMetrics, *, rng: random.Random | None = None, max_body_bytes: int = 4 * 1024 * 1024,
-                 limiter: TokenBuckets | None = None) -> None:
+                 limiter: TokenBuckets | None = None, chat: ChatPlane | None = None) -> None:
         self.manager = manager
         self.tokens = tokens
         self.inference_log = inference_log
@@ -47,6 +50,7 @@ class InvocationsHandler:
         self.rng = rng or random.Random()
         self.max_body_bytes = max_body_bytes
         self.limiter = limiter or TokenBuckets()
+        self.chat = chat
 
     async def __call__(self, scope: dict, receive: Any, send: Any, name: str) -> None:
         started = time.perf_counter()
@@ -66,9 +70,16 @@ class InvocationsHandler:
             if declared.isdigit() and int(declared) > self.max_body_bytes:
                 raise payload_too_large(f"request body over the limit of {self.max_body_bytes} bytes")
             body = await self._body(receive)
+            chat = is_chat_body(body) if self.chat is not None else None
+            if chat is not None:
+                await self.chat.handle(receive, send, name, who, chat, request_id, started)  # type: ignore[union-attr]
+                return
             live = self.manager.live.get(name) or await self.manager.served(name)
             entity_name = choose_entity(live.weights, self.rng)
-            entity = live.entities[entity_name]
+            entity = live.entities.get(entity_name)
+            if entity is None:
+                raise invalid_parameter(f"served entity {entity_name} is an external chat model: send a chat request "
+                                        "(messages)")
             version = entity.version
             if entity.dispatcher is None:
                 raise unavailable(f"served entity {entity_name} is not ready yet")
@@ -118,6 +129,32 @@ class InvocationsHandler:
             outputs=answer.first.decode() if ok else None,  # type: ignore[union-attr]
             error_code=error_code, rows=answer.rows if ok else 0,  # type: ignore[union-attr]
         ))
+
+    async def openai(self, scope: dict, receive: Any, send: Any) -> None:
+        """``POST /serving-endpoints/chat/completions``: a chat request whose ``model`` names the endpoint."""
+        started = time.perf_counter()
+        headers = dict(scope["headers"])
+        request_id = resolve_request_id(headers.get(_REQUEST_ID, b"").decode("latin-1") or None)
+        try:
+            header = headers.get(b"authorization", b"").decode("latin-1") or None
+            who = authenticate(self.tokens, header)
+            self.limiter.admit(who.name, who.rate_limit)
+            data = is_chat_body(await self._body(receive))
+            if data is None or self.chat is None:
+                raise invalid_parameter("the body must be a JSON chat request with model and messages")
+            model = data.get("model")
+            if not isinstance(model, str) or not model:
+                raise invalid_parameter("model is required: the name of the serving endpoint")
+            if not who.can_access(model):
+                raise permission_denied(f"token {who.name!r} may not access serving endpoint {model[:100]!r}")
+        except ApiError as err:
+            out = orjson.dumps(error_body(err))
+            await send({"type": "http.response.start", "status": err.status_code, "headers": [
+                (b"content-type", b"application/json"), (b"content-length", str(len(out)).encode()),
+                (_REQUEST_ID, request_id.encode()), *((k.lower().encode(), v.encode()) for k, v in err.headers.items())]})
+            await send({"type": "http.response.body", "body": out})
+            return
+        await self.chat.handle(receive, send, model, who, data, request_id, started, openai=True)
 
     async def _body(self, receive: Any) -> bytes:
         chunks = []

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+TOKEN_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+RATE_BUCKETS = (1, 5, 10, 20, 30, 50, 75, 100, 200, 500, 1000, 5000)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -18,6 +20,12 @@ class GatewayMetrics:
     replicas: Gauge
     queue_depth: Gauge
     cache_hits: Counter
+    time_to_first_token: Histogram
+    inter_token: Histogram
+    output_tokens_per_s: Histogram
+    streams: Gauge
+    tokens: Counter
+    fallbacks: Counter
 
     @classmethod
     def create(cls) -> GatewayMetrics:
@@ -38,6 +46,21 @@ class GatewayMetrics:
                               ["endpoint", "served_entity"], registry=registry),
             cache_hits=Counter("tollfree_cache_hits_total", "Invocations answered from the response cache.", ["endpoint"],
                                registry=registry),
+            time_to_first_token=Histogram(
+                "tollfree_time_to_first_token_seconds", "Chat streams: from the request's arrival to its first token, at "
+                "the gateway.", ["endpoint", "served_entity"], buckets=TOKEN_BUCKETS, registry=registry),
+            inter_token=Histogram(
+                "tollfree_inter_token_seconds", "Chat streams: the gap between two tokens (chunks) the gateway passes on.",
+                ["endpoint", "served_entity"], buckets=TOKEN_BUCKETS, registry=registry),
+            output_tokens_per_s=Histogram(
+                "tollfree_output_tokens_per_second", "Chat streams: output tokens a second, first token to last.",
+                ["endpoint", "served_entity"], buckets=RATE_BUCKETS, registry=registry),
+            streams=Gauge("tollfree_streams_in_flight", "Chat streams being relayed.", ["endpoint", "served_entity"],
+                          registry=registry),
+            tokens=Counter("tollfree_tokens_total", "Chat tokens used (the model's usage, else estimated), by direction.",
+                           ["endpoint", "served_entity", "direction"], registry=registry),
+            fallbacks=Counter("tollfree_fallbacks_total", "Chat requests a served entity failed and handed to the next.",
+                              ["endpoint", "served_entity"], registry=registry),
         )
 
     def exposition(self, endpoint: str | None = None) -> bytes:

@@ -17,7 +17,8 @@ skip_feast_type_checks()  # before anything below imports Feast
 from serving.protocol.wire import REPLICA_TOKEN_ENV  # noqa: E402
 from serving.replica.app import StandbyApp, create_replica_app  # noqa: E402
 from serving.replica.owner import DEFAULT_ORPHAN_S, ORPHAN_ENV, Adoptable, OwnerWatch, first_owner, watch  # noqa: E402
-from serving.replica.runtime import ModelRuntime, settle_heap  # noqa: E402
+from serving.replica.chat import load_runtime  # noqa: E402
+from serving.replica.runtime import settle_heap  # noqa: E402
 
 log = logging.getLogger("serving.replica")
 
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         log.info("standby ready to load a model (preloaded in %.2fs)", time.perf_counter() - started)
     else:
         started = time.perf_counter()
-        runtime = ModelRuntime.load(args.model_uri, Path(settings.home))
+        runtime = load_runtime(args.model_uri, Path(settings.home))
         runtime.warm()
         runtime.profile()
         settle_heap()

@@ -231,9 +231,15 @@ async def _respond(send: Any, status: int, body: bytes, request_id: str, content
     await send({"type": "http.response.body", "body": body})
 
 
-def create_replica_app(runtime: ModelRuntime, *, token: str | None = None, max_rows: int = 10_000,
-                       model_uri: str = "unknown", load_seconds: float | None = None) -> ReplicaApp:
-    return ReplicaApp(runtime, token=token, max_rows=max_rows, metrics=ReplicaMetrics.create(model_uri, load_seconds))
+def create_replica_app(runtime: Any, *, token: str | None = None, max_rows: int = 10_000,
+                       model_uri: str = "unknown", load_seconds: float | None = None) -> Any:
+    """The app for a loaded runtime: ``ReplicaApp`` for scoring, ``ChatReplicaApp`` for a chat model."""
+    metrics = ReplicaMetrics.create(model_uri, load_seconds)
+    if not isinstance(runtime, ModelRuntime):
+        from serving.replica.chat_app import ChatReplicaApp  # it builds on this module
+
+        return ChatReplicaApp(runtime, token=token, metrics=metrics)
+    return ReplicaApp(runtime, token=token, max_rows=max_rows, metrics=metrics)
 
 
 class StandbyApp:
@@ -246,7 +252,7 @@ class StandbyApp:
         self.store = store
         self.token = token
         self.profile_budget_s = profile_budget_s
-        self.inner: ReplicaApp | None = None
+        self.inner: Any = None  # ReplicaApp or ChatReplicaApp, once loaded
         self._loading = asyncio.Lock()
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
@@ -287,9 +293,11 @@ class StandbyApp:
             err = internal(f"the model could not be loaded ({type(exc).__name__})")
             await _respond(send, 500, orjson.dumps(error_body(err)), request_id)
 
-    def _load(self, model_uri: str) -> ReplicaApp:
+    def _load(self, model_uri: str) -> Any:
         started = time.perf_counter()
-        runtime = ModelRuntime.load(model_uri, self.home, store=self.store)
+        from serving.replica.chat import load_runtime
+
+        runtime = load_runtime(model_uri, self.home, store=self.store)
         # a request waits for this: no separate warm-up call (profiling predicts the example first, which warms
         # the same path), and three timed runs a size instead of five
         runtime.profile(budget_s=self.profile_budget_s, runs=3)

@@ -156,7 +156,11 @@ class ModelRuntime:
         """``store``: a Feast FeatureStore already open on ``home`` (a warm replica opens it in advance)."""
         import mlflow.pyfunc
 
-        model = mlflow.pyfunc.load_model(model_uri)
+        return cls.from_model(mlflow.pyfunc.load_model(model_uri), model_uri, home, store)
+
+    @classmethod
+    def from_model(cls, model: Any, model_uri: str, home: Path, store: Any = None) -> ModelRuntime:
+        """A loaded pyfunc model's runtime (its FeatureService's reader opened on ``home``)."""
         metadata = model.metadata.metadata or {}
         service = metadata.get(FEATURE_SERVICE_KEY)
         if not service:

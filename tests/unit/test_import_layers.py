@@ -23,13 +23,14 @@ SERVING = Path(__file__).resolve().parents[2] / "serving"
 LAYERS: dict[str, frozenset[str]] = {
     "__main__": frozenset({"gateway", "endpoints", "replicas", "inference_log", "state", "settings"}),  # python -m serving
     "mlflow_plugin": frozenset(),                                                     # a client of the gateway's API
-    "gateway": frozenset({"endpoints", "streams", "replicas", "traffic", "autoscaler", "protocol", "inference_log",
-                          "state", "settings"}),
-    "endpoints": frozenset({"streams", "replicas", "traffic", "autoscaler", "protocol", "registry", "state"}),
+    "gateway": frozenset({"endpoints", "streams", "generative", "replicas", "traffic", "autoscaler", "protocol",
+                          "inference_log", "state", "settings"}),
+    "endpoints": frozenset({"streams", "generative", "replicas", "traffic", "autoscaler", "protocol", "registry", "state"}),
     "streams": frozenset({"traffic", "protocol", "inference_log"}),                  # Redis Streams front doors
     "replicas": frozenset({"traffic", "autoscaler", "protocol", "settings"}),
-    "replica": frozenset({"features", "traffic", "protocol", "settings"}),             # its own process
+    "replica": frozenset({"features", "generative", "traffic", "protocol", "settings"}),  # its own process
     "features": frozenset({"protocol"}),
+    "generative": frozenset({"protocol"}),                                           # chat requests, AI gateway
     "traffic": frozenset({"protocol"}),
     "batch": frozenset({"registry"}),
     "registry": frozenset({"settings"}),                                              # the model's lifecycle

@@ -44,7 +44,7 @@ def test_batch_scoring_and_the_gateway_name_a_registry_that_does_not_answer(monk
     from mlflow import MlflowClient
 
     from serving.batch.job import resolve_model
-    from serving.endpoints.manager import mlflow_resolver
+    from serving.endpoints.resolver import mlflow_resolver
     from serving.protocol.errors import ApiError
 
     def down(*_args, **_kwargs):

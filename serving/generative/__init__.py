@@ -1,0 +1,1 @@
+"""Generative endpoints: chat requests, the AI gateway's limits and usage, payload redaction."""

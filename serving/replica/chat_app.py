@@ -1,0 +1,130 @@
+"""A chat model's replica app: ``POST /invocations`` takes a chat request (``serving.generative.chat``) and
+answers a ``chat.completion``, or with ``"stream": true`` server-sent events relayed as the model yields
+them. Probes, ``/metrics`` and the token work as in ``ReplicaApp``.
+
+Each answer runs on a thread of its own (a pool of up to ``max_streams``), not the scoring worker: a chat
+answer takes seconds, and a replica holds many at once. The event loop sends each chunk as it comes (with
+any others already waiting, in one write) and watches the connection: a client that goes away sets the
+stream's ``cancelled`` event, and the runtime stops the model between two chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import orjson
+
+from serving.generative import sse
+from serving.generative.chat import parse_chat_request
+from serving.protocol.errors import REQUEST_ID_HEADER, ApiError, error_body, internal, not_found, resolve_request_id, unauthenticated
+from serving.replica.app import METRICS_CONTENT_TYPE, _lifespan, _read_body, _respond
+from serving.replica.chat import ChatModelError, ChatRuntime
+from serving.replica.metrics import ReplicaMetrics
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_STREAMS = 1024
+
+
+class ChatReplicaApp:
+    def __init__(self, runtime: ChatRuntime, *, token: str | None = None, metrics: ReplicaMetrics | None = None,
+                 max_streams: int = DEFAULT_MAX_STREAMS) -> None:
+        self.runtime = runtime
+        self.metrics = metrics or ReplicaMetrics.create("unknown")
+        self._token = f"Bearer {token}".encode() if token else None
+        self._pool = ThreadPoolExecutor(max_streams, thread_name_prefix="chat")
+        self._ready = orjson.dumps({"status": "ready", "kind": "chat", "batching": None, "numpy_path": False,
+                                    "streaming": runtime.streams, "model_uri": self.metrics.model_uri})
+        self._worker = self._pool  # StandbyApp shuts ``_worker`` down on stop
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send, lambda: self._pool.shutdown(wait=False, cancel_futures=True))
+            return
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        headers = dict(scope["headers"])
+        request_id = resolve_request_id(headers.get(REQUEST_ID_HEADER.encode(), b"").decode("latin-1") or None)
+        started = time.perf_counter()
+        try:
+            if path == "/health/ready" and method == "GET":
+                await _respond(send, 200, self._ready, request_id)
+            elif path == "/health/live" and method == "GET":
+                await _respond(send, 200, b'{"status":"live"}', request_id)
+            elif path == "/metrics" and method == "GET":
+                self._authorize(headers)
+                await _respond(send, 200, self.metrics.exposition(), request_id, METRICS_CONTENT_TYPE)
+            elif path == "/invocations" and method == "POST":
+                self._authorize(headers)
+                request = parse_chat_request(await _read_body(receive))
+                if request.stream:
+                    await self._stream(receive, send, request, request_id)
+                else:
+                    loop = asyncio.get_running_loop()
+                    body = await loop.run_in_executor(self._pool, self.runtime.complete, request, request_id)
+                    await _respond(send, 200, body, request_id)
+                self.metrics.observe_call(time.perf_counter() - started, (200,))
+            else:
+                raise not_found(f"no route {method} {path[:100]}")
+        except ApiError as err:
+            self.metrics.observe_call(time.perf_counter() - started, (err.status_code,))
+            await _respond(send, err.status_code, orjson.dumps(error_body(err)), request_id)
+        except ChatModelError as exc:
+            log.error("chat model failed on request %s: %s", request_id, exc)
+            err = internal(f"the model failed on this input; request id {request_id}")
+            await _respond(send, 500, orjson.dumps(error_body(err)), request_id)
+
+    def _authorize(self, headers: dict[bytes, bytes]) -> None:
+        if self._token is not None and not hmac.compare_digest(headers.get(b"authorization", b""), self._token):
+            raise unauthenticated("a valid bearer token is required")
+
+    async def _stream(self, receive: Any, send: Any, request: Any, request_id: str) -> None:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        cancelled = threading.Event()
+
+        def produce() -> None:
+            try:
+                for event in self.runtime.stream(request, request_id, cancelled):
+                    loop.call_soon_threadsafe(queue.put_nowait, event)
+            except Exception as exc:  # noqa: BLE001 - the stream ends with an error event, never hangs
+                log.error("stream of request %s failed: %s", request_id, type(exc).__name__)
+                loop.call_soon_threadsafe(queue.put_nowait, sse.error_event("INTERNAL_ERROR", "the stream failed"))
+            finally:
+                loop.call_soon_threadsafe(queue.put_nowait, None)
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            cancelled.set()
+            queue.put_nowait(None)
+
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", sse.CONTENT_TYPE.encode()), (b"cache-control", b"no-cache"),
+            (REQUEST_ID_HEADER.encode(), request_id.encode())]})
+        watcher = loop.create_task(watch())
+        loop.run_in_executor(self._pool, produce)
+        try:
+            while True:
+                event = await queue.get()
+                out = [event] if event is not None else []
+                while event is not None and not queue.empty():  # what else is already here goes in the same write
+                    event = queue.get_nowait()
+                    if event is not None:
+                        out.append(event)
+                if out:
+                    await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+                if event is None:
+                    break
+            if not cancelled.is_set():
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            cancelled.set()
+            watcher.cancel()
