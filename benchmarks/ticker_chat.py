@@ -2,7 +2,8 @@
 word a chunk, every ``interval_s`` seconds (``model_config``), up to ``max_tokens`` words (default 16),
 cycling through the words when the message has fewer. Deterministic, so an answer can be checked.
 
-Two words steer it for the fault tests: a last message of ``fail`` raises after two chunks; ``slow``
+Two words steer it for the fault tests: a last message of ``fail`` raises (a whole answer at once, a
+stream after two chunks); ``slow``
 waits ``interval_s`` * 50 before every chunk. With ``model_config["trace"]`` (a file path) it appends a
 line for each generation that ends: ``finished N`` or ``closed N`` (N chunks sent), which is how the
 tests see that a client's disconnect stopped the generation.
@@ -37,6 +38,8 @@ class TickerChat(ChatModel):
 
     def predict(self, context: Any, messages: list[ChatMessage], params: ChatParams) -> ChatCompletionResponse:
         words = self._words(messages, params)
+        if words[0] == "fail":
+            raise RuntimeError("the ticker was asked to fail")
         time.sleep(self.interval_s * len(words))
         return ChatCompletionResponse(choices=[ChatChoice(index=0, message=ChatMessage(role="assistant", content=" ".join(words)))])
 
