@@ -6,8 +6,9 @@ the redaction patterns applied to payloads before the inference-log record is wr
 (``inference_table_config.redact``, a tollfree extension). What it does not is refused with a 400 naming
 the field rather than accepted and ignored: ``user_group`` limits (tollfree tokens have no groups),
 safety, keyword and topic guardrails. ``inference_table_config``'s Unity Catalog fields
-(``enabled``, ``catalog_name``, ``schema_name``, ``table_name_prefix``) are type-checked for SDK
-compatibility but not kept: tollfree writes its own inference log.
+(``enabled``, ``catalog_name``, ``schema_name``, ``table_name_prefix``) are type-checked, kept and
+returned as given, for the SDK's round trip; they change nothing: tollfree writes every request to its
+own inference log either way.
 
 Error messages name the field and never echo the caller's values (unknown key names, cut to 64
 characters, excepted: naming them is the point).
@@ -54,7 +55,8 @@ class AiGatewayConfig:
     fallbacks: bool = False
     input_pii: str = "NONE"      # NONE | BLOCK | MASK
     output_pii: str = "NONE"
-    redact: tuple[str, ...] = ()  # pattern names applied to payloads before the inference-log record is written
+    redact: tuple[str, ...] = ()
+    inference_table: tuple[tuple[str, Any], ...] = ()  # its Unity Catalog fields as given (returned, not used)  # pattern names applied to payloads before the inference-log record is written
 
 
 def _object(value: Any, path: str, accepted: tuple[str, ...]) -> Mapping[str, Any]:
@@ -193,7 +195,16 @@ def parse_ai_gateway(body: Any) -> AiGatewayConfig:
         input_pii=input_pii,
         output_pii=output_pii,
         redact=_redact(fields.get("inference_table_config")),
+        inference_table=_table_fields(fields.get("inference_table_config")),
     )
+
+
+def _table_fields(value: Any) -> tuple[tuple[str, Any], ...]:
+    """The checked Unity Catalog fields of ``inference_table_config`` that were set, in a fixed order."""
+    if not isinstance(value, Mapping):
+        return ()
+    return tuple((k, value[k]) for k in ("enabled", "catalog_name", "schema_name", "table_name_prefix")
+                 if value.get(k) is not None)
 
 
 def _rule_view(rule: RateLimitRule) -> dict[str, Any]:
@@ -220,8 +231,8 @@ def ai_gateway_view(config: AiGatewayConfig) -> dict[str, Any]:
                   if behavior != "NONE"}
     if guardrails:
         out["guardrails"] = guardrails
-    if config.redact:
-        out["inference_table_config"] = {"redact": list(config.redact)}
+    if config.redact or config.inference_table:
+        out["inference_table_config"] = {**dict(config.inference_table), **({"redact": list(config.redact)} if config.redact else {})}
     if config.fallbacks:
         out["fallback_config"] = {"enabled": True}
     return out

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -38,6 +39,7 @@ from serving.replicas.local import free_port
 pytestmark = pytest.mark.slow
 
 KEY_SECRET = "upstream/key"
+TIMEOUT_S = 4  # the gateway's request timeout: how long an upstream may stay silent
 CARD = "4111 1111 1111 1111"
 
 
@@ -65,12 +67,15 @@ def chat_gateway(session_home: Path, trace: Path) -> Iterator[GatewayProcess]:
     secret = session_home / "secrets" / KEY_SECRET
     secret.parent.mkdir(parents=True, exist_ok=True)
     secret.write_text(token)  # the upstream is this gateway: its key is the admin token
-    env = environ_with({"TOLLFREE_WARM_POOL": "0"})
+    env = environ_with({"TOLLFREE_WARM_POOL": "0", "TOLLFREE_REQUEST_TIMEOUT_S": str(TIMEOUT_S)})
     gateway = start_gateway(env, session_home / "logs" / "gateway-generative.log", timeout_s=240)
     closed = f"http://127.0.0.1:{free_port()}/v1"
+    silent = socket.create_server(("127.0.0.1", 0))  # takes connections, never answers
+    quiet = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
     own = f"{gateway.url}/serving-endpoints"
     endpoints = {
-        "chat": {"served_entities": [_entity(first)]},
+        "chat": {"served_entities": [_entity(first)], "response_cache": {"enabled": True}},
+        "silent": {"served_entities": [_external("quiet", quiet)]},
         "killable": {"served_entities": [_entity(killable)]},
         "ext": {"served_entities": [_external("upstream", own)]},
         "noback": {"served_entities": [_external("gone", closed)]},
@@ -90,6 +95,7 @@ def chat_gateway(session_home: Path, trace: Path) -> Iterator[GatewayProcess]:
         yield gateway
     finally:
         gateway.stop()
+        silent.close()
 
 
 def _api(gateway: GatewayProcess, token: str | None = None) -> httpx.Client:
@@ -217,13 +223,42 @@ def test_an_upstream_5xx_is_a_502_naming_its_status(chat_gateway: GatewayProcess
     assert os.environ["TOLLFREE_TOKEN"] not in failed.text
 
 
-def test_a_client_that_leaves_mid_stream_stops_the_generation(chat_gateway: GatewayProcess, trace: Path) -> None:
+def test_an_upstream_that_stays_silent_is_a_504(chat_gateway: GatewayProcess) -> None:
+    started = time.monotonic()
+    with _api(chat_gateway) as api:
+        failed = api.post("/serving-endpoints/silent/invocations", json={"messages": [{"role": "user", "content": "b"}]})
+    assert failed.status_code == 504, failed.text
+    assert failed.json()["message"] == f"served entity quiet: the upstream did not answer within {TIMEOUT_S}s"
+    assert time.monotonic() - started >= TIMEOUT_S - 0.5
+
+
+def test_a_temperature_zero_answer_comes_from_the_cache_the_second_time(chat_gateway: GatewayProcess) -> None:
+    ask = {"messages": [{"role": "user", "content": "cache me"}], "max_tokens": 3, "temperature": 0}
+    with _api(chat_gateway) as api:
+        first = api.post("/serving-endpoints/chat/invocations", json=ask)
+        second = api.post("/serving-endpoints/chat/invocations", json=ask)
+        warm = api.post("/serving-endpoints/chat/invocations", json={**ask, "temperature": 0.5})
+    assert first.status_code == second.status_code == warm.status_code == 200
+    assert "x-tollfree-cache" not in first.headers and second.headers["x-tollfree-cache"] == "hit"
+    assert second.json()["choices"] == first.json()["choices"]
+    assert "x-tollfree-cache" not in warm.headers
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "ext"])
+def test_a_client_that_leaves_mid_stream_stops_the_generation(chat_gateway: GatewayProcess, trace: Path,
+                                                              endpoint: str) -> None:
     before = trace.read_text().splitlines() if trace.exists() else []
     body = {"messages": [{"role": "user", "content": "slow"}], "max_tokens": 20, "stream": True}
-    with _api(chat_gateway) as api, api.stream("POST", "/serving-endpoints/chat/invocations", json=body) as response:
+    with _api(chat_gateway) as api, api.stream("POST", f"/serving-endpoints/{endpoint}/invocations", json=body) as response:
         for line in response.iter_lines():
-            if line.startswith("data: "):
-                break  # the first token: leave (a slow token comes a second)
+            if line.startswith("data: "):  # the first token (a slow token comes a second)
+                with _api(chat_gateway) as other:
+                    holding = other.get("/metrics").text
+                break  # and leave
+        # the stream holds its slot: the gateway counts it in flight (the autoscaler's load signal)
+        assert f'tollfree_streams_in_flight{{endpoint="{endpoint}",' in holding
+        lines = [line for line in holding.splitlines() if line.startswith(f"tollfree_streams_in_flight{{endpoint=\"{endpoint}\",")]
+        assert any(line.endswith(" 1.0") for line in lines), lines
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         lines = trace.read_text().splitlines() if trace.exists() else []

@@ -57,6 +57,7 @@ def test_a_databricks_body_parses():
         input_pii="BLOCK",
         output_pii="MASK",
         redact=("card_number", "email"),
+        inference_table=(("enabled", True), ("catalog_name", "main"), ("schema_name", "logs"), ("table_name_prefix", "chat")),
     )
 
 
@@ -66,7 +67,8 @@ def test_the_view_is_databricks_shaped_and_round_trips():
     assert view["rate_limits"] == DATABRICKS_BODY["rate_limits"]
     assert view["guardrails"] == {"input": {"pii": {"behavior": "BLOCK"}}, "output": {"pii": {"behavior": "MASK"}}}
     assert view["usage_tracking_config"] == {"enabled": True} and view["fallback_config"] == {"enabled": True}
-    assert view["inference_table_config"] == {"redact": ["card_number", "email"]}
+    assert view["inference_table_config"] == {"enabled": True, "catalog_name": "main", "schema_name": "logs",
+                                              "table_name_prefix": "chat", "redact": ["card_number", "email"]}
     assert parse_ai_gateway(view) == config
     assert ai_gateway_view(parse_ai_gateway(view)) == view
 

@@ -1,0 +1,89 @@
+"""A replica's chat runtime on real MLflow models (the ticker as a ``ChatModel`` and as a ``ResponsesAgent``,
+logged from code and loaded back as a replica loads them), called in process: whole answers and streams in
+the OpenAI shapes, usage, a cancelled stream closing the model's generator, a model failing mid-stream."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import orjson
+import pytest
+
+from serving.generative import sse
+from serving.generative.chat import parse_chat_request
+from serving.protocol.errors import ApiError
+from serving.replica.chat import ChatModelError, ChatRuntime, load_runtime
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("ticker") / "trace.txt"
+
+
+@pytest.fixture(scope="module")
+def runtimes(session_home: Path, trace: Path) -> dict[str, ChatRuntime]:
+    from benchmarks.ticker_agent import log_ticker_agent
+    from benchmarks.ticker_chat import log_ticker
+
+    chat = log_ticker("runtime-ticker", interval_s=0.001, trace=str(trace))
+    agent = log_ticker_agent("runtime-agent")
+    loaded = {"chat": load_runtime(f"models:/runtime-ticker/{chat}", session_home),
+              "agent": load_runtime(f"models:/runtime-agent/{agent}", session_home)}
+    assert all(isinstance(r, ChatRuntime) for r in loaded.values())
+    return loaded  # type: ignore[return-value]
+
+
+def _events(stream: bytes | list[bytes]) -> list[bytes]:
+    return sse.SseSplitter().feed(b"".join(stream) if isinstance(stream, list) else stream)
+
+
+@pytest.mark.parametrize("kind", ["chat", "agent"])
+def test_a_whole_answer_in_the_chat_completion_shape(runtimes: dict[str, ChatRuntime], kind: str) -> None:
+    request = parse_chat_request({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "a b"}],
+                                  "max_tokens": 3, "model": "ep"})
+    answer = orjson.loads(runtimes[kind].complete(request, "r1"))
+    assert answer["choices"][0]["message"] == {"role": "assistant", "content": "a b a"}
+    assert answer["id"] == "chatcmpl-r1" and answer["object"] == "chat.completion" and answer["model"] == "ep"
+    assert answer["usage"]["prompt_tokens"] == request.prompt_tokens() and answer["usage"]["completion_tokens"] == 2
+
+
+@pytest.mark.parametrize("kind", ["chat", "agent"])
+def test_a_stream_is_one_chunk_a_token_then_usage_and_done(runtimes: dict[str, ChatRuntime], kind: str) -> None:
+    request = parse_chat_request({"messages": [{"role": "user", "content": "x y"}], "max_tokens": 4, "stream": True,
+                                  "stream_options": {"include_usage": True}})
+    events = _events(list(runtimes[kind].stream(request, "r2", threading.Event())))
+    assert events[-1] == sse.DONE
+    chunks = [orjson.loads(e) for e in events[:-1]]
+    assert [c["choices"][0]["delta"]["content"] for c in chunks[:-1]] == ["x", " y", " x", " y"]
+    assert all(c["id"] == "chatcmpl-r2" and c["object"] == "chat.completion.chunk" for c in chunks)
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 4
+
+
+def test_a_cancelled_stream_closes_the_models_generator(runtimes: dict[str, ChatRuntime], trace: Path) -> None:
+    before = trace.read_text().splitlines() if trace.exists() else []
+    cancelled = threading.Event()
+    request = parse_chat_request({"messages": [{"role": "user", "content": "go"}], "max_tokens": 50, "stream": True})
+    got = []
+    for event in runtimes["chat"].stream(request, "r3", cancelled):
+        got.append(event)
+        cancelled.set()  # the client left after the first chunk
+    assert len(got) == 1
+    assert trace.read_text().splitlines()[len(before):] == ["closed 1"]
+
+
+def test_a_model_failing_mid_stream_ends_with_an_error_event(runtimes: dict[str, ChatRuntime]) -> None:
+    request = parse_chat_request({"messages": [{"role": "user", "content": "fail"}], "max_tokens": 5, "stream": True})
+    events = _events(list(runtimes["chat"].stream(request, "r4", threading.Event())))
+    assert len(events) == 3 and events[-1] != sse.DONE
+    error = orjson.loads(events[-1])["error"]
+    assert error["error_code"] == "INTERNAL_ERROR" and "r4" in error["message"]
+    with pytest.raises(ChatModelError):
+        runtimes["chat"].complete(parse_chat_request({"messages": [{"role": "user", "content": "fail"}]}), "r5")
+
+
+def test_an_agent_takes_no_tool_messages(runtimes: dict[str, ChatRuntime]) -> None:
+    request = parse_chat_request({"messages": [{"role": "tool", "content": "42", "tool_call_id": "c1"}]})
+    with pytest.raises(ApiError) as caught:
+        runtimes["agent"].complete(request, "r6")
+    assert caught.value.status_code == 400 and "tool" in caught.value.message
