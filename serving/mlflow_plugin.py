@@ -218,10 +218,46 @@ class TollfreeDeploymentClient(BaseDeploymentClient):
         if (deployment_name is None) == (endpoint is None):
             raise _error("give exactly one of deployment_name or endpoint")
         name = str(deployment_name if deployment_name is not None else endpoint)
-        payload = self._call("POST", f"/serving-endpoints/{quote(name, safe='')}/invocations", scoring_body(inputs, params))
+        chat = isinstance(inputs, Mapping) and "messages" in inputs
+        body = {**dict(inputs), **(params or {})} if chat else scoring_body(inputs, params)  # type: ignore[arg-type]
+        payload = self._call("POST", f"/serving-endpoints/{quote(name, safe='')}/invocations", body)
+        if chat:
+            return PredictionsResponse(payload)  # a chat endpoint's answer: the chat.completion object
         if "predictions" not in payload:
             raise _error(f"the gateway's answer for {name} has no predictions", "INTERNAL_ERROR")
         return PredictionsResponse(payload)
+
+    def predict_stream(self, deployment_name=None, inputs=None, endpoint=None, params=None):  # type: ignore[no-untyped-def]
+        """A chat endpoint's streamed answer: each ``chat.completion.chunk`` as a dict, as the gateway relays it."""
+        if (deployment_name is None) == (endpoint is None):
+            raise _error("give exactly one of deployment_name or endpoint")
+        if not (isinstance(inputs, Mapping) and "messages" in inputs):
+            raise _error("predict_stream takes a chat request: a dict with messages")
+        if not self._token:
+            raise _error(f"{TOKEN_ENV} is not set: the tollfree gateway needs a bearer token", "UNAUTHENTICATED")
+        name = quote(str(deployment_name if deployment_name is not None else endpoint), safe="")
+        body = json.dumps({**dict(inputs), **(params or {}), "stream": True})
+        headers = {"Authorization": f"Bearer {self._token}", "content-type": "application/json"}
+        try:
+            with httpx.stream("POST", f"{self.url}/serving-endpoints/{name}/invocations", content=body, headers=headers,
+                              timeout=60.0) as reply:
+                if not reply.is_success:
+                    reply.read()
+                    raise _error(f"tollfree gateway: HTTP {reply.status_code}: "
+                                 f"{str(reply.text)[:500].replace(self._token, '***')}", ErrorCode.Name(get_error_code(reply.status_code)))
+                for line in reply.iter_lines():
+                    data = line[5:].strip() if line.startswith("data:") else None
+                    if data == "[DONE]":
+                        return
+                    if data:
+                        chunk = json.loads(data)
+                        if "error" in chunk:
+                            error = chunk["error"]
+                            raise _error(f"tollfree gateway: the stream ended with {error.get('error_code')}: {error.get('message')}")
+                        yield chunk
+        except httpx.HTTPError as exc:
+            raise _error(f"tollfree gateway at {self.url} could not be reached ({type(exc).__name__})",
+                         "TEMPORARILY_UNAVAILABLE") from None
 
     @staticmethod
     def _path(name: str) -> str:
@@ -281,5 +317,6 @@ min_replicas must be 0 exactly when true), await_ready (true|false, default true
 stream_inputs (a JSON list of {{"source", "sink", "dead_letter": "redis://HOST:PORT/STREAM", "group", "batch_size",
 "max_wait_ms", "max_lag_s"}}: Redis streams the endpoint also reads; on update, left out keeps the current ones).
 update -m NEW_URI replaces the served entity, keeping its scaling unless -C overrides it; without -m, -C applies
-to the current served entities. predict takes a DataFrame (sent as dataframe_split) or a scoring-protocol dict.
+to the current served entities. predict takes a DataFrame (sent as dataframe_split) or a scoring-protocol dict;
+for a chat endpoint, a dict with messages (the chat.completion comes back); predict_stream yields its chunks.
 """

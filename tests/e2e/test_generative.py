@@ -324,3 +324,14 @@ def _replica_of(gateway: GatewayProcess, endpoint: str) -> psutil.Process:
         if f"models:/ticker/{version}" in " ".join(child.cmdline()):
             return child
     raise AssertionError(f"no replica of {endpoint}")
+
+
+def test_the_mlflow_deployments_plugin_predicts_and_streams_chat(chat_gateway: GatewayProcess) -> None:
+    from mlflow.deployments import get_deploy_client
+
+    client = get_deploy_client(f"tollfree:/{chat_gateway.url}")
+    whole = client.predict(endpoint="chat", inputs={"messages": [{"role": "user", "content": "up"}], "max_tokens": 2})
+    assert whole["choices"][0]["message"]["content"] == "up up"
+    chunks = list(client.predict_stream(endpoint="chat", inputs={"messages": [{"role": "user", "content": "go"}],
+                                                                "max_tokens": 3}))
+    assert [c["choices"][0]["delta"]["content"] for c in chunks] == ["go", " go", " go"]
