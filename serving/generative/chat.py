@@ -202,22 +202,22 @@ def usage_of(answer: Mapping[str, Any]) -> tuple[int, int] | None:
     return int(prompt), int(completion)
 
 
-def completion_text(answer: Mapping[str, Any]) -> str:
-    """The text of a whole answer's first choice."""
+def _first_choice_text(answer: Mapping[str, Any], part: str) -> str:
     choices = answer.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
         return ""
-    message = choices[0].get("message")
-    return message_text(message) if isinstance(message, Mapping) else ""
+    inner = choices[0].get(part)
+    return message_text(inner) if isinstance(inner, Mapping) else ""
+
+
+def completion_text(answer: Mapping[str, Any]) -> str:
+    """The text of a whole answer's first choice."""
+    return _first_choice_text(answer, "message")
 
 
 def delta_text(chunk: Mapping[str, Any]) -> str:
     """The text a streamed chunk adds (its first choice's delta)."""
-    choices = chunk.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
-        return ""
-    delta = choices[0].get("delta")
-    return message_text(delta) if isinstance(delta, Mapping) else ""
+    return _first_choice_text(chunk, "delta")
 
 
 def usage_body(prompt: int, completion: int) -> dict[str, int]:

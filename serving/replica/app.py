@@ -153,13 +153,8 @@ class ReplicaApp:
         headers = dict(scope["headers"])
         request_id = resolve_request_id(headers.get(REQUEST_ID_HEADER.encode(), b"").decode("latin-1") or None)
         try:
-            if path == "/health/ready" and method == "GET":
-                await _respond(send, 200, self._ready, request_id)
-            elif path == "/health/live" and method == "GET":
-                await _respond(send, 200, b'{"status":"live"}', request_id)
-            elif path == "/metrics" and method == "GET":
-                self._authorize(headers)
-                await _respond(send, 200, self.metrics.exposition(), request_id, METRICS_CONTENT_TYPE)
+            if await answer_probe(self, path, method, headers, send, request_id):
+                pass
             elif path in ("/invocations", wire.PATH) and method == "POST":
                 self._authorize(headers)
                 body = await _read_body(receive)
@@ -194,6 +189,21 @@ class ReplicaApp:
     def _authorize(self, headers: dict[bytes, bytes]) -> None:
         if self._token is not None and not hmac.compare_digest(headers.get(b"authorization", b""), self._token):
             raise unauthenticated("a valid bearer token is required")
+
+
+async def answer_probe(app: Any, path: str, method: str, headers: dict[bytes, bytes], send: Any, request_id: str) -> bool:
+    """The routes every replica app has (its ``_ready`` answer, liveness, its metrics behind the token);
+    True if ``path`` was one of them and is answered."""
+    if method != "GET" or path not in ("/health/ready", "/health/live", "/metrics"):
+        return False
+    if path == "/health/ready":
+        await _respond(send, 200, app._ready, request_id)
+    elif path == "/health/live":
+        await _respond(send, 200, b'{"status":"live"}', request_id)
+    else:
+        app._authorize(headers)
+        await _respond(send, 200, app.metrics.exposition(), request_id, METRICS_CONTENT_TYPE)
+    return True
 
 
 async def _lifespan(receive: Any, send: Any, on_shutdown: Any) -> None:

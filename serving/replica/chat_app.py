@@ -23,7 +23,7 @@ import orjson
 from serving.generative import sse
 from serving.generative.chat import parse_chat_request
 from serving.protocol.errors import REQUEST_ID_HEADER, ApiError, error_body, internal, not_found, resolve_request_id, unauthenticated
-from serving.replica.app import METRICS_CONTENT_TYPE, _lifespan, _read_body, _respond
+from serving.replica.app import _lifespan, _read_body, _respond, answer_probe
 from serving.replica.chat import ChatModelError, ChatRuntime
 from serving.replica.metrics import ReplicaMetrics
 
@@ -54,14 +54,9 @@ class ChatReplicaApp:
         request_id = resolve_request_id(headers.get(REQUEST_ID_HEADER.encode(), b"").decode("latin-1") or None)
         started = time.perf_counter()
         try:
-            if path == "/health/ready" and method == "GET":
-                await _respond(send, 200, self._ready, request_id)
-            elif path == "/health/live" and method == "GET":
-                await _respond(send, 200, b'{"status":"live"}', request_id)
-            elif path == "/metrics" and method == "GET":
-                self._authorize(headers)
-                await _respond(send, 200, self.metrics.exposition(), request_id, METRICS_CONTENT_TYPE)
-            elif path == "/invocations" and method == "POST":
+            if await answer_probe(self, path, method, headers, send, request_id):
+                return
+            if path == "/invocations" and method == "POST":
                 self._authorize(headers)
                 request = parse_chat_request(await _read_body(receive))
                 if request.stream:
