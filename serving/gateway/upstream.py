@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from serving.protocol.errors import ApiError
+from serving.protocol.wire import POOL_KEEP_ALIVE_S
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class Upstreams:
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, enable_cleanup_closed=True)
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=POOL_KEEP_ALIVE_S, enable_cleanup_closed=True)
         self._session = aiohttp.ClientSession(
             connector=connector, skip_auto_headers=("User-Agent",),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s, sock_read=self.idle_timeout_s))
@@ -86,13 +87,20 @@ class Upstreams:
         if self._session is None:
             await self.start()
         assert self._session is not None
-        try:
-            response = await self._session.post(target.url, data=body, headers={
-                "content-type": "application/json", "accept": "application/json, text/event-stream", **target.headers})
-        except asyncio.TimeoutError:
-            raise UpstreamFailed(target, "timeout", timed_out=True) from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise UpstreamFailed(target, type(exc).__name__) from None
+        headers = {"content-type": "application/json", "accept": "application/json, text/event-stream", **target.headers}
+        for attempt in (1, 2):
+            try:
+                response = await self._session.post(target.url, data=body, headers=headers)
+                break
+            except asyncio.TimeoutError:
+                raise UpstreamFailed(target, "timeout", timed_out=True) from None
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                # a pooled connection the server closed (or reset) as it went idle, before any answer: once more, on a
+                # new connection; a connection that could not be made at all is not retried
+                if attempt == 2 or isinstance(exc, aiohttp.ClientConnectorError):
+                    raise UpstreamFailed(target, type(exc).__name__) from None
+            except (aiohttp.ClientError, OSError) as exc:
+                raise UpstreamFailed(target, type(exc).__name__) from None
         if response.status == 200:
             return response
         try:

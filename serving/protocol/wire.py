@@ -30,6 +30,11 @@ CONTENT_TYPE = "application/x-tollfree-batch"
 PATH = "/invocations/batch"
 MAX_ITEMS = 1024
 BUSY_HEADER = "x-tollfree-busy-s"
+# An idle connection from the gateway to a replica: the gateway's pools keep it POOL_KEEP_ALIVE_S, and the replica
+# keeps it longer, so the gateway never sends a request on a connection the replica is closing at that moment (a
+# race that failed the request with a disconnect before any answer).
+POOL_KEEP_ALIVE_S = 60
+REPLICA_KEEP_ALIVE_S = 75
 REPLICA_TOKEN_ENV = "TOLLFREE_REPLICA_TOKEN"
 OWNER_ENV = "TOLLFREE_REPLICA_OWNER_PID"  # the pid of the gateway that starts a local replica (its owner)
 

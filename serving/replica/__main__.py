@@ -14,7 +14,7 @@ from serving.replica.imports import skip_feast_type_checks
 
 skip_feast_type_checks()  # before anything below imports Feast
 
-from serving.protocol.wire import REPLICA_TOKEN_ENV  # noqa: E402
+from serving.protocol.wire import REPLICA_KEEP_ALIVE_S, REPLICA_TOKEN_ENV  # noqa: E402
 from serving.replica.app import StandbyApp, create_replica_app  # noqa: E402
 from serving.replica.owner import DEFAULT_ORPHAN_S, ORPHAN_ENV, Adoptable, OwnerWatch, first_owner, watch  # noqa: E402
 from serving.replica.chat import load_runtime  # noqa: E402
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         app = create_replica_app(runtime, token=token, model_uri=args.model_uri, load_seconds=time.perf_counter() - started)
     loaded.append(app)
     uvicorn.run(Adoptable(app, owner, token), host=args.host, port=args.port, log_level="warning", access_log=False, loop="uvloop",
-                http="httptools", lifespan="on")
+                http="httptools", lifespan="on", timeout_keep_alive=REPLICA_KEEP_ALIVE_S)
     return 0
 
 

@@ -23,7 +23,7 @@ class ReplicaClient:
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, enable_cleanup_closed=True)
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=wire.POOL_KEEP_ALIVE_S, enable_cleanup_closed=True)
         self._session = aiohttp.ClientSession(
             connector=connector, skip_auto_headers=("User-Agent", "Accept-Encoding"),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout_s),
