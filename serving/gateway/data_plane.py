@@ -131,7 +131,9 @@ class InvocationsHandler:
         ))
 
     async def openai(self, scope: dict, receive: Any, send: Any) -> None:
-        """``POST /serving-endpoints/chat/completions``: a chat request whose ``model`` names the endpoint."""
+        """``POST /serving-endpoints/chat/completions``: a chat request whose ``model`` names the endpoint. A request
+        refused before that endpoint is known (no valid token, no ``model``, a token not allowed on it) gets its
+        error and leaves no inference-log record; from the chat plane on, every request leaves one."""
         started = time.perf_counter()
         headers = dict(scope["headers"])
         request_id = resolve_request_id(headers.get(_REQUEST_ID, b"").decode("latin-1") or None)
