@@ -1,5 +1,5 @@
 """The gateway's hop to chat upstreams against real sockets on loopback: a pooled connection the server drops
-before answering is tried once more on a new one; a closed port, a silent server and a 5xx are named."""
+before answering is tried once more on a new one; a closed port, a silent server, a 5xx and a 429 are named."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_a_connection_dropped_before_the_answer_is_tried_once_more() -> None:
     asyncio.run(_dropped_once())
 
 
-def test_dropped_twice_a_closed_port_a_silent_server_and_a_5xx_are_named() -> None:
+def test_dropped_twice_a_closed_port_a_silent_server_a_5xx_and_a_429_are_named() -> None:
     asyncio.run(_failures())
 
 
@@ -54,7 +54,8 @@ async def _dropped_once() -> None:
 
 
 async def _failures() -> None:
-    server, _ = await _server([None, None, b"HTTP/1.1 503 Busy\r\ncontent-length: 0\r\n\r\n"])
+    server, _ = await _server([None, None, b"HTTP/1.1 503 Busy\r\ncontent-length: 0\r\n\r\n",
+                               b"HTTP/1.1 429 Slow down\r\nretry-after: 7\r\ncontent-length: 0\r\n\r\n"])
     port = server.sockets[0].getsockname()[1]
     silent = socket.create_server(("127.0.0.1", 0))
     closed = socket.create_server(("127.0.0.1", 0))
@@ -66,6 +67,8 @@ async def _failures() -> None:
             await upstreams.open_chat(_target(port), b"{}")
         with pytest.raises(UpstreamFailed) as busy:
             await upstreams.open_chat(_target(port), b"{}")
+        with pytest.raises(UpstreamFailed) as limited:
+            await upstreams.open_chat(_target(port), b"{}")
         with pytest.raises(UpstreamFailed) as refused:
             await upstreams.open_chat(_target(closed_port), b"{}")
         with pytest.raises(UpstreamFailed) as quiet:
@@ -76,5 +79,7 @@ async def _failures() -> None:
         silent.close()
     assert dropped.value.status is None and "Disconnected" in dropped.value.reason
     assert busy.value.status == 503 and busy.value.to_api_error(1).message == "served entity entity: the upstream answered HTTP 503"
+    too_many = limited.value.to_api_error(1)  # a rate-limited upstream: fallback-able, else the client's 429
+    assert limited.value.status == 429 and too_many.status_code == 429 and too_many.headers == {"Retry-After": "7"}
     assert refused.value.to_api_error(1).status_code == 502 and "could not be reached" in refused.value.to_api_error(1).message
     assert quiet.value.timed_out and quiet.value.to_api_error(1).status_code == 504
