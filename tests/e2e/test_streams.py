@@ -137,12 +137,14 @@ def _wait_outputs(client: redis.Redis, ids: set[str], at_least: int, timeout_s: 
         time.sleep(0.2)
 
 
-def _exactly_once(client: redis.Redis, ids: set[str], dead: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+def _exactly_once(client: redis.Redis, ids: set[str], dead: set[str] = frozenset()) -> int:  # type: ignore[assignment]
+    """The number of events with exactly one output; fails naming what is doubled, missing or unexpected."""
     results, letters = _counts(client, SINK, ids), _counts(client, DEAD, ids)
     doubled = [i for i, n in (results + letters).items() if n > 1]
     assert not doubled, f"{len(doubled)} events have more than one output, e.g. {doubled[:3]}"
     assert set(letters) == dead, f"dead letters: {len(set(letters) - dead)} unexpected, {len(dead - set(letters))} missing"
     assert set(results) == ids - dead, f"{len(ids - dead - set(results))} events have no result"
+    return len(results) + len(letters)
 
 
 def test_every_event_is_scored_once_and_poison_goes_to_the_dead_letter_stream(world, broker, gateway, rows,
@@ -217,7 +219,7 @@ def test_redis_restarted_mid_stream_loses_and_doubles_nothing(broker, gateway, r
     ids = set(first) | set(second)
     _wait_all(client, ids, timeout_s=240)
     record_property("resumed_and_drained_s", round(time.monotonic() - restarted_at, 2))
-    _exactly_once(client, ids)
+    assert _exactly_once(client, ids) == 20_000
 
 
 def test_kill_9_of_the_gateway_mid_stream_then_a_restart_scores_every_event_exactly_once(

@@ -34,26 +34,27 @@ def _target(port: int) -> Target:
 
 
 def test_a_connection_dropped_before_the_answer_is_tried_once_more() -> None:
-    asyncio.run(_dropped_once())
+    body, connections = asyncio.run(_dropped_once())
+    assert body == b"{}" and connections == 2
 
 
 def test_dropped_twice_a_closed_port_a_silent_server_a_5xx_and_a_429_are_named() -> None:
-    asyncio.run(_failures())
+    failures = asyncio.run(_failures())
+    assert [f.status for f in failures] == [None, 503, 429, None, None]
 
 
-async def _dropped_once() -> None:
+async def _dropped_once() -> tuple[bytes, int]:
     server, seen = await _server([None])
     upstreams = Upstreams(idle_timeout_s=5)
     try:
         response = await upstreams.open_chat(_target(server.sockets[0].getsockname()[1]), b"{}")
-        assert await read_whole(_target(0), response) == b"{}"
-        assert len(seen) == 2
+        return await read_whole(_target(0), response), len(seen)
     finally:
         await upstreams.close()
         server.close()
 
 
-async def _failures() -> None:
+async def _failures() -> list[UpstreamFailed]:
     server, _ = await _server([None, None, b"HTTP/1.1 503 Busy\r\ncontent-length: 0\r\n\r\n",
                                b"HTTP/1.1 429 Slow down\r\nretry-after: 7\r\ncontent-length: 0\r\n\r\n"])
     port = server.sockets[0].getsockname()[1]
@@ -83,3 +84,4 @@ async def _failures() -> None:
     assert limited.value.status == 429 and too_many.status_code == 429 and too_many.headers == {"Retry-After": "7"}
     assert refused.value.to_api_error(1).status_code == 502 and "could not be reached" in refused.value.to_api_error(1).message
     assert quiet.value.timed_out and quiet.value.to_api_error(1).status_code == 504
+    return [dropped.value, busy.value, limited.value, refused.value, quiet.value]

@@ -35,12 +35,12 @@ def test_the_bucket_refills_as_time_passes():
     rules = [rule("endpoint", calls=5)]
     for _ in range(5):
         budgets.reserve("chat", "alice", rules, tokens=1, now=100.0)
-    too_many(budgets, "chat", "alice", rules, tokens=1, now=111.0)
-    budgets.reserve("chat", "alice", rules, tokens=1, now=112.0)
-    too_many(budgets, "chat", "alice", rules, tokens=1, now=112.0)
-    for _ in range(5):                                  # a minute later the bucket is full again, not fuller
-        budgets.reserve("chat", "alice", rules, tokens=1, now=1000.0)
-    too_many(budgets, "chat", "alice", rules, tokens=1, now=1000.0)
+    assert too_many(budgets, "chat", "alice", rules, tokens=1, now=111.0).headers["Retry-After"] == "1"
+    assert budgets.reserve("chat", "alice", rules, tokens=1, now=112.0).tokens == 1   # one call refilled in 12 s
+    assert too_many(budgets, "chat", "alice", rules, tokens=1, now=112.0).status_code == 429
+    taken = [budgets.reserve("chat", "alice", rules, tokens=1, now=1000.0) for _ in range(5)]
+    assert len(taken) == 5                              # a minute later the bucket is full again, not fuller
+    assert too_many(budgets, "chat", "alice", rules, tokens=1, now=1000.0).status_code == 429
 
 
 def test_a_tokens_limit_names_the_rule_and_asks_to_wait_for_room():
@@ -56,10 +56,10 @@ def test_a_refused_request_takes_nothing_from_the_other_buckets():
     budgets = UsageBudgets(clock=lambda: 0.0)
     rules = [rule("endpoint", tokens=1000), rule("user", calls=1)]
     budgets.reserve("chat", "alice", rules, tokens=100)
-    too_many(budgets, "chat", "alice", rules, tokens=100)   # alice's call bucket is empty
+    assert "per-user" in too_many(budgets, "chat", "alice", rules, tokens=100).message  # alice's call bucket is empty
     # The refused request took no tokens: bob can still use the 900 left, and not one more.
-    budgets.reserve("chat", "bob", rules, tokens=900)
-    too_many(budgets, "chat", "carol", rules, tokens=1)
+    assert budgets.reserve("chat", "bob", rules, tokens=900).tokens == 900
+    assert "endpoint limit of 1000 tokens" in too_many(budgets, "chat", "carol", rules, tokens=1).message
 
 
 def test_retry_after_waits_for_every_refusing_bucket():
@@ -75,9 +75,9 @@ def test_per_user_buckets_are_independent():
     rules = [rule("user", calls=2)]
     for _ in range(2):
         budgets.reserve("chat", "alice", rules, tokens=1)
-    too_many(budgets, "chat", "alice", rules, tokens=1)
-    budgets.reserve("chat", "bob", rules, tokens=1)
-    budgets.reserve("other-endpoint", "alice", rules, tokens=1)
+    assert too_many(budgets, "chat", "alice", rules, tokens=1).status_code == 429
+    assert budgets.reserve("chat", "bob", rules, tokens=1).tokens == 1
+    assert budgets.reserve("other-endpoint", "alice", rules, tokens=1).tokens == 1
 
 
 def test_a_principal_scoped_rule_applies_only_to_that_token():
@@ -133,9 +133,9 @@ def test_the_injected_clock_is_used_when_now_is_not_given():
     rules = [rule("endpoint", calls=5)]
     for _ in range(5):
         budgets.reserve("chat", "alice", rules, tokens=1, now=0.0)
-    too_many(budgets, "chat", "alice", rules, tokens=1)
-    too_many(budgets, "chat", "alice", rules, tokens=1)
-    budgets.reserve("chat", "alice", rules, tokens=1)
+    assert too_many(budgets, "chat", "alice", rules, tokens=1).headers["Retry-After"] == "12"   # the clock said 0
+    assert too_many(budgets, "chat", "alice", rules, tokens=1).status_code == 429
+    assert budgets.reserve("chat", "alice", rules, tokens=1).tokens == 1                          # the clock said 12
 
 
 def test_rules_that_do_not_apply_or_no_rules_admit_everything():
