@@ -97,7 +97,7 @@ def evaluate_gates(settings: Settings, policy: Policy, candidate: dict[str, Any]
     service = (info.metadata or {}).get("feature_service") or candidate["tags"].get("feature_service")
     rows = held_out_rows(settings.tracking_uri, candidate["run_id"])
     results: list[gates.GateResult] = []
-    probe: gates.ProbeFigures | None = None
+    serving: dict[str, gates.GateResult] | None = None
     scores = None
     for name, cfg in policy.gates.items():
         if name == "quality":
@@ -114,11 +114,12 @@ def evaluate_gates(settings: Settings, policy: Policy, candidate: dict[str, Any]
                                    threshold=float(cfg.get("score_threshold", 0.5)),
                                    rate=cfg.get("rate", "false_positive_rate"), min_rows=int(cfg.get("min_group_rows", 30)))
             results.append(gates.fairness_gate(cfg, fairness))
-        elif name in ("latency", "cost"):
-            if probe is None:
+        elif name in gates.SERVING_GATES:
+            if serving is None:  # one probe (or more: see gates.serving_gates) for both gates
                 probe_cfg = policy.gates.get("latency", cfg)
-                probe = serve_and_measure(settings, uri, rows, input_names, service, probe_cfg)
-            results.append(gates.latency_gate(cfg, probe) if name == "latency" else gates.cost_gate(cfg, probe))
+                serving = gates.serving_gates(policy.gates, lambda: serve_and_measure(
+                    settings, uri, rows, input_names, service, probe_cfg))
+            results.append(serving[name])
         elif name == "data":
             results.append(gates.data_gate(cfg, candidate["tags"]))
         elif name == "compatibility":

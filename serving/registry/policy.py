@@ -15,14 +15,14 @@ import yaml
 # gate -> (required keys, optional keys); a required key with a dict value is a mapping of name -> number
 GATE_KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "quality": (frozenset({"min"}), frozenset({"vs_champion"})),
-    "latency": (frozenset({"p50_ms", "p99_ms"}), frozenset({"requests", "concurrency"})),
+    "latency": (frozenset({"p50_ms", "p99_ms"}), frozenset({"requests", "concurrency", "probes"})),
     "fairness": (frozenset({"attribute", "max_gap"}), frozenset({"rate", "score_threshold", "min_group_rows"})),
-    "cost": (frozenset({"artifact_mb", "peak_rss_mb", "cpu_ms_per_prediction"}), frozenset()),
+    "cost": (frozenset({"artifact_mb", "peak_rss_mb", "cpu_ms_per_prediction"}), frozenset({"probes"})),
     "data": (frozenset({"require_success"}), frozenset()),
     "compatibility": (frozenset(), frozenset({"require_signature"})),
 }
 TOP_KEYS = frozenset({"model", "endpoint", "feature_service", "bootstrap_champion", "gates"})
-NUMERIC = {"p50_ms", "p99_ms", "requests", "concurrency", "max_gap", "score_threshold", "min_group_rows",
+NUMERIC = {"p50_ms", "p99_ms", "requests", "concurrency", "probes", "max_gap", "score_threshold", "min_group_rows",
            "artifact_mb", "peak_rss_mb", "cpu_ms_per_prediction"}
 RATES = frozenset({"false_positive_rate", "true_positive_rate", "flag_rate"})
 
@@ -70,7 +70,9 @@ def _check_gate(path: Path, name: str, key_node: yaml.Node, node: yaml.Node) -> 
         raise _fail(path, key_node, f"gate {name} is missing its threshold {key!r}")
     for key, (k, v) in entries.items():
         if key in NUMERIC:
-            _number(path, v, f"{name}.{key}")
+            number = _number(path, v, f"{name}.{key}")
+            if key == "probes" and (number < 1 or number != int(number)):
+                raise _fail(path, v, f"{name}.probes must be a whole number of at least 1")
         elif key == "min":
             for metric, (mk, mv) in _mapping(path, v, f"{name}.min").items():
                 _number(path, mv, f"{name}.min.{metric}")

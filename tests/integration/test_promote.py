@@ -156,6 +156,7 @@ def test_a_slow_candidate_fails_latency(client, first, world, policies):
         promote(model_name=MODEL, policy_file=str(policies / "all.yaml"))
     tags = _tags(client, version)
     assert tags["gate.latency"] == "fail" and "p50" in tags["gate.latency.reason"]
+    assert "probe 2 of 2" in tags["gate.latency.value"]  # measured again in a fresh replica before it blocked
     assert tags["gate.quality"] == "pass"  # as accurate as the champion: only slow
 
 

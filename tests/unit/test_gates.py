@@ -31,6 +31,47 @@ def test_latency_and_cost_budgets():
     assert not heavy.passed and "peak_rss_mb" in heavy.reason
 
 
+LATENCY = {"p50_ms": 5, "p99_ms": 10}
+COST = {"artifact_mb": 1, "peak_rss_mb": 500, "cpu_ms_per_prediction": 2}
+PAUSED = gates.ProbeFigures(requests=100, errors=0, p50_ms=3.0, p99_ms=437.0, peak_rss_mb=400, cpu_ms_per_prediction=1.0,
+                            artifact_mb=0.5)
+
+
+def probes(*figures: gates.ProbeFigures):
+    """A measure() that answers the given probes in turn and counts its calls."""
+    calls = []
+
+    def measure() -> gates.ProbeFigures:
+        calls.append(1)
+        return figures[len(calls) - 1]
+    return measure, calls
+
+
+def test_a_probe_that_passes_is_measured_once():
+    measure, calls = probes(PROBE, PAUSED)
+    results = gates.serving_gates({"latency": LATENCY, "cost": COST, "quality": {}}, measure)
+    assert set(results) == {"latency", "cost"} and all(r.passed for r in results.values()) and len(calls) == 1
+    assert "earlier" not in results["latency"].value
+
+
+def test_a_paused_probe_is_measured_again_and_the_pause_is_kept_in_the_value():
+    measure, calls = probes(PAUSED, PROBE)
+    results = gates.serving_gates({"latency": LATENCY, "cost": COST}, measure)
+    assert len(calls) == 2 and results["latency"].passed and results["cost"].passed
+    assert "probe 2 of 2" in results["latency"].value and "p99=437.00ms" in results["latency"].value
+
+
+def test_a_slow_candidate_fails_every_probe_and_is_judged_on_the_last():
+    slower = gates.ProbeFigures(100, 0, 3.0, 520.0, 400, 1.0, 0.5)
+    measure, calls = probes(PAUSED, PAUSED, slower)
+    results = gates.serving_gates({"latency": {**LATENCY, "probes": 3}, "cost": COST}, measure)
+    assert len(calls) == 3 and not results["latency"].passed and results["cost"].passed
+    assert "p99 520.00ms > 10ms" in results["latency"].reason and results["latency"].value.count("437.00") == 2
+    measure, calls = probes(PAUSED, PROBE)
+    assert not gates.serving_gates({"latency": {**LATENCY, "probes": 1}}, measure)["latency"].passed and len(calls) == 1
+    assert gates.serving_gates({"quality": {}}, measure) == {} and len(calls) == 1
+
+
 def test_fairness_gap_between_groups():
     rng = np.random.default_rng(0)
     groups = pd.Series(np.repeat(["a", "b"], 500))
