@@ -120,10 +120,11 @@ def serving_gates(cfgs: Mapping[str, Mapping[str, Any]], measure: Callable[[], P
     """The latency and cost gates (those of ``cfgs`` present) on a candidate served and measured by ``measure``.
 
     One probe is 150 requests or so, and its p99 lies between its second- and third-slowest answers:
-    one pause of a busy machine that holds up the requests in flight fails it. So a probe whose figures fail either gate is measured again in a fresh replica,
-    up to ``probes`` times in all (the latency section's, else the cost section's; default 2), and
-    the gates are judged on the first probe that passes both, or on the last. A candidate that is
-    really slow or costly fails every probe; the earlier probes' figures are kept in the value.
+    one pause of a busy machine that holds up the requests in flight fails it. So a probe whose
+    figures fail either gate is measured again in a fresh replica, up to ``probes`` times in all
+    (the latency section's, else the cost section's; default 2), and the gates are judged on the
+    first probe that passes both, or on the last. A candidate that is really slow or costly fails
+    every probe; the earlier probes' figures are kept in the value.
     """
     names = [name for name in SERVING_GATES if name in cfgs]
     if not names:
