@@ -6,6 +6,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.synced
 PYTEST_ARGS ?=
+# make test runs the suite on TEST_WORKERS pytest-xdist processes, a test file per worker at a time; tests
+# marked `alone` (their assertions read the clock) wait until they have the machine to themselves.
+TEST_WORKERS ?= 2
 
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := true
@@ -38,7 +41,7 @@ demo: $(STAMP)
 	$(PY) -m flows.demo
 
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The long versions of the reliability runs (CI runs the overload for 12 s): figures printed.
 SOAK_MINUTES ?= 10
@@ -47,7 +50,7 @@ soak: $(STAMP)
 	$(PY) -m benchmarks.soak --minutes $(SOAK_MINUTES)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
 
 up: $(STAMP)
 	$(PY) -m infra.stack up

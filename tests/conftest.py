@@ -6,20 +6,25 @@ Feast (they read it once at import). Tests never touch the user's ``.tollfree/``
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 _SESSION_HOME: Path | None = None
+_MACHINE_LOCK = "TOLLFREE_TEST_MACHINE_LOCK"  # set by the first pytest process; its xdist workers inherit it
 
 
 def pytest_configure(config: pytest.Config) -> None:
     global _SESSION_HOME
     _SESSION_HOME = Path(tempfile.mkdtemp(prefix="tollfree-test-"))
+    os.environ.setdefault(_MACHINE_LOCK, str(_SESSION_HOME / "machine.lock"))
     os.environ["TOLLFREE_HOME"] = str(_SESSION_HOME)
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{_SESSION_HOME / 'mlflow.db'}"
     os.environ["PREFECT_HOME"] = str(_SESSION_HOME / "prefect")
@@ -33,6 +38,28 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _SESSION_HOME is not None and not os.environ.get("TOLLFREE_KEEP_TEST_STATE"):
         shutil.rmtree(_SESSION_HOME, ignore_errors=True)
+
+
+@contextmanager
+def _machine(exclusive: bool) -> Iterator[None]:
+    """The machine, shared with the other xdist workers' tests or held alone. A test marked ``alone`` waits
+    until no other test runs, and none starts until it ends (its setup and teardown included): its assertions
+    read the clock (a window, a deadline, a latency) and a neighbour's load would move them. An ``alone``
+    test that is waiting goes before any shared test that arrives after it (the gate file), so it is not
+    starved. In one process (no xdist) the two never overlap: no lock is ever waited on."""
+    path = Path(os.environ[_MACHINE_LOCK])
+    with open(path.with_suffix(".gate"), "a+") as gate, open(path, "a+") as machine:
+        fcntl.flock(gate, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        fcntl.flock(machine, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        if not exclusive:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        yield  # closing the files releases what is still held
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
+    with _machine(exclusive=item.get_closest_marker("alone") is not None):
+        yield
 
 
 @pytest.fixture(scope="session")

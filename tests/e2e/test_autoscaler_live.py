@@ -31,7 +31,7 @@ from serving.gateway.process import GatewayProcess, environ_with, start_gateway,
 from tests.models import RowCostModel
 from tests.world import MODEL_NAME, World
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # their assertions read the clock: no other test beside them
 
 PER_ROW_S = 0.025  # one replica serves 40 requests/s
 WARM_POOL = 3  # standby replicas: a 10x step needs several new replicas at once

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # their assertions read the clock: no other test beside them
 
 PROJECT = Path(__file__).resolve().parents[2]
 

@@ -32,7 +32,7 @@ from serving.state.replica_registry import ReplicaRegistry
 from tests.gateways import ENTITY, RetryingClients, rows_body, wait_ready
 from tests.services import haproxy_server
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # their assertions read the clock: no other test beside them
 
 NAME = "fraud-shared"
 # Requests in flight per replica (vertical axis off): 24 clients want one replica, 64 want two. The policy's load

@@ -25,7 +25,7 @@ from serving.gateway.process import environ_with, start_gateway
 from serving.inference_log import read_inference_log
 from tests.gateways import ENTITY, create, rows_body, rss_mb
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # their assertions read the clock: no other test beside them
 
 OVERLOAD_S = float(os.environ.get("TOLLFREE_OVERLOAD_S", "12"))
 SLO_S = ScalingConfig().latency_slo_ms / 1000

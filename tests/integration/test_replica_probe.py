@@ -122,6 +122,7 @@ def fast_probe(tmp_path_factory) -> tuple[ProbeResult, list[int], str]:
     return result, pids, uri
 
 
+@pytest.mark.alone
 def test_fast_model_is_measured_and_its_replica_stopped(fast_probe):
     result, pids, uri = fast_probe
     assert result.errors == 0
@@ -136,6 +137,7 @@ def test_fast_model_is_measured_and_its_replica_stopped(fast_probe):
     assert len(pids) == 1 and not _pid_alive(pids[0])
 
 
+@pytest.mark.alone
 def test_slow_model_shows_its_latency(fast_probe, tmp_path):
     fast, _, _ = fast_probe
     slow, pids = _probe(_register("slow"), tmp_path)
