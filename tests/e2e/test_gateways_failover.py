@@ -170,4 +170,6 @@ def test_behind_haproxy_the_follower_takes_over_from_a_killed_leader_and_keeps_s
     assert set(started) <= {r.pid for r in adopted}  # the same processes, now the follower's
     assert resumed is not None, "the new leader did not continue from the leader's record"
     assert len(adopted) == 1 and int(resumed.group(1)) == 1, (adopted, resumed.group(0))
-    assert sorted(r.pid for r in two) == running and set(started) < set(running)
+    # what the new leader did with its replicas, for the message when the set is not the expected one
+    story = [line for line in log.splitlines() if "replica" in line and "HTTP Request" not in line][-12:]
+    assert sorted(r.pid for r in two) == running and set(started) < set(running), (started, running, story)
