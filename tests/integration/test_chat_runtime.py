@@ -31,6 +31,14 @@ def runtimes(session_home: Path, trace: Path) -> dict[str, ChatRuntime]:
     loaded = {"chat": load_runtime(f"models:/runtime-ticker/{chat}", session_home),
               "agent": load_runtime(f"models:/runtime-agent/{agent}", session_home)}
     assert all(isinstance(r, ChatRuntime) for r in loaded.values())
+    # the agent's predict is traced by MLflow into the active experiment: one whose artifacts are in the state
+    # folder (the default experiment on a SQLite registry would write them to ./mlruns)
+    import mlflow
+    from mlflow import MlflowClient
+
+    from serving.registry.versions import ensure_experiment
+
+    mlflow.set_experiment(experiment_id=ensure_experiment(MlflowClient(), "chat-runtime", session_home / "artifacts"))
     return loaded  # type: ignore[return-value]
 
 
