@@ -7,7 +7,6 @@ Log it with ``log_ticker_agent(name)``.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Generator
 from typing import Any
@@ -43,22 +42,13 @@ class TickerAgent(ResponsesAgent):
 
 def log_ticker_agent(name: str, *, interval_s: float = 0.0) -> str:
     """Log and register the agent as ``name``; its registered version."""
-    with mlflow.start_run(experiment_id=_state_experiment()):
+    from serving.registry.versions import state_experiment  # the file is also the logged model: imported here
+
+    with mlflow.start_run(experiment_id=state_experiment("tickers")):
         info = mlflow.pyfunc.log_model(name="model", python_model=__file__, model_config={"interval_s": interval_s},
                                        registered_model_name=name,
                                        input_example={"input": [{"role": "user", "content": "hello"}], "max_output_tokens": 2})
     return str(info.registered_model_version)
-
-
-def _state_experiment() -> str:
-    """The experiment ``tickers``, its artifacts in the state folder: MLflow's default experiment on a SQLite
-    registry keeps them in ./mlruns, under whatever folder the caller runs in."""
-    from mlflow import MlflowClient
-
-    from serving.registry.versions import ensure_experiment
-    from serving.settings import Settings
-
-    return ensure_experiment(MlflowClient(), "tickers", Settings.from_environ(os.environ).artifacts_dir)
 
 
 mlflow.models.set_model(TickerAgent())

@@ -13,7 +13,6 @@ Log it with ``log_ticker(name, interval_s=0.02)``.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,23 +71,14 @@ def log_ticker(name: str, *, interval_s: float = 0.02, trace: str | None = None)
     config: dict[str, Any] = {"interval_s": interval_s}
     if trace:
         config["trace"] = trace
-    with mlflow.start_run(experiment_id=_state_experiment()):
+    from serving.registry.versions import state_experiment  # the file is also the logged model: imported here
+
+    with mlflow.start_run(experiment_id=state_experiment("tickers")):
         info = mlflow.pyfunc.log_model(name="model", python_model=__file__, model_config=config,
                                        registered_model_name=name,
                                        input_example={"messages": [{"role": "user", "content": "hello"}], "max_tokens": 2,
                                                       "temperature": 0.0, "n": 1, "stream": False})
     return str(info.registered_model_version)
-
-
-def _state_experiment() -> str:
-    """The experiment ``tickers``, its artifacts in the state folder: MLflow's default experiment on a SQLite
-    registry keeps them in ./mlruns, under whatever folder the caller runs in."""
-    from mlflow import MlflowClient
-
-    from serving.registry.versions import ensure_experiment
-    from serving.settings import Settings
-
-    return ensure_experiment(MlflowClient(), "tickers", Settings.from_environ(os.environ).artifacts_dir)
 
 
 mlflow.models.set_model(TickerChat())

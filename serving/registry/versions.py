@@ -63,3 +63,16 @@ def ensure_experiment(client: MlflowClient, name: str, artifact_root: Path) -> s
     if found is not None:
         return found.experiment_id
     return client.create_experiment(name, artifact_location=artifact_root.resolve().as_uri())
+
+
+def state_experiment(name: str) -> str:
+    """``ensure_experiment`` on the tracking server and state folder the environment names (``TOLLFREE_HOME``,
+    ``MLFLOW_TRACKING_URI``): for code that logs a model outside a flow. MLflow's default experiment on a SQLite
+    registry keeps its artifacts in ./mlruns, under whatever folder the caller runs in."""
+    import os
+
+    from mlflow import MlflowClient
+
+    from serving.settings import Settings
+
+    return ensure_experiment(MlflowClient(), name, Settings.from_environ(os.environ).artifacts_dir)

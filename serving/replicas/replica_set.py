@@ -7,9 +7,9 @@ stops processes for it (``replicas.local_backend``); the data plane reads it thr
 Everyone else reads ``replicas``, ``max_concurrency``, ``scaling`` and ``starting``.
 
 ``scale_to`` returns at once: new replicas start in the background (from the warm pool when there is
-one), surplus ones leave the routing at once and stop once their requests are answered. A count lowered
-while replicas are still starting holds for them too: a start that completes past the count last asked
-for is stopped, not added. Dead replicas leave the routing when ``ready_count`` counts them, so the
+one). A lower count is taken from the replicas still starting first: a start that completes past the
+count last asked for is stopped, not added; only the rest of the surplus leaves the routing at once (the
+least busy ready replicas) and stops once its requests are answered. Dead replicas leave the routing when ``ready_count`` counts them, so the
 autoscaler sees them missing and replaces them.
 """
 
@@ -164,10 +164,11 @@ class ReplicaSet:
         for _ in range(n - current):
             self._starting += 1
             self._spawn(self._add())
-        surplus = current - n
+        # replicas still starting leave first, as a Kubernetes ReplicaSet deletes pending pods before ready
+        # ones: ``_add`` stops each that comes up past the wanted count; only the rest of the surplus takes
+        # ready replicas, the least busy first (a ready replica serves now, a starting one only later)
+        surplus = current - n - self._starting
         if surplus > 0:
-            # ready replicas leave first; what is left of the surplus is still starting, and ``_add``
-            # stops those when they come up past the wanted count
             leaving = sorted(self._replicas, key=lambda r: r.outstanding)[:surplus]
             for replica in leaving:
                 self._replicas.remove(replica)  # no new requests from here on

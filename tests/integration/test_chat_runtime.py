@@ -5,6 +5,7 @@ the OpenAI shapes, usage, a cancelled stream closing the model's generator, a mo
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -22,7 +23,7 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def runtimes(session_home: Path, trace: Path) -> dict[str, ChatRuntime]:
+def runtimes(session_home: Path, trace: Path) -> Iterator[dict[str, ChatRuntime]]:
     from benchmarks.ticker_agent import log_ticker_agent
     from benchmarks.ticker_chat import log_ticker
 
@@ -34,12 +35,12 @@ def runtimes(session_home: Path, trace: Path) -> dict[str, ChatRuntime]:
     # the agent's predict is traced by MLflow into the active experiment: one whose artifacts are in the state
     # folder (the default experiment on a SQLite registry would write them to ./mlruns)
     import mlflow
-    from mlflow import MlflowClient
 
-    from serving.registry.versions import ensure_experiment
+    from serving.registry.versions import state_experiment
 
-    mlflow.set_experiment(experiment_id=ensure_experiment(MlflowClient(), "chat-runtime", session_home / "artifacts"))
-    return loaded  # type: ignore[return-value]
+    mlflow.set_experiment(experiment_id=state_experiment("chat-runtime"))
+    yield loaded  # type: ignore[misc]
+    mlflow.flush_trace_async_logging()  # the traces are written while the state folder still exists
 
 
 def _events(stream: bytes | list[bytes]) -> list[bytes]:

@@ -1,5 +1,5 @@
 """The replica set, the one owner of a served entity's replicas and limits, on a fake backend (no process):
-scale up and down, a scale-down that holds for replicas still starting, dead replicas out of the routing,
+scale up and down, a scale-down that takes replicas still starting before ready ones, dead replicas out of the routing,
 limits applied to the dispatcher, stop. Real processes: tests/integration/test_local_backend.py."""
 
 from __future__ import annotations
@@ -91,6 +91,22 @@ def test_a_scale_down_while_starting_holds_when_the_starts_complete(caplog):
     assert starting == 3 and ready == 1 and len(stopped) == 2
     added = [ADDED.search(r.getMessage()) for r in caplog.records]
     assert [(m.group(2), m.group(3)) for m in added if m] == [("e", "1")]   # the line the fidelity benchmark reads
+
+
+def test_a_scale_down_during_a_start_takes_the_starting_replica_and_keeps_the_ready_one():
+    async def scenario() -> tuple[list[int], list[int], list[int]]:
+        backend = FakeBackend()
+        ready = FakeReplica(1)
+        served = ReplicaSet("champion", "m", "1", backend, endpoint="e", replicas=[ready], drain_timeout_s=0.05)
+        served.scale_to(2)               # one more starting
+        served.scale_to(1)               # the flap back: the start goes, the replica that serves stays
+        routed = [r.pid for r in served.replicas]
+        backend.release.set()
+        await _settle(served)
+        return routed, [r.pid for r in served.replicas], backend.stopped
+
+    routed, after, stopped = asyncio.run(scenario())
+    assert routed == [1] and after == [1] and stopped == [101]
 
 
 def test_surplus_replicas_leave_the_routing_at_once_and_dead_ones_when_counted():
