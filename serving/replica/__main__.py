@@ -78,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     mlflow.set_tracking_uri(settings.tracking_uri)
+    # MLflow traces every call of a ResponsesAgent by default: in a replica that is a registry write per request,
+    # into the default experiment (its artifacts in ./mlruns). A replica logs no model, so tracing stays off here
+    # (in a process that logs models afterwards, turning it off made log_model hang: MLflow 3.17.2)
+    mlflow.tracing.disable()
     token = os.environ.get(REPLICA_TOKEN_ENV) or None
     loaded: list[Any] = []  # the app, once a model can serve: only then may a new gateway adopt us
     # watched from the start: a replica still loading when its gateway dies stops at once (nobody knows of it)

@@ -1,20 +1,30 @@
 """A replica's chat runtime on real MLflow models (the ticker as a ``ChatModel`` and as a ``ResponsesAgent``,
 logged from code and loaded back as a replica loads them), called in process: whole answers and streams in
-the OpenAI shapes, usage, a cancelled stream closing the model's generator, a model failing mid-stream."""
+the OpenAI shapes, usage, a cancelled stream closing the model's generator, a model failing mid-stream; and a
+real replica process serving the agent, which must record no MLflow trace."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import orjson
 import pytest
 
 from serving.generative import sse
 from serving.generative.chat import parse_chat_request
 from serving.protocol.errors import ApiError
+from serving.protocol.wire import OWNER_ENV
 from serving.replica.chat import ChatModelError, ChatRuntime, load_runtime
+from serving.replicas.local import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -23,14 +33,18 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def runtimes(session_home: Path, trace: Path) -> Iterator[dict[str, ChatRuntime]]:
+def registered(trace: Path) -> dict[str, str]:
+    """The ticker as a ``ChatModel`` and as a ``ResponsesAgent``, registered: their model URIs."""
     from benchmarks.ticker_agent import log_ticker_agent
     from benchmarks.ticker_chat import log_ticker
 
-    chat = log_ticker("runtime-ticker", interval_s=0.001, trace=str(trace))
-    agent = log_ticker_agent("runtime-agent")
-    loaded = {"chat": load_runtime(f"models:/runtime-ticker/{chat}", session_home),
-              "agent": load_runtime(f"models:/runtime-agent/{agent}", session_home)}
+    return {"chat": f"models:/runtime-ticker/{log_ticker('runtime-ticker', interval_s=0.001, trace=str(trace))}",
+            "agent": f"models:/runtime-agent/{log_ticker_agent('runtime-agent')}"}
+
+
+@pytest.fixture(scope="module")
+def runtimes(session_home: Path, registered: dict[str, str]) -> Iterator[dict[str, ChatRuntime]]:
+    loaded = {kind: load_runtime(uri, session_home) for kind, uri in registered.items()}
     assert all(isinstance(r, ChatRuntime) for r in loaded.values())
     # the agent's predict is traced by MLflow into the active experiment: one whose artifacts are in the state
     # folder (the default experiment on a SQLite registry would write them to ./mlruns)
@@ -96,3 +110,48 @@ def test_an_agent_takes_no_tool_messages(runtimes: dict[str, ChatRuntime]) -> No
     with pytest.raises(ApiError) as caught:
         runtimes["agent"].complete(request, "r6")
     assert caught.value.status_code == 400 and "tool" in caught.value.message
+
+
+def _traces() -> int:
+    """How many MLflow traces the registry holds, in every experiment."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    return len(client.search_traces(locations=experiments, max_results=1000, include_spans=False))
+
+
+def test_a_replica_process_serving_an_agent_records_no_trace(registered: dict[str, str], tmp_path: Path) -> None:
+    """MLflow traces every call of a ``ResponsesAgent``; in a replica that is a registry write per request (and
+    its artifacts in the default experiment's ./mlruns). The replica process turns tracing off."""
+    before = _traces()
+    port, token = free_port(), "chat-runtime-replica-token"
+    # MLflow writes a trace when its call ends, not later in the background: a trace would be there at the answer
+    env = {**os.environ, "TOLLFREE_REPLICA_TOKEN": token, OWNER_ENV: str(os.getpid()),
+           "MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "false"}
+    log = tmp_path / "replica.log"
+    with open(log, "ab") as out:
+        process = subprocess.Popen([sys.executable, "-m", "serving.replica", "--model-uri", registered["agent"],
+                                    "--port", str(port)], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url, headers = f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {token}"}
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert process.poll() is None, log.read_text()
+            try:
+                if httpx.get(f"{url}/health/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the agent's replica is not ready"
+            time.sleep(0.1)
+        for stream in (False, True):
+            answer = httpx.post(f"{url}/invocations", headers=headers, timeout=30, json={
+                "messages": [{"role": "user", "content": "red green"}], "max_tokens": 3, "stream": stream})
+            assert answer.status_code == 200 and b"red" in answer.content, answer.text
+        traced = _traces() - before
+    finally:
+        process.terminate()
+        process.wait(60)
+    assert traced == 0, log.read_text()
+    assert not (ROOT / "mlruns").exists()
