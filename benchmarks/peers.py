@@ -12,10 +12,11 @@ Models (fitted once per run, the same object for every server):
 
 Servers, one at a time, everything on 127.0.0.1 and the same 2 cores as wrk:
 
-  tollfree          python -m serving, shipped defaults (autoscaler on, both axes); the model logged
-                    without an input example, so the replica does not batch
-  tollfree-example  the same, the model logged with an input example: the replica profiles it at load and
-                    batches concurrent requests when the profile says batches pay
+  tollfree          python -m serving, shipped defaults (autoscaler on, both axes); the model logged with a
+                    signature and no input example: the replica profiles it on a row built from the signature
+                    and batches concurrent requests when the profile says batches pay
+  tollfree-example  the same, the model logged with an input example: the replica profiles it on the
+                    example's first row
   tollfree-fixed    defaults, but max_concurrency fixed at 64 (the vertical axis off): the autoscaler's cost
   mlflow-2w         mlflow models serve -w 2 --env-manager local, in tollfree's venv (uvloop installed)
   mlserver, mlserver-batch, bentoml, bentoml-batch, rayserve, kserve: see benchmarks/peer_servers.py, each in
@@ -229,15 +230,18 @@ def _path_taken(kind: str, home: Path) -> str:
 
 
 def _scaling(server: Server) -> str:
-    """What tollfree's autoscaler did over the run: the most replicas it asked for and its last per-replica limit."""
+    """What tollfree's autoscaler did over the run: the most replicas it asked for, its last per-replica limit, and
+    how often it held the replicas at the machine's busy cores."""
     import httpx
 
     answer = httpx.get(f"{server.url}/api/2.0/serving-endpoints/bench/autoscaler", headers=server.headers, timeout=30)
     decisions = answer.json().get("decisions", []) if answer.status_code == 200 else []
     if not decisions:
         return "; autoscaler: no decision"
+    held = sum("cores are busy" in d["reason"] for d in decisions)
     return (f"; autoscaler: up to {max(d['replicas'] for d in decisions)} replica(s), "
-            f"limit {decisions[-1]['max_concurrency']} per replica at the end")
+            f"limit {decisions[-1]['max_concurrency']} per replica at the end"
+            + (f", held at the cores in {held} decision(s)" if held else ""))
 
 
 def _check(kind: str, server: Server, model: dict[str, Any], n: int) -> None:

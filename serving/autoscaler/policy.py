@@ -9,7 +9,9 @@ to scale down, with tolerance bands against flapping. A surge (the last second's
 x the replicas' capacity, Knative's panic threshold) is decided at once; one still rising is sized for
 where it heads within a decision interval. The last replica leaves only through the idle window. An
 entity fed by a stream also gets the replicas that drain the stream's backlog within its ``max_lag_s`` at
-the throughput a replica reaches now (``_stream_drain``), when that is more.
+the throughput a replica reaches now (``_stream_drain``), when that is more. Replicas that share one
+machine (local ones: ``Sample.cores``) do not grow past its cores while they are busy (``_held_at_cores``):
+a process more gets no CPU there, and its start takes CPU from those that serve.
 
 Vertical (every ``vertical_interval_s``, ``vertical.py``): the per-replica target concurrency, the
 horizontal's denominator. The gateway's admission limit is ``target x admission_headroom`` and, with
@@ -31,6 +33,7 @@ from serving.autoscaler.vertical import LATENCY_GOAL, retune
 
 SURGE = 1.5                   # a 1-s load above this many times capacity is decided at once
 BACKLOG_SLACK = 0.1           # a stream backlog that needs at most this share more throughput: no replica added
+CORES_BUSY = 0.9              # a machine whose cores were this busy over a decision interval has none to spare
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,20 @@ def _stream_drain(config: ScalingConfig, signals: Signals, now: float) -> Option
     return math.ceil((served_per_s + backlog) / per_replica - 1e-9)
 
 
+def _held_at_cores(config: ScalingConfig, signals: Signals, now: float, current: int,
+                   desired: int) -> Optional[tuple[int, float]]:
+    """For replicas sharing one machine: the most replicas worth having, ``max(current, cores)`` while the
+    cores were at least ``CORES_BUSY`` busy over the last decision interval (else ``desired``), with that busy
+    share; None when the samples say nothing of a machine. It only stops growth: replicas over the cores
+    leave by the ordinary scale-down."""
+    recent = [s for s in signals.since(now - config.decision_interval_s) if s.cores > 0 and s.cores_busy is not None]
+    if not recent:
+        return None
+    busy = sum(s.cores_busy or 0.0 for s in recent) / len(recent)
+    cap = max(current, recent[-1].cores)
+    return (min(desired, cap) if busy >= CORES_BUSY else desired), round(busy, 3)
+
+
 def _horizontal(config: ScalingConfig, signals: Signals, state: PolicyState, now: float,
                 surge: bool = False) -> tuple[int, str, dict]:
     target, current = state.target, state.replicas
@@ -173,6 +190,11 @@ def _horizontal(config: ScalingConfig, signals: Signals, state: PolicyState, now
     if drain is not None and drain > desired:  # a backlog holds its replicas against a scale-down too
         desired, reason = drain, "stream lag"
     inputs["stream_drain"] = drain
+    held = _held_at_cores(config, signals, now, current, desired)
+    if held is not None:
+        inputs["cores_busy"] = held[1]
+        if held[0] < desired:
+            desired, reason = held[0], reason + f" (held at {held[0]}: the machine's cores are busy)"
     bounded = min(config.max_replicas, max(floor, desired))
     if bounded != desired:
         reason += f" (bounded to [{floor}, {config.max_replicas}])"

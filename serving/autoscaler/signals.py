@@ -31,6 +31,10 @@ class Sample:
     # stream entries waiting in the broker for this entity, divided by their stream's max_lag_s: the events a
     # second it must serve on top of its current throughput to drain the backlog in time (0: no stream lag)
     stream_backlog_per_s: float = 0.0
+    # the machine the replicas share (local replicas): its cores, and the share of them busy over the second,
+    # whoever uses them (replicas, the gateway, clients on the same machine); 0 and None elsewhere
+    cores: int = 0
+    cores_busy: Optional[float] = None
 
 
 @dataclass(frozen=True)

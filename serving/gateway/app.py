@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from serving.endpoints.manager import EndpointManager
 from serving.gateway import control_plane
 from serving.gateway.auth import TokenRegistry, authenticate
-from serving.gateway.autoscaling import LiveAutoscaler
+from serving.gateway.autoscaling import LiveAutoscaler, MachineCpu
 from serving.gateway.chat_plane import OPENAI_ROUTE, ChatPlane
 from serving.gateway.data_plane import INVOCATIONS, InvocationsHandler
 from serving.gateway.leadership import Leadership, holder_id
@@ -155,7 +155,10 @@ def _start_autoscaler(app: FastAPI, manager: EndpointManager, metrics: GatewayMe
     """The autoscaler over the live replica sets, stepped on this event loop (its scale-ups take standbys from
     the leader's warm pool, ``_WarmPoolSwitch``)."""
     loop = asyncio.get_running_loop()
-    scaler = LiveAutoscaler(manager, interval_s=settings.interval_s, shared=shared, backlog=streams.backlog_per_s)
+    # local replicas share this machine's cores; a cluster's pods run on nodes the gateway does not see
+    machine = MachineCpu() if manager.cluster is None else None
+    scaler = LiveAutoscaler(manager, interval_s=settings.interval_s, shared=shared, backlog=streams.backlog_per_s,
+                            machine=machine)
     app.state.autoscaler = scaler
     metrics.registry.register(scaler.controller.collector())
     return loop.create_task(scaler.run())

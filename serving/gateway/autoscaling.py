@@ -52,6 +52,28 @@ def cpu_seconds(pid: int) -> float | None:
         return None
 
 
+class MachineCpu:
+    """The share of this machine's cores busy between two reads, from ``/proc/stat`` (every process counts:
+    replicas, gateway, anything else on it). None on the first read, or where ``/proc/stat`` is missing."""
+
+    def __init__(self, path: str = "/proc/stat") -> None:
+        self.path = path
+        self.cores = os.cpu_count() or 1
+        self._last: tuple[int, int] | None = None  # (busy ticks, total ticks)
+
+    def read(self) -> float | None:
+        try:
+            with open(self.path, "rb") as f:
+                ticks = [int(x) for x in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+        except (OSError, ValueError):
+            return None
+        total, busy = sum(ticks), sum(ticks) - ticks[3] - ticks[4]
+        last, self._last = self._last, (busy, total)
+        if last is None or total <= last[1]:
+            return None
+        return min(1.0, max(0.0, (busy - last[0]) / (total - last[1])))
+
+
 def busy_share(before: float, after: float, seconds: float, outstanding: int) -> float:
     """A replica's busy share over the ``seconds`` between two samples, from its busy clock as its answers
     carried it (``before`` at the first sample, ``after`` at the second): the clock's rise over the
@@ -64,15 +86,18 @@ def busy_share(before: float, after: float, seconds: float, outstanding: int) ->
 
 class GatewaySignals:
     """The samples of this gateway's served entities; the leader of several adds the others' readings
-    (``shared``: see ``serving.gateway.shared_scaling``)."""
+    (``shared``: see ``serving.gateway.shared_scaling``). With ``machine`` (local replicas, which share this
+    machine's cores) each sample carries the cores and how busy they were."""
 
     def __init__(self, manager: EndpointManager, shared: SharedScaling | None = None,
-                 wall: Callable[[], float] = time.time, backlog: Backlog | None = None) -> None:
+                 wall: Callable[[], float] = time.time, backlog: Backlog | None = None,
+                 machine: MachineCpu | None = None) -> None:
         self.manager = manager
         self.backlog = backlog
         self.shared = shared
         self.wall = wall
         self.remote = RemoteLoad()
+        self.machine = machine
         self._cpu: dict[int, tuple[float, float]] = {}   # pid -> (cpu seconds, when)
         self._busy: dict[int, tuple[float, float]] = {}  # pid -> (busy clock, when)
         self._totals: dict[EntityKey, tuple[int, int]] = {}  # a follower's arrivals and completions so far
@@ -108,6 +133,8 @@ class GatewaySignals:
         pids: set[int] = set()
         others = self.shared.remote() if self.shared is not None else []
         seen = RemoteLoad.busy_clocks(others)
+        cores_busy = self.machine.read() if self.machine is not None else None
+        cores = self.machine.cores if self.machine is not None and cores_busy is not None else 0
         for endpoint, live in list(self.manager.live.items()):
             for name, entity in live.entities.items():
                 if entity.dispatcher is None:
@@ -122,6 +149,7 @@ class GatewaySignals:
                     utilisation=self._utilisation(entity, now, seen),
                     per_replica_in_flight=tuple(float(r.outstanding) for r in entity.replicas),
                     stream_backlog_per_s=self.backlog(endpoint, name) if self.backlog is not None else 0.0,
+                    cores=cores, cores_busy=cores_busy,
                 )
                 mine = [r for r in others if r.key == (endpoint, name)]
                 out[(endpoint, name)] = self.remote.merged(own, entity.model_uri, mine, reading.seconds) if mine else own
@@ -194,13 +222,14 @@ class LiveAutoscaler:
 
     def __init__(self, manager: EndpointManager, backend: Backend | None = None, *, interval_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
-                 shared: SharedScaling | None = None, backlog: Backlog | None = None) -> None:
+                 shared: SharedScaling | None = None, backlog: Backlog | None = None,
+                 machine: MachineCpu | None = None) -> None:
         self.manager = manager
         self.interval_s = interval_s
         self.clock = clock
         self.wall = wall
         self.shared = shared
-        self.signals = GatewaySignals(manager, shared, wall, backlog)
+        self.signals = GatewaySignals(manager, shared, wall, backlog, machine)
         self.controller = Controller(self.signals, backend or ReplicaSets(manager), {},
                                      concurrency_sink=self._set_limit, queue_sink=self._set_queue)
         self._configs: dict[EntityKey, tuple[int, ScalingConfig]] = {}  # key -> (id of the entity, its config)

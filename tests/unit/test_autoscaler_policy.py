@@ -361,3 +361,35 @@ def test_no_stream_backlog_a_small_one_or_no_throughput_measured_adds_nothing():
                                   completed=completed, stream_backlog_per_s=backlog))
             scaler.decide(float(t))
         assert scaler.state.replicas == 2, (backlog, completed)
+
+
+def _on_machine(cores: int, busy: float | None):
+    """``run``'s load with every sample on a machine of ``cores`` cores, ``busy`` of them busy."""
+    def feed(scaler: EntityScaler, start: int, end: int, load: float) -> list[Decision]:
+        decisions = []
+        for t in range(start, end):
+            s = sample(float(t), load, scaler.state.replicas)
+            scaler.observe(replace(s, cores=cores, cores_busy=busy))
+            decisions.append(scaler.decide(float(t)))
+        return decisions
+    return feed
+
+
+def test_replicas_on_one_machine_do_not_grow_past_its_cores_while_they_are_busy():
+    scaler = EntityScaler(horizontal_only(), replicas=1)
+    last = _on_machine(2, 0.97)(scaler, 1, 12, 40.0)[-1]   # the load asks for 4
+    assert scaler.state.replicas == 2 and "cores are busy" in last.reason
+    assert last.inputs["cores_busy"] == 0.97
+
+
+def test_idle_cores_or_no_machine_in_the_samples_hold_nothing_back():
+    for cores, busy in ((2, 0.5), (0, None), (2, None)):
+        scaler = EntityScaler(horizontal_only(), replicas=1)
+        _on_machine(cores, busy)(scaler, 1, 12, 40.0)
+        assert scaler.state.replicas == 4, (cores, busy)
+
+
+def test_replicas_already_over_the_cores_are_not_taken_by_the_hold():
+    scaler = EntityScaler(horizontal_only(), replicas=3)
+    _on_machine(2, 0.99)(scaler, 1, 12, 60.0)              # asks for 6: held at the 3 there are, not cut to 2
+    assert scaler.state.replicas == 3

@@ -1,11 +1,12 @@
 """A replica's busy clock and the utilisation the gateway reads from it: overlapping predict calls count
-once, the call in progress counts, and a second with no answer is busy exactly when requests are out."""
+once, the call in progress counts, and a second with no answer is busy exactly when requests are out; the
+machine's busy share from /proc/stat."""
 
 from __future__ import annotations
 
 import pytest
 
-from serving.gateway.autoscaling import busy_share
+from serving.gateway.autoscaling import MachineCpu, busy_share
 from serving.replica.metrics import BusyClock, ReplicaMetrics
 
 
@@ -59,3 +60,15 @@ def test_the_replica_exposes_its_busy_seconds_as_a_counter():
 ])
 def test_the_busy_share_of_an_interval(before, after, seconds, outstanding, share):
     assert busy_share(before, after, seconds, outstanding) == pytest.approx(share)
+
+
+def test_the_machines_busy_share_between_two_reads_of_proc_stat(tmp_path):
+    stat = tmp_path / "stat"
+    machine = MachineCpu(str(stat))
+    assert machine.read() is None                                   # no file: nothing known
+    stat.write_text("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4\n")
+    assert machine.read() is None                                   # the first read only starts the count
+    stat.write_text("cpu  250 0 100 850 50 0 0 0 0 0\ncpu0 1 2 3 4\n")  # 200 busy, 50 idle ticks since
+    assert machine.read() == pytest.approx(0.8)
+    stat.write_text("cpu  250 0 100 850 50 0 0 0 0 0\n")            # no tick passed: no share
+    assert machine.read() is None
