@@ -74,14 +74,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--model-uri is required (or --standby)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s replica[%(process)d] %(name)s: %(message)s")
     settings = export_defaults(os.environ)
+    # MLflow traces every call of a ResponsesAgent by default: in a replica that is a registry write per request,
+    # into the default experiment (its artifacts in ./mlruns). Sampled at 0 here, unless the environment asks
+    # for traces. Not mlflow.tracing.disable(): with tracing off, MLflow 3.17.2's trace_disabled wrapper calls
+    # the function while holding its lock, so a model whose load_context loads another model (load_model
+    # inside load_model) deadlocks, as log_model did in a process that had turned tracing off.
+    os.environ.setdefault("MLFLOW_TRACE_SAMPLING_RATIO", "0")
     import mlflow
     import uvicorn
 
     mlflow.set_tracking_uri(settings.tracking_uri)
-    # MLflow traces every call of a ResponsesAgent by default: in a replica that is a registry write per request,
-    # into the default experiment (its artifacts in ./mlruns). A replica logs no model, so tracing stays off here
-    # (in a process that logs models afterwards, turning it off made log_model hang: MLflow 3.17.2)
-    mlflow.tracing.disable()
     token = os.environ.get(REPLICA_TOKEN_ENV) or None
     loaded: list[Any] = []  # the app, once a model can serve: only then may a new gateway adopt us
     # watched from the start: a replica still loading when its gateway dies stops at once (nobody knows of it)
