@@ -6,10 +6,7 @@ real replica process serving the agent, which must record no MLflow trace."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,9 +17,8 @@ import pytest
 from serving.generative import sse
 from serving.generative.chat import parse_chat_request
 from serving.protocol.errors import ApiError
-from serving.protocol.wire import OWNER_ENV
 from serving.replica.chat import ChatModelError, ChatRuntime, load_runtime
-from serving.replicas.local import free_port
+from serving.replicas.local import start_replica, stop_replica, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,35 +119,21 @@ def _traces() -> int:
 
 def test_a_replica_process_serving_an_agent_records_no_trace(registered: dict[str, str], tmp_path: Path) -> None:
     """MLflow traces every call of a ``ResponsesAgent``; in a replica that is a registry write per request (and
-    its artifacts in the default experiment's ./mlruns). The replica process turns tracing off."""
+    its artifacts in the default experiment's ./mlruns). The replica process samples traces at 0."""
     before = _traces()
-    port, token = free_port(), "chat-runtime-replica-token"
+    token = "chat-runtime-replica-token"
     # MLflow writes a trace when its call ends, not later in the background: a trace would be there at the answer
-    env = {**os.environ, "TOLLFREE_REPLICA_TOKEN": token, OWNER_ENV: str(os.getpid()),
-           "MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "false"}
-    log = tmp_path / "replica.log"
-    with open(log, "ab") as out:
-        process = subprocess.Popen([sys.executable, "-m", "serving.replica", "--model-uri", registered["agent"],
-                                    "--port", str(port)], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    url, headers = f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {token}"}
+    env = {**os.environ, "TOLLFREE_REPLICA_TOKEN": token, "MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "false"}
+    replica = start_replica(registered["agent"], tmp_path, env)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, log.read_text()
-            try:
-                if httpx.get(f"{url}/health/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the agent's replica is not ready"
-            time.sleep(0.1)
+        wait_ready(replica)
         for stream in (False, True):
-            answer = httpx.post(f"{url}/invocations", headers=headers, timeout=30, json={
-                "messages": [{"role": "user", "content": "red green"}], "max_tokens": 3, "stream": stream})
+            answer = httpx.post(f"{replica.url}/invocations", headers={"Authorization": f"Bearer {token}"}, timeout=30,
+                                json={"messages": [{"role": "user", "content": "red green"}], "max_tokens": 3,
+                                      "stream": stream})
             assert answer.status_code == 200 and b"red" in answer.content, answer.text
         traced = _traces() - before
     finally:
-        process.terminate()
-        process.wait(60)
-    assert traced == 0, log.read_text()
+        stop_replica(replica)
+    assert traced == 0, replica.log_path.read_text()
     assert not (ROOT / "mlruns").exists()
