@@ -1,10 +1,12 @@
 """A batch scoring run, start to publish: resolve the model, check the input, score chunks, publish.
 
 Order matters: everything that can be wrong with the request (run id, model reference, feature
-service or signature, input files, columns, types, emptiness, values) is checked before the first byte is
+service or signature, input files, columns, types, emptiness) is checked before the first byte is
 written; only then is a hidden staging directory created, filled chunk by chunk, completed with its
-manifest and published with one rename (see ``output_layout``). Any failure, or a kill, leaves no
-visible output.
+manifest and published with one rename (see ``output_layout``). The values' suite (Great Expectations)
+runs inline before the first chunk, or in a child process while the chunks are scored
+(``validation_process``); its verdict comes before the publish either way. Any failure, a refused input
+or a kill leaves no visible output.
 
 Two kinds of model version: one with a FeatureService (the ``feature_service`` tag or model metadata
 the train flow writes) is scored from entity keys, features joined point in time through Feast; one
@@ -139,28 +141,66 @@ def score_dataset(
 
     ``validation``: where the input's Great Expectations suite runs -- ``auto`` (a child process started at
     once when this process has not loaded Great Expectations yet, see ``validation_process``; else here),
-    ``process`` or ``inline``. Either way the verdict comes before anything is written."""
+    ``process`` or ``inline``. Inline, the verdict comes before the first chunk; in the child, the chunks are
+    scored into the hidden staging directory meanwhile and a refused input stops the run. Either way the
+    verdict comes before anything is published, and a refused input leaves no output."""
     started = time.perf_counter()
     output_layout.check_run_id(run_id)
     if engine not in engines.ENGINES:
         raise ValueError(f"engine must be one of {', '.join(engines.ENGINES)}, got {engine!r}")
     if chunk_rows <= 0:
         raise ValueError(f"chunk_rows must be > 0, got {chunk_rows}")
-    model, spec, plan = _check_input(Path(input_path), model_uri, home, tracking_uri, key_column, engine, validation)
-    checked = time.perf_counter()
+    in_child = validation_process.wanted(validation)
+    with validation_process.ValidationProcess() if in_child else contextlib.nullcontext() as validator:
+        model, spec, plan = _check_input(Path(input_path), model_uri, home, tracking_uri, key_column, engine, validator)
+        checked = time.perf_counter()
+        root = Path(output_root)
+        final = output_layout.run_dir(root, run_id)
+        created_root = not root.exists()
+        staging = output_layout.new_staging(root, run_id)
+        try:
+            chunks = _chunks(plan, spec, chunk_rows, staging / WORK_DIR if regroup else None)
+            log.info("batch %s: %d rows in %d file(s), %d chunk(s)%s, %s -> version %s, engine %s%s", run_id, plan.rows,
+                     len(plan.files), len(chunks), f" by {spec.join_keys[0]} range" if regroup and spec.join_keys else "",
+                     model_uri, model.version, engine, ", features given (no feature service)" if spec.features_given else "")
+            ctx = ScoringContext(str(Path(home).resolve()), tracking_uri, model.pinned, model.version,
+                                 model.feature_service, spec, run_id, str(staging))
+            chunked = time.perf_counter()
+            results, waited = _run_chunks(engine, ctx, chunks, dask, plan, validator, on_progress, checked)
+            rows = sum(r.rows for r in results)
+            if rows != plan.rows:
+                raise RuntimeError(f"scored {rows} rows of {plan.rows}: refusing to publish an incomplete run")
+            shutil.rmtree(staging / WORK_DIR, ignore_errors=True)
+            manifest = _manifest(run_id, model_uri, model, input_path, results, engine, chunk_rows, spec, regroup)
+            manifest.update({
+                "seconds": round(time.perf_counter() - started, 3),
+                # before the first chunk: the model resolved and loaded, the input planned (and the suite's verdict
+                # when it ran inline); after the chunks: what the run still waited for its child's verdict
+                "check_seconds": round(checked - started, 3), "chunks_seconds": round(time.perf_counter() - chunked, 3),
+                "verdict_wait_seconds": round(waited, 3),
+            })
+            output_layout.write_manifest(staging, manifest)
+            output_layout.publish(staging, final)
+        except BaseException:
+            output_layout.discard(staging, root if created_root else None)
+            raise
+    seconds = time.perf_counter() - started
+    missing = manifest["rows_without_features"]
+    if missing:
+        log.warning("batch %s: %d of %d rows had no features in the store (prediction left null)", run_id, missing, rows)
+    log.info("batch %s: published %d rows in %d files to %s in %.1f s", run_id, rows, len(manifest["files"]), final,
+             seconds)
+    return BatchResult(rows, final, model_uri, model.version, seconds, missing, len(manifest["files"]), len(chunks),
+                       engine, manifest["stage_seconds"])
 
-    final = output_layout.run_dir(Path(output_root), run_id)
-    staging = output_layout.new_staging(Path(output_root), run_id)
-    try:
-        chunks = _chunks(plan, spec, chunk_rows, staging / WORK_DIR if regroup else None)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    log.info("batch %s: %d rows in %d file(s), %d chunk(s)%s, %s -> version %s, engine %s%s", run_id, plan.rows,
-             len(plan.files), len(chunks), f" by {spec.join_keys[0]} range" if regroup and spec.join_keys else "",
-             model_uri, model.version, engine, ", features given (no feature service)" if spec.features_given else "")
-    ctx = ScoringContext(str(Path(home).resolve()), tracking_uri, model.pinned, model.version, model.feature_service,
-                         spec, run_id, str(staging))
+
+def _run_chunks(engine: str, ctx: ScoringContext, chunks: list[Chunk], dask: DaskOptions | None,
+                plan: input_check.InputPlan, validator: validation_process.ValidationProcess | None,
+                on_progress: Callable[[Progress], None] | None, checked: float) -> tuple[list[ChunkResult], float]:
+    """Score every chunk into the staging directory. With the suite still running in its child, its verdict is
+    taken as soon as it is there (between chunks: a refused input stops the run) and at the latest after the
+    last chunk; a chunk that fails on an input the suite refuses raises the suite's error, which names the
+    problem. Returns the chunks' results and the seconds waited for the verdict after the last chunk."""
     done = {"rows": 0, "chunks": 0}
 
     def record(result: ChunkResult) -> None:
@@ -168,57 +208,54 @@ def score_dataset(
         done["chunks"] += 1
         if on_progress is not None:
             on_progress(Progress(done["rows"], plan.rows, done["chunks"], len(chunks), time.perf_counter() - checked))
+        if validator is not None and validator.ready():
+            validator.verdict(plan, ctx.spec)
 
-    chunked = time.perf_counter()
     try:
         results = engines.run(engine, ctx, chunks, record, dask)
-        rows = sum(r.rows for r in results)
-        if rows != plan.rows:
-            raise RuntimeError(f"scored {rows} rows of {plan.rows}: refusing to publish an incomplete run")
-        shutil.rmtree(staging / WORK_DIR, ignore_errors=True)
-        files = [{"path": path, "rows": n} for r in results for path, n in r.files]
-        stages = {k: round(sum(r.seconds[k] for r in results), 3) for k in ("read", "features", "predict", "write")}
-        missing = sum(r.rows_without_features for r in results)
-        output_layout.write_manifest(staging, {
-            "run_id": run_id, "model_uri": model_uri, "model_version": model.version, "pinned_model_uri": model.pinned,
-            "feature_service": model.feature_service, "input": str(Path(input_path).resolve()), "rows": rows,
-            "rows_without_features": missing, "files": files, "engine": engine, "chunk_rows": chunk_rows,
-            "finished_at": datetime.now(timezone.utc).isoformat(), "user": _user(), "stage_seconds": stages,
-            "regrouped_by": spec.join_keys[0] if regroup and spec.join_keys else None,
-            "seconds": round(time.perf_counter() - started, 3),
-            # before the first chunk: the model resolved and loaded, the input planned, the suite's verdict
-            "check_seconds": round(checked - started, 3), "chunks_seconds": round(time.perf_counter() - chunked, 3),
-        })
-        output_layout.publish(staging, final)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+    except input_check.BatchInputError:
         raise
-    seconds = time.perf_counter() - started
-    if missing:
-        log.warning("batch %s: %d of %d rows had no features in the store (prediction left null)", run_id, missing, rows)
-    log.info("batch %s: published %d rows in %d files to %s in %.1f s", run_id, rows, len(files), final, seconds)
-    return BatchResult(rows, final, model_uri, model.version, seconds, missing, len(files), len(chunks), engine, stages)
+    except Exception:
+        if validator is not None:
+            validator.verdict(plan, ctx.spec)  # raises the suite's error if the input is refused, else the chunk's
+        raise
+    waiting = time.perf_counter()
+    if validator is not None:
+        validator.verdict(plan, ctx.spec)
+    return results, time.perf_counter() - waiting
+
+
+def _manifest(run_id: str, model_uri: str, model: ModelRef, input_path: Path, results: list[ChunkResult], engine: str,
+              chunk_rows: int, spec: InputSpec, regroup: bool) -> dict:
+    rows = sum(r.rows for r in results)
+    return {
+        "run_id": run_id, "model_uri": model_uri, "model_version": model.version, "pinned_model_uri": model.pinned,
+        "feature_service": model.feature_service, "input": str(Path(input_path).resolve()), "rows": rows,
+        "rows_without_features": sum(r.rows_without_features for r in results),
+        "files": [{"path": path, "rows": n} for r in results for path, n in r.files], "engine": engine,
+        "chunk_rows": chunk_rows, "finished_at": datetime.now(timezone.utc).isoformat(), "user": _user(),
+        "stage_seconds": {k: round(sum(r.seconds[k] for r in results), 3) for k in ("read", "features", "predict", "write")},
+        "regrouped_by": spec.join_keys[0] if regroup and spec.join_keys else None,
+    }
 
 
 def _check_input(input_path: Path, model_uri: str, home: Path, tracking_uri: str, key_column: str, engine: str,
-                 validation: str) -> tuple[ModelRef, InputSpec, input_check.InputPlan]:
-    """The model, what it needs of the input, and the input checked against that (its values validated in a
-    child process when ``validation`` asks for one, while this process loads the model it scores with)."""
-    in_child = validation_process.wanted(validation)
-    with validation_process.ValidationProcess() if in_child else contextlib.nullcontext() as validator:
-        model = resolve_model(model_uri, tracking_uri)
-        if model.feature_service:
-            spec = input_spec(home, model.feature_service, key_column)
-        else:  # features given: no feature store is opened
-            spec = InputSpec(key_column, (), (), model.columns)
-        plan = input_check.inspect(input_path, spec)
-        if validator is None:
-            input_check.validate_values(plan, spec)
-        else:
-            validator.submit(plan, spec)
-            if engine == "local":  # the model (and store) this process scores with load while the child validates
-                preload(str(Path(home).resolve()), tracking_uri, model.pinned, model.feature_service)
-            validator.verdict(plan, spec)
+                 validator: validation_process.ValidationProcess | None) -> tuple[ModelRef, InputSpec, input_check.InputPlan]:
+    """The model, what it needs of the input, and the input checked against that: its values validated here, or
+    handed to ``validator``'s child process (whose verdict the caller takes) while this process loads the model
+    it scores with."""
+    model = resolve_model(model_uri, tracking_uri)
+    if model.feature_service:
+        spec = input_spec(home, model.feature_service, key_column)
+    else:  # features given: no feature store is opened
+        spec = InputSpec(key_column, (), (), model.columns)
+    plan = input_check.inspect(input_path, spec)
+    if validator is None:
+        input_check.validate_values(plan, spec)
+    else:
+        validator.submit(plan, spec)
+        if engine == "local":  # the model (and store) this process scores with load while the child validates
+            preload(str(Path(home).resolve()), tracking_uri, model.pinned, model.feature_service)
     return model, spec, plan
 
 

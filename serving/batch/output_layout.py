@@ -22,6 +22,7 @@ it. Two concurrent runs with the same id are not supported (the later publish wi
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
@@ -71,6 +72,15 @@ def new_staging(output_root: Path, run_id: str) -> Path:
     staging = root / f"{_staging_prefix(run_id)}{uuid.uuid4().hex[:12]}.staging"
     staging.mkdir()
     return staging
+
+
+def discard(staging: Path, created_root: Path | None = None) -> None:
+    """A failed run's cleanup: its staging directory, and the output root it created if nothing else is in it
+    now (a refused run leaves no trace)."""
+    shutil.rmtree(staging, ignore_errors=True)
+    if created_root is not None:
+        with contextlib.suppress(OSError):  # not empty: another run wrote there meanwhile
+            created_root.rmdir()
 
 
 def remove_stale_staging(output_root: Path, run_id: str) -> list[Path]:

@@ -4,10 +4,11 @@ A fresh scoring process spends ~2 s importing Great Expectations and ~0.5 s per 
 running its suite, single-threaded, while the second core waits; its other start-up (MLflow, Feast,
 the model) is single-threaded Python as well. So a run started in a fresh process starts this child at
 once: the child imports Great Expectations beside the parent's own imports, then takes the input plan
-and runs the very suite of ``input_check.validate_values`` while the parent loads the model. The
-parent still waits for the verdict before it writes anything. A process that has Great Expectations
-loaded already (a worker that scored before, a test session) validates inline: there is no import
-left to hide.
+and runs the very suite of ``input_check.validate_values`` while the parent loads the model and scores
+into its hidden staging directory. The parent takes the verdict as soon as it is there (``ready``, between
+chunks) and at the latest before it publishes: a refused input stops the run and publishes nothing.
+A process that has Great Expectations loaded already (a worker that scored before, a test session)
+validates inline, before any chunk: there is no import left to hide.
 
 The child reserves its real stdout for the verdict (a pickle of a small tuple); anything a library
 prints there goes to stderr. If the child cannot start, dies, or fails other than by refusing the input,
@@ -43,6 +44,7 @@ class ValidationProcess:
 
     def __init__(self) -> None:
         self._child: Optional[subprocess.Popen[bytes]] = None
+        self._settled = False  # the input passed: later verdict() calls return at once
         try:
             self._child = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
                                            stdout=subprocess.PIPE)
@@ -60,10 +62,22 @@ class ValidationProcess:
             log.warning("the input validation process did not take the input (%s): validating inline", exc)
             self.close()
 
+    def ready(self) -> bool:
+        """Whether ``verdict`` would return or raise without waiting on the child (it has exited), and has
+        not been taken yet. Never blocks."""
+        return not self._settled and (self._child is None or self._child.poll() is not None)
+
     def verdict(self, plan: InputPlan, spec: InputSpec) -> None:
         """Wait for the child's verdict: return if the input passes, raise ``BatchInputError`` naming the
-        problem if not. Without a verdict from the child (it failed to start, died, or could not read the
-        input), validate here: the caller then gets what an inline run raises."""
+        problem if not; once passed, later calls return at once. Without a verdict from the child (it failed
+        to start, died, or could not read the input), validate here: the caller then gets what an inline run
+        raises."""
+        if self._settled:
+            return
+        self._take(plan, spec)
+        self._settled = True
+
+    def _take(self, plan: InputPlan, spec: InputSpec) -> None:
         child, self._child = self._child, None
         if child is None or child.stdout is None:
             validate_values(plan, spec)

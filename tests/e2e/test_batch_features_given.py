@@ -178,6 +178,20 @@ def test_bad_features_input_is_refused_naming_the_column_before_any_output(
     assert not (tmp_path / "out").exists()
 
 
+def test_a_null_feature_refused_by_the_suite_in_its_child_fails_the_run_with_its_message_and_leaves_nothing(
+        world, plain, features, names, tmp_path, monkeypatch):
+    # the chunks are scored while the child validates; this model's predict fails on the nulls too (NaN), and the
+    # run must still name the column the suite refuses, however the two race
+    bad = tmp_path / "bad.parquet"
+    frame = pd.read_parquet(features)
+    frame.assign(**{names[0]: frame[names[0]].where(frame.index % 5 != 0)}).to_parquet(bad, index=False)
+    _no_feature_store(monkeypatch)
+    with pytest.raises(batch.BatchInputError) as caught:
+        _score(world, bad, tmp_path / "out", plain, validation="process", chunk_rows=500)
+    assert f"{names[0]}: " in str(caught.value) and str(bad) in str(caught.value)
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_model_with_neither_feature_service_nor_signature_is_refused_naming_it(world, unsigned, features, tmp_path):
     with pytest.raises(ValueError, match=f"{unsigned}.*neither a feature service nor a signature"):
         _score(world, features, tmp_path / "out", unsigned)

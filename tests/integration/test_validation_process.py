@@ -3,6 +3,8 @@ inline, no child left behind, and inline validation when the child is gone."""
 
 from __future__ import annotations
 
+import time
+
 import pandas as pd
 import pytest
 
@@ -31,6 +33,8 @@ def test_the_child_passes_a_good_input_and_refuses_a_bad_one_with_the_inline_mes
     with validation_process.ValidationProcess() as child:
         child.submit(good, SPEC)
         child.verdict(good, SPEC)  # passes: returns
+        assert not child.ready()  # taken: nothing left to take between chunks
+        child.verdict(good, SPEC)  # a second call returns at once
 
     rows = _rows()
     rows.loc[rows.index % 9 == 0, "amount"] = None
@@ -39,6 +43,10 @@ def test_the_child_passes_a_good_input_and_refuses_a_bad_one_with_the_inline_mes
         input_check.validate_values(bad, SPEC)
     with validation_process.ValidationProcess() as child:
         child.submit(bad, SPEC)
+        deadline = time.monotonic() + 120
+        while not child.ready():  # the run polls this between chunks: it turns true once the child has its verdict
+            assert time.monotonic() < deadline, "the child gave no verdict within 120 s"
+            time.sleep(0.05)
         with pytest.raises(input_check.BatchInputError) as in_child:
             child.verdict(bad, SPEC)
     assert str(in_child.value) == str(inline.value)
