@@ -253,7 +253,7 @@ def _tollfree(tool: str, work: Path, source: str, model_uri: str, size: int, arg
     manifest = json.loads((run / "_SUCCESS").read_text())
     row = _row(tool, size, m, manifest.get("seconds"), manifest["rows"])
     row["stage_seconds"] = {"check": manifest.get("check_seconds"), "chunks (wall)": manifest.get("chunks_seconds"),
-                            **(manifest.get("stage_seconds") or {})}
+                            "verdict wait": manifest.get("verdict_wait_seconds"), **(manifest.get("stage_seconds") or {})}
     row["chunk_rows"] = manifest.get("chunk_rows")
     log(f"  {row}")
     shutil.rmtree(out, ignore_errors=True)

@@ -1,7 +1,7 @@
 """tollfree side by side with the servers users would pick instead, one run, one table.
 
     python -m benchmarks.peers [--seconds 10] [--levels 1,8,32,128] [--rows 1,32]
-                               [--models light,heavy,pipeline] [--servers tollfree,...] [--json]
+                               [--models light,heavy,pipeline] [--servers tollfree,...] [--repeat 1] [--json]
 
 Models (fitted once per run, the same object for every server):
 
@@ -27,6 +27,9 @@ Each server must answer the in-process predictions for the sample rows before it
 loop, keep-alive, min(2, c) threads), each server's native request format, 2 s warm-up then --seconds timed
 per point. CPU-s per 1000 predictions: utime+stime of the server's process tree from /proc over the timed
 window, per predicted row. The 1-minute load average is recorded before and after each server.
+
+--repeat N: N rounds of every server in turn (a slow spell of the machine falls on all alike); each point is the
+median of its rounds, its rps range beside it, and the verdict is taken on the medians.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import log
-from benchmarks.peers_report import CEILING, OURS, PASS_WHEN, TARGETS, table, verdict
+from benchmarks.peers_report import CEILING, OURS, TARGETS, medians, render, verdict
 from benchmarks.serving_load import WARMUP_S, cpu_delta, tree_cpu, wrk
 from benchmarks.serving_servers import VENV_BIN, Server, start_mlflow, start_tollfree
 
@@ -76,8 +79,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rows", type=lambda s: [int(x) for x in s.split(",")], default=[1, 32])
     parser.add_argument("--models", type=lambda s: s.split(","), default=list(MODELS))
     parser.add_argument("--servers", type=lambda s: s.split(","), default=every)
+    parser.add_argument("--repeat", type=int, default=1, help="rounds; each point is the median of its rounds")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, got {args.repeat}")
     for name in args.models:
         if name not in MODELS:
             parser.error(f"unknown model {name!r}: one of {', '.join(MODELS)}")
@@ -298,6 +304,33 @@ def _serve_and_measure(kind: str, model: dict[str, Any], env: dict[str, str], ho
 # --- run -----------------------------------------------------------------------------------------------
 
 
+def _rounds(model: dict[str, Any], env: dict[str, str], home: Path, args: argparse.Namespace
+            ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], dict[str, str]]:
+    """Every server once per round (``--repeat``), each row with its round; a server's info: its first round's,
+    with every round's path and load average added."""
+    rows: list[dict[str, Any]] = []
+    info: dict[str, dict[str, Any]] = {}
+    failures: dict[str, str] = {}
+    for round_no in range(args.repeat):
+        for kind in args.servers:
+            if args.repeat > 1:
+                log(f"round {round_no + 1} of {args.repeat}: {kind}")
+            try:
+                got, seen = _serve_and_measure(kind, model, env, home, args)
+            except Exception as exc:  # noqa: BLE001 - reported in the table; the other servers go on
+                failures[kind] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                log(f"  {kind}: FAILED: {failures[kind]}")
+                continue
+            rows += [{**r, "round": round_no} for r in got]
+            if kind not in info:
+                info[kind] = seen
+            elif seen.get("path") != info[kind].get("path"):
+                info[kind]["path"] = f"{info[kind].get('path')} | {seen.get('path')}"
+            info[kind].setdefault("loadavg_1m_rounds", []).append(seen["loadavg_1m_before_after"])
+    return rows, info, failures
+
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from infra.packages import PackageMissing, ensure_binary
 
@@ -319,19 +352,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         results: dict[str, Any] = {}
         versions: dict[str, dict[str, str]] = {}
         for key, model in models.items():
-            rows: list[dict[str, Any]] = []
-            info: dict[str, dict[str, Any]] = {}
-            failures: dict[str, str] = {}
-            for kind in args.servers:
-                try:
-                    got, info[kind] = _serve_and_measure(kind, model, env, home, args)
-                    rows += got
-                except Exception as exc:  # noqa: BLE001 - reported in the table; the other servers go on
-                    failures[kind] = f"{type(exc).__name__}: {str(exc)[:300]}"
-                    log(f"  {kind}: FAILED: {failures[kind]}")
-            results[key] = {"label": MODELS[key], "rows": rows, "servers": info, "failures": failures,
+            rows, info, failures = _rounds(model, env, home, args)
+            points = medians(rows)
+            results[key] = {"label": MODELS[key], "rows": points, "rounds": rows, "servers": info, "failures": failures,
                             "in_process_p50_ms": round(model["in_process_ms"], 3),
-                            "verdict": verdict(rows, model["in_process_ms"])}
+                            "verdict": verdict(points, model["in_process_ms"])}
         from benchmarks.peer_envs import versions as peer_versions
 
         for kind in {k.partition("-")[0] for k in args.servers if k not in OURS}:
@@ -354,7 +379,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _argv(args: argparse.Namespace) -> list[str]:
     return [f"--seconds {args.seconds}", f"--levels {','.join(map(str, args.levels))}", f"--rows {','.join(map(str, args.rows))}",
-            f"--models {','.join(args.models)}", f"--servers {','.join(args.servers)}"]
+            f"--models {','.join(args.models)}", f"--servers {','.join(args.servers)}",
+            *([f"--repeat {args.repeat}"] if args.repeat > 1 else [])]
 
 
 def _interrupted(signum: int, frame: Any) -> None:
@@ -365,24 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupted)
     result = run(args)
-    if args.json:
-        print(json.dumps(result, indent=2, default=str))
-        return 0
-    m = result["machine"]
-    print(f"{result['command']}\n{result['date_utc']} UTC; {m['wrk']}; python {m['python']}, mlflow {m['mlflow']}, sklearn "
-          f"{m['sklearn']}; {m['cpus']} cpus shared by wrk and the server; {WARMUP_S} s warm-up + {result['seconds_per_point']} s "
-          f"per point; {result['wall_s']} s in all; 1-min load average before/after {m['loadavg_1m_before_after']}")
-    for kind, v in result["peer_versions"].items():
-        print(f"{kind}: {', '.join(f'{k} {x}' for k, x in v.items())}")
-    for key, res in result["results"].items():
-        print(f"\n## {key}: {res['label']}\n")
-        print(table(res["rows"], res["servers"]))
-        print()
-        for name, v in res["verdict"].items():
-            print(f"{name}: {v['value']} against {v['best_peer']} (target {PASS_WHEN[name]} {v['target']}): "
-                  f"{'PASS' if v['pass'] else 'FAIL'}")
-        for kind, why in res["failures"].items():
-            print(f"FAILED {kind}: {why}")
+    print(json.dumps(result, indent=2, default=str) if args.json else render(result, WARMUP_S))
     return 0
 
 

@@ -12,6 +12,28 @@ PASS_WHEN = {"rps_c32_over_best_peer": ">=", "p50_c1_over_best_peer": "<=", "row
              "p99_c32_over_that_peer": "<", "p50_c1_over_in_process_ms": "<="}
 
 
+_MEDIAN_KEYS = ("rps", "rows_per_s", "p50_ms", "p99_ms", "cpu_s_per_1000_predictions")
+
+
+def medians(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per server, rows and c: the median of its rounds (``--repeat``) for each figure, the errors summed,
+    and ``rps_range`` (the rounds' lowest and highest rps) when there was more than one round. In first-seen order."""
+    groups: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["server"], r["rows"], r["concurrency"]), []).append(r)
+    out = []
+    for (server, n, c), rounds in groups.items():
+        row: dict[str, Any] = {"server": server, "rows": n, "concurrency": c, "rounds": len(rounds),
+                               "errors": sum(r["errors"] for r in rounds)}
+        for key in _MEDIAN_KEYS:
+            values = sorted(r[key] for r in rounds if r[key] is not None)
+            row[key] = None if not values else (values[(len(values) - 1) // 2] + values[len(values) // 2]) / 2
+        if len(rounds) > 1:
+            row["rps_range"] = [min(r["rps"] for r in rounds), max(r["rps"] for r in rounds)]
+        out.append(row)
+    return out
+
+
 def verdict(rows: list[dict[str, Any]], in_process_ms: float | None = None) -> dict[str, Any]:
     """tollfree (shipped defaults) against the best peer at each target's point; ``in_process_ms``: the
     model's own predict of one row in the benchmark's process (p50), for the c=1 overhead target."""
@@ -55,7 +77,24 @@ def table(rows: list[dict[str, Any]], info: dict[str, dict[str, Any]]) -> str:
         cpu = r["cpu_s_per_1000_predictions"]
         cpu_text = "-" if cpu is None else f"{cpu:.3f}"
         load = info.get(r["server"], {}).get("loadavg_1m_before_after", ["-", "-"])
+        spread = f" ({r['rps_range'][0]:.0f}-{r['rps_range'][1]:.0f})" if r.get("rps_range") else ""
         lines.append(f"| {r['server']} | {info.get(r['server'], {}).get('path') or '-'} | {r['rows']} | {r['concurrency']} | "
-                     f"{r['rps']:.1f} | {r['rows_per_s']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['errors']} | "
+                     f"{r['rps']:.1f}{spread} | {r['rows_per_s']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['errors']} | "
                      f"{cpu_text} | {share} | {load[0]}/{load[1]} |")
     return "\n".join(lines)
+
+
+def render(result: dict[str, Any], warmup_s: float) -> str:
+    """The whole run as text: its command, date, machine and versions, then each model's table and verdict."""
+    m = result["machine"]
+    out = [f"{result['command']}\n{result['date_utc']} UTC; {m['wrk']}; python {m['python']}, mlflow {m['mlflow']}, sklearn "
+           f"{m['sklearn']}; {m['cpus']} cpus shared by wrk and the server; {warmup_s} s warm-up + "
+           f"{result['seconds_per_point']} s per point; {result['wall_s']} s in all; 1-min load average before/after "
+           f"{m['loadavg_1m_before_after']}"]
+    out += [f"{kind}: {', '.join(f'{k} {x}' for k, x in v.items())}" for kind, v in result["peer_versions"].items()]
+    for key, res in result["results"].items():
+        out += [f"\n## {key}: {res['label']}\n", table(res["rows"], res["servers"]), ""]
+        out += [f"{name}: {v['value']} against {v['best_peer']} (target {PASS_WHEN[name]} {v['target']}): "
+                f"{'PASS' if v['pass'] else 'FAIL'}" for name, v in res["verdict"].items()]
+        out += [f"FAILED {kind}: {why}" for kind, why in res["failures"].items()]
+    return "\n".join(out)

@@ -69,3 +69,18 @@ def test_an_unknown_model_or_server_is_refused_naming_it(capsys):
             _parse_args(argv)
         assert named in capsys.readouterr().err
     assert "rayserve-batch" in _parse_args([]).servers
+
+
+def test_repeated_rounds_become_one_median_point_each_with_their_range_and_the_verdict_reads_the_medians():
+    from benchmarks.peers_report import medians
+
+    rounds = [_row("tollfree", 1, 32, rps, 9.0) for rps in (3000, 1200, 4100)]
+    rounds += [_row("kserve", 1, 32, rps, 12.0) for rps in (2000, 1900, 900)]
+    points = medians(rounds)
+    assert [(p["server"], p["rps"], p["rps_range"], p["rounds"]) for p in points] == [
+        ("tollfree", 3000, [1200, 4100], 3), ("kserve", 1900, [900, 2000], 3)]
+    assert _verdict(points)["rps_c32_over_best_peer"]["value"] == round(3000 / 1900, 2)
+    assert "3000.0 (1200-4100)" in _table(points, {})
+    two = medians([_row("kserve", 1, 1, 100, 1.0), _row("kserve", 1, 1, 300, 2.0)])
+    assert two[0]["rps"] == 200 and two[0]["p50_ms"] == 1.5  # an even count: the mean of the middle two
+    assert "rps_range" not in medians([_row("kserve", 1, 1, 100, 1.0)])[0]
