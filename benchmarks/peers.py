@@ -223,12 +223,12 @@ def _start(kind: str, model: dict[str, Any], env: dict[str, str], home: Path) ->
     return server
 
 
-def _path_taken(kind: str, home: Path) -> str:
-    """What tollfree's replica did with the model, from its log: the float64 fast path, and the batch plan."""
+def _path_taken(kind: str, home: Path, since: float) -> str:
+    """The float64 fast path and the batch plan, from the newest replica log since ``since`` that names them."""
     if kind not in TOLLFREE:
         return ""
-    logs = sorted((home / "logs").glob("replica-*.log"), key=lambda p: p.stat().st_mtime)
-    text = logs[-1].read_text(errors="replace") if logs else ""
+    logs = sorted((p for p in (home / "logs").glob("replica-*.log") if p.stat().st_mtime >= since), key=os.path.getmtime)
+    text = next((t for t in (p.read_text(errors="replace") for p in reversed(logs)) if "numpy path:" in t), "")
     fast = re.findall(r"numpy path: (yes|no)", text)
     batch = re.findall(r"-> BatchPlan\(([^)]*)\)", text)
     enabled = "batching " + ("on" if batch and "enabled=True" in batch[-1] else "off")
@@ -285,13 +285,13 @@ def _point(kind: str, server: Server, model: dict[str, Any], n: int, c: int, sec
 def _serve_and_measure(kind: str, model: dict[str, Any], env: dict[str, str], home: Path,
                        args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     load_before = os.getloadavg()[0]
-    began = time.monotonic()
+    began, wall = time.monotonic(), time.time()
     server = _start(kind, model, env, home)
     info: dict[str, Any] = {"start_s": round(time.monotonic() - began, 1)}
     try:
         for n in args.rows:
             _check(kind, server, model, n)
-        info["path"] = _path_taken(kind, home)
+        info["path"] = _path_taken(kind, home, wall)
         rows = [_point(kind, server, model, n, c, args.seconds, home / "post.lua") for n in args.rows for c in args.levels]
         if kind in TOLLFREE:
             info["path"] += _scaling(server)

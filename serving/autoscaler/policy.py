@@ -33,7 +33,8 @@ from serving.autoscaler.vertical import LATENCY_GOAL, retune
 
 SURGE = 1.5                   # a 1-s load above this many times capacity is decided at once
 BACKLOG_SLACK = 0.1           # a stream backlog that needs at most this share more throughput: no replica added
-CORES_BUSY = 0.9              # a machine whose cores were this busy over a decision interval has none to spare
+CORES_BUSY = 0.9              # a machine whose cores were this busy over its last HOLD_WINDOW_S has none to spare
+HOLD_WINDOW_S = 1.0           # the machine's busy share is read over its last second, as a surge is decided
 
 
 @dataclass(frozen=True)
@@ -151,10 +152,12 @@ def _stream_drain(config: ScalingConfig, signals: Signals, now: float) -> Option
 def _held_at_cores(config: ScalingConfig, signals: Signals, now: float, current: int,
                    desired: int) -> Optional[tuple[int, float]]:
     """For replicas sharing one machine: the most replicas worth having, ``max(current, cores)`` while the
-    cores were at least ``CORES_BUSY`` busy over the last decision interval (else ``desired``), with that busy
-    share; None when the samples say nothing of a machine. It only stops growth: replicas over the cores
-    leave by the ordinary scale-down."""
-    recent = [s for s in signals.since(now - config.decision_interval_s) if s.cores > 0 and s.cores_busy is not None]
+    cores were at least ``CORES_BUSY`` busy over the last ``HOLD_WINDOW_S`` (else ``desired``), with that busy
+    share; None when the samples say nothing of a machine. The last second, not the decision interval: a surge
+    is decided within a second of a step, when the interval's mean still holds the quiet seconds before it.
+    A busy second that passes holds growth back for one decision only.
+    It only stops growth: replicas over the cores leave by the ordinary scale-down."""
+    recent = [s for s in signals.since(now - HOLD_WINDOW_S) if s.cores > 0 and s.cores_busy is not None]
     if not recent:
         return None
     busy = sum(s.cores_busy or 0.0 for s in recent) / len(recent)

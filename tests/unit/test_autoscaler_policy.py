@@ -393,3 +393,15 @@ def test_replicas_already_over_the_cores_are_not_taken_by_the_hold():
     scaler = EntityScaler(horizontal_only(), replicas=3)
     _on_machine(2, 0.99)(scaler, 1, 12, 60.0)              # asks for 6: held at the 3 there are, not cut to 2
     assert scaler.state.replicas == 3
+
+
+def test_a_surge_right_after_quiet_seconds_is_held_by_the_machines_last_seconds():
+    # the load steps from 2 to 40 at t=10, and the cores go from 40 % to 100 % busy with it: the surge is decided
+    # at once, when the decision interval's mean busy share (mostly quiet seconds) is still low
+    scaler = EntityScaler(horizontal_only(), replicas=1)
+    for t in range(1, 13):
+        load, busy = (2.0, 0.4) if t < 10 else (40.0, 1.0)
+        scaler.observe(replace(sample(float(t), load, scaler.state.replicas), cores=2, cores_busy=busy))
+        decision = scaler.decide(float(t))
+        assert scaler.state.replicas <= 2, (t, decision.reason)
+    assert scaler.state.replicas == 2 and "cores are busy" in decision.reason
