@@ -325,7 +325,7 @@ def _rounds(model: dict[str, Any], env: dict[str, str], home: Path, args: argpar
             if kind not in info:
                 info[kind] = seen
             elif seen.get("path") != info[kind].get("path"):
-                info[kind]["path"] = f"{info[kind].get('path')} | {seen.get('path')}"
+                info[kind]["path"] = f"{info[kind].get('path')} / {seen.get('path')}"  # no "|": a table cell
             info[kind].setdefault("loadavg_1m_rounds", []).append(seen["loadavg_1m_before_after"])
     return rows, info, failures
 
