@@ -2,7 +2,8 @@
 the input's own columns named by its signature), predictions in bounded chunks (in process or on
 Dask), output published atomically and idempotently per run id.
 
-    input_check    the input's files, columns, types and values (Great Expectations), before any write
+    input_check    the input's files, columns and types before any write; its values (Great Expectations)
+                   before the publish
     model_columns  a model's own input columns (its signature) and the parquet types each accepts
     chunks         one chunk: its slice of the input, features, predictions, files
     engines        where chunks run: local, or Dask distributed

@@ -1,8 +1,9 @@
-"""The batch input, checked before anything is written: files, columns, types, rows, values.
+"""The batch input, checked: files, columns, types and rows before anything is written, values before the publish.
 
 Structure (files, columns, types, row counts) comes from the parquet footers alone; values are then
 validated by a Great Expectations suite streamed over the input in bounded batches, so a 10 M-row
-input is checked in the memory of one batch. Errors name the file, the column and what is wrong;
+input is checked in the memory of one batch (inline before the first chunk, or in a child process while
+the chunks are scored into staging: ``validation_process``). Errors name the file, the column and what is wrong;
 they never quote row values.
 """
 
