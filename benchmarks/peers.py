@@ -330,7 +330,6 @@ def _rounds(model: dict[str, Any], env: dict[str, str], home: Path, args: argpar
     return rows, info, failures
 
 
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from infra.packages import PackageMissing, ensure_binary
 

@@ -149,8 +149,7 @@ def _stream_drain(config: ScalingConfig, signals: Signals, now: float) -> Option
     return math.ceil((served_per_s + backlog) / per_replica - 1e-9)
 
 
-def _held_at_cores(config: ScalingConfig, signals: Signals, now: float, current: int,
-                   desired: int) -> Optional[tuple[int, float]]:
+def _held_at_cores(signals: Signals, now: float, current: int, desired: int) -> Optional[tuple[int, float]]:
     """For replicas sharing one machine: the most replicas worth having, ``max(current, cores)`` while the
     cores were at least ``CORES_BUSY`` busy over the last ``HOLD_WINDOW_S`` (else ``desired``), with that busy
     share; None when the samples say nothing of a machine. The last second, not the decision interval: a surge
@@ -193,7 +192,7 @@ def _horizontal(config: ScalingConfig, signals: Signals, state: PolicyState, now
     if drain is not None and drain > desired:  # a backlog holds its replicas against a scale-down too
         desired, reason = drain, "stream lag"
     inputs["stream_drain"] = drain
-    held = _held_at_cores(config, signals, now, current, desired)
+    held = _held_at_cores(signals, now, current, desired)
     if held is not None:
         inputs["cores_busy"] = held[1]
         if held[0] < desired:

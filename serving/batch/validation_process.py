@@ -45,6 +45,7 @@ class ValidationProcess:
     def __init__(self) -> None:
         self._child: Optional[subprocess.Popen[bytes]] = None
         self._settled = False  # the input passed: later verdict() calls return at once
+        self._refused: Optional[BatchInputError] = None  # the input failed: later calls raise it again
         try:
             self._child = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
                                            stdout=subprocess.PIPE)
@@ -63,18 +64,25 @@ class ValidationProcess:
             self.close()
 
     def ready(self) -> bool:
-        """Whether ``verdict`` would return or raise without waiting on the child (it has exited), and has
-        not been taken yet. Never blocks."""
-        return not self._settled and (self._child is None or self._child.poll() is not None)
+        """Whether a verdict not taken yet can be taken without waiting for the child (it has exited, or there
+        is no child: then ``verdict`` validates inline). Never blocks."""
+        return (not self._settled and self._refused is None
+                and (self._child is None or self._child.poll() is not None))
 
     def verdict(self, plan: InputPlan, spec: InputSpec) -> None:
         """Wait for the child's verdict: return if the input passes, raise ``BatchInputError`` naming the
-        problem if not; once passed, later calls return at once. Without a verdict from the child (it failed
+        problem if not; later calls give the same outcome at once. Without a verdict from the child (it failed
         to start, died, or could not read the input), validate here: the caller then gets what an inline run
         raises."""
+        if self._refused is not None:
+            raise self._refused
         if self._settled:
             return
-        self._take(plan, spec)
+        try:
+            self._take(plan, spec)
+        except BatchInputError as exc:
+            self._refused = exc
+            raise
         self._settled = True
 
     def _take(self, plan: InputPlan, spec: InputSpec) -> None:

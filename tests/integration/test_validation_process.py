@@ -49,6 +49,10 @@ def test_the_child_passes_a_good_input_and_refuses_a_bad_one_with_the_inline_mes
             time.sleep(0.05)
         with pytest.raises(input_check.BatchInputError) as in_child:
             child.verdict(bad, SPEC)
+        assert not child.ready()  # taken: a second call raises the same refusal at once, no inline pass
+        with pytest.raises(input_check.BatchInputError) as again:
+            child.verdict(bad, SPEC)
+        assert again.value is in_child.value
     assert str(in_child.value) == str(inline.value)
     assert "amount: 56 row(s) fail" in str(in_child.value) and "123.0" not in str(in_child.value)
 

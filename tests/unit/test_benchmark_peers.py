@@ -84,3 +84,14 @@ def test_repeated_rounds_become_one_median_point_each_with_their_range_and_the_v
     two = medians([_row("kserve", 1, 1, 100, 1.0), _row("kserve", 1, 1, 300, 2.0)])
     assert two[0]["rps"] == 200 and two[0]["p50_ms"] == 1.5  # an even count: the mean of the middle two
     assert "rps_range" not in medians([_row("kserve", 1, 1, 100, 1.0)])[0]
+
+
+def test_repeat_below_one_is_refused_naming_the_option(capsys):
+    import pytest
+
+    from benchmarks.peers import _parse_args
+
+    with pytest.raises(SystemExit):
+        _parse_args(["--repeat", "0"])
+    assert "--repeat must be at least 1, got 0" in capsys.readouterr().err
+    assert _parse_args(["--repeat", "3"]).repeat == 3
