@@ -135,9 +135,12 @@ class FakeKubernetes:
 
     def expire_watches(self) -> None:
         """An API server restart after a compaction: every open watch ends, and one resuming from before now
-        gets 410 Gone."""
+        gets 410 Gone. The resource version moves on, so a fresh list returns one a watch can resume from, as
+        a real API server's does (a list whose version were already too old would send its client round a
+        loop of lists and 410s)."""
         with self.lock:
-            self.oldest_version = self.version + 2   # what every client has seen is too old to resume from
+            self.version += 1
+            self.oldest_version = self.version   # what every client has seen is too old to resume from
             self.generation += 1
             self.lock.notify_all()
 
@@ -214,7 +217,7 @@ class FakeKubernetes:
         generation = self.generation
         while not stop.is_set() and time.monotonic() < deadline and generation == self.generation:
             with self.lock:   # never yield while holding it: the next item may be asked for on another thread
-                expired = seen < self.oldest_version - 1
+                expired = seen < self.oldest_version
                 fresh = [] if expired else [(v, t, o) for v, t, o in self.events if v > seen]
                 if not expired and not fresh:
                     self.lock.wait(0.05)

@@ -10,7 +10,9 @@ loopback ports where nothing listens), scheduling, probes.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,6 +46,34 @@ def until(check: Callable[[], object], what: str, deadline_s: float = 20.0) -> o
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {deadline_s:.0f}s: {what}")
         time.sleep(0.02)
+
+
+def stopped(client: TestClient, what: str, timeout_s: float = 60.0) -> None:
+    """``client.__exit__`` (the app's lifespan shutdown), bounded: one that has not ended within ``timeout_s``
+    fails naming the tasks still pending on the app's loop and where each waits, instead of hanging the run
+    (and hiding the error that led to the exit)."""
+    done = threading.Thread(target=client.__exit__, args=(None, None, None), daemon=True)
+    done.start()
+    done.join(timeout_s)
+    if not done.is_alive():
+        return
+
+    async def pending() -> str:
+        lines = []
+        for task in asyncio.all_tasks():
+            if task is asyncio.current_task():
+                continue
+            lines.append(f"{task.get_name()}:")
+            awaited = task.get_coro()
+            while awaited is not None:   # down the chain of awaits to where the task waits
+                frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+                if frame is not None:
+                    lines.append(f"  {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
+                awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+        return "\n".join(lines)
+
+    raise AssertionError(f"{what}: its shutdown had not ended after {timeout_s:.0f}s; pending tasks:\n"
+                         + client.portal.call(pending))
 
 
 @pytest.fixture()
@@ -239,7 +269,8 @@ def test_two_gateways_on_one_store_route_to_the_same_pods_and_a_new_leader_adopt
     a: TestClient | None = TestClient(app_a).__enter__()   # the first to start leads
     try:
         until(lambda: leader.leading, "gateway a leads")
-        with TestClient(app_b) as b:
+        b = TestClient(app_b).__enter__()
+        try:
             assert not follower.leading
             assert b.post("/api/2.0/serving-endpoints", json=body, headers=AUTH).status_code == 200   # via the follower
             until(lambda: _view(a)["state"]["ready"] == "READY", "ready through the leader's rollout")
@@ -254,8 +285,8 @@ def test_two_gateways_on_one_store_route_to_the_same_pods_and_a_new_leader_adopt
             assert follower_replicas.batches[-1][0] in pods
 
             fake.requests.clear()
-            a.__exit__(None, None, None)   # the leader stops (its lease is released)
-            a = None
+            leaving, a = a, None
+            stopped(leaving, "gateway a")   # the leader stops (its lease is released)
             until(lambda: follower.leading and (e := follower.entity("ep", "m-1")) is not None and not e.followed,
                   "the follower leads and runs the entity", deadline_s=30)
             assert fake.deployments() == {name: 2}
@@ -263,9 +294,11 @@ def test_two_gateways_on_one_store_route_to_the_same_pods_and_a_new_leader_adopt
             assert {p.url for p in follower.entity("ep", "m-1").replicas} == pods
             answer = b.post("/serving-endpoints/ep/invocations", json={"inputs": [[1.0]]}, headers=AUTH)
             assert answer.status_code == 200, answer.text
+        finally:
+            stopped(b, "gateway b")
     finally:
         if a is not None:
-            a.__exit__(None, None, None)
+            stopped(a, "gateway a")
     assert fake.deployments() == {name: 2} and not fake.refused
 
 
