@@ -32,7 +32,7 @@ help:
 $(STAMP): pyproject.toml uv.lock
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), f"tollfree needs Python 3.11, found {sys.version.split()[0]}"'
 	@$(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet --disable-pip-version-check uv
-	$(PYTHON) -m uv sync --frozen --compile-bytecode --python $(PYTHON)
+	$(PYTHON) -m uv sync --frozen --python $(PYTHON)
 	@touch $(STAMP)
 
 env: $(STAMP)
