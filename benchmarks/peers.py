@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import log
-from benchmarks.peers_report import CEILING, OURS, TARGETS, medians, render, verdict
+from benchmarks.peers_report import CEILING, OURS, TARGETS, attach_decisions, medians, render, scaling_text, verdict
 from benchmarks.serving_load import WARMUP_S, cpu_delta, tree_cpu, wrk
 from benchmarks.serving_servers import VENV_BIN, Server, start_mlflow, start_tollfree
 
@@ -235,19 +235,12 @@ def _path_taken(kind: str, home: Path, since: float) -> str:
     return f"{'fast path' if fast and fast[-1] == 'yes' else 'pandas path'}, {enabled}"
 
 
-def _scaling(server: Server) -> str:
-    """What tollfree's autoscaler did over the run: the most replicas it asked for, its last per-replica limit, and
-    how often it held the replicas at the machine's busy cores."""
+def _decisions(server: Server) -> list[dict[str, Any]]:
+    """tollfree's autoscaler decisions for the benchmark's endpoint, oldest first, with their inputs."""
     import httpx
 
     answer = httpx.get(f"{server.url}/api/2.0/serving-endpoints/bench/autoscaler", headers=server.headers, timeout=30)
-    decisions = answer.json().get("decisions", []) if answer.status_code == 200 else []
-    if not decisions:
-        return "; autoscaler: no decision"
-    held = sum("cores are busy" in d["reason"] for d in decisions)
-    return (f"; autoscaler: up to {max(d['replicas'] for d in decisions)} replica(s), "
-            f"limit {decisions[-1]['max_concurrency']} per replica at the end"
-            + (f", held at the cores in {held} decision(s)" if held else ""))
+    return answer.json().get("decisions", []) if answer.status_code == 200 else []
 
 
 def _check(kind: str, server: Server, model: dict[str, Any], n: int) -> None:
@@ -267,6 +260,7 @@ def _check(kind: str, server: Server, model: dict[str, Any], n: int) -> None:
 def _point(kind: str, server: Server, model: dict[str, Any], n: int, c: int, seconds: int, script: Path) -> dict[str, Any]:
     path, body, headers = _request(kind, model, n)
     target = Server(kind, server.url, path or server.path, {**server.headers, **headers}, server.pid, None)
+    started = time.monotonic()   # the system's monotonic clock: the gateway stamps its decisions with it too
     wrk(target, body, c, WARMUP_S, script)
     before = tree_cpu(server.pid)
     result = wrk(target, body, c, seconds, script)
@@ -276,7 +270,8 @@ def _point(kind: str, server: Server, model: dict[str, Any], n: int, c: int, sec
     errors = sum(result[k] for k in ("non2xx", "connect", "read", "write", "timeout"))
     row = {"server": kind, "rows": n, "concurrency": c, "rps": result["requests"] / duration_s,
            "rows_per_s": ok * n / duration_s, "p50_ms": result["p50_us"] / 1000, "p99_ms": result["p99_us"] / 1000,
-           "errors": errors, "cpu_s_per_1000_predictions": cpu["total_s"] / (ok * n) * 1000 if ok else None}
+           "errors": errors, "cpu_s_per_1000_predictions": cpu["total_s"] / (ok * n) * 1000 if ok else None,
+           "window": [started, time.monotonic()]}
     log(f"  {kind:16s} rows={n:<2d} c={c:<3d} {row['rps']:8.1f} rps  p50 {row['p50_ms']:7.2f} ms  "
         f"p99 {row['p99_ms']:7.2f} ms  errors {errors}")
     return row
@@ -293,8 +288,10 @@ def _serve_and_measure(kind: str, model: dict[str, Any], env: dict[str, str], ho
             _check(kind, server, model, n)
         info["path"] = _path_taken(kind, home, wall)
         rows = [_point(kind, server, model, n, c, args.seconds, home / "post.lua") for n in args.rows for c in args.levels]
+        decisions = _decisions(server) if kind in TOLLFREE else []
+        attach_decisions(rows, decisions)
         if kind in TOLLFREE:
-            info["path"] += _scaling(server)
+            info["path"] += scaling_text(decisions)
     finally:
         server.stop()
     info["loadavg_1m_before_after"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]

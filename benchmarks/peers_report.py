@@ -30,6 +30,8 @@ def medians(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             row[key] = None if not values else (values[(len(values) - 1) // 2] + values[len(values) // 2]) / 2
         if len(rounds) > 1:
             row["rps_range"] = [min(r["rps"] for r in rounds), max(r["rps"] for r in rounds)]
+        if any(r.get("replicas_asked") is not None for r in rounds):
+            row["replicas_asked_rounds"] = [r.get("replicas_asked") for r in rounds]
         out.append(row)
     return out
 
@@ -67,10 +69,38 @@ def verdict(rows: list[dict[str, Any]], in_process_ms: float | None = None) -> d
     return out
 
 
+def scaling_text(decisions: list[dict[str, Any]]) -> str:
+    """What tollfree's autoscaler did over a server's run: the most replicas it asked for, its last per-replica
+    limit, and how often it held the replicas at the machine's busy cores."""
+    if not decisions:
+        return "; autoscaler: no decision"
+    held = sum("cores are busy" in d["reason"] for d in decisions)
+    return (f"; autoscaler: up to {max(d['replicas'] for d in decisions)} replica(s), "
+            f"limit {decisions[-1]['max_concurrency']} per replica at the end"
+            + (f", held at the cores in {held} decision(s)" if held else ""))
+
+
+_DECISION_INPUTS = ("load_up", "load_down", "target", "service_s", "surge", "projected", "cores_busy")
+
+
+def attach_decisions(rows: list[dict[str, Any]], decisions: list[dict[str, Any]]) -> None:
+    """Each measured point (``row["window"]``: its monotonic start, warm-up included, and end) gets the autoscaler
+    decisions taken during it, each with its time into the point, the replicas asked for, the reason and the
+    inputs the horizontal axis read, and ``replicas_asked``: the most replicas asked for during the point."""
+    for row in rows:
+        start, end = row.pop("window")
+        during = [d for d in decisions if start <= d["t"] <= end]
+        row["decisions"] = [{"s": round(d["t"] - start, 2), "replicas": d["replicas"], "ready": d["ready_replicas"],
+                             "reason": d["reason"], **{k: d["inputs"][k] for k in _DECISION_INPUTS if k in d["inputs"]}}
+                            for d in during]
+        row["replicas_asked"] = max((d["replicas"] for d in during), default=None)
+
+
 def table(rows: list[dict[str, Any]], info: dict[str, dict[str, Any]]) -> str:
     ceiling = {(r["rows"], r["concurrency"]): r["rps"] for r in rows if r["server"] == CEILING}
-    lines = ["| server | path | rows | c | rps | rows/s | p50 ms | p99 ms | errors | CPU-s / 1000 preds | x ceiling rps | load 1m before/after |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    lines = ["| server | path | rows | c | rps | rows/s | p50 ms | p99 ms | errors | CPU-s / 1000 preds | x ceiling rps | "
+             "replicas asked (each round) | load 1m before/after |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     for r in rows:
         top = ceiling.get((r["rows"], r["concurrency"]))
         share = "-" if not top else f"{r['rps'] / top:.2f}"
@@ -78,9 +108,11 @@ def table(rows: list[dict[str, Any]], info: dict[str, dict[str, Any]]) -> str:
         cpu_text = "-" if cpu is None else f"{cpu:.3f}"
         load = info.get(r["server"], {}).get("loadavg_1m_before_after", ["-", "-"])
         spread = f" ({r['rps_range'][0]:.0f}-{r['rps_range'][1]:.0f})" if r.get("rps_range") else ""
+        asked = r.get("replicas_asked_rounds") or ([r["replicas_asked"]] if r.get("replicas_asked") is not None else [])
+        asked_text = "/".join("-" if a is None else str(a) for a in asked) or "-"
         lines.append(f"| {r['server']} | {info.get(r['server'], {}).get('path') or '-'} | {r['rows']} | {r['concurrency']} | "
                      f"{r['rps']:.1f}{spread} | {r['rows_per_s']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['errors']} | "
-                     f"{cpu_text} | {share} | {load[0]}/{load[1]} |")
+                     f"{cpu_text} | {share} | {asked_text} | {load[0]}/{load[1]} |")
     return "\n".join(lines)
 
 

@@ -27,7 +27,7 @@ from serving.protocol.errors import ApiError, already_exists, conflict, not_foun
 from serving.state.changes import notify
 from serving.state.database import Database, StateStoreError, open_database
 from serving.state.migrate import ensure_schema
-from serving.state.schema import endpoints
+from serving.state.schema import autoscaler_state, endpoints
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -154,8 +154,14 @@ class EndpointStore:
         return record
 
     def delete(self, name: str) -> None:
-        """Remove an endpoint; 404 if it does not exist."""
-        gone = self._read(lambda db: _notified(db, db.execute(delete(endpoints).where(endpoints.c.name == name)).rowcount))
+        """Remove an endpoint, and with it its autoscaler's recorded state (an endpoint created again under the
+        name starts afresh, as a new endpoint); 404 if it does not exist."""
+        def work(db: Connection) -> int:
+            gone = db.execute(delete(endpoints).where(endpoints.c.name == name)).rowcount
+            db.execute(delete(autoscaler_state).where(autoscaler_state.c.endpoint == name))
+            return _notified(db, gone)
+
+        gone = self._read(work)
         if gone == 0:
             raise _missing(name)
         logger.info("endpoint deleted name=%s", name)

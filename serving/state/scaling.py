@@ -4,7 +4,9 @@
   (``publish`` replaces its rows); the leader reads the others' fresh ones (``others``) once a second and
   adds them to its own samples. Readings are JSON objects the gateway defines; this layer only keeps them.
 - ``ScalerRecords``: the leader saves each served entity's policy state and recent samples every few
-  seconds (``save``); a gateway that becomes leader, or restarts, continues from them (``load``).
+  seconds (``save``); a gateway that becomes leader, or restarts, continues from them (``load``). They go
+  with their endpoint: ``EndpointStore.delete`` removes them, and a save for an endpoint the store no longer
+  has is dropped, so an endpoint created again under the name starts afresh.
 
 Neither sends a change notice: they are written every second or so and nobody waits on them.
 """
@@ -19,7 +21,7 @@ from typing import Any
 from sqlalchemy import and_, delete, insert, select
 
 from serving.state.database import Database
-from serving.state.schema import autoscaler_state, gateway_load
+from serving.state.schema import autoscaler_state, endpoints, gateway_load
 
 EntityKey = tuple[str, str]  # (endpoint, served entity)
 
@@ -81,11 +83,17 @@ class ScalerRecords:
         self.database = database
 
     def save(self, records: Iterable[ScalerRecord]) -> None:
-        """Replace the record of each entity given; the others are left as they are."""
+        """Replace the record of each entity given; the others are left as they are. A record of an endpoint
+        the store no longer has is dropped (taken just before its endpoint was deleted, it arrives after)."""
         records = list(records)
         if not records:
             return
         with self.database.engine.begin() as db:
+            stored = set(db.execute(select(endpoints.c.name).where(endpoints.c.name.in_({r.endpoint for r in records})))
+                         .scalars())
+            records = [r for r in records if r.endpoint in stored]
+            if not records:
+                return
             for r in records:
                 db.execute(delete(autoscaler_state).where(and_(autoscaler_state.c.endpoint == r.endpoint,
                                                                autoscaler_state.c.entity == r.entity)))

@@ -86,6 +86,33 @@ def test_repeated_rounds_become_one_median_point_each_with_their_range_and_the_v
     assert "rps_range" not in medians([_row("kserve", 1, 1, 100, 1.0)])[0]
 
 
+def test_each_point_gets_the_decisions_taken_during_it_and_the_median_row_the_replicas_each_round_asked():
+    from benchmarks.peers_report import attach_decisions, medians, scaling_text
+
+    def decision(t: float, replicas: int, reason: str) -> dict:
+        return {"t": t, "replicas": replicas, "ready_replicas": 1, "reason": reason, "max_concurrency": 8,
+                "inputs": {"load_up": 9.5, "target": 4.0, "cores_busy": 0.97, "unrelated": 1}}
+
+    decisions = [decision(99.0, 1, "activation"), decision(101.0, 3, "scale up"),
+                 decision(104.0, 2, "scale up (held at 2: the machine's cores are busy)"), decision(120.0, 2, "within tolerance")]
+    rounds = [{**_row("tollfree", 1, 32, 3000, 9.0), "window": [100.0, 113.0]},
+              {**_row("tollfree", 1, 1, 700, 1.3), "window": [113.5, 126.5]}]
+    attach_decisions(rounds, decisions)
+    assert [d["s"] for d in rounds[0]["decisions"]] == [1.0, 4.0] and rounds[0]["replicas_asked"] == 3
+    assert rounds[0]["decisions"][1] == {"s": 4.0, "replicas": 2, "ready": 1, "load_up": 9.5, "target": 4.0,
+                                         "cores_busy": 0.97, "reason": "scale up (held at 2: the machine's cores are busy)"}
+    assert rounds[1]["replicas_asked"] == 2 and "window" not in rounds[1]   # the decision at 120 s
+    again = [{**_row("tollfree", 1, 32, 2000, 9.0), "window": [200.0, 213.0]}]
+    attach_decisions(again, [])   # no decision during the point: nothing asked
+    assert again[0]["replicas_asked"] is None and again[0]["decisions"] == []
+    point = medians(rounds[:1] + again)[0]
+    assert point["replicas_asked_rounds"] == [3, None]
+    assert "| 3/- |" in _table([point], {})
+    assert scaling_text(decisions) == ("; autoscaler: up to 3 replica(s), limit 8 per replica at the end, "
+                                       "held at the cores in 1 decision(s)")
+    assert scaling_text([]) == "; autoscaler: no decision"
+
+
 def test_repeat_below_one_is_refused_naming_the_option(capsys):
     import pytest
 
