@@ -264,7 +264,7 @@ def scrape(gateway_pid: int, token: str, into: dict[int, dict[str, float]]) -> N
     """Each model replica's predict time and model load, from its own /metrics (with the replica token)."""
     for child in psutil.Process(gateway_pid).children(recursive=True):
         try:
-            line = child.cmdline()
+            line = " ".join(child.cmdline()).split()   # a forked replica's is one string, its title
             text = httpx.get(f"http://127.0.0.1:{line[line.index('--port') + 1]}/metrics", timeout=2,
                              headers={"Authorization": f"Bearer {token}"}).text
         except (psutil.NoSuchProcess, ValueError, IndexError, httpx.HTTPError):

@@ -1,6 +1,7 @@
 """Resident memory of a model version's local replica processes, read from ``/proc``.
 
-The embedded backend runs replicas as ``python -m serving.replica --model-uri models:/NAME/VERSION``;
+The embedded backend runs replicas as ``python -m serving.replica --model-uri models:/NAME/VERSION`` (or forked
+with that command line as their title);
 this sums ``VmRSS`` over the processes serving that URI. Elsewhere (no ``/proc``, Kubernetes) it
 returns None and the canary's memory check stays pending.
 """
@@ -13,8 +14,10 @@ PROC = Path("/proc")
 
 
 def _cmdline(pid_dir: Path) -> list[str]:
+    """A process's command line as words (a replica forked by its gateway's fork server has its command line as
+    one string, its process title)."""
     try:
-        return (pid_dir / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        return (pid_dir / "cmdline").read_bytes().decode(errors="replace").replace("\0", " ").split()
     except OSError:
         return []
 

@@ -54,17 +54,30 @@ def rows_body(world, n: int = 1, seed: int = 5) -> bytes:  # type: ignore[no-unt
     return json.dumps({"dataframe_records": rows.to_dict(orient="records")}).encode()
 
 
-def replicas_of(gateway: GatewayProcess) -> list[psutil.Process]:
-    """The gateway's serving replica processes (children running ``serving.replica --model-uri``)."""
+def command_words(process: psutil.Process) -> list[str]:
+    """A process's command line as words: a replica forked by its gateway's fork server has its command
+    line as one string, its process title (``serving.replica.fork_server``)."""
+    return " ".join(process.cmdline()).split()
+
+
+def replica_processes(root: psutil.Process, *words: str) -> list[psutil.Process]:
+    """The live ``serving.replica`` processes under ``root``, at any depth (a forked replica is the child of its
+    gateway's fork server), whose command line has each of ``words``."""
     out = []
-    for child in psutil.Process(gateway.process.pid).children(recursive=True):
+    for child in root.children(recursive=True):
         try:
-            cmd = child.cmdline()
-            if "serving.replica" in cmd and "--model-uri" in cmd and child.status() != psutil.STATUS_ZOMBIE:
+            command = command_words(child)
+            if "serving.replica" in command and all(w in command for w in words) \
+                    and child.status() != psutil.STATUS_ZOMBIE:
                 out.append(child)
         except psutil.NoSuchProcess:
             continue
     return out
+
+
+def replicas_of(gateway: GatewayProcess) -> list[psutil.Process]:
+    """The gateway's serving replica processes (``serving.replica --model-uri``)."""
+    return replica_processes(psutil.Process(gateway.process.pid), "--model-uri")
 
 
 def rss_mb(gateway: GatewayProcess) -> float:

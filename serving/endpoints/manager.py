@@ -288,6 +288,7 @@ class EndpointManager:
             await self._stop_all(entities, cancel_starts=True)
         await self.book.flush()  # the registry is up to date
         await self.backend.close()
+        await run_in_threadpool(self.launcher.close)   # the fork server; the replicas it forked are handled above
         await self.replica_client.close()
 
     async def wait_settled(self, name: str) -> None:

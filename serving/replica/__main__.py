@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from serving.replica.imports import skip_feast_type_checks
+from serving.replica.imports import import_runtime, skip_feast_type_checks
 
 skip_feast_type_checks()  # before anything below imports Feast
 
@@ -26,22 +26,11 @@ log = logging.getLogger("serving.replica")
 def _preload_runtime(home: Path) -> Any:
     """Import what loading a model will need and open the registry's database (SQLAlchemy's engine and
     MLflow's schema check cost seconds on first use), so a warm replica pays only for the model itself."""
-    import mlflow.pyfunc  # noqa: F401
-    import mlflow.sklearn  # noqa: F401
-    import skops.io  # noqa: F401  (how scikit-learn models are stored by default)
-    import sklearn.ensemble  # noqa: F401
     from mlflow import MlflowClient
-    from mlflow.utils import requirements_utils
 
     from feature_repo import store
-    from serving.features import reader  # noqa: F401
 
-    try:
-        # MLflow checks a model's requirements against the installed packages on load; the package map
-        # it builds for that takes seconds the first time (private API: a failure only costs the time)
-        requirements_utils._init_packages_to_modules_map()
-    except Exception:  # noqa: BLE001
-        pass
+    import_runtime()
     try:
         MlflowClient().search_registered_models(max_results=1)
         feature_store = store.open_store(home)

@@ -1,4 +1,4 @@
-"""What a replica process does before its first import of Feast.
+"""What a replica process imports before its model, and what it does before its first import of Feast.
 
 Feast wraps its definition classes (``FeatureView``, ``FeatureService``, data sources, entities...) in
 typeguard's ``@typechecked``, which re-reads and recompiles each wrapped class's source when Feast is
@@ -29,3 +29,29 @@ def skip_feast_type_checks() -> bool:
 
     typeguard.typechecked = _unchecked
     return True
+
+
+def import_runtime() -> None:
+    """Import what loading a model will need (seconds of a replica's start): a standby does it before it
+    waits for a model, the fork server (``replica.fork_server``) before it forks replicas. Imports only: no
+    thread, connection or file is opened, so a process that forks afterwards hands its children nothing live.
+    Call ``skip_feast_type_checks`` first."""
+    import mlflow.pyfunc  # noqa: F401
+    import mlflow.sklearn  # noqa: F401
+    import mlflow.store.model_registry.sqlalchemy_store  # noqa: F401  (the registry a model is loaded from)
+    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+    import skops.io  # noqa: F401  (how scikit-learn models are stored by default; it imports all of sklearn)
+    import sklearn.ensemble  # noqa: F401
+    import uvicorn  # noqa: F401
+    from mlflow.utils import requirements_utils
+
+    from feature_repo import store  # noqa: F401
+    from serving.features import reader  # noqa: F401
+    from serving.replica import app, chat, runtime  # noqa: F401
+
+    try:
+        # MLflow checks a model's requirements against the installed packages on load; the package map
+        # it builds for that takes seconds the first time (private API: a failure only costs the time)
+        requirements_utils._init_packages_to_modules_map()
+    except Exception:  # noqa: BLE001
+        pass

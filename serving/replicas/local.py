@@ -1,7 +1,8 @@
 """Replicas as local OS processes (the embedded backend): start, wait until ready, stop.
 
-Each replica is ``python -m serving.replica`` on a free loopback port. A replica counts as ready only
-when its ``/health/ready`` answers, which it does only after its model is loaded and warmed.
+Each replica is ``python -m serving.replica`` on a free loopback port: forked from the gateway's fork server
+(``forking``) when it has one, else a process of its own. A replica counts as ready only when its
+``/health/ready`` answers, which it does only after its model is loaded and warmed.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 import httpx
 
 from serving.protocol.wire import OWNER_ENV, REPLICA_TOKEN_ENV
+from serving.replicas.forking import ForkServer
 from serving.settings import PROJECT_DIR
 
 log = logging.getLogger(__name__)
@@ -45,7 +47,7 @@ class LocalReplica:
     model_uri: str
     host: str
     port: int
-    process: subprocess.Popen[bytes] | AdoptedProcess  # ours, or one a crashed gateway left running
+    process: subprocess.Popen[bytes] | ForeignProcess  # our child, or forked by the fork server, or adopted
     log_path: Path
     outstanding: int = field(default=0)
     started_at: float = field(default_factory=time.time)
@@ -62,9 +64,10 @@ class LocalReplica:
         return self.process.poll() is None
 
 
-class AdoptedProcess:
-    """A replica process this gateway did not start (it adopted it): the part of ``Popen`` the gateway uses.
-    Not our child, so its exit code is unknown: ``returncode`` is -1 once it is gone."""
+class ForeignProcess:
+    """A replica process that is not this gateway's child (its fork server forked it, or it adopted it from a
+    crashed gateway): the part of ``Popen`` the gateway uses. Its exit code is not ours to read: ``returncode``
+    is -1 once it is gone (the fork server's log has the code of those it forked)."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -94,10 +97,11 @@ def process_running(pid: int) -> bool:
 
 
 def is_replica_process(pid: int, port: int) -> bool:
-    """``pid`` runs ``serving.replica`` on ``port`` (a registry row may outlive its process, and a pid be reused)."""
+    """``pid`` runs ``serving.replica`` on ``port`` (a registry row may outlive its process, and a pid be reused).
+    A forked replica's command line is its process title, one string with spaces (``replica.fork_server``)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            args = cmdline.read().split(b"\0")
+            args = cmdline.read().replace(b"\0", b" ").split()
     except OSError:
         return False
     return b"serving.replica" in args and b"--port" in args and str(port).encode() in args
@@ -123,7 +127,7 @@ def adopt_replica(host: str, port: int, pid: int, model_uri: str, token: str | N
             return None
     except (httpx.HTTPError, ValueError):
         return None
-    replica = LocalReplica(model_uri=model_uri, host=host, port=port, process=AdoptedProcess(pid),
+    replica = LocalReplica(model_uri=model_uri, host=host, port=port, process=ForeignProcess(pid),
                            log_path=log_dir / f"replica-{port}.log")
     log.info("adopted replica pid %d for %s on port %d", pid, model_uri, port)
     return replica, ready.json()
@@ -132,7 +136,7 @@ def adopt_replica(host: str, port: int, pid: int, model_uri: str, token: str | N
 def stop_stray(pid: int, port: int) -> None:
     """Stop a replica process nobody needs any more (left by a crashed gateway), if it still is one."""
     if is_replica_process(pid, port):
-        stop_replica(LocalReplica("", "127.0.0.1", port, AdoptedProcess(pid), Path(os.devnull)))
+        stop_replica(LocalReplica("", "127.0.0.1", port, ForeignProcess(pid), Path(os.devnull)))
 
 
 def replica_token(environ: Mapping[str, str], token_file: Path | None) -> str:
@@ -159,10 +163,12 @@ def _new_token(token_file: Path) -> str:
 
 @dataclass(frozen=True)
 class Launcher:
-    """How one gateway starts its replicas: the folder for their logs and the environment they get."""
+    """How one gateway starts its replicas: the folder for their logs, the environment they get, and the fork
+    server they are forked from (None: each is a process of its own)."""
 
     log_dir: Path
     env: Mapping[str, str]
+    fork_server: ForkServer | None = None
 
     @classmethod
     def for_gateway(cls, environ: Mapping[str, str], log_dir: Path, token_file: Path | None = None) -> Launcher:
@@ -173,7 +179,7 @@ class Launcher:
         the gateway; otherwise it is kept in ``token_file`` (see :func:`replica_token`)."""
         token = replica_token(environ, token_file)
         env = {**{k: v for k, v in environ.items() if k != "TOLLFREE_TOKEN"}, REPLICA_TOKEN_ENV: token}
-        return cls(log_dir, env)
+        return cls(log_dir, env, ForkServer(env, log_dir))
 
     @property
     def token(self) -> str | None:
@@ -181,7 +187,17 @@ class Launcher:
 
     def start(self, model_uri: str) -> LocalReplica:
         """A replica process for ``model_uri`` (empty: a warm-pool standby); see :func:`start_replica`."""
-        return start_replica(model_uri, self.log_dir, self.env)
+        return start_replica(model_uri, self.log_dir, self.env, fork_server=self.fork_server)
+
+    def prepare(self) -> None:
+        """Have the fork server ready (blocking: its imports take seconds the first time), so that ``start``
+        returns at once."""
+        if self.fork_server is not None:
+            self.fork_server.ensure_started()
+
+    def close(self) -> None:
+        if self.fork_server is not None:
+            self.fork_server.close()
 
     def activate(self, replica: LocalReplica, model_uri: str) -> dict:
         """Load ``model_uri`` into a standby; see :func:`activate`."""
@@ -200,17 +216,24 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
-def start_replica(model_uri: str, log_dir: Path, env: Mapping[str, str], host: str = "127.0.0.1") -> LocalReplica:
-    """Spawn one replica process; returns at once (use ``wait_ready``).
+def start_replica(model_uri: str, log_dir: Path, env: Mapping[str, str], host: str = "127.0.0.1",
+                  fork_server: ForkServer | None = None) -> LocalReplica:
+    """Start one replica process, forked by ``fork_server`` if it can, else spawned; returns at once (use
+    ``wait_ready``). A forked one gets the fork server's environment, which is ``env`` (``ForkServer``).
 
     ``model_uri`` empty: a standby replica for the warm pool (``activate`` gives it a model)."""
     port = free_port(host)
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"replica-{port}.log"
     what = ["--model-uri", model_uri] if model_uri else ["--standby"]
+    args = [*what, "--host", host, "--port", str(port)]
+    pid = fork_server.fork(args, log_path) if fork_server is not None else None
+    if pid is not None:
+        log.info("forked replica pid %d for %s on port %d", pid, model_uri, port)
+        return LocalReplica(model_uri=model_uri, host=host, port=port, process=ForeignProcess(pid), log_path=log_path)
     with open(log_path, "ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "serving.replica", *what, "--host", host, "--port", str(port)],
+            [sys.executable, "-m", "serving.replica", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**env, OWNER_ENV: str(os.getpid())},  # the replica outlives us if we crash, and knows it
@@ -271,16 +294,25 @@ def activate(replica: LocalReplica, model_uri: str, token: str | None, timeout_s
     return answer.json()
 
 
+def _signal(pid: int, signum: int) -> None:
+    """To the replica's process group (it leads one, with whatever it started); to the process alone if it
+    does not lead one yet (a forked replica just after its fork)."""
+    try:
+        os.killpg(pid, signum)
+    except ProcessLookupError:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+
 def stop_replica(replica: LocalReplica, grace_s: float = 10.0) -> None:
     """SIGTERM, then SIGKILL after ``grace_s``; always reaps the process."""
     if replica.alive():
-        try:
-            os.killpg(replica.process.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        _signal(replica.pid, signal.SIGTERM)
         try:
             replica.process.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
-            os.killpg(replica.process.pid, signal.SIGKILL)
+            _signal(replica.pid, signal.SIGKILL)
             replica.process.wait(timeout=5)
     log.info("stopped replica pid %d (port %d)", replica.pid, replica.port)

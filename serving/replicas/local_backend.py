@@ -2,7 +2,7 @@
 (``replicas.replica_set``), which decide how many each entity has.
 
 A start takes a standby from the warm pool when it has one (only the model load remains) and starts a
-new process otherwise; either way it returns a replica that answered ready, or stops what it started
+new process otherwise, forked from the launcher's fork server (``replicas.forking``); either way it returns a replica that answered ready, or stops what it started
 and raises. The pool refills itself in the background after every start.
 """
 
@@ -45,7 +45,8 @@ class LocalBackend:
                 ready = await run_in_threadpool(self.launcher.activate, replica, model_uri)
                 self.warm_starts += 1
             else:
-                # spawned here, not in a thread: a cancelled start must always know its process, to stop it
+                await run_in_threadpool(self.launcher.prepare)   # the fork server's imports, the first time
+                # started here, not in a thread: a cancelled start must always know its process, to stop it
                 replica = self.spawn(model_uri)
                 ready = await run_in_threadpool(wait_ready, replica)
                 self.cold_starts += 1

@@ -103,7 +103,8 @@ def _running_replicas(gateways: list[GatewayProcess]) -> list[int]:
     out = []
     for proc in psutil.process_iter(["cmdline", "status"]):
         try:
-            if "serving.replica" in (proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE \
+            if "serving.replica" in " ".join(proc.info["cmdline"] or []).split() \
+                    and proc.info["status"] != psutil.STATUS_ZOMBIE \
                     and proc.environ().get(OWNER_ENV) in owners:
                 out.append(proc.pid)
         except (psutil.NoSuchProcess, psutil.AccessDenied):

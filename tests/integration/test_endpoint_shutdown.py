@@ -14,22 +14,16 @@ import pytest
 from serving.endpoints import spec
 from serving.endpoints.manager import EndpointManager
 from serving.endpoints.store import EndpointStore
+from tests.gateways import command_words, replica_processes
 
 
 MODEL = "no-such-model"  # never loads in time: the replica is still starting when the gateway stops
 
 
 def _replicas() -> list[psutil.Process]:
-    """This test's replicas: the manager's own children serving MODEL (other tests' gateways have replicas too)."""
-    out = []
-    for child in psutil.Process().children(recursive=False):
-        try:
-            cmd = child.cmdline()
-            if "serving.replica" in cmd and f"models:/{MODEL}/1" in cmd and child.status() != psutil.STATUS_ZOMBIE:
-                out.append(child)
-        except psutil.NoSuchProcess:
-            continue
-    return out
+    """This test's replicas: the manager's own (forked by its fork server) serving MODEL (other tests' gateways
+    have replicas too)."""
+    return replica_processes(psutil.Process(), f"models:/{MODEL}/1")
 
 
 async def _until_spawned(timeout_s: float = 30.0) -> list[psutil.Process]:
@@ -65,6 +59,8 @@ def test_a_rollout_cancelled_while_its_replica_starts_leaves_no_process(tmp_path
     spawned = asyncio.run(scenario())
     assert spawned and all(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in spawned)
     assert _replicas() == []
+    fork_servers = [c for c in psutil.Process().children(recursive=True) if "serving.replica.fork_server" in command_words(c)]
+    assert fork_servers == [], "the manager's fork server ends with it"
 
 
 def test_endpoints_restored_at_start_and_stopped_at_once_leave_no_process(tmp_path):

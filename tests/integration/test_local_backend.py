@@ -14,13 +14,14 @@ from mlflow import MlflowClient
 from serving.replicas.local import Launcher
 from serving.replicas.local_backend import LocalBackend
 from serving.replicas.replica_set import ReplicaSet
+from tests.gateways import replica_processes
 from tests.world import MODEL_NAME
 
 pytestmark = pytest.mark.slow  # real replica processes (each imports the serving runtime)
 
 
-def _children() -> set[int]:
-    return {p.pid for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE}
+def _replicas() -> set[int]:
+    return {p.pid for p in replica_processes(psutil.Process(), "--model-uri")}
 
 
 def _alive(pids: set[int]) -> set[int]:
@@ -36,16 +37,17 @@ def _alive(pids: set[int]) -> set[int]:
 
 def test_a_scale_down_while_replicas_start_leaves_only_the_count_asked_for(world, tmp_path):
     version = str(MlflowClient(world.settings.tracking_uri).get_model_version_by_alias(MODEL_NAME, "champion").version)
-    before = _children()
+    before = _replicas()
 
     async def scenario() -> tuple[int, set[int], set[int], set[int]]:
         backend = LocalBackend(Launcher.for_gateway(os.environ, tmp_path / "logs"))
         served = ReplicaSet("champion", MODEL_NAME, version, backend)
         served.scale_to(3)
         served.scale_to(1)              # none is ready yet: the two extra ones are still starting
-        await asyncio.sleep(0)          # the starts run: their processes exist
-        spawned = _children() - before
         deadline = time.monotonic() + 180
+        while len(spawned := _replicas() - before) < 3:   # the starts run: their processes exist
+            assert time.monotonic() < deadline, f"three replica processes never started: {spawned}"
+            await asyncio.sleep(0.05)
         while served.starting > 0:
             assert time.monotonic() < deadline, "the replicas never finished starting"
             await asyncio.sleep(0.2)
@@ -54,6 +56,7 @@ def test_a_scale_down_while_replicas_start_leaves_only_the_count_asked_for(world
         extras_alive = _alive(spawned - kept)
         await served.stop()
         await backend.close()
+        backend.launcher.close()
         return ready, kept, spawned, extras_alive
 
     ready, kept, spawned, extras_alive = asyncio.run(scenario())
