@@ -14,7 +14,7 @@ import pytest
 from serving.endpoints import spec
 from serving.endpoints.manager import EndpointManager
 from serving.endpoints.store import EndpointStore
-from tests.gateways import command_words, replica_processes
+from tests.gateways import replica_processes
 
 
 MODEL = "no-such-model"  # never loads in time: the replica is still starting when the gateway stops
@@ -46,21 +46,21 @@ def _request(name: str) -> spec.CreateEndpointRequest:
 
 @pytest.mark.parametrize("how", ["shutdown", "delete"])
 def test_a_rollout_cancelled_while_its_replica_starts_leaves_no_process(tmp_path, how):
-    async def scenario() -> list[psutil.Process]:
+    async def scenario() -> tuple[list[psutil.Process], psutil.Process]:
         manager = _manager(tmp_path)
         await manager.open()
         await manager.create(_request("starting"), "test")
         spawned = await _until_spawned()
+        fork_server = psutil.Process(manager.launcher.fork_server.pid)
         if how == "delete":
             await manager.delete("starting")
         await manager.shutdown()
-        return spawned
+        return spawned, fork_server
 
-    spawned = asyncio.run(scenario())
+    spawned, fork_server = asyncio.run(scenario())
     assert spawned and all(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in spawned)
     assert _replicas() == []
-    fork_servers = [c for c in psutil.Process().children(recursive=True) if "serving.replica.fork_server" in command_words(c)]
-    assert fork_servers == [], "the manager's fork server ends with it"
+    assert not fork_server.is_running(), "the manager's fork server ends with it"
 
 
 def test_endpoints_restored_at_start_and_stopped_at_once_leave_no_process(tmp_path):
