@@ -20,6 +20,7 @@ the native threads the imports start (OpenBLAS's and pyarrow's jemalloc's) regis
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import logging
 import os
@@ -130,6 +131,10 @@ def main() -> int:
     skip_feast_type_checks()
     import_runtime()
     from serving.replica.__main__ import main as replica_main
+
+    # what the imports made goes to the collector's permanent generation: a child's collections then never
+    # write to those pages, so they stay shared with the fork server instead of being copied (gc.freeze's doc)
+    gc.freeze()
     answers.write(b'{"ready": true}\n')
     answers.flush()
     log.info("ready: the replica runtime is imported")

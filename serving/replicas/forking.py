@@ -49,9 +49,13 @@ class ForkServer:
         """The pid of a replica forked with ``args`` (those of ``python -m serving.replica``) and its output
         appended to ``log_path``; None when the fork server cannot fork one (start it another way)."""
         with self._lock:
-            if not self._running():
-                return None
-            answer = self._ask({"args": args, "log": str(log_path)})
+            for _ in range(2):   # one that died since the last start is replaced once
+                if not self._running():
+                    return None
+                answer = self._ask({"args": args, "log": str(log_path)})
+                if answer is not None:
+                    break
+                self._wait_exited()
         if answer is None or "pid" not in answer:
             log.warning("the fork server did not fork a replica (%s): starting one on its own",
                         "it died" if answer is None else answer.get("error"))
@@ -100,6 +104,15 @@ class ForkServer:
             return False
         log.info("fork server pid %d ready", self._process.pid)
         return True
+
+    def _wait_exited(self, timeout_s: float = 10.0) -> None:
+        """Under the lock: wait for a fork server that closed its pipe to be gone, so ``_running`` replaces it (a
+        killed process with threads ends some time after its pipe does)."""
+        assert self._process is not None
+        try:
+            self._process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
 
     def _ask(self, request: dict[str, Any]) -> dict[str, Any] | None:
         assert self._process is not None and self._process.stdin is not None
