@@ -136,7 +136,7 @@ def compare(live: dict[str, Any], sim: dict[str, Any], limit: float = GAP_LIMIT)
 
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 ADDED = re.compile(r"replica pid (\d+) added to (\S+)/\S+ \((\d+) now\)")
-STARTED = re.compile(r"started replica pid (\d+) for (\S*) on port")
+STARTED = re.compile(r"(?:started|forked) replica pid (\d+) for (\S*) on port")   # forked: from the fork server
 
 
 def log_events(lines: Sequence[str], origin_wall: float, endpoint: str = NAME) -> dict[str, list]:

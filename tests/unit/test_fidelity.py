@@ -87,7 +87,7 @@ def test_start_and_refill_times_from_the_gateway_log_and_the_decisions():
     lines = [f"{stamp(100 - 30)} INFO gateway serving.local_replicas: started replica pid 10 for  on port 1",
              f"{stamp(109.0)} INFO gateway serving.local_replicas: started replica pid 11 for models:/rowcost/1 on port 2",
              f"{stamp(109.5)} INFO gateway serving.autoscaler.backends.local: replica pid 10 added to fidelity/rowcost-1 (2 now)",
-             f"{stamp(109.6)} INFO gateway serving.local_replicas: started replica pid 12 for  on port 3",
+             f"{stamp(109.6)} INFO gateway serving.replicas.local: forked replica pid 12 for  on port 3",
              f"{stamp(129.0)} INFO gateway serving.autoscaler.backends.local: replica pid 11 added to fidelity/rowcost-1 (3 now)",
              f"{stamp(110.0)} INFO gateway serving.autoscaler.backends.local: replica pid 99 added to other/x-1 (2 now)",
              "  a traceback line"]
