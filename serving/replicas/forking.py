@@ -3,9 +3,9 @@
 imports (about 4.7 CPU-seconds a replica on the 2-core machine).
 
 Started on the first replica start, with the environment the gateway's replicas get. It is asked over its own
-stdin and stdout pipes only: it listens on no port and no path, so nothing but its gateway can have it fork. When it cannot start, or
-dies, starts fall back to a ``python -m serving.replica`` process of their own (``local.start_replica``), and
-the log says so once.
+stdin and stdout pipes only: it listens on no port and no path, so nothing but its gateway can have it fork.
+One that died is replaced at the next start (once per start); when one cannot start, starts fall back to a
+``python -m serving.replica`` process of their own (``local.start_replica``) from then on, and the log says so.
 """
 
 from __future__ import annotations
