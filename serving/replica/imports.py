@@ -34,8 +34,9 @@ def skip_feast_type_checks() -> bool:
 def import_runtime() -> None:
     """Import what loading a model will need (seconds of a replica's start): a standby does it before it
     waits for a model, the fork server (``replica.fork_server``) before it forks replicas. Imports only: no
-    thread, connection or file is opened, so a process that forks afterwards hands its children nothing live.
-    Call ``skip_feast_type_checks`` first."""
+    connection or file is opened and no thread of ours started, so a process that forks afterwards hands its
+    children no live connection (the native libraries' own threads, OpenBLAS's and pyarrow's jemalloc's, come
+    with fork handlers). Call ``skip_feast_type_checks`` first."""
     import mlflow.pyfunc  # noqa: F401
     import mlflow.sklearn  # noqa: F401
     import mlflow.store.model_registry.sqlalchemy_store  # noqa: F401  (the registry a model is loaded from)

@@ -2,8 +2,8 @@
 (``replicas.replica_set``), which decide how many each entity has.
 
 A start takes a standby from the warm pool when it has one (only the model load remains) and starts a
-new process otherwise, forked from the launcher's fork server (``replicas.forking``); either way it returns a replica that answered ready, or stops what it started
-and raises. The pool refills itself in the background after every start.
+new process otherwise, forked from the launcher's fork server (``replicas.forking``); either way it returns
+a replica that answered ready, or stops what it started and raises. The pool refills itself in the background after every start.
 """
 
 from __future__ import annotations
