@@ -219,7 +219,8 @@ def rss_mb(pid: int) -> float | None:
 def start_replica(model_uri: str, log_dir: Path, env: Mapping[str, str], host: str = "127.0.0.1",
                   fork_server: ForkServer | None = None) -> LocalReplica:
     """Start one replica process, forked by ``fork_server`` if it can, else spawned; returns at once (use
-    ``wait_ready``). A forked one gets the fork server's environment, which is ``env`` (``ForkServer``).
+    ``wait_ready``). A forked one has the fork server's environment (``Launcher`` builds that one from the same
+    ``env``), a spawned one ``env``.
 
     ``model_uri`` empty: a standby replica for the warm pool (``activate`` gives it a model)."""
     port = free_port(host)
@@ -244,6 +245,12 @@ def start_replica(model_uri: str, log_dir: Path, env: Mapping[str, str], host: s
     return LocalReplica(model_uri=model_uri, host=host, port=port, process=process, log_path=log_path)
 
 
+def _exited(replica: LocalReplica) -> str:
+    if isinstance(replica.process, ForeignProcess):   # not our child: the fork server's log has its code
+        return "exited"
+    return f"exited with code {replica.process.returncode}"
+
+
 def wait_ready(replica: LocalReplica, timeout_s: float = 120.0, poll_s: float = 0.2) -> dict:
     """Block until the replica answers ready and return its ready answer (with its batching plan);
     raise ReplicaStartError if it dies or times out."""
@@ -252,7 +259,7 @@ def wait_ready(replica: LocalReplica, timeout_s: float = 120.0, poll_s: float = 
         while time.monotonic() < deadline:
             if not replica.alive():
                 raise ReplicaStartError(
-                    f"replica for {replica.model_uri} exited with code {replica.process.returncode}; see {replica.log_path}"
+                    f"replica for {replica.model_uri} {_exited(replica)}; see {replica.log_path}"
                 )
             try:
                 answer = client.get(f"{replica.url}/health/ready")
@@ -271,7 +278,7 @@ def wait_live(replica: LocalReplica, timeout_s: float = 120.0, poll_s: float = 0
     with httpx.Client(timeout=2.0) as client:
         while time.monotonic() < deadline:
             if not replica.alive():
-                raise ReplicaStartError(f"standby replica exited with code {replica.process.returncode}; see {replica.log_path}")
+                raise ReplicaStartError(f"standby replica {_exited(replica)}; see {replica.log_path}")
             try:
                 if client.get(f"{replica.url}/health/live").status_code == 200:
                     return

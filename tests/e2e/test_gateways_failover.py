@@ -29,7 +29,7 @@ from serving.replicas.local import process_running
 from serving.state.database import open_database
 from serving.state.lease import Lease
 from serving.state.replica_registry import ReplicaRegistry
-from tests.gateways import ENTITY, RetryingClients, rows_body, wait_ready
+from tests.gateways import ENTITY, RetryingClients, command_words, rows_body, wait_ready
 from tests.services import haproxy_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.alone]  # their assertions read the clock: no other test beside them
@@ -103,7 +103,7 @@ def _running_replicas(gateways: list[GatewayProcess]) -> list[int]:
     out = []
     for proc in psutil.process_iter(["cmdline", "status"]):
         try:
-            if "serving.replica" in " ".join(proc.info["cmdline"] or []).split() \
+            if "serving.replica" in command_words(proc) \
                     and proc.info["status"] != psutil.STATUS_ZOMBIE \
                     and proc.environ().get(OWNER_ENV) in owners:
                 out.append(proc.pid)

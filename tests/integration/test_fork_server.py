@@ -3,7 +3,10 @@ a fraction of the imports, outlive it, and a start falls back to a process of it
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 
 import psutil
@@ -95,3 +98,29 @@ def test_a_killed_fork_server_is_replaced_and_one_that_cannot_start_leaves_start
             stop_replica(replica)
         launcher.close()
         never_ready.close()
+
+
+def test_a_bad_request_gets_a_clear_error_bad_replica_arguments_end_in_its_log_and_the_end_of_its_pipe_ends_it(tmp_path):
+    """The fork server's own protocol, driven by hand: what a broken caller gets, and how it ends."""
+    server = subprocess.Popen([sys.executable, "-m", "serving.replica.fork_server", " " * 256], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(os.environ))
+    try:
+        assert json.loads(server.stdout.readline()) == {"ready": True}
+        server.stdin.write(b'{"args": "not a list", "secret": "s3cr3t"\n')
+        server.stdin.flush()
+        answer = json.loads(server.stdout.readline())
+        assert answer == {"error": "bad request: JSONDecodeError"}   # names what is wrong, echoes nothing
+
+        log_path = tmp_path / "replica.log"
+        server.stdin.write(json.dumps({"args": ["--standby"], "log": str(log_path)}).encode() + b"\n")   # no --port
+        server.stdin.flush()
+        pid = json.loads(server.stdout.readline())["pid"]
+        assert _gone(pid)
+        assert "the following arguments are required: --port" in log_path.read_text()
+
+        server.stdin.close()   # its gateway went away
+        assert server.wait(timeout=30) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
