@@ -6,8 +6,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.synced
 PYTEST_ARGS ?=
-# make test runs the suite on TEST_WORKERS pytest-xdist processes, a test file per worker at a time; tests
-# marked `alone` (their assertions read the clock) wait until they have the machine to themselves.
+# make test runs the suite on TEST_WORKERS pytest-xdist processes, a test file per worker at a time, in the order
+# tests/conftest.py sorts them (xdist's reordering by tests per file is off); tests marked `alone` (their
+# assertions read the clock) wait until they have the machine to themselves.
 TEST_WORKERS ?= 2
 
 export MLFLOW_DISABLE_TELEMETRY := true
@@ -44,7 +45,7 @@ demo: $(STAMP)
 	$(PY) -m flows.demo
 
 test: $(STAMP)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The long versions of the reliability runs (CI runs the overload for 12 s): figures printed.
 SOAK_MINUTES ?= 10
@@ -53,7 +54,7 @@ soak: $(STAMP)
 	$(PY) -m benchmarks.soak --minutes $(SOAK_MINUTES)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow" $(PYTEST_ARGS)
 
 up: $(STAMP)
 	$(PY) -m infra.stack up

@@ -31,7 +31,10 @@ from serving.gateway.process import GatewayProcess, environ_with, start_gateway,
 from tests.models import RowCostModel
 from tests.world import MODEL_NAME, World
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]  # their assertions read the clock: no other test beside them
+# Not ``alone`` since replicas are forked (a start takes about 1 s, not 5): all three passed with three busy loops
+# beside them on the 2 cores (2026-12-05; the step's replicas grew within its 10 s, the first request after idle
+# took 305 ms of its 1 s), so they share the machine with the other worker's tests.
+pytestmark = pytest.mark.slow
 
 PER_ROW_S = 0.025  # one replica serves 40 requests/s
 WARM_POOL = 3  # standby replicas: a 10x step needs several new replicas at once
@@ -160,6 +163,7 @@ def test_a_10x_step_adds_replicas_within_10s_without_errors_and_they_leave_after
     before = [n for t, n in observed if t < step_at and n is not None]
     assert before and max(before) == 1  # the base load needs one replica
     grown = [t for t, n in observed if t >= step_at and (n or 0) >= 2]
+    print(f"10x step: replicas grew {grown[0] - step_at if grown else None} s after it; statuses {counts}")
     assert grown and grown[0] - step_at <= 10.0, f"replicas grew {grown[0] - step_at if grown else None} s after the step"
     trail = [(round(d["t"] - load_ended, 1), d["replicas"], d["reason"], d["ready_replicas"],
               {k: d["inputs"].get(k) for k in ("load_down", "target", "current", "service_s", "vertical")})

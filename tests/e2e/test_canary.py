@@ -227,7 +227,6 @@ def _rolls_back(gateway, client, world, models, rows, which: str, metric: str) -
     return sent
 
 
-@pytest.mark.alone
 def test_a_slow_challenger_is_rolled_back_and_no_request_fails(world, gateway, client, models, endpoint, rows):
     sent = _rolls_back(gateway, client, world, models, rows, "slow", "p99_latency")
     assert {s.status for s in sent} == {200}
@@ -238,7 +237,6 @@ def test_a_challenger_failing_on_some_inputs_is_rolled_back(world, gateway, clie
     assert any(s.status == 500 for s in sent)  # it did fail, on the challenger, before the rollback
 
 
-@pytest.mark.alone
 def test_a_good_challenger_walks_to_100_and_becomes_champion(world, gateway, client, models, endpoint, rows, tmp_path):
     old = versions.aliases(client, MODEL)["champion"]
     client.set_registered_model_alias(MODEL, "challenger", models["good"])

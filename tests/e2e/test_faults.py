@@ -184,7 +184,6 @@ def replicas_of_pids(pids: list[int]) -> list[int]:
     return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
 
-@pytest.mark.alone
 def test_a_crashed_gateway_loses_at_most_its_unflushed_tail_and_its_successor_adopts_the_replicas(
         world, gateway_env, record_property):
     """Load: 4 concurrent clients for 6 s. Fault: kill -9 of the gateway 5 s in. Holds: every request answered

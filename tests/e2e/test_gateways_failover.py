@@ -32,7 +32,9 @@ from serving.state.replica_registry import ReplicaRegistry
 from tests.gateways import ENTITY, RetryingClients, command_words, rows_body, wait_ready
 from tests.services import haproxy_server
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]  # their assertions read the clock: no other test beside them
+# Not ``alone``: its bounds (the lease taken within 10 s, a second replica within 240 s) held with three busy loops
+# beside it on the 2 cores (2026-12-05).
+pytestmark = pytest.mark.slow
 
 NAME = "fraud-shared"
 # Requests in service per replica (vertical axis off): 12 clients want one replica; 64 want two. The policy's load

@@ -141,7 +141,6 @@ def test_drift_of_a_model_never_trained_here_names_the_shifted_columns_and_a_fai
     assert outcomes["byo-gone"] == "failed" and outcomes["byo"] == outcomes["fraud"] == "completed", outcomes
 
 
-@pytest.mark.alone
 def test_a_split_set_by_hand_with_the_sdk_is_adopted_and_a_slow_challenger_rolled_back(world, gateway, own):
     client = MlflowClient(world.settings.tracking_uri)
     inner = f"models:/{MODEL}/1"
