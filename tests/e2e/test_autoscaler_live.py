@@ -141,7 +141,7 @@ def test_a_10x_step_adds_replicas_within_10s_without_errors_and_they_leave_after
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
         started = time.monotonic()
-        base_s, step_s = 8.0, 20.0
+        base_s, step_s = 6.0, 14.0
         results = asyncio.run(open_loop(f"{process.url}/serving-endpoints/steps/invocations", auth,
                                         [(BASE_RPS, base_s), (STEP_RPS, step_s)]))
         load_ended = started + base_s + step_s
@@ -184,7 +184,7 @@ def test_scale_to_zero_and_the_first_request_after_idle_comes_from_the_warm_pool
     with httpx.Client(base_url=process.url, headers=auth, timeout=60) as api:
         created = api.post("/api/2.0/serving-endpoints", json={"name": "idle", "config": {"served_entities": [{
             "entity_name": MODEL_NAME, "entity_alias": "champion", "scale_to_zero_enabled": True, "min_replicas": 0,
-            "autoscaling": {"idle_window_s": 5, "scale_down_window_s": 20}}]}})
+            "autoscaling": {"idle_window_s": 5, "scale_up_window_s": 8, "scale_down_window_s": 8}}]}})
         assert created.status_code == 200, created.text
         wait_endpoint_ready(process.url, auth["Authorization"].split()[1], "idle")
         assert api.post("/serving-endpoints/idle/invocations", json=body).status_code == 200

@@ -43,6 +43,9 @@ gates:
   compatibility: {require_signature: true}
 """
 NO_SERVING = "\n".join(line for line in ALL_GATES.splitlines() if not line.startswith(("  latency", "  cost"))) + "\n"
+# For the slow candidate: one client, so its p50 is its own 150 ms and not a queue behind a serial model's
+# other request (310 ms at two clients), and 20 requests a probe, which are 3 s of its sleep instead of 19 s
+SLOW_PROBE = ALL_GATES.replace("requests: 60, concurrency: 2", "requests: 20, concurrency: 1")
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +58,7 @@ def policies(tmp_path_factory):
     folder = tmp_path_factory.mktemp("policies")
     (folder / "all.yaml").write_text(ALL_GATES)
     (folder / "no_serving.yaml").write_text(NO_SERVING)
+    (folder / "slow_probe.yaml").write_text(SLOW_PROBE)
     return folder
 
 
@@ -155,9 +159,10 @@ def test_a_slow_candidate_fails_latency(client, first, world, policies):
     version = _log_pyfunc(client, world, SleepyModel(0.15), inputs, inner,
                           artifacts={"inner": f"models:/{MODEL}/{champion.version}"}, metadata={"feature_service": "fraud_v1"})
     with pytest.raises(PromotionBlocked, match="latency"):
-        promote(model_name=MODEL, policy_file=str(policies / "all.yaml"))
+        promote(model_name=MODEL, policy_file=str(policies / "slow_probe.yaml"))
     tags = _tags(client, version)
     assert tags["gate.latency"] == "fail" and "p50" in tags["gate.latency.reason"]
+    assert "errors=0/20" in tags["gate.latency.value"]  # the policy's probe size was the one used
     assert "probe 2 of 2" in tags["gate.latency.value"]  # measured again in a fresh replica before it blocked
     assert tags["gate.quality"] == "pass"  # as accurate as the champion: only slow
 
