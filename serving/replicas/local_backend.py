@@ -27,6 +27,11 @@ class LocalBackend:
         self.cold_starts = 0
         self.warm_starts = 0
 
+    def prepare(self) -> None:
+        """What a start needs before it spawns: the fork server up with its imports done. Blocking, seconds
+        the first time (run it off the event loop); at once after that."""
+        self.launcher.prepare()
+
     def spawn(self, model_uri: str) -> LocalReplica:
         """A new replica process for ``model_uri``; returns at once (see ``wait_ready``)."""
         return self.launcher.start(model_uri)
@@ -45,7 +50,7 @@ class LocalBackend:
                 ready = await run_in_threadpool(self.launcher.activate, replica, model_uri)
                 self.warm_starts += 1
             else:
-                await run_in_threadpool(self.launcher.prepare)   # the fork server's imports, the first time
+                await run_in_threadpool(self.prepare)   # the fork server's imports, the first time
                 # started here, not in a thread: a cancelled start must always know its process, to stop it
                 replica = self.spawn(model_uri)
                 ready = await run_in_threadpool(wait_ready, replica)

@@ -116,6 +116,8 @@ class ReplicaSet:
         if one fails, and the caller then ``stop``s the set. Each process is in ``replicas`` from its
         spawn, so a cancelled rollout stops every one."""
         backend = self._backend()
+        # the fork server's imports, the first time (seconds): in a thread, or the gateway answers nothing meanwhile
+        await run_in_threadpool(backend.prepare)
         for _ in range(n):  # spawned on the loop, not in a thread: a cancelled rollout must know every process
             self._replicas.append(backend.spawn(self.model_uri))
         for replica in list(self._replicas):

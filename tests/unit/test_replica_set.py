@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -32,12 +33,20 @@ class FakeBackend:
         self.release = asyncio.Event()
         self.next_pid = 100
         self.stopped: list[int] = []
+        self.prepared = threading.Event()  # set: prepare returns (the fork server's imports are done)
+        self.prepared.set()
+        self.events: list[str] = []
+
+    def prepare(self) -> None:
+        self.events.append("prepare")
+        assert self.prepared.wait(10), "the test never let prepare return"
 
     def _new(self) -> FakeReplica:
         self.next_pid += 1
         return FakeReplica(self.next_pid)
 
     def spawn(self, model_uri: str) -> FakeReplica:
+        self.events.append("spawn")
         return self._new()
 
     def wait_ready(self, replica: FakeReplica, timeout_s: float) -> dict:
@@ -73,6 +82,25 @@ def test_a_rollout_starts_its_replicas_and_stop_stops_them():
 
     count, stopped = asyncio.run(scenario())
     assert count == 2 and stopped == [101, 102]
+
+
+def test_a_rollout_prepares_its_backend_off_the_event_loop_before_it_spawns():
+    """The first rollout of a gateway waits for the fork server's imports (seconds): in a thread, so the
+    gateway's loop answers meanwhile (it did not: a status poll with a 5 s timeout failed, ci70)."""
+    async def scenario() -> tuple[int, list[str], int]:
+        backend = FakeBackend()
+        backend.prepared.clear()  # prepare blocks until the loop has turned 50 times
+        served = ReplicaSet("champion", "m", "1", backend, endpoint="e")
+        rollout = asyncio.create_task(served.start(1, timeout_s=1.0))
+        for _ in range(50):  # the loop keeps turning while prepare blocks in its thread
+            await asyncio.sleep(0.001)
+        spawned_while_preparing = backend.events.count("spawn")
+        backend.prepared.set()
+        await rollout
+        return spawned_while_preparing, backend.events, served.ready_count()
+
+    spawned_while_preparing, events, ready = asyncio.run(scenario())
+    assert spawned_while_preparing == 0 and events == ["prepare", "spawn"] and ready == 1
 
 
 def test_a_scale_down_while_starting_holds_when_the_starts_complete(caplog):
