@@ -64,8 +64,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     tests goes just before the unit files (its shared tests run beside them, its ``alone`` ones wait for a
     short one), and a file of ``alone`` tests only goes last. In ci71 both kinds went last and ran one test
     at a time for their last 87 s."""
-    alone = [item.path for item in items if item.get_closest_marker("alone") is not None]
-    only_alone = {path for path in alone if all(i.get_closest_marker("alone") for i in items if i.path == path)}
+    alone = {item.path for item in items if item.get_closest_marker("alone") is not None}
+    only_alone = alone - {item.path for item in items if item.get_closest_marker("alone") is None}
     order = {"e2e": 0, "integration": 1, "unit": 3}
 
     def rank(item: pytest.Item) -> int:
