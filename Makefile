@@ -30,13 +30,19 @@ help:
 	@echo "make down   - stop exactly what make up started (state in TOLLFREE_HOME is kept)"
 	@echo "make soak   - 60 s at 5x capacity (overload), then 10 min at 70 % of capacity with autoscaling (~15 min)"
 
-# --compile-bytecode: where PYTHONDONTWRITEBYTECODE is set (this machine and its CI set it) no module compiled on
-# first use is kept, so without it every process compiles what it imports from source; the suite then took
-# 1,517 s instead of about 1,050 (ci56, 2026-12-04).
+# Bytecode: this machine and its CI set PYTHONDONTWRITEBYTECODE, so no module compiled on first use is kept and every
+# process would compile what it imports from source (the suite took 1,517 s instead of about 1,050, ci56). Compiling
+# all of .venv at sync time (uv's --compile-bytecode, 39,000 files) took 45 of make env's 46 s on every clean clone,
+# for the about 5,000 modules any of our processes imports. So make's commands write the bytecode of what they
+# import, on first use, under .venv/pycache (PYTHONPYCACHEPREFIX: nothing is written beside the sources, and
+# removing .venv removes it): a sync takes about 1 s, and later imports (and pytest's rewritten test modules) read it.
+unexport PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX := $(CURDIR)/$(VENV)/pycache
+
 $(STAMP): pyproject.toml uv.lock
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), f"tollfree needs Python 3.11, found {sys.version.split()[0]}"'
 	@$(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet --disable-pip-version-check uv
-	$(PYTHON) -m uv sync --frozen --compile-bytecode --python $(PYTHON)
+	$(PYTHON) -m uv sync --frozen --python $(PYTHON)
 	@touch $(STAMP)
 
 env: $(STAMP)
