@@ -36,9 +36,11 @@ help:
 # for the about 5,000 modules any of our processes imports. So make's commands write the bytecode of what they
 # import, on first use, under .venv/pycache (PYTHONPYCACHEPREFIX: nothing is written beside the sources, and
 # removing .venv removes it): a sync takes about 1 s, and later imports (and pytest's rewritten test modules) read it.
+# The sync's own commands run with the system Python and write nothing (uv refuses a .venv holding only pycache/).
 unexport PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX := $(CURDIR)/$(VENV)/pycache
 
+$(STAMP): export PYTHONDONTWRITEBYTECODE := 1
 $(STAMP): pyproject.toml uv.lock
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), f"tollfree needs Python 3.11, found {sys.version.split()[0]}"'
 	@$(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet --disable-pip-version-check uv
