@@ -29,7 +29,7 @@ log = logging.getLogger("tollfree.stream_feed")
 
 SOURCE, SINK, DEAD = "transactions", "scores", "transactions-dead"
 MAX_ENTRIES = 1_000_000
-CHECK_S = 10.0
+CHECK_S = 2.0  # one GET of the endpoint while it is not attached: nothing for the gateway
 COLUMNS = ("customer_id", "merchant_id", "amount")
 
 

@@ -77,7 +77,7 @@ def _log_tiny_model(tracking_uri: str) -> None:
     mlflow.set_experiment("stack-test")
     with mlflow.start_run():
         mlflow.sklearn.log_model(model, name="model", signature=infer_signature(x, model.predict(x)),
-                                 registered_model_name="tiny")
+                                 registered_model_name="tiny", pip_requirements=["mlflow", "scikit-learn"])
     MlflowClient(tracking_uri).set_registered_model_alias("tiny", "champion", "1")
 
 
