@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # make test runs the suite on TEST_WORKERS pytest-xdist processes, a test file per worker at a time, in the order
 # tests/conftest.py sorts them (xdist's reordering by tests per file is off); tests marked `alone` (their
 # assertions read the clock) wait until they have the machine to themselves.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := true

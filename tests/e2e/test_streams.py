@@ -119,20 +119,45 @@ def _counts(client: redis.Redis, stream: str, ids: set[str]) -> collections.Coun
     return collections.Counter(i for i in (f[b"event_id"].decode() for f in _outputs(client, stream)) if i in ids)
 
 
+class _Tail:
+    """A stream read on from where the last call stopped: a wait reads each entry once, not the whole stream
+    (100,000 results and more) at every poll, which took a core from the gateway it waited for."""
+
+    def __init__(self, client: redis.Redis, stream: str) -> None:
+        self.client, self.stream, self.after = client, stream, "-"
+
+    def event_ids(self) -> list[str]:
+        """The ``event_id`` of every entry appended since the last call."""
+        out: list[str] = []
+        while True:
+            chunk = self.client.xrange(self.stream, self.after, "+", count=20_000)
+            out.extend(fields[b"event_id"].decode() for _, fields in chunk)
+            if chunk:
+                self.after = "(" + chunk[-1][0].decode()
+            if len(chunk) < 20_000:
+                return out
+
+
 def _wait_all(client: redis.Redis, ids: set[str], timeout_s: float) -> None:
     """Until every id in ``ids`` has an output in the sink or the dead-letter stream."""
     deadline = time.monotonic() + timeout_s
+    missing, tails = set(ids), (_Tail(client, SINK), _Tail(client, DEAD))
     while True:
-        seen = set(_counts(client, SINK, ids)) | set(_counts(client, DEAD, ids))
-        if seen >= ids:
+        for tail in tails:
+            missing.difference_update(tail.event_ids())
+        if not missing:
             return
-        assert time.monotonic() < deadline, f"{len(ids - seen)} of {len(ids)} events without an output after {timeout_s:.0f} s"
+        assert time.monotonic() < deadline, f"{len(missing)} of {len(ids)} events without an output after {timeout_s:.0f} s"
         time.sleep(0.5)
 
 
 def _wait_outputs(client: redis.Redis, ids: set[str], at_least: int, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    while len(_counts(client, SINK, ids)) < at_least:
+    tail, seen = _Tail(client, SINK), set()
+    while True:
+        seen.update(i for i in tail.event_ids() if i in ids)
+        if len(seen) >= at_least:
+            return
         assert time.monotonic() < deadline, f"fewer than {at_least} results after {timeout_s:.0f} s"
         time.sleep(0.2)
 
@@ -169,7 +194,8 @@ def test_every_event_is_scored_once_and_poison_goes_to_the_dead_letter_stream(wo
     _exactly_once(client, set(ids), dead_ids)
 
     champion = MlflowClient(world.settings.tracking_uri).get_model_version_by_alias(ENTITY["entity_name"], "champion").version
-    results = [f for f in _outputs(client, SINK) if f[b"event_id"].decode() in set(ids)]
+    wanted = set(ids)
+    results = [f for f in _outputs(client, SINK) if f[b"event_id"].decode() in wanted]
     assert {f[b"model_version"].decode() for f in results} == {str(champion)}
     assert {f[b"served_entity"].decode() for f in results} == {f"{ENTITY['entity_name']}-champion"}
     by_id = {f[b"event_id"].decode(): json.loads(f[b"prediction"]) for f in results}
