@@ -59,7 +59,7 @@ def _machine(exclusive: bool) -> Iterator[None]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The order ``make test`` hands whole files to its workers in (it turns xdist's own reordering off):
     real processes first and pure code last, so the run ends on short files and no worker is left with a long
-    one while the other has nothing. An ``alone`` test first waits for the other worker's running test to end:
+    one while the others have nothing. An ``alone`` test first waits for the other workers' running tests to end:
     met at points across the run, those waits took 114 s of ci66's 834 s. So a file with ``alone`` and shared
     tests goes just before the unit files (its shared tests run beside them, its ``alone`` ones wait for a
     short one), and a file of ``alone`` tests only goes last. In ci71 both kinds went last and ran one test
