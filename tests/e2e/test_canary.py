@@ -237,18 +237,22 @@ def test_a_challenger_failing_on_some_inputs_is_rolled_back(world, gateway, clie
     assert any(s.status == 500 for s in sent)  # it did fail, on the challenger, before the rollback
 
 
-# ``alone``: a good challenger must not look slower than the champion, and its p99 over its 5 % share is a handful
-# of requests (30 at least); with three test workers beside it (2026-12-05, ci68) it measured 56.5 ms against the champion's
-# 9.4 ms and was rolled back. It passed with three busy loops, but a neighbour's burst is not a steady loop.
-@pytest.mark.alone
+# A good challenger's latency is judged on a handful of requests (its 5 % share: 30 at least), so a neighbour's
+# burst can make it look slower than the champion: with three test workers beside it (2026-12-05, ci68) it measured
+# 56.5 ms p99 against 9.4 and was rolled back at the default thresholds. This test is about the walk to 100, the
+# delayed labels and the promotion, so it tolerates up to 10x the champion's latency (no hold, no rollback) and
+# shares the machine; the latency rollback at the default thresholds is the slow challenger's test above.
+SHARED_MACHINE = {**THRESHOLDS, "p99_warn": 9.0, "p99_rollback": 9.0, "p50_warn": 9.0}
+
+
 def test_a_good_challenger_walks_to_100_and_becomes_champion(world, gateway, client, models, endpoint, rows, tmp_path):
     old = versions.aliases(client, MODEL)["champion"]
     client.set_registered_model_alias(MODEL, "challenger", models["good"])
     with Traffic(gateway.url, gateway.admin, rows) as traffic:
-        started = _run(gateway)
+        started = _run(gateway, thresholds=SHARED_MACHINE)
         assert started["action"] == "started", started
         outcomes = _until(gateway, lambda o: (o["action"] == "advance" and o["traffic"] == 50)
-                          or o["action"] not in ("hold", "advance"))
+                          or o["action"] not in ("hold", "advance"), thresholds=SHARED_MACHINE)
         assert outcomes[-1]["action"] == "advance" and outcomes[-1]["traffic"] == 50, outcomes[-1]
         # delayed ground truth arrives for what was served so far (the label is the champion's answer),
         # enough of it inside the 50 % step for the accuracy check to judge (20 labelled a side)
@@ -261,8 +265,8 @@ def test_a_good_challenger_walks_to_100_and_becomes_champion(world, gateway, cli
         labels.to_parquet(tmp_path / "labels.parquet")
         ingested = ingest_labels(endpoint=ENDPOINT, input_path=str(tmp_path / "labels.parquet"))
         assert ingested["matched"] > 0 and ingested["unmatched"] == 0
-        final = _until(gateway, lambda o: o["action"] != "hold")[-1]
-        cleaned = _run(gateway)
+        final = _until(gateway, lambda o: o["action"] != "hold", thresholds=SHARED_MACHINE)[-1]
+        cleaned = _run(gateway, thresholds=SHARED_MACHINE)
         cleaned_at = datetime.now(timezone.utc)
         traffic.wait_for(lambda s: s.started > cleaned_at, 10)  # and it serves on after the clean-up
     assert final["action"] == "promote" and final["event"] == "tollfree.canary.promote" and final["traffic"] == 100, final
