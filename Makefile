@@ -34,9 +34,9 @@ help:
 # process would compile what it imports from source (the suite took 1,517 s instead of about 1,050, ci56). Compiling
 # all of .venv at sync time (uv's --compile-bytecode, 39,000 files) took 45 of make env's 46 s on every clean clone,
 # for the 10,180 modules (the standard library's included) the whole suite's processes import. So make's commands
-# write the bytecode of what they import, on first use, under .venv/pycache (PYTHONPYCACHEPREFIX: nothing is written beside the sources, and
-# removing .venv removes it): make env on a clean clone takes about 3 s, and later imports (and pytest's rewritten
-# test modules) read it.
+# write the bytecode of what they import, on first use, under .venv/pycache (PYTHONPYCACHEPREFIX: nothing is
+# written beside the sources, and removing .venv removes it): make env on a clean clone takes about 3 s, and later
+# imports (and pytest's rewritten test modules) read it.
 # The sync's own commands run with the system Python and write nothing (uv refuses a .venv holding only pycache/).
 unexport PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX := $(CURDIR)/$(VENV)/pycache
