@@ -104,21 +104,6 @@ def _append(client: redis.Redis, events: list[dict[str, str]]) -> list[str]:
     return ids
 
 
-def _outputs(client: redis.Redis, stream: str) -> list[dict[bytes, bytes]]:
-    out: list[dict[bytes, bytes]] = []
-    start = "-"
-    while True:
-        chunk = client.xrange(stream, start, "+", count=20_000)
-        out.extend(fields for _, fields in chunk)
-        if len(chunk) < 20_000:
-            return out
-        start = "(" + chunk[-1][0].decode()
-
-
-def _counts(client: redis.Redis, stream: str, ids: set[str]) -> collections.Counter[str]:
-    return collections.Counter(i for i in (f[b"event_id"].decode() for f in _outputs(client, stream)) if i in ids)
-
-
 class _Tail:
     """A stream read on from where the last call stopped: a wait reads each entry once, not the whole stream
     (100,000 results and more) at every poll, which took a core from the gateway it waited for."""
@@ -126,16 +111,27 @@ class _Tail:
     def __init__(self, client: redis.Redis, stream: str) -> None:
         self.client, self.stream, self.after = client, stream, "-"
 
-    def event_ids(self) -> list[str]:
-        """The ``event_id`` of every entry appended since the last call."""
-        out: list[str] = []
+    def entries(self) -> list[dict[bytes, bytes]]:
+        """The fields of every entry appended since the last call (of all of them, the first time)."""
+        out: list[dict[bytes, bytes]] = []
         while True:
             chunk = self.client.xrange(self.stream, self.after, "+", count=20_000)
-            out.extend(fields[b"event_id"].decode() for _, fields in chunk)
+            out.extend(fields for _, fields in chunk)
             if chunk:
                 self.after = "(" + chunk[-1][0].decode()
             if len(chunk) < 20_000:
                 return out
+
+    def event_ids(self) -> list[str]:
+        return [fields[b"event_id"].decode() for fields in self.entries()]
+
+
+def _outputs(client: redis.Redis, stream: str) -> list[dict[bytes, bytes]]:
+    return _Tail(client, stream).entries()
+
+
+def _counts(client: redis.Redis, stream: str, ids: set[str]) -> collections.Counter[str]:
+    return collections.Counter(i for i in _Tail(client, stream).event_ids() if i in ids)
 
 
 def _wait_all(client: redis.Redis, ids: set[str], timeout_s: float) -> None:
