@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 _SESSION_HOME: Path | None = None
+_PREFECT_SERVER = None  # the session's Prefect server, when this process started it (tests.prefect_server)
 _MACHINE_LOCK = "TOLLFREE_TEST_MACHINE_LOCK"  # set by the first pytest process; its xdist workers inherit it
 
 
@@ -33,9 +34,24 @@ def pytest_configure(config: pytest.Config) -> None:
     from serving.settings import export_defaults
 
     export_defaults(os.environ)
+    os.environ.pop("PREFECT_API_URL", None)  # never a server of the user's shell
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        _start_prefect_server()  # the xdist controller, before its workers exist: they inherit the URL
+
+
+def _start_prefect_server() -> str:
+    global _PREFECT_SERVER
+    from tests.prefect_server import PrefectServer
+
+    assert _SESSION_HOME is not None
+    _PREFECT_SERVER = PrefectServer(_SESSION_HOME / "prefect-server").start()
+    os.environ["PREFECT_API_URL"] = _PREFECT_SERVER.api_url
+    return _PREFECT_SERVER.api_url
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if _PREFECT_SERVER is not None:
+        _PREFECT_SERVER.stop()
     if _SESSION_HOME is not None and not os.environ.get("TOLLFREE_KEEP_TEST_STATE"):
         shutil.rmtree(_SESSION_HOME, ignore_errors=True)
 
@@ -95,10 +111,15 @@ def admin_token() -> str:
 
 @pytest.fixture(scope="session")
 def prefect_harness():
-    """Prefect's test harness: a real API server on a temporary database, once per session."""
-    from prefect.testing.utilities import prefect_test_harness
+    """The session's Prefect server (``tests.prefect_server``), ready: the xdist controller started it for all
+    its workers, or this process starts it now."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    with prefect_test_harness(server_startup_timeout=120):
+    from tests.prefect_server import wait_ready
+
+    api_url = os.environ.get("PREFECT_API_URL") or _start_prefect_server()
+    wait_ready(api_url)
+    with temporary_settings(updates={PREFECT_API_URL: api_url}):  # in case Prefect read the environment before
         yield
 
 
