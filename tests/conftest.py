@@ -34,9 +34,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from serving.settings import export_defaults
 
     export_defaults(os.environ)
-    os.environ.pop("PREFECT_API_URL", None)  # never a server of the user's shell
-    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
-        _start_prefect_server()  # the xdist controller, before its workers exist: they inherit the URL
+    if not hasattr(config, "workerinput"):  # not an xdist worker: those inherit the controller's server
+        os.environ.pop("PREFECT_API_URL", None)  # never a server of the user's shell
+        if getattr(config.option, "numprocesses", None):
+            _start_prefect_server()  # the xdist controller, before its workers exist
 
 
 def _start_prefect_server() -> str:
