@@ -1,4 +1,4 @@
-"""Deployments registered on a real Prefect API (the test harness) carry their schedules and triggers."""
+"""Deployments registered on a real Prefect API (the session's server) carry their schedules and triggers."""
 
 from __future__ import annotations
 

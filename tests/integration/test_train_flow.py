@@ -1,4 +1,4 @@
-"""The train flow against a real MLflow registry on SQLite, run under Prefect's test harness."""
+"""The train flow against a real MLflow registry on SQLite, run on the session's Prefect server."""
 
 from __future__ import annotations
 
