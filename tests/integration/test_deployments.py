@@ -1,13 +1,20 @@
-"""Deployments registered on a real Prefect API (the session's server) carry their schedules and triggers."""
+"""Deployments registered on a real Prefect API (the session's server) carry their schedules and triggers.
+
+Every test that registers the deployments is in this file: the xdist workers share the session's server, and
+registrations of the same deployment names on two work pools at once would race.
+"""
 
 from __future__ import annotations
 
 import importlib
+import json
 from pathlib import Path
 
 from prefect.client.orchestration import get_client
 
 from flows.deployments import HOURLY, NIGHTLY, deployments, register, training_definitions
+
+JOB_TEMPLATE = Path(__file__).resolve().parents[2] / "infra" / "prefect" / "kubernetes-base-job-template.json"
 
 
 def test_every_deployment_lands_on_the_work_pool_with_its_schedule_and_an_importable_entrypoint(prefect_harness):
@@ -119,3 +126,14 @@ def test_every_model_with_a_training_definition_gets_its_training_and_promotion(
         assert f"train/nightly-{model}" in names and f"promote/after-training-{model}" in names
     assert not [n for n in names if "scorer" in n]
     assert names.count("skew-drift-all/hourly") == 1 and names.count("canary-all/every-5-minutes") == 1
+
+
+def test_deployments_register_on_a_kubernetes_work_pool_with_the_infra_job_template(prefect_harness):
+    template = json.loads(JOB_TEMPLATE.read_text())
+    names = register("tollfree-kubernetes", pool_type="kubernetes", base_job_template=template)
+    with get_client(sync_client=True) as client:
+        pool = client.read_work_pool("tollfree-kubernetes")
+        deployed = [client.read_deployment_by_name(name) for name in names]
+    assert pool.type == "kubernetes"
+    assert pool.base_job_template["variables"]["properties"]["image"]["default"] == "tollfree:0.1.0"
+    assert all(d.work_pool_name == "tollfree-kubernetes" and ":" not in d.entrypoint for d in deployed)

@@ -1,7 +1,7 @@
 """infra/: every Kubernetes manifest valid against the Kubernetes schemas in strict mode (unknown fields
-rejected), the pieces consistent with each other and with the code, the Kubernetes work pool's job
-template accepted by a real Prefect API, the Dockerfile linted as far as can be without a Docker engine,
-the Grafana dashboard and the README in step with the gateway's metrics."""
+rejected), the pieces consistent with each other and with the code, the Dockerfile linted as far as can be
+without a Docker engine, the Grafana dashboard and the README in step with the gateway's metrics. (A real Prefect
+API taking the Kubernetes work pool's job template: ``test_deployments.py``.)"""
 
 from __future__ import annotations
 
@@ -222,21 +222,6 @@ def test_the_kubernetes_job_template_renders_a_strictly_valid_job_in_the_namespa
     assert job["metadata"]["namespace"] == "tollfree"
     assert job["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == \
         named("PersistentVolumeClaim", "tollfree-state")["metadata"]["name"]
-
-
-def test_deployments_register_on_a_kubernetes_work_pool_with_that_template(prefect_harness):
-    from prefect.client.orchestration import get_client
-
-    from flows.deployments import register
-
-    template = json.loads(JOB_TEMPLATE.read_text())
-    names = register("tollfree-kubernetes", pool_type="kubernetes", base_job_template=template)
-    with get_client(sync_client=True) as client:
-        pool = client.read_work_pool("tollfree-kubernetes")
-        deployed = [client.read_deployment_by_name(name) for name in names]
-    assert pool.type == "kubernetes"
-    assert pool.base_job_template["variables"]["properties"]["image"]["default"] == "tollfree:0.1.0"
-    assert all(d.work_pool_name == "tollfree-kubernetes" and ":" not in d.entrypoint for d in deployed)
 
 
 # ---- Dockerfile ---------------------------------------------------------------------------------
