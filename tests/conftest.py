@@ -122,6 +122,31 @@ def prefect_harness():
     wait_ready(api_url)
     with temporary_settings(updates={PREFECT_API_URL: api_url}):  # in case Prefect read the environment before
         yield
+        _drain_prefect_clients()
+
+
+def _drain_prefect_clients() -> None:
+    """Send what this process's Prefect log and event workers still hold while the server is up (the harness
+    does the same before it stops its server); without it, a run without xdist stops the server first and the
+    workers' flush at exit fails."""
+    import inspect
+
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    async def drain() -> None:
+        try:
+            pending = APILogWorker.instance().drain()
+            if inspect.isawaitable(pending):
+                await pending
+        except RuntimeError:  # never started
+            pass
+        pending = EventsWorker.drain_all()
+        if inspect.isawaitable(pending):
+            await pending
+
+    run_coro_as_sync(drain())
 
 
 @pytest.fixture(scope="session")

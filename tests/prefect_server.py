@@ -8,14 +8,11 @@ types' registration, which no test reads) and each idle server 0.7 CPU-seconds a
 pytest process that hands out the tests starts it once, before its workers exist, and they inherit its
 ``PREFECT_API_URL``; a run without workers starts it on first use. Tests tell their flows, events and
 artifacts apart by their own names and resource ids, as they would on any shared Prefect server.
-
-Only the standard library here: the controlling pytest process imports nothing of the stack.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,21 +20,17 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from serving.replicas.local import free_port
+
 # What Prefect's SubprocessASGIServer (the harness's server) sets for it, plus: no block types registered.
 _SERVER_ENV = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
                "PREFECT_API_BLOCKS_REGISTER_ON_START": "false"}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class PrefectServer:
     def __init__(self, home: Path) -> None:
         self.home = home
-        self.port = _free_port()
+        self.port = free_port()
         self.api_url = f"http://127.0.0.1:{self.port}/api"
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -76,5 +69,7 @@ def wait_ready(api_url: str, timeout_s: float = 120.0) -> None:
         except (urllib.error.URLError, OSError):
             pass
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the session's Prefect server at {api_url} did not answer within {timeout_s:.0f} s")
+            raise RuntimeError(f"the session's Prefect server at {api_url} did not answer within {timeout_s:.0f} s "
+                               "(its output: prefect-server/prefect-server.log in the test session's folder, kept "
+                               "with TOLLFREE_KEEP_TEST_STATE=1)")
         time.sleep(0.2)
