@@ -4,6 +4,7 @@ process (``--standby`` instead of ``--model-uri``: a warm-pool replica that wait
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import time
@@ -18,6 +19,7 @@ from serving.protocol.wire import REPLICA_KEEP_ALIVE_S, REPLICA_TOKEN_ENV  # noq
 from serving.replica.app import StandbyApp, create_replica_app  # noqa: E402
 from serving.replica.owner import DEFAULT_ORPHAN_S, ORPHAN_ENV, Adoptable, OwnerWatch, first_owner, watch  # noqa: E402
 from serving.replica.chat import load_runtime  # noqa: E402
+from serving.replica.frames_server import serve_frames  # noqa: E402
 from serving.replica.runtime import settle_heap  # noqa: E402
 
 log = logging.getLogger("serving.replica")
@@ -47,6 +49,15 @@ def _orphan_grace_s(environ: Any) -> float:
     except ValueError:
         log.warning("%s is not a number of seconds: using %.0f", ORPHAN_ENV, DEFAULT_ORPHAN_S)
         return DEFAULT_ORPHAN_S
+
+
+async def _serve(server: Any, app: Any, token: str | None) -> None:
+    """uvicorn's HTTP server and, beside it on the same event loop, the framed hop's socket (``frames_server``)."""
+    listener = await serve_frames(app.frames_address, lambda: getattr(app, "inner", app), token)
+    try:
+        await server.serve()
+    finally:
+        listener.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,8 +103,12 @@ def main(argv: list[str] | None = None) -> int:
         settle_heap()
         app = create_replica_app(runtime, token=token, model_uri=args.model_uri, load_seconds=time.perf_counter() - started)
     loaded.append(app)
-    uvicorn.run(Adoptable(app, owner, token), host=args.host, port=args.port, log_level="warning", access_log=False, loop="uvloop",
-                http="httptools", lifespan="on", timeout_keep_alive=REPLICA_KEEP_ALIVE_S)
+    app.frames_address = f"unix:@tollfree/replica/{os.getpid()}/{args.port}"
+    config = uvicorn.Config(Adoptable(app, owner, token), host=args.host, port=args.port, log_level="warning",
+                            access_log=False, loop="uvloop", http="httptools", lifespan="on",
+                            timeout_keep_alive=REPLICA_KEEP_ALIVE_S)
+    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+        runner.run(_serve(uvicorn.Server(config), app, token))
     return 0
 
 

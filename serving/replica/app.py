@@ -5,7 +5,8 @@ It is ready (``/health/ready`` 200) only after the model is loaded, warmed and p
 answer carries the micro-batching plan (``serving.traffic.batching``) the gateway follows.
 
 Routes: ``POST /invocations`` (one scoring request, the MLflow protocol, for direct clients and
-probes), ``POST /invocations/batch`` (the gateway's envelope of several, ``serving.protocol.wire``),
+probes), ``POST /invocations/batch`` (the gateway's envelope of several, ``serving.protocol.wire``; its answer
+names the Unix socket where the same envelopes are taken in frames, ``serving.protocol.frames``),
 ``GET /health/ready`` and ``GET /health/live`` (probes; no token), ``GET /metrics`` (Prometheus,
 ``serving.replica.metrics``). When ``TOLLFREE_REPLICA_TOKEN`` is set (the gateway sets it for the replicas
 it starts) every route but the probes requires it as a bearer token. Both scoring routes also take a
@@ -14,7 +15,8 @@ its strings parsed by the model's input types.
 
 A plain ASGI app on uvicorn rather than FastAPI: the replica has five fixed routes, and routing and
 request objects cost more than its numpy path predicts a row. Requests are parsed, predicted and
-serialised on one worker thread, so the event loop keeps reading the next request meanwhile.
+serialised on one worker thread, so the event loop keeps reading the next request meanwhile; an envelope of
+one request is scored on the event loop itself (no hop to the thread and back).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from serving.protocol import wire
+from serving.protocol import frames, wire
 from serving.protocol.errors import REQUEST_ID_HEADER, ApiError, error_body, internal, not_found, resolve_request_id, unauthenticated
 from serving.protocol.events import is_event_content_type, parse_event
 from serving.protocol.scoring import JSON_CONTENT_TYPE, ScoringRequest, parse_scoring_request, to_jsonable
@@ -139,6 +141,7 @@ class ReplicaApp:
         self.metrics = metrics or ReplicaMetrics.create("unknown")
         self._token = f"Bearer {token}".encode() if token else None
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="predict")
+        self.frames_address: str | None = None  # where it takes framed calls (``frames_server``), if it does
         plan = runtime.plan.to_json() if runtime.plan is not None else None
         self._ready = orjson.dumps({"status": "ready", "batching": plan, "numpy_path": runtime.numpy_path is not None,
                                     "model_uri": self.metrics.model_uri})
@@ -160,15 +163,11 @@ class ReplicaApp:
                 body = await _read_body(receive)
                 loop = asyncio.get_running_loop()
                 if path == wire.PATH:
-                    started = time.perf_counter()
-                    if body.startswith(b'{"items":[[') and body.find(b"],[", 0, body.find(b"\n")) < 0:
-                        out = score_envelope(self.runtime, body, self.max_rows, self.metrics)  # one request: no thread hop
-                    else:
-                        out = await loop.run_in_executor(self._worker, score_envelope, self.runtime, body, self.max_rows,
-                                                         self.metrics)
-                    await _respond(send, 200, out, request_id, wire.CONTENT_TYPE,
-                                   [(b"x-tollfree-predict-ms", f"{(time.perf_counter() - started) * 1000:.3f}".encode()),
-                                    (wire.BUSY_HEADER.encode(), f"{self.metrics.busy.total():.6f}".encode())])
+                    out = self.score_inline(body) if wire.single_request(body) else await self.score_threaded(body)
+                    extra = [(wire.BUSY_HEADER.encode(), f"{self.metrics.busy.total():.6f}".encode())]
+                    if self.frames_address is not None:
+                        extra.append((frames.ADDRESS_HEADER.encode(), self.frames_address.encode()))
+                    await _respond(send, 200, out, request_id, wire.CONTENT_TYPE, extra)
                 else:
                     content_type = headers.get(b"content-type", b"").decode("latin-1") or None
                     want = headers.get(RETURN_FEATURES_HEADER.encode()) == b"1"
@@ -185,6 +184,15 @@ class ReplicaApp:
         except Exception:
             log.exception("unhandled error request_id=%s path=%s", request_id, path[:100])
             await _respond(send, 500, orjson.dumps(error_body(internal(f"internal error; request id {request_id}"))), request_id)
+
+    def score_inline(self, envelope: bytes) -> bytes:
+        """A batch envelope scored on the calling thread (a lone request: no hop to the predict thread)."""
+        return score_envelope(self.runtime, envelope, self.max_rows, self.metrics)
+
+    async def score_threaded(self, envelope: bytes) -> bytes:
+        """A batch envelope scored on the predict thread, while the event loop reads the next calls."""
+        return await asyncio.get_running_loop().run_in_executor(self._worker, score_envelope, self.runtime, envelope,
+                                                                self.max_rows, self.metrics)
 
     def _authorize(self, headers: dict[bytes, bytes]) -> None:
         if self._token is not None and not hmac.compare_digest(headers.get(b"authorization", b""), self._token):
@@ -263,6 +271,7 @@ class StandbyApp:
         self.token = token
         self.profile_budget_s = profile_budget_s
         self.inner: Any = None  # ReplicaApp or ChatReplicaApp, once loaded
+        self.frames_address: str | None = None  # handed to the ReplicaApp it becomes
         self._loading = asyncio.Lock()
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
@@ -314,4 +323,7 @@ class StandbyApp:
         settle_heap()
         seconds = time.perf_counter() - started
         log.info("standby loaded %s in %.2fs", model_uri, seconds)
-        return create_replica_app(runtime, token=self.token, model_uri=model_uri, load_seconds=seconds)
+        app = create_replica_app(runtime, token=self.token, model_uri=model_uri, load_seconds=seconds)
+        if isinstance(app, ReplicaApp):
+            app.frames_address = self.frames_address
+        return app

@@ -1,26 +1,43 @@
-"""The gateway's client for its replicas: one keep-alive aiohttp session, batch envelopes out and in.
+"""The gateway's client for its replicas: batch envelopes out and in, in frames on a Unix socket where the
+replica offers one (``serving.protocol.frames``), else over HTTP on one keep-alive aiohttp session.
 
-aiohttp rather than httpx on this hop: at thousands of calls a second the client's own per-request
-work is the gateway's largest cost after the server side, and aiohttp's is a fraction of httpx's.
+The first envelope to a replica goes over HTTP; a replica on this machine (a loopback address) names its frame
+socket in that answer, and later envelopes go there. A frame socket that cannot be reached is not tried again (that
+replica is served over HTTP); a connection that closes is forgotten, and the next envelope goes over HTTP,
+whose answer names the socket again if the replica is still there. aiohttp rather than httpx for HTTP: at thousands of calls a second
+the client's own per-request work is the gateway's largest cost after the server side, and aiohttp's is a
+fraction of httpx's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
-from serving.protocol import wire
+from serving.protocol import frames, wire
+from serving.replicas.frames_client import FrameConnection, connect
+
+log = logging.getLogger(__name__)
+
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 class ReplicaClient:
     def __init__(self, token: str | None = None, connect_timeout_s: float = 5.0) -> None:
+        self._token = token
         self._headers = {"content-type": wire.CONTENT_TYPE}
         if token:
             self._headers["authorization"] = f"Bearer {token}"
         self._connect_timeout_s = connect_timeout_s
         self._session: aiohttp.ClientSession | None = None
+        self._addresses: dict[str, str] = {}        # replica URL -> the frame socket it named
+        self._connections: dict[str, FrameConnection] = {}
+        self._connecting: dict[str, asyncio.Future[FrameConnection | None]] = {}
+        self._unreachable: set[str] = set()         # frame sockets that could not be reached: HTTP for good
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=wire.POOL_KEEP_ALIVE_S, enable_cleanup_closed=True)
@@ -30,6 +47,9 @@ class ReplicaClient:
         )
 
     async def close(self) -> None:
+        for connection in list(self._connections.values()):
+            connection.close()
+        self._connections.clear()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -37,19 +57,70 @@ class ReplicaClient:
     async def send(self, replica: Any, requests: list[wire.WireRequest]) -> wire.WireReply:
         """The replica's answers, one per request, in order, with its busy clock; ReplicaUnreachable if
         there are none."""
-        assert self._session is not None, "ReplicaClient.start() first"
-        try:
-            async with self._session.post(replica.url + wire.PATH, data=wire.encode_requests(requests),
-                                          headers=self._headers) as response:
-                body = await response.read()
-                status = response.status
-                busy = response.headers.get(wire.BUSY_HEADER)
-        except (aiohttp.ClientError, OSError, asyncio.IncompleteReadError) as exc:
-            raise wire.ReplicaUnreachable(type(exc).__name__) from exc
-        if status != 200:
-            raise wire.ReplicaUnreachable(f"replica answered HTTP {status} to a batch")
+        envelope = wire.encode_requests(requests)
+        connection = await self._frames(replica.url)
+        if connection is not None:
+            busy, body = await connection.call(envelope)
+        else:
+            body, busy = await self._post(replica.url, envelope)
         try:
             answers = wire.decode_answers(body, len(requests))
         except wire.WireError as exc:
             raise wire.ReplicaUnreachable(str(exc)) from exc
-        return wire.WireReply(answers, wire.busy_reading(busy))
+        return wire.WireReply(answers, busy)
+
+    async def _post(self, url: str, envelope: bytes) -> tuple[bytes, float | None]:
+        assert self._session is not None, "ReplicaClient.start() first"
+        try:
+            async with self._session.post(url + wire.PATH, data=envelope, headers=self._headers) as response:
+                body = await response.read()
+                status = response.status
+                busy = response.headers.get(wire.BUSY_HEADER)
+                address = response.headers.get(frames.ADDRESS_HEADER)
+        except (aiohttp.ClientError, OSError, asyncio.IncompleteReadError) as exc:
+            raise wire.ReplicaUnreachable(type(exc).__name__) from exc
+        if status != 200:
+            raise wire.ReplicaUnreachable(f"replica answered HTTP {status} to a batch")
+        if address is not None and address not in self._unreachable and urlsplit(url).hostname in LOOPBACK:
+            self._addresses[url] = address
+        return body, wire.busy_reading(busy)
+
+    async def _frames(self, url: str) -> FrameConnection | None:
+        """The open frame connection to the replica at ``url``, connecting if it named a socket; None: HTTP."""
+        connection = self._connections.get(url)
+        if connection is not None and connection.open:
+            return connection
+        if url not in self._addresses:
+            return None
+        pending = self._connecting.get(url)
+        if pending is None:  # one connection attempt, however many calls wait for it
+            pending = asyncio.get_running_loop().create_future()
+            self._connecting[url] = pending
+            try:
+                pending.set_result(await self._connect(url))
+            finally:
+                del self._connecting[url]
+                if not pending.done():
+                    pending.set_result(None)
+        return await asyncio.shield(pending)
+
+    async def _connect(self, url: str) -> FrameConnection | None:
+        address = self._addresses[url]
+        try:
+            connection = await connect(address, self._token, self._connect_timeout_s, lambda: self._lost(url))
+        except (OSError, asyncio.TimeoutError, frames.FrameError) as exc:
+            log.info("replica %s: its frame socket %s cannot be reached (%s): HTTP instead", url, address,
+                     type(exc).__name__)
+            self._addresses.pop(url, None)
+            self._connections.pop(url, None)
+            if len(self._unreachable) < 10_000:   # each address names one replica process (its pid and port)
+                self._unreachable.add(address)
+            return None
+        self._connections[url] = connection
+        return connection
+
+    def _lost(self, url: str) -> None:
+        """A frame connection closed (its replica stopped, or refused it): the next envelope goes over HTTP,
+        whose answer names the socket again if the replica is still there."""
+        self._connections.pop(url, None)
+        self._addresses.pop(url, None)

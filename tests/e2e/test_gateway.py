@@ -7,12 +7,14 @@ from datetime import datetime, timezone
 import mlflow
 import numpy as np
 import pandas as pd
+import psutil
 import pytest
 
 from feature_repo import store as feature_store
 from feature_repo import synthetic
 from flows import training
 from serving.inference_log import read_inference_log
+from tests.gateways import replicas_of
 from tests.world import MODEL_NAME
 
 pytestmark = pytest.mark.slow
@@ -37,6 +39,15 @@ def test_online_prediction_equals_pyfunc_on_offline_features(world, gateway, req
     model = mlflow.pyfunc.load_model(f"models:/{MODEL_NAME}@champion")
     expected = np.asarray(model.predict(offline[list(model.metadata.get_input_schema().input_names())]))
     np.testing.assert_allclose(online, expected, rtol=1e-9)
+
+
+def test_after_its_first_envelope_the_gateway_reaches_its_replica_through_the_frame_socket(gateway, request_rows):
+    body = {"dataframe_split": request_rows.head(2).to_dict(orient="split", index=False)}
+    for _ in range(3):
+        assert gateway.invoke(body).status_code == 200
+    (replica,) = replicas_of(gateway.process)
+    on_frame_socket = [c for c in replica.net_connections(kind="unix") if c.laddr.startswith("@tollfree/replica/")]
+    assert len(on_frame_socket) >= 2, f"the frame socket's listener and the gateway's connection to it: {on_frame_socket}"
 
 
 def test_every_scoring_format_gives_the_same_predictions(gateway, request_rows):

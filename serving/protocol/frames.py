@@ -1,0 +1,94 @@
+"""The gateway-to-replica hop without HTTP: the batch envelopes of ``serving.protocol.wire`` in length-prefixed
+frames on one long-lived Unix socket connection, for replicas on the gateway's own machine.
+
+An HTTP call on that hop costs about 0.2 ms of CPU on the gateway's side alone (aiohttp's request and
+response objects, header parsing and building) and as much again in the replica's uvicorn; the same envelope
+in a frame costs a few tens of microseconds (measured 2026-12-05: 223 µs against 16 µs for a loopback round
+trip at one request in flight). Every replica still answers HTTP: probes, direct clients and the first
+envelope of each gateway go there, and the replica's HTTP answer names its frame address
+(``ADDRESS_HEADER``), which the gateway uses from then on.
+
+Each frame is ``HEADER`` (kind, call id, payload length; network byte order) followed by the payload:
+
+- ``HELLO`` (call id 0): the replica token, UTF-8 (empty when the replica has none). The first frame of
+  every connection; a replica closes a connection whose first frame is not a hello with its token.
+- ``CALL``: a request envelope (``wire.encode_requests``). Several calls may be in flight on one
+  connection; the call id pairs each with its answer, which may come back in another order.
+- ``ANSWER``: the replica's busy clock (``BUSY``, a double: ``wire.BUSY_HEADER``'s figure) followed by the
+  answer envelope (``wire.encode_answers``).
+- ``FAILED``: the call could not be answered (a malformed envelope, a bug); the payload says why, UTF-8.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+HELLO, CALL, ANSWER, FAILED = 1, 2, 3, 4
+HEADER = struct.Struct("!BII")
+BUSY = struct.Struct("!d")
+MAX_PAYLOAD = 64 * 1024 * 1024 + BUSY.size   # the replica's HTTP body limit, and the busy clock
+ADDRESS_HEADER = "x-tollfree-frames"
+_KINDS = (HELLO, CALL, ANSWER, FAILED)
+
+
+class FrameError(ValueError):
+    """The stream is not frames: an unknown kind, or a payload over ``MAX_PAYLOAD``."""
+
+
+@dataclass(frozen=True)
+class Frame:
+    kind: int
+    call_id: int
+    payload: bytes
+
+
+def frame(kind: int, call_id: int, payload: bytes) -> bytes:
+    return HEADER.pack(kind, call_id, len(payload)) + payload
+
+
+def answer_payload(busy_s: float, envelope: bytes) -> bytes:
+    return BUSY.pack(busy_s) + envelope
+
+
+def split_answer(payload: bytes) -> tuple[float, bytes]:
+    """An ``ANSWER`` payload's busy clock and answer envelope."""
+    if len(payload) < BUSY.size:
+        raise FrameError("answer frame shorter than its busy clock")
+    return BUSY.unpack_from(payload)[0], payload[BUSY.size:]
+
+
+class FrameReader:
+    """Bytes in, whole frames out: ``feed`` what the connection received, get the frames it completed."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[Frame]:
+        self._buffer += data
+        frames: list[Frame] = []
+        at = 0
+        size = len(self._buffer)
+        while size - at >= HEADER.size:
+            kind, call_id, length = HEADER.unpack_from(self._buffer, at)
+            if kind not in _KINDS:
+                raise FrameError(f"unknown frame kind {kind}")
+            if length > MAX_PAYLOAD:
+                raise FrameError(f"frame payload of {length} bytes is over the limit of {MAX_PAYLOAD}")
+            end = at + HEADER.size + length
+            if end > size:
+                break
+            frames.append(Frame(kind, call_id, bytes(self._buffer[at + HEADER.size:end])))
+            at = end
+        if at:
+            del self._buffer[:at]
+        return frames
+
+
+def unix_path(address: str) -> str:
+    """The socket path of a ``unix:@NAME`` address: a name in Linux's abstract namespace, which belongs to the
+    network namespace as a loopback port does (no file to leave behind or to point at); FrameError otherwise."""
+    name = address[len("unix:@"):] if address.startswith("unix:@") else ""
+    if not name or len(name.encode()) > 106:
+        raise FrameError(f"frame address must be unix:@NAME (a name of at most 106 bytes), not {address[:100]!r}")
+    return "\0" + name

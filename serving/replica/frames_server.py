@@ -1,0 +1,108 @@
+"""The replica's end of the framed hop (``serving.protocol.frames``): a Unix socket beside its HTTP port, on
+which its gateway sends batch envelopes without HTTP.
+
+A connection must open with a hello carrying the replica token (when the replica has one); then each call
+frame is scored as ``POST /invocations/batch`` would score it (``ReplicaApp.score_inline`` for a lone
+request, on the event loop; ``score_threaded`` for several, on the predict thread) and answered with the
+busy clock. A malformed envelope is answered ``FAILED`` with what is wrong; a stream that is not frames, or
+a call before the hello, closes the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from serving.protocol import frames, wire
+
+log = logging.getLogger(__name__)
+
+
+class FrameServer(asyncio.Protocol):
+    """One gateway connection. ``target()`` is the app that scores (None: no model loaded yet, a standby)."""
+
+    def __init__(self, target: Callable[[], Any], token: str | None) -> None:
+        self._target = target
+        self._token = (token or "").encode()
+        self._reader = frames.FrameReader()
+        self._greeted = False
+        self._transport: asyncio.Transport | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            received = self._reader.feed(data)
+        except frames.FrameError as exc:
+            self._refuse(str(exc))
+            return
+        for frame in received:
+            if not self._greeted:
+                if frame.kind != frames.HELLO or not hmac.compare_digest(frame.payload, self._token):
+                    self._refuse("a hello with the replica token must come first")
+                    return
+                self._greeted = True
+            elif frame.kind != frames.CALL:
+                self._refuse(f"frame kind {frame.kind} is not a call")
+                return
+            else:
+                self._call(frame.call_id, frame.payload)
+
+    def _call(self, call_id: int, envelope: bytes) -> None:
+        app = self._target()
+        if app is None or not hasattr(app, "score_inline"):
+            self._write(frames.frame(frames.FAILED, call_id, b"this replica has no scoring model loaded"))
+        elif wire.single_request(envelope):
+            self._write(self._answer(app, call_id, lambda: app.score_inline(envelope)))
+        else:
+            task = asyncio.get_running_loop().create_task(self._threaded(app, call_id, envelope))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _threaded(self, app: Any, call_id: int, envelope: bytes) -> None:
+        try:
+            out: bytes | Exception = await app.score_threaded(envelope)
+        except Exception as exc:  # noqa: BLE001  (answered below, as the inline path answers it)
+            out = exc
+        self._write(self._answer(app, call_id, lambda: _raise_or_return(out)))
+
+    @staticmethod
+    def _answer(app: Any, call_id: int, score: Callable[[], bytes]) -> bytes:
+        try:
+            envelope = score()
+        except wire.WireError as exc:
+            return frames.frame(frames.FAILED, call_id, str(exc).encode())
+        except Exception:
+            log.exception("scoring a framed call failed")
+            return frames.frame(frames.FAILED, call_id, b"internal error in the replica; see its log")
+        return frames.frame(frames.ANSWER, call_id, frames.answer_payload(app.metrics.busy.total(), envelope))
+
+    def _write(self, data: bytes) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(data)
+
+    def _refuse(self, reason: str) -> None:
+        log.warning("closing a frame connection: %s", reason)
+        self._write(frames.frame(frames.FAILED, 0, reason.encode()))
+        if self._transport is not None:
+            self._transport.close()
+
+
+def _raise_or_return(out: bytes | Exception) -> bytes:
+    if isinstance(out, Exception):
+        raise out
+    return out
+
+
+async def serve_frames(address: str, target: Callable[[], Any], token: str | None) -> asyncio.AbstractServer:
+    """Listen on ``address`` (``unix:@NAME``) until the returned server is closed."""
+    loop = asyncio.get_running_loop()
+    return await loop.create_unix_server(lambda: FrameServer(target, token), frames.unix_path(address))
