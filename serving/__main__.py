@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from serving.endpoints.store import EndpointStore
     from serving.gateway.app import create_gateway_app
     from serving.gateway.auth import TokenRegistry
+    from serving.gateway.http_protocol import OneWriteHttpTools
     from serving.gateway.metrics import GatewayMetrics
     from serving.inference_log import InferenceLogWriter
     from serving.state.database import StateStoreError
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     # An idle keep-alive connection is kept 75 s (nginx's default; uvicorn's is 5 s): longer than the idle expiry
     # of the clients in front (httpx 5 s, load balancers 60 s), so a client never reuses a connection the gateway
     # is closing at that moment: that race failed a POST with a ReadError, which no client retries by itself.
-    server = dict(log_level=args.log_level, access_log=False, timeout_graceful_shutdown=20, loop="uvloop", http="httptools",
+    server = dict(log_level=args.log_level, access_log=False, timeout_graceful_shutdown=20, loop="uvloop", http=OneWriteHttpTools,
                   timeout_keep_alive=KEEP_ALIVE_S)
     if args.admin_port is None:
         uvicorn.run(app, host=args.host, port=args.port, **server)
