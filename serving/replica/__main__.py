@@ -19,7 +19,7 @@ from serving.protocol.wire import REPLICA_KEEP_ALIVE_S, REPLICA_TOKEN_ENV  # noq
 from serving.replica.app import StandbyApp, create_replica_app  # noqa: E402
 from serving.replica.owner import DEFAULT_ORPHAN_S, ORPHAN_ENV, Adoptable, OwnerWatch, first_owner, watch  # noqa: E402
 from serving.replica.chat import load_runtime  # noqa: E402
-from serving.replica.frames_server import serve_frames  # noqa: E402
+from serving.replica.frames_server import FrameListener  # noqa: E402
 from serving.replica.runtime import settle_heap  # noqa: E402
 
 log = logging.getLogger("serving.replica")
@@ -53,11 +53,12 @@ def _orphan_grace_s(environ: Any) -> float:
 
 async def _serve(server: Any, app: Any, token: str | None) -> None:
     """uvicorn's HTTP server and, beside it on the same event loop, the framed hop's socket (``frames_server``)."""
-    listener = await serve_frames(app.frames_address, lambda: getattr(app, "inner", app), token)
+    listener = FrameListener(lambda: getattr(app, "inner", app), token)
+    await listener.start(app.frames_address)
     try:
         await server.serve()
     finally:
-        listener.close()
+        await listener.close(grace_s=30.0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,8 @@ A connection must open with a hello carrying the replica token (when the replica
 frame is scored as ``POST /invocations/batch`` would score it (``ReplicaApp.score_inline`` for a lone
 request, on the event loop; ``score_threaded`` for several, on the predict thread) and answered with the
 busy clock. A malformed envelope is answered ``FAILED`` with what is wrong; a stream that is not frames, or
-a call before the hello, closes the connection.
+a call before the hello, closes the connection. When the replica stops, ``FrameListener.close`` takes no new
+connection and lets the calls in flight finish, as uvicorn does with its requests.
 """
 
 from __future__ import annotations
@@ -37,6 +38,15 @@ class FrameServer(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+
+    @property
+    def connected(self) -> bool:
+        return self._transport is not None
+
+    @property
+    def in_flight(self) -> set[asyncio.Task[None]]:
+        """The calls being scored on the predict thread (a lone request is answered before the next frame)."""
+        return set(self._tasks)
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -102,7 +112,30 @@ def _raise_or_return(out: bytes | Exception) -> bytes:
     return out
 
 
-async def serve_frames(address: str, target: Callable[[], Any], token: str | None) -> asyncio.AbstractServer:
-    """Listen on ``address`` (``unix:@NAME``) until the returned server is closed."""
-    loop = asyncio.get_running_loop()
-    return await loop.create_unix_server(lambda: FrameServer(target, token), frames.unix_path(address))
+class FrameListener:
+    """The frame socket's server and its connections' calls in flight."""
+
+    def __init__(self, target: Callable[[], Any], token: str | None) -> None:
+        self._target = target
+        self._token = token
+        self._connections: list[FrameServer] = []
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self, address: str) -> None:
+        """Listen on ``address`` (``unix:@NAME``)."""
+        self._server = await asyncio.get_running_loop().create_unix_server(self._connection, frames.unix_path(address))
+
+    def _connection(self) -> FrameServer:
+        self._connections = [c for c in self._connections if c.connected]
+        connection = FrameServer(self._target, self._token)
+        self._connections.append(connection)
+        return connection
+
+    async def close(self, grace_s: float) -> None:
+        """No new connections; the calls in flight answered (for at most ``grace_s``), as uvicorn lets the
+        requests it has finish before it stops."""
+        if self._server is not None:
+            self._server.close()
+        pending = [task for c in self._connections for task in c.in_flight]
+        if pending:
+            await asyncio.wait(pending, timeout=grace_s)

@@ -11,7 +11,7 @@ import uvloop
 
 from serving.protocol import frames, wire
 from serving.protocol.wire import ReplicaUnreachable
-from serving.replica.frames_server import serve_frames
+from serving.replica.frames_server import FrameListener
 from serving.replicas.frames_client import connect
 
 
@@ -73,7 +73,8 @@ def test_calls_in_flight_on_one_connection_get_their_own_answers_and_a_closed_co
     address = f"unix:@tollfree-test/{os.getpid()}/{id(object())}"
 
     async def scenario() -> None:
-        server = await serve_frames(address, _App, "secret")
+        server = FrameListener(_App, "secret")
+        await server.start(address)
         lost: list[bool] = []
         try:
             connection = await connect(address, "secret", 5.0, lambda: lost.append(True))
@@ -102,8 +103,7 @@ def test_calls_in_flight_on_one_connection_get_their_own_answers_and_a_closed_co
                 await stranger.call(_envelope(b"[7]"))
             assert not stranger.open
         finally:
-            server.close()
-            await server.wait_closed()
+            await server.close(grace_s=5)
 
     uvloop.run(scenario())   # the gateway's and the replica's loop
 
@@ -112,7 +112,8 @@ def test_a_replica_without_a_scoring_model_fails_the_call_and_keeps_the_connecti
     address = f"unix:@tollfree-test/{os.getpid()}/{id(object())}"
 
     async def scenario() -> None:
-        server = await serve_frames(address, lambda: None, None)   # a standby: nothing loaded yet
+        server = FrameListener(lambda: None, None)   # a standby: nothing loaded yet
+        await server.start(address)
         try:
             connection = await connect(address, None, 5.0, lambda: None)
             with pytest.raises(ReplicaUnreachable, match="no scoring model"):
@@ -120,7 +121,7 @@ def test_a_replica_without_a_scoring_model_fails_the_call_and_keeps_the_connecti
             assert connection.open
             connection.close()
         finally:
-            server.close()
+            await server.close(grace_s=5)
 
     uvloop.run(scenario())   # the gateway's and the replica's loop
 
@@ -151,7 +152,8 @@ def test_the_client_posts_the_first_envelope_then_frames_and_falls_back_to_http_
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         replica = type("Replica", (), {"url": f"http://127.0.0.1:{port}"})()
-        server = await serve_frames(address, _App, "secret")
+        server = FrameListener(_App, "secret")
+        await server.start(address)
         client = ReplicaClient("secret")
         await client.start()
         requests = [wire.WireRequest("r", "application/json", b"[42]")]
@@ -181,7 +183,29 @@ def test_the_client_posts_the_first_envelope_then_frames_and_falls_back_to_http_
             assert client._unreachable == {"unix:@tollfree-test/nobody-listens-here"}
         finally:
             await client.close()
-            server.close()
+            await server.close(grace_s=5)
             await runner.cleanup()
+
+    uvloop.run(scenario())
+
+
+def test_a_closing_replica_answers_the_calls_in_flight_before_it_stops_listening_for_good():
+    address = f"unix:@tollfree-test/{os.getpid()}/{id(object())}"
+
+    async def scenario() -> None:
+        server = FrameListener(_App, None)
+        await server.start(address)
+        connection = await connect(address, None, 5.0, lambda: None)
+        waiting = asyncio.ensure_future(connection.call(_envelope(b"[1]", b"[2]")))   # on the 'thread': 50 ms
+        await asyncio.sleep(0.01)
+        await server.close(grace_s=5)
+        busy, envelope = await waiting
+        assert [a.first for a in wire.decode_answers(envelope, 2)] == [b"[1]", b"[2]"]
+        try:
+            await connect(address, None, 1.0, lambda: None)
+            raise AssertionError("a closed listener took a new connection")
+        except OSError:
+            pass
+        connection.close()
 
     uvloop.run(scenario())
