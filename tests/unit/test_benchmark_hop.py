@@ -1,0 +1,11 @@
+"""``benchmarks.hop`` runs end to end: both ways answer, the frame socket is used, and it prints its table."""
+
+from __future__ import annotations
+
+from benchmarks import hop
+
+
+def test_the_hop_benchmark_measures_http_and_frames(capsys):
+    assert hop.main(["--calls", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "| http |" in out and "| frames |" in out and "python -m benchmarks.hop --calls 200" in out
