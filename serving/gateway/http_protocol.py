@@ -4,7 +4,9 @@ uvicorn writes an ASGI response's start (status line and headers) and its body a
 and uvloop sends each at once: a small answer costs two ``send`` calls and wakes its client twice. Here the
 transport keeps what a connection writes during one turn of the event loop and sends it as one write at the
 end of that turn (a call_soon), or at once when the connection closes. A streamed answer (server-sent events)
-still leaves chunk by chunk: each chunk is written in a turn of its own.
+leaves as it is written: what one turn writes goes out together at its end, never later. Flow control is
+uvicorn's: the transport pauses the writer once a flush finds its buffer full (one turn later than uvicorn
+alone, which checks on each write).
 """
 
 from __future__ import annotations

@@ -27,13 +27,15 @@ from dataclasses import dataclass
 HELLO, CALL, ANSWER, FAILED = 1, 2, 3, 4
 HEADER = struct.Struct("!BII")
 BUSY = struct.Struct("!d")
-MAX_PAYLOAD = 64 * 1024 * 1024 + BUSY.size   # the replica's HTTP body limit, and the busy clock
+MAX_CALL = 64 * 1024 * 1024          # the replica's HTTP body limit: a larger envelope goes over HTTP (and gets its 413)
+MAX_ANSWER = 2**32 - 1               # what a frame's length can say: the replica's answer has no limit over HTTP either
+MAX_HELLO = 4096                     # before the token is checked, a replica reads no more than this
 ADDRESS_HEADER = "x-tollfree-frames"
 _KINDS = (HELLO, CALL, ANSWER, FAILED)
 
 
 class FrameError(ValueError):
-    """The stream is not frames: an unknown kind, or a payload over ``MAX_PAYLOAD``."""
+    """The stream is not frames: an unknown kind, or a payload over the reader's limit."""
 
 
 @dataclass(frozen=True)
@@ -59,9 +61,12 @@ def split_answer(payload: bytes) -> tuple[float, bytes]:
 
 
 class FrameReader:
-    """Bytes in, whole frames out: ``feed`` what the connection received, get the frames it completed."""
+    """Bytes in, whole frames out: ``feed`` what the connection received, get the frames it completed.
+    ``max_payload`` is checked on each frame's header, before its payload is buffered; the owner may change it
+    (a replica reads at most ``MAX_HELLO`` until the hello is checked)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_payload: int) -> None:
+        self.max_payload = max_payload
         self._buffer = bytearray()
 
     def feed(self, data: bytes) -> list[Frame]:
@@ -73,13 +78,15 @@ class FrameReader:
             kind, call_id, length = HEADER.unpack_from(self._buffer, at)
             if kind not in _KINDS:
                 raise FrameError(f"unknown frame kind {kind}")
-            if length > MAX_PAYLOAD:
-                raise FrameError(f"frame payload of {length} bytes is over the limit of {MAX_PAYLOAD}")
+            if length > self.max_payload:
+                raise FrameError(f"frame payload of {length} bytes is over the limit of {self.max_payload}")
             end = at + HEADER.size + length
             if end > size:
                 break
             frames.append(Frame(kind, call_id, bytes(self._buffer[at + HEADER.size:end])))
             at = end
+            if kind == HELLO:
+                break   # the owner checks it (and may raise the limit) before it reads on
         if at:
             del self._buffer[:at]
         return frames

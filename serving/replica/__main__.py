@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import uvicorn
+
 from serving.replica.imports import import_runtime, skip_feast_type_checks
 
 skip_feast_type_checks()  # before anything below imports Feast
@@ -51,14 +53,27 @@ def _orphan_grace_s(environ: Any) -> float:
         return DEFAULT_ORPHAN_S
 
 
-async def _serve(server: Any, app: Any, token: str | None) -> None:
-    """uvicorn's HTTP server and, beside it on the same event loop, the framed hop's socket (``frames_server``)."""
-    listener = FrameListener(lambda: getattr(app, "inner", app), token)
-    await listener.start(app.frames_address)
-    try:
-        await server.serve()
-    finally:
-        await listener.close(grace_s=30.0)
+class ReplicaServer(uvicorn.Server):
+    """uvicorn's HTTP server with the framed hop's socket (``frames_server``) beside it on the same event loop.
+    Its shutdown stops the frame socket first (the calls in flight answered), then does uvicorn's: uvicorn ends
+    the process with the signal it caught as soon as ``serve`` returns, so nothing after that would run."""
+
+    def __init__(self, config: uvicorn.Config, app: Any, token: str | None) -> None:
+        super().__init__(config)
+        self.app = app   # ReplicaApp or StandbyApp: it names its frame socket in its batch answers
+        self.frames = FrameListener(lambda: getattr(app, "inner", app), token)
+
+    async def serve(self, sockets: Any = None) -> None:
+        try:
+            await self.frames.start(self.app.frames_address)
+        except OSError as exc:   # the gateway then keeps to HTTP: no answer names the socket
+            log.warning("no frame socket at %s (%s): HTTP only", self.app.frames_address, exc)
+            self.app.frames_address = None
+        await super().serve(sockets)
+
+    async def shutdown(self, sockets: Any = None) -> None:
+        await self.frames.close(grace_s=self.config.timeout_graceful_shutdown or 30.0)
+        await super().shutdown(sockets)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,7 +97,6 @@ def main(argv: list[str] | None = None) -> int:
     # inside load_model) deadlocks, as log_model did in a process that had turned tracing off.
     os.environ.setdefault("MLFLOW_TRACE_SAMPLING_RATIO", "0")
     import mlflow
-    import uvicorn
 
     mlflow.set_tracking_uri(settings.tracking_uri)
     token = os.environ.get(REPLICA_TOKEN_ENV) or None
@@ -108,8 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     config = uvicorn.Config(Adoptable(app, owner, token), host=args.host, port=args.port, log_level="warning",
                             access_log=False, loop="uvloop", http="httptools", lifespan="on",
                             timeout_keep_alive=REPLICA_KEEP_ALIVE_S)
+    server = ReplicaServer(config, app, token)
     with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
-        runner.run(_serve(uvicorn.Server(config), app, token))
+        runner.run(server.serve())
     return 0
 
 

@@ -1,12 +1,14 @@
 """The replica's end of the framed hop (``serving.protocol.frames``): a Unix socket beside its HTTP port, on
 which its gateway sends batch envelopes without HTTP.
 
-A connection must open with a hello carrying the replica token (when the replica has one); then each call
+A connection must open with a hello carrying the replica token (any hello, when the replica has none, as its
+HTTP routes then take any caller); then each call
 frame is scored as ``POST /invocations/batch`` would score it (``ReplicaApp.score_inline`` for a lone
 request, on the event loop; ``score_threaded`` for several, on the predict thread) and answered with the
 busy clock. A malformed envelope is answered ``FAILED`` with what is wrong; a stream that is not frames, or
-a call before the hello, closes the connection. When the replica stops, ``FrameListener.close`` takes no new
-connection and lets the calls in flight finish, as uvicorn does with its requests.
+a call before the hello, closes the connection. When the replica stops (``ReplicaServer``, in ``__main__``,
+calls ``FrameListener.close`` first), it takes no new connection or call, lets the calls in flight finish, and
+closes the connections, as uvicorn does with its requests.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ class FrameServer(asyncio.Protocol):
     def __init__(self, target: Callable[[], Any], token: str | None) -> None:
         self._target = target
         self._token = (token or "").encode()
-        self._reader = frames.FrameReader()
+        self._reader = frames.FrameReader(frames.MAX_HELLO)
         self._greeted = False
+        self.stopping = False
         self._transport: asyncio.Transport | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -43,32 +46,43 @@ class FrameServer(asyncio.Protocol):
     def connected(self) -> bool:
         return self._transport is not None
 
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
     @property
     def in_flight(self) -> set[asyncio.Task[None]]:
         """The calls being scored on the predict thread (a lone request is answered before the next frame)."""
         return set(self._tasks)
 
     def data_received(self, data: bytes) -> None:
-        try:
-            received = self._reader.feed(data)
-        except frames.FrameError as exc:
-            self._refuse(str(exc))
-            return
-        for frame in received:
-            if not self._greeted:
-                if frame.kind != frames.HELLO or not hmac.compare_digest(frame.payload, self._token):
-                    self._refuse("a hello with the replica token must come first")
-                    return
-                self._greeted = True
-            elif frame.kind != frames.CALL:
-                self._refuse(f"frame kind {frame.kind} is not a call")
+        while True:
+            try:
+                received = self._reader.feed(data)
+            except frames.FrameError as exc:
+                self._refuse(str(exc))
                 return
-            else:
-                self._call(frame.call_id, frame.payload)
+            for frame in received:
+                if not self._greeted:
+                    if frame.kind != frames.HELLO or self._token and not hmac.compare_digest(frame.payload, self._token):
+                        self._refuse("a hello with the replica token must come first")
+                        return
+                    self._greeted = True
+                    self._reader.max_payload = frames.MAX_CALL
+                elif frame.kind != frames.CALL:
+                    self._refuse(f"frame kind {frame.kind} is not a call")
+                    return
+                else:
+                    self._call(frame.call_id, frame.payload)
+            if not received or received[-1].kind != frames.HELLO:
+                return
+            data = b""   # the reader stops after a hello: read on, with the limit for calls
 
     def _call(self, call_id: int, envelope: bytes) -> None:
         app = self._target()
-        if app is None or not hasattr(app, "score_inline"):
+        if self.stopping:
+            self._write(frames.frame(frames.FAILED, call_id, b"the replica is stopping"))
+        elif app is None or not hasattr(app, "score_inline"):
             self._write(frames.frame(frames.FAILED, call_id, b"this replica has no scoring model loaded"))
         elif wire.single_request(envelope):
             self._write(self._answer(app, call_id, lambda: app.score_inline(envelope)))
@@ -132,10 +146,14 @@ class FrameListener:
         return connection
 
     async def close(self, grace_s: float) -> None:
-        """No new connections; the calls in flight answered (for at most ``grace_s``), as uvicorn lets the
-        requests it has finish before it stops."""
+        """No new connections, new calls answered FAILED (the gateway retries them on another replica), the calls
+        in flight answered (for at most ``grace_s``), then the connections closed; as uvicorn stops its requests."""
         if self._server is not None:
             self._server.close()
+        for connection in self._connections:
+            connection.stopping = True
         pending = [task for c in self._connections for task in c.in_flight]
         if pending:
             await asyncio.wait(pending, timeout=grace_s)
+        for connection in self._connections:
+            connection.close()

@@ -58,7 +58,7 @@ class ReplicaClient:
         """The replica's answers, one per request, in order, with its busy clock; ReplicaUnreachable if
         there are none."""
         envelope = wire.encode_requests(requests)
-        connection = await self._frames(replica.url)
+        connection = await self._frames(replica.url) if len(envelope) <= frames.MAX_CALL else None
         if connection is not None:
             busy, body = await connection.call(envelope)
         else:
@@ -107,7 +107,7 @@ class ReplicaClient:
     async def _connect(self, url: str) -> FrameConnection | None:
         address = self._addresses[url]
         try:
-            connection = await connect(address, self._token, self._connect_timeout_s, lambda: self._lost(url))
+            connection = await connect(address, self._token, self._connect_timeout_s, lambda c: self._lost(url, c))
         except (OSError, asyncio.TimeoutError, frames.FrameError) as exc:
             log.info("replica %s: its frame socket %s cannot be reached (%s): HTTP instead", url, address,
                      type(exc).__name__)
@@ -116,11 +116,16 @@ class ReplicaClient:
             if len(self._unreachable) < 10_000:   # each address names one replica process (its pid and port)
                 self._unreachable.add(address)
             return None
+        if self._session is None:   # the client was closed while this connected
+            connection.close()
+            return None
         self._connections[url] = connection
         return connection
 
-    def _lost(self, url: str) -> None:
+    def _lost(self, url: str, connection: FrameConnection) -> None:
         """A frame connection closed (its replica stopped, or refused it): the next envelope goes over HTTP,
-        whose answer names the socket again if the replica is still there."""
-        self._connections.pop(url, None)
-        self._addresses.pop(url, None)
+        whose answer names the socket again if the replica is still there. A connection that closed late,
+        after another replaced it, takes nothing with it."""
+        if self._connections.get(url) is connection:
+            del self._connections[url]
+            self._addresses.pop(url, None)

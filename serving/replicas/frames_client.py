@@ -17,10 +17,10 @@ from serving.protocol.wire import ReplicaUnreachable
 
 
 class FrameConnection(asyncio.Protocol):
-    def __init__(self, token: str | None, on_lost: Callable[[], None]) -> None:
+    def __init__(self, token: str | None, on_lost: Callable[[FrameConnection], None]) -> None:
         self._on_lost = on_lost
         self._hello = frames.frame(frames.HELLO, 0, (token or "").encode())
-        self._reader = frames.FrameReader()
+        self._reader = frames.FrameReader(frames.MAX_ANSWER)
         self._waiting: dict[int, asyncio.Future[frames.Frame]] = {}
         self._last_id = 0
         self._transport: asyncio.Transport | None = None
@@ -47,7 +47,7 @@ class FrameConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
         self._fail_all("the replica closed the frame connection")
-        self._on_lost()
+        self._on_lost(self)
 
     # ---- calls ---------------------------------------------------------------------------------
     @property
@@ -87,8 +87,9 @@ class FrameConnection(asyncio.Protocol):
             self._transport.close()
 
 
-async def connect(address: str, token: str | None, timeout_s: float, on_lost: Callable[[], None]) -> FrameConnection:
-    """A connection to the replica's frame socket (its hello sent), which calls ``on_lost`` when it closes;
+async def connect(address: str, token: str | None, timeout_s: float,
+                  on_lost: Callable[[FrameConnection], None]) -> FrameConnection:
+    """A connection to the replica's frame socket (its hello sent), which calls ``on_lost(itself)`` when it closes;
     OSError, TimeoutError or FrameError (not a frame address) if none. The socket is connected here and handed
     to the loop: uvloop's ``create_unix_connection`` cannot connect to an abstract name itself (EINVAL)."""
     loop = asyncio.get_running_loop()

@@ -15,22 +15,35 @@ from serving.replica.frames_server import FrameListener
 from serving.replicas.frames_client import connect
 
 
+def _read_all(reader: frames.FrameReader, *chunks: bytes) -> list[frames.Frame]:
+    """What a connection's owner does: feed each chunk, and read on after a hello (the reader stops there)."""
+    got: list[frames.Frame] = []
+    for chunk in chunks:
+        received = reader.feed(chunk)
+        got += received
+        while received and received[-1].kind == frames.HELLO:
+            received = reader.feed(b"")
+            got += received
+    return got
+
+
 def test_frames_cut_at_every_byte_come_out_whole_and_in_order():
     stream = b"".join([frames.frame(frames.HELLO, 0, b"token"), frames.frame(frames.CALL, 7, b"x" * 300),
                        frames.frame(frames.ANSWER, 7, frames.answer_payload(1.5, b"envelope")),
                        frames.frame(frames.CALL, 8, b"")])
     for cut in range(1, len(stream)):
-        reader = frames.FrameReader()
-        got = reader.feed(stream[:cut]) + reader.feed(stream[cut:])
+        got = _read_all(frames.FrameReader(frames.MAX_CALL), stream[:cut], stream[cut:])
         assert [(f.kind, f.call_id, len(f.payload)) for f in got] == [(1, 0, 5), (2, 7, 300), (3, 7, 16), (2, 8, 0)]
     assert frames.split_answer(got[2].payload) == (1.5, b"envelope")
 
 
-def test_a_stream_that_is_not_frames_is_refused_by_name():
+def test_a_stream_that_is_not_frames_is_refused_by_name_before_its_payload_is_read():
     with pytest.raises(frames.FrameError, match="unknown frame kind 9"):
-        frames.FrameReader().feed(frames.HEADER.pack(9, 1, 0))
+        frames.FrameReader(frames.MAX_CALL).feed(frames.HEADER.pack(9, 1, 0))
     with pytest.raises(frames.FrameError, match="over the limit"):
-        frames.FrameReader().feed(frames.HEADER.pack(frames.CALL, 1, frames.MAX_PAYLOAD + 1))
+        frames.FrameReader(frames.MAX_CALL).feed(frames.HEADER.pack(frames.CALL, 1, frames.MAX_CALL + 1))
+    with pytest.raises(frames.FrameError, match="over the limit of 4096"):   # a replica, before the hello is checked
+        frames.FrameReader(frames.MAX_HELLO).feed(frames.HEADER.pack(frames.HELLO, 0, 10_000))
     with pytest.raises(frames.FrameError, match="shorter than its busy clock"):
         frames.split_answer(b"abc")
 
@@ -77,7 +90,7 @@ def test_calls_in_flight_on_one_connection_get_their_own_answers_and_a_closed_co
         await server.start(address)
         lost: list[bool] = []
         try:
-            connection = await connect(address, "secret", 5.0, lambda: lost.append(True))
+            connection = await connect(address, "secret", 5.0, lambda c: lost.append(c))
             several, one, other = await asyncio.gather(connection.call(_envelope(b"[1]", b"[2]")),
                                                        connection.call(_envelope(b"[3]")),
                                                        connection.call(_envelope(b"[4]")))
@@ -98,7 +111,7 @@ def test_calls_in_flight_on_one_connection_get_their_own_answers_and_a_closed_co
                 assert asyncio.get_running_loop().time() < deadline, "on_lost was never called"
                 await asyncio.sleep(0.01)
 
-            stranger = await connect(address, "wrong", 5.0, lambda: None)
+            stranger = await connect(address, "wrong", 5.0, lambda c: None)
             with pytest.raises(ReplicaUnreachable, match="token must come first"):
                 await stranger.call(_envelope(b"[7]"))
             assert not stranger.open
@@ -115,7 +128,7 @@ def test_a_replica_without_a_scoring_model_fails_the_call_and_keeps_the_connecti
         server = FrameListener(lambda: None, None)   # a standby: nothing loaded yet
         await server.start(address)
         try:
-            connection = await connect(address, None, 5.0, lambda: None)
+            connection = await connect(address, None, 5.0, lambda c: None)
             with pytest.raises(ReplicaUnreachable, match="no scoring model"):
                 await connection.call(_envelope(b"[1]"))
             assert connection.open
@@ -189,23 +202,31 @@ def test_the_client_posts_the_first_envelope_then_frames_and_falls_back_to_http_
     uvloop.run(scenario())
 
 
-def test_a_closing_replica_answers_the_calls_in_flight_before_it_stops_listening_for_good():
+def test_a_closing_replica_answers_the_calls_in_flight_refuses_new_ones_and_then_closes():
     address = f"unix:@tollfree-test/{os.getpid()}/{id(object())}"
 
     async def scenario() -> None:
         server = FrameListener(_App, None)
         await server.start(address)
-        connection = await connect(address, None, 5.0, lambda: None)
+        lost: list[object] = []
+        connection = await connect(address, None, 5.0, lambda c: lost.append(c))
         waiting = asyncio.ensure_future(connection.call(_envelope(b"[1]", b"[2]")))   # on the 'thread': 50 ms
-        await asyncio.sleep(0.01)
-        await server.close(grace_s=5)
-        busy, envelope = await waiting
+        deadline = asyncio.get_running_loop().time() + 5
+        while not [t for c in server._connections for t in c.in_flight]:
+            assert asyncio.get_running_loop().time() < deadline, "the call never reached the replica"
+            await asyncio.sleep(0.001)
+        closing = asyncio.ensure_future(server.close(grace_s=5))
+        await asyncio.sleep(0)   # the listener stops: new calls are refused from here on
+        with pytest.raises(ReplicaUnreachable, match="stopping"):
+            await connection.call(_envelope(b"[3]"))
+        await closing
+        assert waiting.done(), "close() returned only after the call in flight was answered"
+        busy, envelope = waiting.result()
         assert [a.first for a in wire.decode_answers(envelope, 2)] == [b"[1]", b"[2]"]
-        try:
-            await connect(address, None, 1.0, lambda: None)
-            raise AssertionError("a closed listener took a new connection")
-        except OSError:
-            pass
-        connection.close()
+        while not lost:
+            assert asyncio.get_running_loop().time() < deadline, "the replica never closed the connection"
+            await asyncio.sleep(0.001)
+        with pytest.raises(OSError):
+            await connect(address, None, 1.0, lambda c: None)
 
     uvloop.run(scenario())
