@@ -113,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=5000)
     parser.add_argument("--serve", nargs=2, metavar=("PORT", "ADDRESS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.calls < 1:
+        parser.error(f"--calls must be at least 1 (got {args.calls})")
     if args.serve:
         serve(int(args.serve[0]), args.serve[1])
         return 0

@@ -1,17 +1,19 @@
 """The gateway-to-replica hop without HTTP: the batch envelopes of ``serving.protocol.wire`` in length-prefixed
 frames on one long-lived Unix socket connection, for replicas on the gateway's own machine.
 
-An HTTP call on that hop costs about 0.2 ms of CPU on the gateway's side alone (aiohttp's request and
-response objects, header parsing and building) and as much again in the replica's uvicorn; the same envelope
-in a frame costs a few tens of microseconds (measured 2026-12-05: 223 µs against 16 µs for a loopback round
-trip at one request in flight). Every replica still answers HTTP: probes, direct clients and the first
+An HTTP call on that hop cost 152-185 µs of the gateway's CPU and a 217-296 µs round trip; the same envelope
+in a frame 42-43 µs and 77-78 µs (``python -m benchmarks.hop``, 2026-12-05, one call in flight; the replica's
+uvicorn parsing and answering is spared too). Every replica still answers HTTP: probes, direct clients and the first
 envelope of each gateway go there, and the replica's HTTP answer names its frame address
 (``ADDRESS_HEADER``), which the gateway uses from then on.
 
 Each frame is ``HEADER`` (kind, call id, payload length; network byte order) followed by the payload:
 
 - ``HELLO`` (call id 0): the replica token, UTF-8 (empty when the replica has none). The first frame of
-  every connection; a replica closes a connection whose first frame is not a hello with its token.
+  every connection; a replica with a token closes a connection whose first frame is not a hello with it (a
+  ``FAILED`` frame with call id 0 says why).
+- Frames after a replica's refusal or a call to a stopping replica are ``FAILED``; the gateway retries those
+  calls on another replica.
 - ``CALL``: a request envelope (``wire.encode_requests``). Several calls may be in flight on one
   connection; the call id pairs each with its answer, which may come back in another order.
 - ``ANSWER``: the replica's busy clock (``BUSY``, a double: ``wire.BUSY_HEADER``'s figure) followed by the

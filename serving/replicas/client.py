@@ -36,7 +36,7 @@ class ReplicaClient:
         self._session: aiohttp.ClientSession | None = None
         self._addresses: dict[str, str] = {}        # replica URL -> the frame socket it named
         self._connections: dict[str, FrameConnection] = {}
-        self._connecting: dict[str, asyncio.Future[FrameConnection | None]] = {}
+        self._connecting: dict[str, asyncio.Future[FrameConnection | None]] = {}   # connects under way
         self._unreachable: set[str] = set()         # frame sockets that could not be reached: HTTP for good
 
     async def start(self) -> None:
@@ -90,22 +90,17 @@ class ReplicaClient:
         connection = self._connections.get(url)
         if connection is not None and connection.open:
             return connection
-        if url not in self._addresses:
+        address = self._addresses.get(url)
+        if address is None:
             return None
-        pending = self._connecting.get(url)
-        if pending is None:  # one connection attempt, however many calls wait for it
-            pending = asyncio.get_running_loop().create_future()
-            self._connecting[url] = pending
-            try:
-                pending.set_result(await self._connect(url))
-            finally:
-                del self._connecting[url]
-                if not pending.done():
-                    pending.set_result(None)
-        return await asyncio.shield(pending)
+        attempt = self._connecting.get(url)
+        if attempt is None:  # one connection attempt, however many calls wait for it (and if they are cancelled)
+            attempt = asyncio.ensure_future(self._connect(url, address))
+            self._connecting[url] = attempt
+            attempt.add_done_callback(lambda _: self._connecting.pop(url, None))
+        return await asyncio.shield(attempt)
 
-    async def _connect(self, url: str) -> FrameConnection | None:
-        address = self._addresses[url]
+    async def _connect(self, url: str, address: str) -> FrameConnection | None:
         try:
             connection = await connect(address, self._token, self._connect_timeout_s, lambda c: self._lost(url, c))
         except (OSError, asyncio.TimeoutError, frames.FrameError) as exc:
