@@ -12,8 +12,8 @@ Each frame is ``HEADER`` (kind, call id, payload length; network byte order) fol
 - ``HELLO`` (call id 0): the replica token, UTF-8 (empty when the replica has none). The first frame of
   every connection; a replica with a token closes a connection whose first frame is not a hello with it (a
   ``FAILED`` frame with call id 0 says why).
-- Frames after a replica's refusal or a call to a stopping replica are ``FAILED``; the gateway retries those
-  calls on another replica.
+  A call to a stopping replica, or to one with no scoring model loaded, is answered ``FAILED`` too; the
+  gateway retries such calls once on another replica.
 - ``CALL``: a request envelope (``wire.encode_requests``). Several calls may be in flight on one
   connection; the call id pairs each with its answer, which may come back in another order.
 - ``ANSWER``: the replica's busy clock (``BUSY``, a double: ``wire.BUSY_HEADER``'s figure) followed by the
