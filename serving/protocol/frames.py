@@ -12,13 +12,12 @@ Each frame is ``HEADER`` (kind, call id, payload length; network byte order) fol
 - ``HELLO`` (call id 0): the replica token, UTF-8 (empty when the replica has none). The first frame of
   every connection; a replica with a token closes a connection whose first frame is not a hello with it (a
   ``FAILED`` frame with call id 0 says why).
-  A call to a stopping replica, or to one with no scoring model loaded, is answered ``FAILED`` too; the
-  gateway retries such calls once on another replica.
 - ``CALL``: a request envelope (``wire.encode_requests``). Several calls may be in flight on one
   connection; the call id pairs each with its answer, which may come back in another order.
 - ``ANSWER``: the replica's busy clock (``BUSY``, a double: ``wire.BUSY_HEADER``'s figure) followed by the
   answer envelope (``wire.encode_answers``).
-- ``FAILED``: the call could not be answered (a malformed envelope, a bug); the payload says why, UTF-8.
+- ``FAILED``: the call could not be answered (a malformed envelope, a bug, a stopping replica, one with no
+  scoring model loaded); the payload says why, UTF-8. The gateway retries such a call once on another replica.
 """
 
 from __future__ import annotations
