@@ -4,7 +4,6 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.synced
 PYTEST_ARGS ?=
 # make test runs the suite on TEST_WORKERS pytest-xdist processes, a test file per worker at a time, in the order
 # tests/conftest.py sorts them (xdist's reordering by tests per file is off); tests marked `alone` (their
@@ -31,41 +30,35 @@ help:
 	@echo "make soak   - 60 s at 5x capacity (overload), then 10 min at 70 % of capacity with autoscaling (~15 min)"
 
 # Bytecode: this machine and its CI set PYTHONDONTWRITEBYTECODE, so no module compiled on first use is kept and every
-# process would compile what it imports from source (the suite took 1,517 s instead of about 1,050, ci56). Compiling
-# all of .venv at sync time (uv's --compile-bytecode, 39,000 files) took 45 of make env's 46 s on every clean clone,
-# for the 10,180 modules (the standard library's included) the whole suite's processes import. So make's commands
-# write the bytecode of what they import, on first use, under .venv/pycache (PYTHONPYCACHEPREFIX: nothing is
-# written beside the sources, and removing .venv removes it): make env on a clean clone takes about 3 s, and later
-# imports (and pytest's rewritten test modules) read it.
-# The sync's own commands run with the system Python and write nothing (uv refuses a .venv holding only pycache/).
+# process would compile what it imports from source. Compiling all of .venv at sync time (39,000 files) takes most of
+# a clean clone's set-up, for the 10,180 modules the suite's processes import. So make's commands write the bytecode
+# of what they import, on first use, under .venv/pycache (PYTHONPYCACHEPREFIX: nothing is written beside the sources,
+# and removing .venv removes it).
 unexport PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX := $(CURDIR)/$(VENV)/pycache
 
-$(STAMP): export PYTHONDONTWRITEBYTECODE := 1
-$(STAMP): pyproject.toml uv.lock
-	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), f"tollfree needs Python 3.11, found {sys.version.split()[0]}"'
-	@$(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet --disable-pip-version-check uv
-	$(PYTHON) -m uv sync --frozen --python $(PYTHON)
-	@touch $(STAMP)
+# The environment: infra/bootstrap.py installs the pinned uv into .tools/ with $(PYTHON)'s pip, then builds .venv from
+# uv.lock, or repairs a broken one; it returns at once when .venv is current. It runs with the system Python and
+# writes no bytecode (uv refuses a .venv that holds only pycache/).
+env:
+	@env -u PYTHONPYCACHEPREFIX PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m infra.bootstrap --python $(PYTHON)
 
-env: $(STAMP)
-
-demo: $(STAMP)
+demo: env
 	$(PY) -m flows.demo
 
-test: $(STAMP)
+test: env
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The long versions of the reliability runs (CI runs the overload for 12 s): figures printed.
 SOAK_MINUTES ?= 10
-soak: $(STAMP)
+soak: env
 	TOLLFREE_OVERLOAD_S=60 $(PY) -m pytest -s -q tests/e2e/test_overload.py $(PYTEST_ARGS)
 	$(PY) -m benchmarks.soak --minutes $(SOAK_MINUTES)
 
-test-fast: $(STAMP)
+test-fast: env
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow" $(PYTEST_ARGS)
 
-up: $(STAMP)
+up: env
 	$(PY) -m infra.stack up
 
 # down and status never sync the environment first: they must work while make up's stack runs on it.
