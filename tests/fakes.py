@@ -70,13 +70,14 @@ Send = Callable[[Any, list[WireRequest]], Awaitable[WireReply]]
 
 def in_process_gateway(tmp_path: Path, tokens: TokenRegistry, *, send: Send | None = None, replicas: FakeReplicas | None = None,
                        resolve: Callable[[str, str | None, str | None], str] = any_version, limit: int = 8,
-                       cache: Any = None, store: EndpointStore | None = None, **app_options: Any) -> Any:
-    """The gateway app over endpoint ``ep`` (entity ``m-1``, one fake replica, ``limit`` requests at once);
-    its endpoint records in ``store`` (default: SQLite in ``tmp_path``)."""
+                       cache: Any = None, store: EndpointStore | None = None, replica_url: str = "http://replica",
+                       **app_options: Any) -> Any:
+    """The gateway app over endpoint ``ep`` (entity ``m-1``, one fake replica at ``replica_url``, ``limit`` requests
+    at once); its endpoint records in ``store`` (default: SQLite in ``tmp_path``)."""
     replicas = replicas or FakeReplicas(delay_s=0.0)
     manager = EndpointManager(store or EndpointStore(tmp_path / "endpoints.db"), resolve, {}, tmp_path / "logs",
                               replica_client=replicas)
-    entity = ReplicaSet("m-1", "m", "1", replicas=[FakeReplica("http://replica")], max_concurrency=limit)
+    entity = ReplicaSet("m-1", "m", "1", replicas=[FakeReplica(replica_url)], max_concurrency=limit)
     entity.attach(send or replicas.send)
     manager.live["ep"] = LiveEndpoint({"m-1": entity}, [("m-1", 100)], cache)
     return create_gateway_app(manager, tokens, InferenceLogWriter(tmp_path / "log"), **app_options)

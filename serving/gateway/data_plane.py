@@ -3,7 +3,9 @@
 This is the hot path, so it stays off FastAPI's routing and request objects and never parses the
 payload: it checks the token and the size, picks the served entity by the traffic split, hands the
 raw body to the entity's dispatcher (which batches it with its neighbours to a replica) and sends the
-replica's answer back byte for byte. The replica checks the payload and names what is wrong. Every
+replica's answer back byte for byte. The replica checks the payload and names what is wrong. A body with
+``messages`` goes to the chat plane instead; any other body sent to a chat model's replica comes back as the
+chat parser's 400 naming the field (``ChatReplicaApp``), as the OpenAI-compatible route answers it. Every
 request, refused ones included, leaves one inference-log record.
 """
 
@@ -23,7 +25,7 @@ from serving.gateway.chat_plane import ChatPlane
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.rate_limit import TokenBuckets
 from serving.inference_log import InferenceLogWriter, InferenceRecord, utc_now
-from serving.generative.chat import is_chat_body
+from serving.generative.chat import is_chat_body, parse_chat_request
 from serving.protocol.errors import (REQUEST_ID_HEADER, ApiError, error_body, invalid_parameter, payload_too_large,
                                      permission_denied, resolve_request_id, unavailable)
 from serving.protocol.scoring import canonical_payload_key
@@ -77,7 +79,8 @@ class InvocationsHandler:
             live = self.manager.live.get(name) or await self.manager.served(name)
             entity_name = choose_entity(live.weights, self.rng)
             entity = live.entities.get(entity_name)
-            if entity is None:
+            if entity is None:  # an external chat model: what the chat parser says is wrong with the body
+                parse_chat_request(body)
                 raise invalid_parameter(f"served entity {entity_name} is an external chat model: send a chat request "
                                         "(messages)")
             version = entity.version
@@ -141,7 +144,10 @@ class InvocationsHandler:
             header = headers.get(b"authorization", b"").decode("latin-1") or None
             who = authenticate(self.tokens, header)
             self.limiter.admit(who.name, who.rate_limit)
-            data = is_chat_body(await self._body(receive))
+            body = await self._body(receive)
+            data = is_chat_body(body)
+            if data is None and self.chat is not None:  # what the chat parser says is wrong with it, by name
+                parse_chat_request(body, require_model=True)
             if data is None or self.chat is None:
                 raise invalid_parameter("the body must be a JSON chat request with model and messages")
             model = data.get("model")

@@ -12,7 +12,7 @@ what OpenAI's tokenizers give for English text).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -24,6 +24,7 @@ ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_TOKENS_LIMIT = 32_768
 MAX_MESSAGES = 2_000
 MAX_STOP = 4
+_MAX_NAMES = 5                    # unknown keys named in an error, each cut to 64 characters
 # Passed to the model as they come (after their checks below); anything else is a 400 naming it.
 _PARAMS = ("temperature", "top_p", "top_k", "stop", "n", "frequency_penalty", "presence_penalty", "tools",
            "tool_choice", "custom_inputs", "user")
@@ -111,22 +112,32 @@ def parse_chat_request(body: bytes | Mapping[str, Any], *, require_model: bool =
         data = body
     if not isinstance(data, Mapping):
         raise invalid_parameter("the request body must be a JSON object with messages")
-    unknown = sorted(str(k)[:64] for k in data if k not in _ACCEPTED)
-    if unknown:
-        raise invalid_parameter(f"unknown field(s) {unknown}; a chat request takes {sorted(_ACCEPTED)}")
+    unknown = _names(k for k in data if k not in _ACCEPTED)
     model = data.get("model")
     _check(model is None or (isinstance(model, str) and 0 < len(model) <= 63), "model must be the endpoint name")
     _check(not require_model or model is not None, "model is required: the name of the serving endpoint")
+    # a body without messages is not a chat request at all (a dataframe_split sent to a chat endpoint, say):
+    # that is the error to name first, with the fields that do not belong in one
+    _check("messages" in data, f"messages is required: a chat request is {{\"messages\": [{{\"role\": ..., "
+                               f"\"content\": ...}}], ...}}" + (f"; it takes no field(s) {unknown}" if unknown else ""))
+    _check(not unknown, f"unknown field(s) {unknown}; a chat request takes {sorted(_ACCEPTED)}")
     messages = _messages(data.get("messages"))
-    limit = data.get("max_tokens", data.get("max_completion_tokens"))
-    _check(limit is None or (_is_int(limit) and 1 <= limit <= max_tokens_limit),
-           f"max_tokens must be an integer from 1 to {max_tokens_limit}")
+    limits = {k: data[k] for k in ("max_tokens", "max_completion_tokens") if data.get(k) is not None}
+    for key, value in limits.items():
+        _check(_is_int(value) and 1 <= value <= max_tokens_limit, f"{key} must be an integer from 1 to {max_tokens_limit}")
+    _check(len(set(limits.values())) <= 1, "max_tokens and max_completion_tokens differ: send one of them")
+    limit = next(iter(limits.values()), None)
     stream = data.get("stream", False)
     _check(isinstance(stream, bool), "stream must be true or false")
     options = data.get("stream_options")
     _check(options is None or (isinstance(options, Mapping) and set(options) <= {"include_usage"}
                                and isinstance(options.get("include_usage", False), bool)),
            "stream_options must be {\"include_usage\": true|false}")
+    # taken for Databricks' query and then dropped: checked all the same, so a wrong one is named, not ignored
+    _check(data.get("client_request_id") is None or isinstance(data["client_request_id"], str),
+           "client_request_id must be a string")
+    for key in ("usage_context", "extra_params"):
+        _check(data.get(key) is None or isinstance(data[key], Mapping), f"{key} must be an object")
     params = {k: data[k] for k in _PARAMS if k in data and data[k] is not None}
     _check_params(params)
     return ChatRequest(messages, limit, stream, bool(options and options.get("include_usage")), params, model)
@@ -139,7 +150,7 @@ def _messages(value: Any) -> tuple[dict[str, Any], ...]:
     for i, message in enumerate(value):
         p = f"messages[{i}]"
         _check(isinstance(message, Mapping), f"{p} must be an object with role and content")
-        unknown = sorted(str(k)[:64] for k in message if k not in _MESSAGE_KEYS)
+        unknown = _names(k for k in message if k not in _MESSAGE_KEYS)
         _check(not unknown, f"{p} has unknown field(s) {unknown}")
         _check(message.get("role") in ROLES, f"{p}.role must be one of {list(ROLES)}")
         content = message.get("content")
@@ -165,7 +176,7 @@ def _check_params(params: Mapping[str, Any]) -> None:
     top_p = params.get("top_p")
     _check(top_p is None or (isinstance(top_p, number) and not isinstance(top_p, bool) and 0 < top_p <= 1),
            "top_p must be a number above 0 and at most 1")
-    _check(params.get("n") in (None, 1), "n must be 1: one choice is served a request")
+    _check(params.get("n") is None or (_is_int(params["n"]) and params["n"] == 1), "n must be 1: one choice is served a request")
     top_k = params.get("top_k")
     _check(top_k is None or (_is_int(top_k) and top_k >= 1), "top_k must be a positive integer")
     for key in ("frequency_penalty", "presence_penalty"):
@@ -177,8 +188,16 @@ def _check_params(params: Mapping[str, Any]) -> None:
                                                       and all(isinstance(s, str) for s in stop)),
            f"stop must be a string or a list of up to {MAX_STOP} strings")
     _check(params.get("tools") is None or isinstance(params["tools"], list), "tools must be a list")
+    _check(params.get("tool_choice") is None or isinstance(params["tool_choice"], (str, Mapping)),
+           "tool_choice must be a string or an object")
     _check(params.get("custom_inputs") is None or isinstance(params["custom_inputs"], Mapping), "custom_inputs must be an object")
     _check(params.get("user") is None or isinstance(params["user"], str), "user must be a string")
+
+
+def _names(keys: Iterable[Any]) -> list[str]:
+    """Keys the caller sent, for an error message: sorted, each cut short, at most ``_MAX_NAMES`` of them."""
+    names = sorted(str(k)[:64] for k in keys)
+    return names[:_MAX_NAMES] + ([f"... {len(names) - _MAX_NAMES} more"] if len(names) > _MAX_NAMES else [])
 
 
 def _is_int(value: Any) -> bool:

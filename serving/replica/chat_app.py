@@ -2,6 +2,12 @@
 answers a ``chat.completion``, or with ``"stream": true`` server-sent events relayed as the model yields
 them. Probes, ``/metrics`` and the token work as in ``ReplicaApp``.
 
+The gateway sends a chat request (a body with ``messages``) to ``/invocations``; any other body for a chat
+endpoint comes the way a tabular one does, in a batch envelope (``POST /invocations/batch``). Each of those
+is answered with what ``parse_chat_request`` names as wrong (a 400: ``messages`` is required, say), the same
+check and message the OpenAI-compatible route gives, rather than a 404 the gateway would take for a replica
+it cannot reach. The answer names no frame socket, so the gateway keeps to HTTP for this replica.
+
 Each answer runs on a thread of its own (a pool of up to ``max_streams``), not the scoring worker: a chat
 answer takes seconds, and a replica holds many at once. The event loop sends each chunk as it comes (with
 any others already waiting, in one write) and watches the connection: a client that goes away sets the
@@ -22,7 +28,9 @@ import orjson
 
 from serving.generative import sse
 from serving.generative.chat import parse_chat_request
-from serving.protocol.errors import REQUEST_ID_HEADER, ApiError, error_body, internal, not_found, resolve_request_id, unauthenticated
+from serving.protocol import wire
+from serving.protocol.errors import (REQUEST_ID_HEADER, ApiError, error_body, internal, invalid_parameter, malformed_request,
+                                     not_found, resolve_request_id, unauthenticated)
 from serving.replica.app import _lifespan, _read_body, _respond, answer_probe
 from serving.replica.chat import ChatModelError, ChatRuntime
 from serving.replica.metrics import ReplicaMetrics
@@ -56,7 +64,12 @@ class ChatReplicaApp:
         try:
             if await answer_probe(self, path, method, headers, send, request_id):
                 return
-            if path == "/invocations" and method == "POST":
+            if path == wire.PATH and method == "POST":
+                self._authorize(headers)
+                answers = refuse_envelope(await _read_body(receive))
+                self.metrics.observe_call(time.perf_counter() - started, [a.status for a in answers])
+                await _respond(send, 200, wire.encode_answers(answers), request_id, wire.CONTENT_TYPE)
+            elif path == "/invocations" and method == "POST":
                 self._authorize(headers)
                 request = parse_chat_request(await _read_body(receive))
                 if request.stream:
@@ -71,6 +84,8 @@ class ChatReplicaApp:
         except ApiError as err:
             self.metrics.observe_call(time.perf_counter() - started, (err.status_code,))
             await _respond(send, err.status_code, orjson.dumps(error_body(err)), request_id)
+        except wire.WireError as exc:  # a malformed envelope: a bug or a stranger, named as ReplicaApp names it
+            await _respond(send, 400, orjson.dumps(error_body(malformed_request(str(exc)))), request_id)
         except ChatModelError as exc:
             log.error("chat model failed on request %s: %s", request_id, exc)
             err = internal(f"the model failed on this input; request id {request_id}")
@@ -123,3 +138,19 @@ class ChatReplicaApp:
         finally:
             cancelled.set()
             watcher.cancel()
+
+
+def refuse_envelope(envelope: bytes) -> list[wire.WireAnswer]:
+    """An answer for each request of a batch envelope: the 400 ``parse_chat_request`` raises for its body. The
+    gateway sends a chat replica an envelope only for a body that is no JSON object with ``messages``, so each
+    is refused naming the field; one that parses (no gateway sends it) is told where chat requests go.
+    WireError if the envelope itself is malformed."""
+    answers = []
+    for request in wire.decode_requests(envelope):
+        try:
+            parse_chat_request(request.body)
+            err = invalid_parameter("messages: a chat request is answered on POST /invocations, not in a batch")
+        except ApiError as refused:
+            err = refused
+        answers.append(wire.WireAnswer(err.status_code, 0, orjson.dumps(error_body(err)), b""))
+    return answers

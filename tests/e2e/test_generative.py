@@ -158,12 +158,15 @@ def test_curl_streams_server_sent_events_as_they_come(chat_gateway: GatewayProce
     ({"messages": "SECRET-NOT-A-LIST"}, "messages must be a list"),
     ({"messages": [{"role": "user", "content": 7}]}, "messages[0].content"),
     ({"messages": [{"role": "user", "content": "hi"}], "temperature": 9}, "temperature"),
+    ({"max_tokens": 16}, "messages is required"),   # no chat request at all: to a replica, as a tabular body goes
+    ({"dataframe_split": {"columns": ["SECRET"], "data": [[1]]}}, "messages is required"),
 ])
 def test_bad_chat_requests_are_400_naming_the_field(chat_gateway: GatewayProcess, body: dict, field: str) -> None:
     with _api(chat_gateway) as api:
         answer = api.post("/serving-endpoints/chat/invocations", json=body)
+        external = api.post("/serving-endpoints/ext/invocations", json=body)
         openai_route = api.post("/serving-endpoints/chat/completions", json={**body, "model": "chat"})
-    for response in (answer, openai_route):
+    for response in (answer, external, openai_route):
         assert response.status_code == 400, response.text
         assert field in response.json()["message"]
         assert "SECRET" not in response.text and "1000000000" not in response.text

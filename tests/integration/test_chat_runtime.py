@@ -1,24 +1,33 @@
 """A replica's chat runtime on real MLflow models (the ticker as a ``ChatModel`` and as a ``ResponsesAgent``,
 logged from code and loaded back as a replica loads them), called in process: whole answers and streams in
-the OpenAI shapes, usage, a cancelled stream closing the model's generator, a model failing mid-stream; and a
-real replica process serving the agent, which must record no MLflow trace."""
+the OpenAI shapes, usage, a cancelled stream closing the model's generator, a model failing mid-stream; a
+real replica process serving the agent, which must record no MLflow trace; and the gateway app in process in
+front of the chat model's replica app on loopback (real HTTP, the real replica client), where every malformed
+request is a 400 naming the field on both the invocations route and the OpenAI-compatible one."""
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import orjson
 import pytest
+import uvicorn
+from starlette.testclient import TestClient
 
+from serving.gateway.auth import TokenRegistry
 from serving.generative import sse
 from serving.generative.chat import parse_chat_request
 from serving.protocol.errors import ApiError
 from serving.replica.chat import ChatModelError, ChatRuntime, load_runtime
-from serving.replicas.local import start_replica, stop_replica, wait_ready
+from serving.replica.chat_app import ChatReplicaApp
+from serving.replicas.client import ReplicaClient
+from serving.replicas.local import free_port, start_replica, stop_replica, wait_ready
+from tests.fakes import in_process_gateway
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -142,3 +151,80 @@ def test_a_replica_process_serving_an_agent_records_no_trace(registered: dict[st
         stop_replica(replica)
     assert traced == 0, replica.log_path.read_text()
     assert not (ROOT / "mlruns").exists()
+
+
+ADMIN = "chat-runtime-admin-token"
+USER = {"role": "user", "content": "a b"}
+# (body, what the error must name): every way a chat request can be wrong, the first two not chat requests at all
+BAD = [
+    ({"max_tokens": 16}, "messages is required"),
+    ({"dataframe_split": {"columns": ["SECRET"], "data": [[1]]}}, "messages is required"),
+    ({"messages": "SECRET"}, "messages must be a list"),
+    ({"messages": []}, "messages must be a list"),
+    ({"messages": ["SECRET"]}, "messages[0] must be an object"),
+    ({"messages": [USER, {"content": "SECRET"}]}, "messages[1].role"),
+    ({"messages": [{"role": 7, "content": "SECRET"}]}, "messages[0].role"),
+    ({"messages": [{"role": "wizard", "content": "SECRET"}]}, "messages[0].role"),
+    ({"messages": [{"role": "user"}]}, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": {"SECRET": 1}}]}, "messages[0].content"),
+    ({"messages": [USER], "max_tokens": 0}, "max_tokens"),
+    ({"messages": [USER], "max_tokens": True}, "max_tokens"),
+    ({"messages": [USER], "max_tokens": "16"}, "max_tokens"),
+    ({"messages": [USER], "max_completion_tokens": -1}, "max_completion_tokens"),
+    ({"messages": [USER], "temperature": 9}, "temperature"),
+    ({"messages": [USER], "temperature": "SECRET"}, "temperature"),
+    ({"messages": [USER], "n": 2}, "n must be 1"),
+    ({"messages": [USER], "n": True}, "n must be 1"),
+    ({"messages": [USER], "stream": "SECRET"}, "stream must be"),
+    ({"messages": [USER], "tool_choice": 5}, "tool_choice"),
+    ({"messages": [USER], "logit_bias": {"SECRET": 1}}, "unknown field(s) ['logit_bias']"),
+    (b'["SECRET"]', "JSON object"),
+    (b'{"messages": [SECRET', "not valid JSON"),
+]
+
+
+@pytest.fixture(scope="module")
+def chat_gateway(runtimes: dict[str, ChatRuntime], tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    """The gateway app in process over endpoint ``ep``, whose one replica is the ticker's replica app, served by
+    uvicorn on loopback and reached by the gateway's own replica client."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(ChatReplicaApp(runtimes["chat"]), host="127.0.0.1", port=port,
+                                           log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the replica app did not start"
+        time.sleep(0.01)
+    app = in_process_gateway(tmp_path_factory.mktemp("chat-gateway"), TokenRegistry.from_environ({"TOLLFREE_TOKEN": ADMIN}),
+                             replicas=ReplicaClient(), replica_url=f"http://127.0.0.1:{port}")  # type: ignore[arg-type]
+    try:
+        with TestClient(app, headers={"Authorization": f"Bearer {ADMIN}"}) as client:
+            yield client
+            app.state.manager.live.clear()  # the replica is this test's, not the gateway's to stop
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_a_chat_request_is_answered_through_the_gateway(chat_gateway: TestClient) -> None:
+    answer = chat_gateway.post("/serving-endpoints/ep/invocations", json={"messages": [USER], "max_tokens": 3})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["choices"][0]["message"]["content"] == "a b a"
+
+
+@pytest.mark.parametrize(("body", "field"), BAD)
+def test_a_malformed_chat_request_is_a_400_naming_the_field_on_both_routes(chat_gateway: TestClient, body: dict | bytes,
+                                                                          field: str) -> None:
+    raw = body if isinstance(body, bytes) else orjson.dumps(body)
+    openai_raw = body if isinstance(body, bytes) else orjson.dumps({**body, "model": "ep"})
+    json_type = {"content-type": "application/json"}
+    invocations = chat_gateway.post("/serving-endpoints/ep/invocations", content=raw, headers=json_type)
+    openai_route = chat_gateway.post("/serving-endpoints/chat/completions", content=openai_raw, headers=json_type)
+    for answer in (invocations, openai_route):
+        assert answer.status_code == 400, answer.text
+        error = answer.json()
+        assert set(error) == {"error_code", "message"} and field in error["message"], error
+        assert error["error_code"] in ("INVALID_PARAMETER_VALUE", "MALFORMED_REQUEST")
+        assert "SECRET" not in answer.text  # the value is never echoed
+    assert invocations.json() == openai_route.json(), "one check, one message, on both routes"

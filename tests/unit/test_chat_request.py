@@ -47,6 +47,13 @@ def test_openai_content_parts_become_text_and_max_completion_tokens_counts() -> 
     ({"messages": [USER], "stream": "yes"}, "stream must be"),
     ({"messages": [USER], "stream_options": {"other": 1}}, "stream_options"),
     ({"messages": [USER], "logit_bias": {"SECRET": 1}}, "unknown field(s) ['logit_bias']"),
+    ({"dataframe_split": {"columns": ["SECRET"]}}, "messages is required: a chat request is"),
+    ({"messages": [USER], "n": True}, "n must be 1"),
+    ({"messages": [USER], "max_completion_tokens": 0}, "max_completion_tokens must be"),
+    ({"messages": [USER], "max_tokens": 5, "max_completion_tokens": 6}, "max_tokens and max_completion_tokens differ"),
+    ({"messages": [USER], "tool_choice": 1}, "tool_choice"),
+    ({"messages": [USER], "client_request_id": 1}, "client_request_id"),
+    ({"messages": [USER], "usage_context": "SECRET"}, "usage_context"),
 ])
 def test_a_bad_field_is_a_400_naming_it_and_not_its_value(body: dict, field: str) -> None:
     with pytest.raises(ApiError) as caught:
@@ -54,6 +61,13 @@ def test_a_bad_field_is_a_400_naming_it_and_not_its_value(body: dict, field: str
     assert caught.value.status_code == 400
     assert field in caught.value.message
     assert "SECRET" not in caught.value.message or "logit_bias" in field  # a key named by the caller is the field
+
+
+def test_a_body_with_no_messages_names_them_and_at_most_five_fields_that_do_not_belong() -> None:
+    with pytest.raises(ApiError) as caught:
+        parse_chat_request({f"k{i}": 1 for i in range(40)})
+    assert caught.value.message.startswith("messages is required")
+    assert "'k0', 'k1', 'k10', 'k11', 'k12', '... 35 more']" in caught.value.message and "k13" not in caught.value.message
 
 
 def test_not_json_and_a_missing_model_on_the_openai_route() -> None:
