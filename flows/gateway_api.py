@@ -2,6 +2,8 @@
 
 ``GatewayApi`` reads an endpoint, writes a config (served entities and traffic routes) and waits for
 the rollout to settle; the canary's moves (``serving.registry.canary``) drive an endpoint through it.
+The gateway's URL is ``serving.discovery``'s: a ``gateway_url`` given, else ``TOLLFREE_GATEWAY_URL``, else the
+URL a live gateway recorded in the state folder, else ``http://127.0.0.1:8080``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from typing import Any
 
 import httpx
 
-URL_ENV, TOKEN_ENV, DEFAULT_URL = "TOLLFREE_GATEWAY_URL", "TOLLFREE_TOKEN", "http://127.0.0.1:8080"
+from serving.discovery import GatewayAddress, resolve_gateway
+
+TOKEN_ENV = "TOLLFREE_TOKEN"
 API = "/api/2.0/serving-endpoints"
 
 
@@ -22,17 +26,24 @@ class GatewayError(RuntimeError):
 
 
 class GatewayApi:
-    def __init__(self, url: str, token: str, transport: httpx.BaseTransport | None = None, timeout_s: float = 30.0) -> None:
+    def __init__(self, url: str, token: str, transport: httpx.BaseTransport | None = None, timeout_s: float = 30.0,
+                 address: GatewayAddress | None = None) -> None:
         self._client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s,
                                     transport=transport)
         self.url = url
+        self.address = address or GatewayAddress(url, "given", "GatewayApi's url")  # named when it cannot connect
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ, url: str | None = None) -> GatewayApi:
+        """A client of the gateway at ``url``, else at the URL ``serving.discovery`` resolves from ``environ``."""
         token = environ.get(TOKEN_ENV)
         if not token:
             raise GatewayError(f"{TOKEN_ENV} is not set: the flows need the gateway's admin token")
-        return cls(url or environ.get(URL_ENV) or DEFAULT_URL, token)
+        try:
+            address = resolve_gateway(environ, url, "the gateway_url parameter")
+        except ValueError as exc:
+            raise GatewayError(str(exc)) from None
+        return cls(address.url, token, address=address)
 
     def close(self) -> None:
         self._client.close()
@@ -40,8 +51,10 @@ class GatewayApi:
     def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
         try:
             reply = self._client.request(method, path, json=body)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise GatewayError(self.address.unreachable(type(exc).__name__)) from exc
         except httpx.TransportError as exc:
-            raise GatewayError(f"gateway at {self.url} unreachable: {type(exc).__name__}") from exc
+            raise GatewayError(f"gateway at {self.url}: {method} {path} failed ({type(exc).__name__})") from exc
         if reply.status_code != 200:
             try:
                 message = reply.json().get("message", "")

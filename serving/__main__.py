@@ -9,6 +9,9 @@ folder's SQLite), admin token from ``TOLLFREE_TOKEN`` (required), endpoint state
 ``TOLLFREE_STATE_URL`` (default: ``endpoints.db`` in the state folder; ``postgresql://...`` to share it).
 Replicas are local processes unless ``TOLLFREE_BACKEND=kubernetes`` (pods; settings in
 ``serving.replicas.cluster.connect``).
+Once listening, the gateway records its URL (with ``--port 0``, the port it got) in ``$TOLLFREE_HOME/gateways/``,
+where flows and the MLflow plugin on the same state folder find it unless ``TOLLFREE_GATEWAY_URL`` is set
+(``serving.discovery``); with ``--admin-port``, the admin port's URL.
 The gateway migrates the state store's schema when it starts; with ``TOLLFREE_STATE_MIGRATE=manual`` it
 refuses an old schema and names the command to run (``python -m serving.state upgrade``).
 """
@@ -20,6 +23,8 @@ import asyncio
 import logging
 import os
 import sys
+from pathlib import Path
+from typing import Any
 
 KEEP_ALIVE_S = 75  # seconds an idle client connection stays open (see main)
 
@@ -27,7 +32,7 @@ KEEP_ALIVE_S = 75  # seconds an idle client connection stays open (see main)
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m serving", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--port", type=int, default=8080, help="0: a free port, recorded for clients (default 8080)")
     parser.add_argument("--admin-port", type=int, default=None,
                         help="serve the control plane on this port only (default: on --port with the data plane)")
     parser.add_argument("--admin-host", default=None, help="interface for --admin-port (default: --host)")
@@ -47,8 +52,6 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s gateway %(name)s: %(message)s")
     settings = export_defaults(os.environ)
-
-    import uvicorn
 
     from serving.endpoints.manager import EndpointManager
     from serving.endpoints.resolver import mlflow_resolver
@@ -106,17 +109,30 @@ def main(argv: list[str] | None = None) -> int:
     # is closing at that moment: that race failed a POST with a ReadError, which no client retries by itself.
     server = dict(log_level=args.log_level, access_log=False, timeout_graceful_shutdown=20, loop="uvloop", http=OneWriteHttpTools,
                   timeout_keep_alive=KEEP_ALIVE_S)
-    if args.admin_port is None:
-        uvicorn.run(app, host=args.host, port=args.port, **server)
-        return 0
-    if args.admin_port == args.port and (args.admin_host or args.host) == args.host:
+    if args.admin_port is not None and args.admin_port == args.port and (args.admin_host or args.host) == args.host:
         print("--admin-port must differ from --port", file=sys.stderr)
         return 2
+    _serve(app, args, server, settings.gateways_dir)
+    return 0
+
+
+def _serve(app: Any, args: argparse.Namespace, server: dict[str, Any], records: Path) -> None:
+    """Serve until told to stop; the server with the control plane records its URL in ``records``."""
+    import uvicorn
+
+    from serving.gateway.listener import RecordingServer
+
+    if args.admin_port is None:
+        try:  # as in uvicorn.run: Ctrl-C is a clean stop
+            RecordingServer(uvicorn.Config(app, host=args.host, port=args.port, **server), records).run()
+        except KeyboardInterrupt:
+            pass
+        return
     public = uvicorn.Server(uvicorn.Config(app.public(), host=args.host, port=args.port, **server))
-    admin = uvicorn.Server(uvicorn.Config(app, host=args.admin_host or args.host, port=args.admin_port, lifespan="off", **server))
+    admin = RecordingServer(uvicorn.Config(app, host=args.admin_host or args.host, port=args.admin_port, lifespan="off",
+                                           **server), records)
     with asyncio.Runner(loop_factory=public.config.get_loop_factory()) as runner:
         runner.run(_serve_both(public, admin))
-    return 0
 
 
 def _request_timeout(given: float | None) -> float | None:

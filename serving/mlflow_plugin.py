@@ -1,5 +1,7 @@
 """MLflow deployments plugin (``mlflow deployments ... -t tollfree``): a deployment is a gateway serving endpoint,
-managed through the control plane and scored through invocations. The token (TOLLFREE_TOKEN) is never logged."""
+managed through the control plane and scored through invocations. The token (TOLLFREE_TOKEN) is never logged.
+The gateway's URL is ``serving.discovery``'s, as for the flows: the target's, else ``TOLLFREE_GATEWAY_URL``, else
+the URL a live gateway recorded in the state folder (``TOLLFREE_HOME``), else ``http://127.0.0.1:8080``."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import re
 import time
 from collections.abc import Mapping
 from typing import Any, NamedTuple
-from urllib.parse import quote, urlparse
+from urllib.parse import quote
 
 import httpx
 from mlflow.deployments import BaseDeploymentClient, PredictionsResponse
@@ -18,9 +20,11 @@ from mlflow.exceptions import MlflowException, get_error_code
 from mlflow.protos.databricks_pb2 import ErrorCode
 from mlflow.utils.proto_json_utils import NumpyEncoder
 
+from serving.discovery import DEFAULT_URL, URL_ENV, GatewayAddress, resolve_gateway
+
 log = logging.getLogger(__name__)
 
-URL_ENV, TOKEN_ENV, DEFAULT_URL = "TOLLFREE_GATEWAY_URL", "TOLLFREE_TOKEN", "http://127.0.0.1:8080"
+TOKEN_ENV = "TOLLFREE_TOKEN"
 API = "/api/2.0/serving-endpoints"
 FLAVOR = "python_function"
 SCORING_KEYS = ("dataframe_split", "dataframe_records", "instances", "inputs")
@@ -99,13 +103,21 @@ def served_entity(model_uri: str) -> dict[str, str]:
     return {"entity_name": match["name"], "entity_version": match["ref"]}
 
 
-def gateway_url(target_uri: str, environ: Mapping[str, str]) -> str:
-    """``tollfree`` -> $TOLLFREE_GATEWAY_URL or the default; ``tollfree:/http://host:port`` -> that URL."""
-    url = target_uri.partition(":")[2].lstrip("/") or environ.get(URL_ENV) or DEFAULT_URL
-    url = url if "://" in url else f"http://{url}"
-    if urlparse(url).scheme not in ("http", "https") or not urlparse(url).hostname:
-        raise _error(f"target {target_uri[:200]!r}: the gateway must be an http(s)://host:port URL")
-    return url.rstrip("/")
+def gateway_address(target_uri: str, environ: Mapping[str, str]) -> GatewayAddress:
+    """``tollfree:/http://host:port`` -> that URL; ``tollfree`` -> the URL ``serving.discovery`` resolves."""
+    try:
+        return resolve_gateway(environ, target_uri.partition(":")[2].lstrip("/"), "the target URI")
+    except ValueError as exc:
+        raise _error(str(exc)) from None
+
+
+def _unreachable(address: GatewayAddress, exc: httpx.HTTPError) -> MlflowException:
+    """A failed connection names the URL and where it came from; a failure later in the exchange, the URL."""
+    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+        message = address.unreachable(type(exc).__name__)
+    else:
+        message = f"tollfree gateway at {address.url} could not be reached ({type(exc).__name__})"
+    return _error(message, "TEMPORARILY_UNAVAILABLE")
 
 
 def scoring_body(inputs: Any, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -158,7 +170,8 @@ class TollfreeDeploymentClient(BaseDeploymentClient):
 
     def __init__(self, target_uri: str) -> None:
         super().__init__(target_uri)
-        self.url = gateway_url(target_uri, os.environ)
+        self.address = gateway_address(target_uri, os.environ)
+        self.url = self.address.url
         self._token = os.environ.get(TOKEN_ENV, "").strip()
 
     def create_deployment(self, name, model_uri, flavor=None, config=None, endpoint=None) -> dict[str, Any]:
@@ -256,8 +269,7 @@ class TollfreeDeploymentClient(BaseDeploymentClient):
                             raise _error(f"tollfree gateway: the stream ended with {error.get('error_code')}: {error.get('message')}")
                         yield chunk
         except httpx.HTTPError as exc:
-            raise _error(f"tollfree gateway at {self.url} could not be reached ({type(exc).__name__})",
-                         "TEMPORARILY_UNAVAILABLE") from None
+            raise _unreachable(self.address, exc) from None
 
     @staticmethod
     def _path(name: str) -> str:
@@ -272,8 +284,7 @@ class TollfreeDeploymentClient(BaseDeploymentClient):
         try:
             reply = httpx.request(method, self.url + path, content=content, headers=headers, timeout=60.0)
         except httpx.HTTPError as exc:
-            raise _error(f"tollfree gateway at {self.url} could not be reached ({type(exc).__name__})",
-                         "TEMPORARILY_UNAVAILABLE") from None
+            raise _unreachable(self.address, exc) from None
         try:
             payload = reply.json()
         except ValueError:
@@ -310,7 +321,8 @@ def run_local(name: str, model_uri: str, flavor: str | None = None, config: dict
 
 def target_help() -> str:
     return f"""Deploys registered MLflow models to a tollfree gateway (python -m serving).
-Target: `tollfree` (gateway ${URL_ENV}, default {DEFAULT_URL}) or `tollfree:/http://HOST:PORT`; token ${TOKEN_ENV}.
+Target: `tollfree` (gateway ${URL_ENV}, else the URL a running gateway recorded in $TOLLFREE_HOME/gateways/,
+else {DEFAULT_URL}) or `tollfree:/http://HOST:PORT`; token ${TOKEN_ENV}.
 Model URI: models:/NAME@ALIAS or models:/NAME/VERSION (runs:/ URIs and paths are refused). Flavor: {FLAVOR}.
 Config (-C key=value): min_replicas, max_replicas, max_concurrency (integers), scale_to_zero_enabled (true|false;
 min_replicas must be 0 exactly when true), await_ready (true|false, default true), timeout_s (default 300),

@@ -62,6 +62,11 @@ class Settings:
     def batch_dir(self) -> Path:
         return self.home / "batch"
 
+    @property
+    def gateways_dir(self) -> Path:
+        """Where each running gateway records its URL for clients on this state folder (``serving.discovery``)."""
+        return self.home / "gateways"
+
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Settings:
         home = Path(environ.get("TOLLFREE_HOME") or DEFAULT_HOME).expanduser().resolve()

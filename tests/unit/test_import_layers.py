@@ -22,9 +22,9 @@ SERVING = Path(__file__).resolve().parents[2] / "serving"
 # "Layout" table says the same.
 LAYERS: dict[str, frozenset[str]] = {
     "__main__": frozenset({"gateway", "endpoints", "replicas", "inference_log", "state", "settings"}),  # python -m serving
-    "mlflow_plugin": frozenset(),                                                     # a client of the gateway's API
+    "mlflow_plugin": frozenset({"discovery"}),                                        # a client of the gateway's API
     "gateway": frozenset({"endpoints", "streams", "generative", "replicas", "traffic", "autoscaler", "protocol",
-                          "inference_log", "state", "settings"}),
+                          "inference_log", "state", "discovery", "settings"}),
     "endpoints": frozenset({"streams", "generative", "replicas", "traffic", "autoscaler", "protocol", "registry", "state"}),
     "streams": frozenset({"traffic", "protocol", "inference_log"}),                  # Redis Streams front doors
     "replicas": frozenset({"traffic", "autoscaler", "protocol", "settings"}),
@@ -38,6 +38,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "protocol": frozenset(),
     "inference_log": frozenset(),
     "state": frozenset({"settings"}),                                                 # the shared state store
+    "discovery": frozenset({"settings"}),                                             # where a gateway listens
     "settings": frozenset(),
 }
 ORDER = list(LAYERS)
