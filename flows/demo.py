@@ -7,10 +7,12 @@ batch score -> drift report. All state lands in ``TOLLFREE_HOME`` (default ``.to
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import secrets
 import statistics
 import time
+import warnings
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,12 @@ from serving.gateway.process import environ_with, start_gateway, wait_endpoint_r
 from serving.settings import Settings
 
 ENDPOINT = "fraud"
+
+# Warnings raised inside third-party libraries that a person running the demo can neither act on nor should have to
+# read (their deprecations of their own internals, Feast's note that on-demand views are experimental, MLflow's
+# schema hints). Filtered for the demo's own run only: the tests keep them (pyproject.toml's filterwarnings).
+THIRD_PARTY = ("evidently", "litestar", "ibis", "great_expectations", "mlflow", "feast", "sqlalchemy", "dask")
+QUIET_LOGGERS = ("mlflow.utils.environment",)
 
 
 def _fresh(data_dir: Path, today: datetime) -> bool:
@@ -154,7 +162,20 @@ def summary(result: dict[str, Any], settings: Settings, seconds: float) -> str:
     return "\n".join(lines)
 
 
+def quiet_third_party_warnings() -> None:
+    """Ignore every warning attributed to a module of a ``THIRD_PARTY`` package, those loggers' warnings and MLflow's
+    download progress bars."""
+    pattern = r"(%s)(\.|$)" % "|".join(THIRD_PARTY)
+    warnings.filterwarnings("ignore", module=pattern)
+    # A warning raised while a module is compiled (an invalid escape sequence) names its file, not its module.
+    warnings.filterwarnings("ignore", module=r".*[/\\]site-packages[/\\]")
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+
 def main(argv: list[str] | None = None) -> int:
+    quiet_third_party_warnings()
     parser = argparse.ArgumentParser(description=demo.__doc__)
     parser.add_argument("--customers", type=int, default=1000)
     parser.add_argument("--days", type=int, default=42)

@@ -36,3 +36,6 @@ def test_demo_runs_every_stage_and_exits_zero(tmp_path):
     assert list((home / "reports" / "fraud").glob("drift-*.html"))
     assert (home / "mlflow.db").exists() and (home / "prefect").is_dir()
     assert not (PROJECT / "mlruns").exists()
+    # What a person reads: no third-party warning (deprecations, experimental notes) and no progress bars.
+    noise = [line for line in (out + result.stderr).splitlines() if "Warning" in line or "Downloading artifacts" in line]
+    assert not noise, noise[:5]
