@@ -3,7 +3,8 @@
 Records persist in the EndpointStore; replicas are local processes, each listed in the replica registry
 while it serves, or the pods of a Deployment per served entity on Kubernetes (``endpoints.placement``).
 A config change starts the new served entities' replicas, waits until they are ready, and only then
-moves traffic to them; a failed rollout ends UPDATE_FAILED and the old config keeps serving. A gateway
+moves traffic to them; a failed rollout ends UPDATE_FAILED and the old config keeps serving. An endpoint's
+rollouts run one at a time, each from what the one before left live. A gateway
 that starts on existing state adopts the live replicas a crashed predecessor left (registry, then health
 check, then ``/adopt``), starts only what is missing, and stops the rest.
 """
@@ -15,14 +16,13 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from starlette.concurrency import run_in_threadpool
 
 from serving.endpoints import spec
-from serving.endpoints.external import ExternalModelInput
+from serving.endpoints.live import LiveEndpoint, external_models, stream_inputs
 from serving.endpoints.monitoring import keep_extensions
 from serving.endpoints.placement import Placement
 from serving.endpoints.replica_book import ReplicaBook
@@ -36,8 +36,6 @@ from serving.replicas.local_backend import LocalBackend
 from serving.replicas.remote import RemoteReplica
 from serving.replicas.replica_set import DEFAULT_MAX_CONCURRENCY, ReplicaSet
 from serving.state.replica_registry import ReplicaRegistry, ReplicaRow
-from serving.traffic.response_cache import ResponseCache
-from serving.streams.config import StreamInput
 
 if TYPE_CHECKING:
     from serving.replicas.cluster.connect import Cluster
@@ -45,28 +43,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class LiveEndpoint:
-    entities: dict[str, ReplicaSet]
-    weights: list[tuple[str, int]]
-    cache: ResponseCache | None = None
-    streams: tuple[StreamInput, ...] = ()  # the config's stream inputs (the leader runs their consumers)
-    external: dict[str, ExternalModelInput] = field(default_factory=dict)  # served entities another server runs
-
-
-def cache_for(config: spec.EndpointCoreConfig) -> ResponseCache | None:
-    settings = config.response_cache
-    if settings is None or not settings.enabled:
-        return None
-    return ResponseCache(settings.max_entries, float(settings.ttl_seconds))
-
-
-def _streams(config: spec.EndpointCoreConfig) -> tuple[StreamInput, ...]:
-    return tuple(config.stream_inputs or ())
-
-
-def _external(config: spec.EndpointCoreConfig) -> dict[str, ExternalModelInput]:
-    return {str(e.name): e.external_model for e in config.served_entities if e.external_model is not None}
+def superseded(record: spec.EndpointRecord, version: int) -> bool:
+    """The record waits for a config later than ``version`` (a change written while that rollout ran): its
+    outcome is not the endpoint's. Ending the update there would say READY for a config nobody serves yet."""
+    return record.config_update == "IN_PROGRESS" and record.pending_config is not None and version <= record.config_version
 
 
 class EndpointManager:
@@ -120,7 +100,7 @@ class EndpointManager:
         )
         await run_in_threadpool(self.store.create, record)
         if self.leading:
-            self._spawn(name, self._deploy(name, config, record.config_version))
+            self._spawn(name, config, record.config_version)
         return record
 
     async def update_config(self, name: str, raw: spec.EndpointCoreConfig) -> spec.EndpointRecord:
@@ -134,7 +114,7 @@ class EndpointManager:
         record.updated_ms = int(time.time() * 1000)
         await run_in_threadpool(self.store.compare_and_set, name, record.config_version, record)
         if self.leading:
-            self._spawn(name, self._deploy(name, config, record.config_version + 1))
+            self._spawn(name, config, record.config_version + 1)
         return record
 
     async def delete(self, name: str) -> None:
@@ -205,7 +185,7 @@ class EndpointManager:
             record.state_message = "the gateway restarted: starting the endpoint's replicas"
             await run_in_threadpool(self.store.put, record)
             self._restoring[record.name] = asyncio.Event()
-            self._spawn(record.name, self._deploy(record.name, record.config, record.config_version, left))
+            self._spawn(record.name, record.config, record.config_version, left)
 
     # ---- several gateways on one store ---------------------------------------------------------
     async def follow(self) -> None:
@@ -226,11 +206,10 @@ class EndpointManager:
                 if self.cluster is None:
                     served.route_to([RemoteReplica(r.host, r.port, r.pid) for r in rows.get((record.name, entity.name, uri), [])])
                 entities[entity.name] = served
-            weights, external = spec.traffic_weights(record.config), _external(record.config)
+            weights, external = spec.traffic_weights(record.config), external_models(record.config)
             if live is None or (live.entities, live.weights, live.streams, live.external) != (
-                    entities, weights, _streams(record.config), external):
-                self.live[record.name] = LiveEndpoint(entities, weights, cache_for(record.config), _streams(record.config),
-                                                      external)
+                    entities, weights, stream_inputs(record.config), external):
+                self.live[record.name] = LiveEndpoint.of(entities, record.config)
                 if live is not None:
                     self.placement.forget([e for e in live.entities.values() if e not in entities.values()])
         for name in set(self.live) - {r.name for r in records}:
@@ -239,15 +218,21 @@ class EndpointManager:
     async def lead(self) -> None:
         """This gateway has become the leader: adopt the replicas the previous leader left (its process is
         gone) and run every endpoint from here on. Requests keep flowing through the followed routing until
-        each endpoint's own replica sets replace it."""
-        self.leading = True
+        each endpoint's own replica sets replace it.
+
+        An endpoint's current config is taken over (adopted) first, even when a change waits: only a set this
+        gateway owns is stopped once the change serves. It leads once the takeovers are under way: a change sent
+        through it before then goes to the store, as a follower's does, and ``reconcile`` rolls it out after
+        the takeover (started at once, it would leave out the replicas the takeover had yet to adopt)."""
         records = await run_in_threadpool(self.store.list)
         left = await self.book.left_running(records)
         await self.placement.sweep(records)
         for record in records:
             if record.name not in self._tasks:
-                config, version = self._target(record)
-                self._spawn(record.name, self._deploy(record.name, config, version, left))
+                self._spawn(record.name, record.config, record.config_version, left)
+                if record.config_update == "IN_PROGRESS" and record.pending_config is not None:
+                    self._spawn(record.name, record.pending_config, record.config_version + 1)
+        self.leading = True
 
     async def reconcile(self) -> None:
         """The leader applies what other gateways wrote: endpoints created or updated through them (a
@@ -259,7 +244,7 @@ class EndpointManager:
             # middle; a failed rollout is UPDATE_FAILED, so it is not retried until the next change
             if record.config_update == "IN_PROGRESS" and record.name not in self._tasks:
                 config, version = self._target(record)
-                self._spawn(record.name, self._deploy(record.name, config, version))
+                self._spawn(record.name, config, version)
         for name in set(self.live) - {r.name for r in records} - set(self._tasks):
             gone = self.live.pop(name, None)  # a delete through this gateway may have taken it meanwhile
             if gone is not None:
@@ -329,14 +314,23 @@ class EndpointManager:
             )
         return config
 
-    def _spawn(self, name: str, coro) -> None:  # type: ignore[no-untyped-def]
-        task = asyncio.get_running_loop().create_task(coro)
+    def _spawn(self, name: str, config: spec.EndpointCoreConfig, version: int,
+               left: Mapping[tuple[str, str, str], list[ReplicaRow]] | None = None) -> None:
+        """Roll ``config`` out in the background. One rollout at a time per endpoint: one asked for while another
+        runs (a change sent while a new leader adopts what it found) waits for it and starts from what it left
+        live. Two at once would each stop only the sets live when it began, so the sets of the one that ended
+        first would keep running unlisted, and the last to end would decide what serves."""
+        previous = self._tasks.get(name)
+        task = asyncio.get_running_loop().create_task(self._deploy(name, config, version, left, previous))
         self._tasks[name] = task
         task.add_done_callback(lambda t, n=name: self._tasks.pop(n, None) if self._tasks.get(n) is t else None)
 
     async def _deploy(self, name: str, config: spec.EndpointCoreConfig, version: int,
-                      left: Mapping[tuple[str, str, str], list[ReplicaRow]] | None = None) -> None:
+                      left: Mapping[tuple[str, str, str], list[ReplicaRow]] | None = None,
+                      after: asyncio.Task[None] | None = None) -> None:
         try:
+            if after is not None:   # cancelled with this one (a delete, a shutdown)
+                await asyncio.gather(after, return_exceptions=True)
             await self._roll_out(name, config, version, left or {})
         finally:
             restoring = self._restoring.pop(name, None)
@@ -368,30 +362,35 @@ class EndpointManager:
         except (ReplicaStartError, OSError) as exc:
             log.error("rollout of endpoint %s failed: %s", name, exc)
             await self._stop_all(started)
-            await self._finish(name, ready=old is not None, update="UPDATE_FAILED", message=str(exc)[:500])
+            await self._finish(name, version, ready=old is not None, update="UPDATE_FAILED", message=str(exc)[:500])
             return
         except asyncio.CancelledError:
             await self._stop_all(started, cancel_starts=self._closing)
             raise
-        self.live[name] = LiveEndpoint(keep, spec.traffic_weights(config), cache_for(config), _streams(config),
-                                       _external(config))
+        self.live[name] = LiveEndpoint.of(keep, config)
         if old is not None:
             await self._stop_all([e for n, e in old.entities.items() if keep.get(n) is not e])
-        await self._finish(name, ready=True, update="NOT_UPDATING", config=config, config_version=version)
+        await self._finish(name, version, ready=True, update="NOT_UPDATING", config=config)
 
-    async def _finish(self, name: str, *, ready: bool, update: str, message: str | None = None,
-                      config: spec.EndpointCoreConfig | None = None, config_version: int | None = None) -> None:
+    async def _finish(self, name: str, version: int, *, ready: bool, update: str, message: str | None = None,
+                      config: spec.EndpointCoreConfig | None = None) -> None:
+        """Write the outcome of the rollout of config ``version`` (``config`` once it serves). Only once the
+        registry lists its replicas: a follower that reads READY routes to them at once. Nothing when a change
+        written since waits for a later version (:func:`superseded`): that rollout writes the outcome."""
+        await self.book.flush()
         try:
             record = await run_in_threadpool(self.store.get, name)
         except Exception:
             return  # deleted meanwhile
+        if superseded(record, version):
+            return
         record.ready = "READY" if ready else "NOT_READY"
         record.config_update = update
         record.pending_config = None
         record.state_message = message
         record.updated_ms = int(time.time() * 1000)
-        if config is not None and config_version is not None:
-            record.config, record.config_version = config, config_version
+        if config is not None:
+            record.config, record.config_version = config, version
         await run_in_threadpool(self.store.put, record)
 
     async def _stop_all(self, entities: Iterable[ReplicaSet], *, cancel_starts: bool = False) -> None:

@@ -30,13 +30,22 @@ DEFAULT_ORPHAN_S = 60.0
 
 
 def pid_alive(pid: int) -> bool:
+    """The process exists and has not exited. A zombie (a gateway killed, not yet reaped by its parent) has: the
+    gateways' lease already counts it gone (``replicas.local.process_running``), and a replica that counted it
+    alive would refuse the new leader's adoption, to be neither adopted nor stopped by it."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except FileNotFoundError:
+        return not os.path.isdir("/proc/self")   # gone meanwhile; or no /proc here: the signal said it exists
+    except (OSError, IndexError):
         return True
-    return True
 
 
 class OwnerWatch:

@@ -1,10 +1,14 @@
-"""A local replica's owner watch (pure: liveness and clock injected) and its ``POST /adopt`` route."""
+"""A local replica's owner watch (pure: liveness and clock injected), its ``POST /adopt`` route, and the liveness
+check it uses by default (against a real killed process its parent has not reaped)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 from fastapi.testclient import TestClient
 
-from serving.replica.owner import Adoptable, OwnerWatch, first_owner
+from serving.replica.owner import Adoptable, OwnerWatch, first_owner, pid_alive
 
 
 class Clock:
@@ -90,3 +94,15 @@ def test_the_adopt_route_needs_the_token_a_pid_and_a_dead_owner():
     assert client.post("/adopt", json={"owner_pid": 20}, headers=good).json() == {"owner_pid": 20}
     assert owner.owner_pid == 20
     assert client.get("/health/ready").status_code == 204  # everything else goes to the replica's app
+
+
+def test_an_owner_killed_but_not_yet_reaped_by_its_parent_is_gone():
+    owner = subprocess.Popen(["sleep", "60"])
+    owner.kill()
+    os.waitid(os.P_PID, owner.pid, os.WEXITED | os.WNOWAIT)  # exited, left a zombie: not reaped
+    try:
+        assert not pid_alive(owner.pid)
+        assert pid_alive(os.getpid())
+    finally:
+        owner.wait()
+    assert not pid_alive(owner.pid)
