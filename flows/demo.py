@@ -27,7 +27,7 @@ from flows.materialize import materialize
 from flows.promote import promote
 from flows.skew import skew
 from flows.train import train
-from serving.gateway.process import environ_with, start_gateway, wait_endpoint_ready
+from serving.gateway.process import environ_with, start_gateway, wait_endpoint_ready, wait_endpoint_settled
 from serving.settings import Settings
 
 ENDPOINT = "fraud"
@@ -86,7 +86,8 @@ def serve_and_query(settings: Settings, token: str, model_name: str, requests: i
             config = {"served_entities": [{"entity_name": model_name, "entity_alias": "champion"}]}
             if existing.status_code == 404:
                 client.post("/api/2.0/serving-endpoints", json={"name": ENDPOINT, "config": config}).raise_for_status()
-            else:
+            else:  # a gateway started on the last run's state first restores the endpoint: change it after that
+                wait_endpoint_settled(gateway.url, token, ENDPOINT)
                 client.put(f"/api/2.0/serving-endpoints/{ENDPOINT}/config", json=config).raise_for_status()
             started = time.monotonic()
             view = wait_endpoint_ready(gateway.url, token, ENDPOINT)

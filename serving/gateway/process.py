@@ -74,6 +74,19 @@ def wait_endpoint_ready(url: str, token: str, name: str, timeout_s: float = 180.
     raise TimeoutError(f"endpoint {name} not ready after {timeout_s:.0f}s")
 
 
+def wait_endpoint_settled(url: str, token: str, name: str, timeout_s: float = 180.0) -> dict:
+    """Poll the endpoint until no config update is in progress (a gateway that restarts on existing state restores
+    each endpoint as an update, and a config change sent meanwhile is a 409, as Databricks answers)."""
+    deadline = time.monotonic() + timeout_s
+    headers = {"Authorization": f"Bearer {token}"}
+    while time.monotonic() < deadline:
+        view = httpx.get(f"{url}/api/2.0/serving-endpoints/{name}", headers=headers, timeout=5).json()
+        if view.get("state", {}).get("config_update") != "IN_PROGRESS":
+            return view
+        time.sleep(0.3)
+    raise TimeoutError(f"endpoint {name} still updating after {timeout_s:.0f}s")
+
+
 def environ_with(overrides: Mapping[str, str]) -> dict[str, str]:
     env = dict(os.environ)
     env.update(overrides)
