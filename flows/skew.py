@@ -5,7 +5,9 @@
   (``flows.served_data.reference_for``: its training frame, else a reference the endpoint's
   ``monitoring.reference`` pins, else its first served window; the report says which), with Evidently,
   explicit methods and thresholds from ``DriftConfig``: the features a FeatureService served, or the
-  request's own columns for a model without one; predictions against the version's own predictions;
+  request's own columns for a model without one; predictions against the version's own predictions.
+  Drift is a finding when the version's columns drift as the settings define it (``DriftResult.dataset_drift``:
+  at least one column, after the correction for testing them all, and at least ``drift_share`` of them);
 - parity skew: a sample of logged rows recomputed offline at their logged time through the same
   FeatureService, a mismatch rate per feature (where the model has a FeatureService).
 Every run leaves a summary table artifact with the verdict, a table per version, the HTML report
@@ -65,7 +67,7 @@ def drift_for_version(model_name: str, version: str, reference: Reference, curre
     if not with_predictions:
         current = current.drop(columns=[PREDICTION], errors="ignore")
     columns = [c for c in current.columns if c in frame.columns and c not in NOT_FEATURES]
-    return compute_drift(frame, current, columns, config)
+    return compute_drift(frame, current, columns, config, report=True)
 
 
 @task
@@ -91,12 +93,12 @@ def _event(name: str, endpoint: str, payload: dict[str, Any]) -> None:
 
 def _summary_artifact(endpoint: str, summary: dict[str, Any]) -> None:
     rows = [{"version": label, "rows": v.get("rows"), "reference": v.get("reference"), "verdict": v.get("verdict"),
-             "drift_share": v.get("drift_share"),
+             "drift_share": v.get("drift_share"), "drift": v.get("dataset_drift"),
              "drifted": ", ".join(v.get("drifted") or []) or None, "parity_rows": v.get("parity_rows"),
              "parity_mismatched": ", ".join(v.get("parity_mismatched") or []) or None, "report": v.get("report")}
             for label, v in summary.get("versions", {}).items()]
     rows.append({"version": "verdict", "rows": summary.get("rows"), "reference": None, "verdict": summary["verdict"],
-                 "drift_share": None,
+                 "drift_share": None, "drift": None,
                  "drifted": summary["verdict"], "parity_rows": None,
                  "parity_mismatched": "; ".join(summary.get("findings", [])) or None, "report": None})
     create_table_artifact(key=artifact_key(f"skew-drift-{endpoint}"), table=rows,
@@ -191,13 +193,17 @@ class VersionCheck:
         key = artifact_key(f"drift-{self.endpoint}-{model_name}-v{version}")
         create_table_artifact(key=key, table=result.table(),
                               description=f"Drift of served inputs and predictions, {self.endpoint} {label}, against the "
-                                          f"{reference.described}: share {result.drift_share:.2f}, drifted "
+                                          f"{reference.described}: {'drift' if result.dataset_drift else 'no drift'}, share "
+                                          f"{result.drift_share:.2f}, drifted "
                                           f"{', '.join(result.drifted_columns()) or 'none'}")
         create_link_artifact(key=f"{key}-report", link=report.as_uri(), description="Evidently drift report (HTML)")
         entry.update({"compared_rows": len(compared), "drift_share": result.drift_share,
-                      "drifted": result.drifted_columns(), "report": str(report)})
-        if result.drifted_columns():
-            findings += [f"drift {label}:{c}" for c in result.drifted_columns()]
+                      "drifted": result.drifted_columns(), "dataset_drift": result.dataset_drift, "report": str(report)})
+        if result.drifted_columns() and not result.dataset_drift:
+            get_run_logger().info("%s: %s drifted, fewer than drift_share %.2f of the columns: not a finding", label,
+                                  ", ".join(result.drifted_columns()), self.config.drift_share)
+        if result.dataset_drift:
+            findings += result.findings(label)
             _event("tollfree.drift.detected", self.endpoint, {"model": model_name, "version": version,
                                                               "columns": result.drifted_columns(),
                                                               "drift_share": result.drift_share,
@@ -234,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=skew_all.__doc__)
     parser.add_argument("--endpoint", action="append", help="an endpoint to check (repeat it); default: every endpoint")
     parser.add_argument("--window-hours", type=float, default=None, help="default: the endpoint's monitoring.window_hours")
-    parser.add_argument("--drift", type=json.loads, default=None, help='JSON, e.g. {"numeric_threshold": 0.25}')
+    parser.add_argument("--drift", type=json.loads, default=None, help='JSON, e.g. {"numeric_threshold": 0.001, "drift_share": 0.1}')
     args = parser.parse_args(argv)
     result = skew_all(endpoints=args.endpoint, window_hours=args.window_hours, drift=args.drift, return_state=True)
     return 0 if result.is_completed() else 1

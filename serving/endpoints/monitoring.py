@@ -33,13 +33,40 @@ _FORBID = ConfigDict(extra="forbid")
 T = TypeVar("T")
 
 
+CORRECTIONS = ("holm", "bonferroni", "none")
+# Evidently's methods whose score is a p-value (drift below the threshold), and ``chi2_contingency`` (monitoring/drift.py)
+P_VALUE_METHODS = frozenset({"ks", "chisquare", "z", "t_test", "mannw", "anderson", "cramer_von_mises", "fisher_exact",
+                             "epps_singleton", "g_test", "chi2_contingency"})
+MAX_P_VALUE_THRESHOLD = 0.1  # above it, a threshold given for a p-value method is taken for a distance and refused
+
+
 @dataclass(frozen=True)
 class DriftConfig:
-    numeric_method: str = "psi"
-    numeric_threshold: float = 0.2
-    categorical_method: str = "jensenshannon"
-    categorical_threshold: float = 0.1
-    drift_share: float = 0.5  # the dataset drifts when at least this share of columns drifts
+    """How a drift run judges a version (``monitoring/drift.py``). With a p-value method (the defaults) a
+    threshold bounds the share of runs on clean traffic that name a column: the columns' p-values are
+    corrected together (``correction``), whatever the number of columns and rows. A distance method (``psi``,
+    ``wasserstein``, ``jensenshannon``) is compared with its threshold as it is, uncorrected; its false-alarm
+    rate grows as windows shrink and columns add up. The run drifts (a finding, the flow fails) when at least
+    one column drifts and at least ``drift_share`` of the columns do."""
+
+    numeric_method: str = "ks"  # two-sample Kolmogorov-Smirnov
+    numeric_threshold: float = 0.005
+    categorical_method: str = "chi2_contingency"  # two-sample chi-square test of homogeneity
+    categorical_threshold: float = 0.005
+    correction: str = "holm"  # across the columns scored by p-value methods: holm, bonferroni or none
+    drift_share: float = 0.0  # 0: any drifted column is drift; 0.5: half of the columns must drift
+
+    def __post_init__(self) -> None:
+        if self.correction not in CORRECTIONS:
+            raise ValueError(f"drift setting correction must be one of {', '.join(CORRECTIONS)}")
+        if not 0.0 <= self.drift_share <= 1.0:
+            raise ValueError("drift setting drift_share must be between 0 and 1")
+        for kind in ("numeric", "categorical"):
+            method, threshold = getattr(self, f"{kind}_method"), getattr(self, f"{kind}_threshold")
+            if method in P_VALUE_METHODS and not 0.0 < threshold <= MAX_P_VALUE_THRESHOLD:
+                raise ValueError(f"drift setting {kind}_threshold {threshold} is the false-alarm rate of {method} (a p-value "
+                                 f"method): between 0 and {MAX_P_VALUE_THRESHOLD}; for a distance set {kind}_method too, "
+                                 "e.g. psi")
 
 
 @dataclass(frozen=True)

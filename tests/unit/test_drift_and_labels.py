@@ -42,10 +42,10 @@ def test_twenty_clean_resamples_raise_no_drift_and_a_shifted_feature_is_named():
     result = compute_drift(reference, shifted, COLUMNS)
     assert result.drifted_columns() == ["ratio"]
     assert {c.column: c.method for c in result.columns} == {
-        "amount": "psi", "count_24h": "psi", "risk": "psi", "ratio": "psi", "channel": "jensenshannon"}
+        "amount": "ks", "count_24h": "ks", "risk": "ks", "ratio": "ks", "channel": "chi2_contingency"}
 
 
-def test_a_shifted_category_is_named_by_jensen_shannon():
+def test_a_shifted_category_is_named_by_the_chi_square_test_of_homogeneity():
     reference = _population(5000, seed=0)
     current = _population(500, seed=2)
     current["channel"] = np.random.default_rng(3).choice(["web", "pos", "app"], 500, p=[0.1, 0.2, 0.7])
@@ -53,9 +53,12 @@ def test_a_shifted_category_is_named_by_jensen_shannon():
 
 
 def test_drift_settings_override_defaults_and_refuse_unknown_keys():
-    assert drift_config({"numeric_threshold": 0.3}) == DriftConfig(numeric_threshold=0.3)
+    assert drift_config({"numeric_threshold": 0.001}) == DriftConfig(numeric_threshold=0.001)
+    assert drift_config({"numeric_method": "psi", "numeric_threshold": 0.3}).numeric_threshold == 0.3
     with pytest.raises(ValueError, match="numeric_treshold"):
         drift_config({"numeric_treshold": 0.3})
+    with pytest.raises(ValueError, match="correction must be one of holm, bonferroni, none"):
+        drift_config({"correction": "fdr"})
 
 
 def test_prediction_scores():
