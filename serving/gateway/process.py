@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,32 +59,35 @@ def start_gateway(env: Mapping[str, str], log_path: Path, host: str = "127.0.0.1
     raise RuntimeError(f"gateway not healthy after {timeout_s:.0f}s; see {log_path}")
 
 
-def wait_endpoint_ready(url: str, token: str, name: str, timeout_s: float = 180.0) -> dict:
-    """Poll the endpoint until READY / NOT_UPDATING; raise naming the state message if the rollout failed."""
+def _poll_endpoint(url: str, token: str, name: str, done: Callable[[dict], bool], timeout_s: float, waiting: str) -> dict:
+    """The endpoint's view once ``done(view)``; TimeoutError naming what it was still ``waiting`` for."""
     deadline = time.monotonic() + timeout_s
     headers = {"Authorization": f"Bearer {token}"}
     while time.monotonic() < deadline:
         view = httpx.get(f"{url}/api/2.0/serving-endpoints/{name}", headers=headers, timeout=5).json()
+        if done(view):
+            return view
+        time.sleep(0.3)
+    raise TimeoutError(f"endpoint {name} {waiting} after {timeout_s:.0f}s")
+
+
+def wait_endpoint_ready(url: str, token: str, name: str, timeout_s: float = 180.0) -> dict:
+    """Poll the endpoint until READY / NOT_UPDATING; raise naming the state message if the rollout failed."""
+
+    def ready(view: dict) -> bool:
         state = view.get("state", {})
         if state.get("config_update") == "UPDATE_FAILED":
             raise RuntimeError(f"endpoint {name} failed to deploy: {view.get('state_message') or state}")
-        if state.get("ready") == "READY" and state.get("config_update") == "NOT_UPDATING":
-            return view
-        time.sleep(0.3)
-    raise TimeoutError(f"endpoint {name} not ready after {timeout_s:.0f}s")
+        return state.get("ready") == "READY" and state.get("config_update") == "NOT_UPDATING"
+
+    return _poll_endpoint(url, token, name, ready, timeout_s, "not ready")
 
 
 def wait_endpoint_settled(url: str, token: str, name: str, timeout_s: float = 180.0) -> dict:
     """Poll the endpoint until no config update is in progress (a gateway that restarts on existing state restores
     each endpoint as an update, and a config change sent meanwhile is a 409, as Databricks answers)."""
-    deadline = time.monotonic() + timeout_s
-    headers = {"Authorization": f"Bearer {token}"}
-    while time.monotonic() < deadline:
-        view = httpx.get(f"{url}/api/2.0/serving-endpoints/{name}", headers=headers, timeout=5).json()
-        if view.get("state", {}).get("config_update") != "IN_PROGRESS":
-            return view
-        time.sleep(0.3)
-    raise TimeoutError(f"endpoint {name} still updating after {timeout_s:.0f}s")
+    return _poll_endpoint(url, token, name, lambda view: view.get("state", {}).get("config_update") != "IN_PROGRESS",
+                          timeout_s, "still updating")
 
 
 def environ_with(overrides: Mapping[str, str]) -> dict[str, str]:
