@@ -4,7 +4,7 @@
         [--ablate RULE|all] [--baselines FILE] [--plots DIR] [--fixed] [--quick] [--json] [--workers 2]
 
 Sets (benchmarks/autoscaler_targets.py): the tuning set is seed 0 of the two Azure LLM traces
-(../shared/traces, rescaled to 2,000 req/s: time compressed up to 6x, then shifted copies superposed)
+(benchmarks/traces, rescaled to 2,000 req/s: time compressed up to 6x, then shifted copies superposed)
 and the synthetic spike, ramp, diurnal and on/off; the held-out set is seeds 1-5 of the synthetic ones
 and of three shapes kept for it (bursty, sawtooth, flash). Profiles: cpu, io_agent, embedding.
 Every run is preceded by 120 s at the trace's initial rate that is not counted.
@@ -52,6 +52,7 @@ from serving.autoscaler.simulate.profiles import PRESETS
 PROFILES = ("cpu", "io_agent", "embedding")
 WARMUP_S = 120.0
 REAL_MEAN_RPS = 2000.0
+TRACES = Path(__file__).resolve().parent / "traces"   # the two Azure LLM traces (README there: source, licence)
 CONSTANT_RPS = {"cpu": 1000.0, "io_agent": 2000.0, "embedding": 2000.0}
 VERTICAL_CYCLES = 3
 # The sweep's replica-seconds differ by 1-2 % between seeds, as much as neighbouring targets differ:
@@ -64,7 +65,7 @@ QUICK = {"diurnal": {"day_s": 300.0}, "onoff": {"cycles": 2}, "bursty": {"durati
 @lru_cache(maxsize=8)
 def load_trace(name: str, seed: int, quick: bool) -> tr.Trace:
     if name.startswith("azure_"):
-        path = tr.SHARED_TRACES / f"azure_llm_2023_{name.split('_', 1)[1]}.csv"
+        path = TRACES / f"azure_llm_2023_{name.split('_', 1)[1]}.csv"
         trace = tr.load_csv(path).scale_to(REAL_MEAN_RPS, seed=seed)
         if quick:
             trace = replace(trace, arrivals=trace.arrivals[trace.arrivals < 180.0])

@@ -223,9 +223,6 @@ def flash(base_rps: float = 200.0, peak_rps: float = 4000.0, decay_s: float = 60
 SYNTHETIC: dict[str, Callable[..., Trace]] = {"spike": spike, "ramp": ramp, "diurnal": diurnal, "onoff": onoff,
                                               "bursty": bursty, "sawtooth": sawtooth, "flash": flash}
 
-SHARED_TRACES = Path(__file__).resolve().parents[3].parent / "shared" / "traces"
-
-
 def resolve(spec: str, seed: int = 0, rate_scale: float = 1.0, mean_rps: Optional[float] = None) -> Trace:
     """A synthetic name (``spike``...), or a CSV path; ``mean_rps`` rescales a CSV keeping its shape."""
     if spec in SYNTHETIC:
