@@ -22,16 +22,28 @@ def _proportional_cut(target, p99, goal, util):
     return target * goal / p99
 
 
+_horizontal = P._horizontal
+
+
+def _up_at_boundaries(config, signals, state, now, due):
+    """The horizontal model decided only at decision_interval_s boundaries (a scale-from-zero still at once)."""
+    if due or state.replicas == 0:
+        return _horizontal(config, signals, state, now, due)
+    return state.replicas, "hold", {}
+
+
 # rule -> (what turning it off means, {(module, attribute): neutral value})
 ABLATIONS: dict[str, tuple[str, dict[tuple[ModuleType, str], Any]]] = {
-    "surge": ("no decision between 5-s boundaries (SURGE = inf)", {(P, "SURGE"): math.inf}),
-    "surge-projection": ("a rising surge sized for where it is, not where it heads in 5 s",
-                         {(P, "_projected"): lambda config, signals, service_s: None}),
+    "forecast": ("sized for the scale-up window's peak alone, no forecast at the lead time",
+                 {(P, "forecast"): lambda samples, service, lead_s: None}),
+    "up-at-boundaries": ("a scale-up decided only at decision_interval_s boundaries, as a scale-down",
+                         {(P, "_horizontal"): _up_at_boundaries}),
     "settled-stress": ("latency stress judged on every second, not on the settled ones",
                        {(V, "_stress_samples"): lambda active, window: active}),
     "contention": ("latency stress lowers the target without contention too",
                    {(V, "_contention"): lambda config, queued_share, util: True}),
-    "ceiling": ("no ceiling after stress (increases not slowed)", {(V, "_ceiling_after_stress"): lambda target: None}),
+    "ceiling": ("no ceiling after stress: it lifts without bound at the first calm cycle",
+                {(V, "CEILING_LIFT"): math.inf}),
     "util-slack": ("the utilisation aim stays at target_utilisation (no rise with latency slack)",
                    {(V, "_utilisation_aim"): lambda config, p99, queued_share, slots: config.target_utilisation}),
     "latency-cut": ("the latency cut is proportional (target x goal / p99), no queueing formula",

@@ -80,7 +80,7 @@ def trace_from_records(records: Sequence[Record], step_at: float, shift: float =
 
 def phase_shift(decisions: Sequence[dict], before: float, interval: float = 5.0) -> float:   # decision_interval_s
     """The delay that puts the simulator's ticks and boundaries (1 + k x interval) on the gateway's (its last boundary)."""
-    bounds = [d["t"] for d in decisions if d["t"] < before and d.get("inputs", {}).get("surge") is False]
+    bounds = [d["t"] for d in decisions if d["t"] < before and d.get("inputs", {}).get("boundary") is True]
     return (1.0 - bounds[-1]) % interval if bounds else 0.0
 
 

@@ -80,7 +80,7 @@ def scaling_text(decisions: list[dict[str, Any]]) -> str:
             + (f", held at the cores in {held} decision(s)" if held else ""))
 
 
-_DECISION_INPUTS = ("load_up", "load_down", "target", "service_s", "surge", "projected", "cores_busy")
+_DECISION_INPUTS = ("load_up", "load_down", "target", "service_s", "forecast", "lead_s", "cores_busy")
 
 
 def attach_decisions(rows: list[dict[str, Any]], decisions: list[dict[str, Any]]) -> None:

@@ -42,17 +42,19 @@ def max_load(signals: Signals, now: float, window_s: float, service: Optional[fl
     return max(values) if values else None
 
 
-def rising(signals: Signals, service: Optional[float]) -> Optional[tuple[float, float]]:
-    """The last second's load and how much it rises a second, when the arrival rate rose in each of the
-    last two seconds (a ramp still going: a step rises once and stops), else None. The rise is the
-    smaller of the two rate increases times the service time."""
-    recent = signals.samples[-3:]
-    if service is None or len(recent) < 3:
+def forecast(samples: tuple[Sample, ...], service: Optional[float], lead_s: float) -> Optional[float]:
+    """The load ``lead_s`` seconds after the last of ``samples`` (one a second, at least three): the last
+    second's load plus the trend's rise over the lead time, the trend being the median slope over every
+    pair of seconds (Theil-Sen). A step moves only the pairs across it, a minority: no trend, where a ramp
+    moves them all. A falling trend forecasts no fall (the scale-down window decides that). None without
+    enough samples."""
+    if len(samples) < 3:
         return None
-    a, b, c = (x.requests for x in recent)
-    if not c > b > a:
-        return None
-    return load(recent[-1], service), min(c - b, b - a) * service
+    loads = [load(s, service) for s in samples]
+    slopes = sorted((loads[j] - loads[i]) / (samples[j].t - samples[i].t)
+                    for i in range(len(loads)) for j in range(i + 1, len(loads)) if samples[j].t > samples[i].t)
+    trend = slopes[len(slopes) // 2] if len(slopes) % 2 else (slopes[len(slopes) // 2 - 1] + slopes[len(slopes) // 2]) / 2
+    return loads[-1] + max(0.0, trend) * max(0.0, lead_s)
 
 
 def queue_bound(config: ScalingConfig, signals: Signals, now: float, goal: float) -> int:

@@ -1,23 +1,25 @@
 """The two-axis policy: pure ``decide(config, signals, state, now) -> (decision, state)``.
 
 No clock reads, no I/O, no randomness: the caller passes ``now`` and the signals (one sample a second)
-and keeps the returned state. Each axis acts when its interval has passed.
+and keeps the returned state.
 
-Horizontal (every ``decision_interval_s``): ``desired = ceil(load / target)``, the load being the max of
-the seconds' loads (``load.py``) over ``scale_up_window_s`` to scale up and over ``scale_down_window_s``
-to scale down, with tolerance bands against flapping. A surge (the last second's load over ``SURGE``
-x the replicas' capacity, Knative's panic threshold) is decided at once; one still rising is sized for
-where it heads within a decision interval. The last replica leaves only through the idle window. An
-entity fed by a stream also gets the replicas that drain the stream's backlog within its ``max_lag_s`` at
-the throughput a replica reaches now (``_stream_drain``), when that is more. Replicas that share one
-machine (local ones: ``Sample.cores``) do not grow past its cores while they are busy (``_held_at_cores``):
-a process more gets no CPU there, and its start takes CPU from those that serve.
+The horizontal model. A second's load is the concurrency its arrivals need: arrivals x the measured
+service time (Little's law), or the requests in service when more (``load.py``). A replica asked for now
+serves only ``Sample.ready_in_s`` later (a standby's activation, a cold start, a pod), so the policy sizes
+for the larger of the scale-up window's peak load and the load forecast at that lead time (the last
+second's load plus the trend of the last ``FORECAST_S`` seconds, a median of pairwise slopes that a step
+does not move, times the lead time); an entity fed by a stream adds its backlog's arrivals
+(``Sample.stream_backlog_per_s``) times the service time. Replicas = ``ceil(need / target)``, the target
+being the per-replica concurrency the vertical axis learns. Up at any second the need is over the
+replicas' capacity; down only at a ``decision_interval_s`` boundary, sized on the scale-down window's peak
+and only when it is ``tolerance`` under capacity. The last replica leaves only through the idle window;
+replicas that share one machine (``Sample.cores``) do not grow past its cores while they are busy.
 
-Vertical (every ``vertical_interval_s``, ``vertical.py``): the per-replica target concurrency, the
-horizontal's denominator. The gateway's admission limit is ``target x admission_headroom`` and, with
-``shed_load``, its queue holds what the measured throughput answers within the latency goal.
+The vertical axis (every ``vertical_interval_s``, ``vertical.py``) sets the target. The gateway's
+admission limit is ``target x admission_headroom`` and, with ``shed_load``, its queue holds what the
+measured throughput answers within the latency goal (``load.queue_bound``).
 
-Every rule is a named constant or helper; benchmarks/README.md's ablation table is the evidence for each.
+Each rule and constant has its ablation row in benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -27,14 +29,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
 
 from serving.autoscaler.config import ScalingConfig
-from serving.autoscaler.load import max_load, queue_bound, recent_service_s, rising
+from serving.autoscaler.load import forecast, max_load, queue_bound, recent_service_s
 from serving.autoscaler.signals import Signals
 from serving.autoscaler.vertical import LATENCY_GOAL, retune
 
-SURGE = 1.5                   # a 1-s load above this many times capacity is decided at once
-BACKLOG_SLACK = 0.1           # a stream backlog that needs at most this share more throughput: no replica added
+FORECAST_S = 5                # the trend of the load is read over this many last seconds
 CORES_BUSY = 0.9              # a machine whose cores were this busy over its last HOLD_WINDOW_S has none to spare
-HOLD_WINDOW_S = 1.0           # the machine's busy share is read over its last second, as a surge is decided
+_DEFAULT_TARGET = ScalingConfig().initial_target
+HOLD_WINDOW_S = 1.0           # the machine's busy share is read over its last second: a scale-up is decided at any second
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,18 @@ def floor_replicas(config: ScalingConfig, target: float) -> int:
     return min(config.max_replicas, max(config.min_replicas, math.ceil(config.provisioned_concurrency / target - 1e-9)))
 
 
+def seeded(config: ScalingConfig, replica_holds: int) -> ScalingConfig:
+    """The config with its starting per-replica target set from what one replica holds at once
+    (``replica_holds``: a batched model's batch size times the gateway's pipeline depth; 1 for a model
+    predicted a request at a time), that over ``admission_headroom``, so the admission limit lets it
+    in. Only with the vertical axis on and the default target: a target the user set, or one fixed
+    with the vertical axis off, stays. The gateway and the simulator both start from it."""
+    if not config.vertical or config.initial_target != _DEFAULT_TARGET:
+        return config
+    target = replica_holds / config.admission_headroom if replica_holds > 1 else 1.0
+    return replace(config, initial_target=min(config.max_target, max(config.min_target, target)))
+
+
 def decide(config: ScalingConfig, signals: Signals, state: PolicyState, now: float) -> tuple[Decision, PolicyState]:
     """One policy step at ``now``. Pure: same inputs, same outputs."""
     last = signals.last
@@ -95,15 +109,14 @@ def decide(config: ScalingConfig, signals: Signals, state: PolicyState, now: flo
     if vertical:
         state, vinputs = retune(config, signals, state, now)
         inputs.update(vinputs)
-    reason = "hold"
-    surge = state.replicas > 0 and _surge(config, signals, state, now)
     due = _due(state.last_horizontal, state.started_at, config.decision_interval_s, now)
-    horizontal = (state.replicas == 0 and busy_now) or surge or due
+    desired, reason, hinputs = _horizontal(config, signals, state, now, due)
+    horizontal = due or desired != state.replicas   # a boundary, or a scale-up (an activation) between them
     if horizontal:
-        # between boundaries a surge is sized from the last seconds; on a boundary the windows decide
-        desired, reason, hinputs = _horizontal(config, signals, state, now, surge=surge and not due)
         inputs.update(hinputs)
-        state = replace(state, replicas=desired, last_horizontal=now)
+        state = replace(state, replicas=desired, last_horizontal=now if due else state.last_horizontal)
+    else:
+        reason = "hold"
     decision = Decision(
         replicas=state.replicas, target_concurrency=state.target,
         max_concurrency=max_concurrency_for(config, state.target),
@@ -119,40 +132,10 @@ def _due(last: Optional[float], started: Optional[float], interval: float, now: 
     return ref is not None and now - ref >= interval - 1e-9
 
 
-def _surge(config: ScalingConfig, signals: Signals, state: PolicyState, now: float) -> bool:
-    """The last second's load is over ``SURGE`` x the current replicas' capacity."""
-    last = max_load(signals, now, 1.0, recent_service_s(config, signals, now))
-    return last is not None and last > SURGE * state.replicas * state.target
-
-
-def _projected(config: ScalingConfig, signals: Signals, service_s: Optional[float]) -> Optional[float]:
-    """A surge still rising: the load its last second's rise reaches within one decision interval (the
-    replicas asked for now serve only after their start), else None."""
-    ramp = rising(signals, service_s)
-    return None if ramp is None else ramp[0] + ramp[1] * config.decision_interval_s
-
-
-def _stream_drain(config: ScalingConfig, signals: Signals, now: float) -> Optional[int]:
-    """The replicas that serve the current throughput plus a stream's backlog within its ``max_lag_s``
-    (``Sample.stream_backlog_per_s``, its largest over the scale-up window), at the throughput a replica
-    reached over that window; None without a backlog, without a measured throughput, or when draining it
-    needs at most ``BACKLOG_SLACK`` more throughput (the replicas' slack drains that)."""
-    recent = signals.since(now - config.scale_up_window_s)
-    last = signals.last
-    backlog = max((s.stream_backlog_per_s for s in recent), default=0.0)
-    if last is None or backlog <= 0 or last.ready_replicas <= 0:
-        return None
-    served_per_s = sum(s.completed for s in recent) / max(1, len(recent))
-    if served_per_s <= 0 or backlog <= BACKLOG_SLACK * served_per_s:
-        return None
-    per_replica = served_per_s / last.ready_replicas
-    return math.ceil((served_per_s + backlog) / per_replica - 1e-9)
-
-
 def _held_at_cores(signals: Signals, now: float, current: int, desired: int) -> Optional[tuple[int, float]]:
     """For replicas sharing one machine: the most replicas worth having, ``max(current, cores)`` while the
     cores were at least ``CORES_BUSY`` busy over the last ``HOLD_WINDOW_S`` (else ``desired``), with that busy
-    share; None when the samples say nothing of a machine. The last second, not the decision interval: a surge
+    share; None when the samples say nothing of a machine. The last second, not the decision interval: a scale-up
     is decided within a second of a step, when the interval's mean still holds the quiet seconds before it.
     A busy second that passes holds growth back for one decision only.
     It only stops growth: replicas over the cores leave by the ordinary scale-down."""
@@ -165,33 +148,34 @@ def _held_at_cores(signals: Signals, now: float, current: int, desired: int) -> 
 
 
 def _horizontal(config: ScalingConfig, signals: Signals, state: PolicyState, now: float,
-                surge: bool = False) -> tuple[int, str, dict]:
-    target, current = state.target, state.replicas
+                due: bool) -> tuple[int, str, dict]:
+    """The replica count the model asks for at ``now`` (scale-down only when ``due``), why, and its inputs."""
+    target, current, last = state.target, state.replicas, signals.last
     floor = floor_replicas(config, target)
     service_s = recent_service_s(config, signals, now)
-    load_up = max_load(signals, now, config.scale_up_window_s, service_s) or 0.0
-    projected = _projected(config, signals, service_s) if surge else None
-    if projected is not None:
-        load_up = max(load_up, projected)
-    load_down = max_load(signals, now, config.scale_down_window_s, service_s) or 0.0
-    inputs = {"load_up": load_up, "load_down": load_down, "target": target, "current": current,
-              "service_s": service_s, "surge": surge, "projected": projected}
-    idle_for = now - (state.last_busy if state.last_busy is not None else now)
-    if config.scale_to_zero and floor == 0 and load_down == 0 and idle_for >= config.idle_window_s:
-        return 0, "idle: scale to zero", inputs
-    want_up = math.ceil(load_up / target - 1e-9)
+    lead_s = last.ready_in_s if last is not None else 0.0
+    peak = max_load(signals, now, config.scale_up_window_s, service_s) or 0.0
+    ahead = forecast(signals.samples[-FORECAST_S:], service_s, lead_s)
+    recent = signals.since(now - config.scale_up_window_s)
+    backlog = max((s.stream_backlog_per_s for s in recent), default=0.0) * (service_s or 0.0)
+    need_up = max(peak, ahead if ahead is not None else 0.0) + backlog
+    inputs: dict[str, Any] = {"load_up": need_up, "peak": peak, "forecast": ahead, "lead_s": lead_s,
+                              "stream_backlog": backlog, "target": target, "current": current,
+                              "service_s": service_s, "boundary": due}
     desired, reason = current, "within tolerance"
     if current == 0:
-        if load_up > 0:
-            desired, reason = max(1, want_up), "activation"
-    elif load_up > current * target * (1 + config.up_tolerance):
-        desired, reason = want_up, "scale up"
-    elif load_down < current * target * (1 - config.tolerance):
-        desired, reason = math.ceil(load_down / target - 1e-9), "scale down"
-    drain = _stream_drain(config, signals, now)
-    if drain is not None and drain > desired:  # a backlog holds its replicas against a scale-down too
-        desired, reason = drain, "stream lag"
-    inputs["stream_drain"] = drain
+        if need_up > 0:
+            desired, reason = max(1, math.ceil(need_up / target - 1e-9)), "activation"
+    elif need_up > current * target * (1 + config.up_tolerance):
+        desired, reason = math.ceil(need_up / target - 1e-9), "scale up"
+    elif due:
+        need_down = (max_load(signals, now, config.scale_down_window_s, service_s) or 0.0) + backlog
+        inputs["load_down"] = need_down
+        idle_for = now - (state.last_busy if state.last_busy is not None else now)
+        if config.scale_to_zero and floor == 0 and need_down == 0 and idle_for >= config.idle_window_s:
+            return 0, "idle: scale to zero", inputs
+        if need_down < current * target * (1 - config.tolerance):
+            desired, reason = math.ceil(need_down / target - 1e-9), "scale down"
     held = _held_at_cores(signals, now, current, desired)
     if held is not None:
         inputs["cores_busy"] = held[1]

@@ -35,6 +35,9 @@ class Sample:
     # whoever uses them (replicas, the gateway, clients on the same machine); 0 and None elsewhere
     cores: int = 0
     cores_busy: Optional[float] = None
+    # seconds a replica asked for now needs to be ready to serve: a standby's activation while one is idle, else
+    # a cold start (a process, a pod), as the backend measured its last ones; 0 when it cannot say
+    ready_in_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -74,11 +74,6 @@ def _contention(config: ScalingConfig, queued_share: float, util: Optional[float
     return queued_share > QUEUE_CONTENTION or util is None or util > config.target_utilisation
 
 
-def _ceiling_after_stress(target: float) -> Optional[float]:
-    """The target that proved too high becomes a ceiling that increases probe back towards slowly."""
-    return target
-
-
 def _by_utilisation(config: ScalingConfig, busy: float, util: float, p99: Optional[float], queued_share: float) -> float:
     """The target at which the replicas run at the utilisation aim; what latency slack adds to the plain
     aim stops at the measured capacity (``slots``)."""
@@ -136,7 +131,7 @@ def _step(config: ScalingConfig, state: "PolicyState", p99: Optional[float], p99
     if (state.latency_stressed and _contention(config, queued_share, util)) or queue_cut:
         # down by the latency excess (relative to the target), at least MIN_CHANGE, at most max_step_down
         by_excess = _latency_cut(target, p99_stress, goal, util) if p99 is not None and p99_stress > 0 else None
-        ceiling = _ceiling_after_stress(target)
+        ceiling = target   # it proved too high: increases probe back towards it slowly
         if by_excess is not None and by_excess >= target * (1 - MIN_CHANGE) and not queue_cut:
             return target, ceiling, "hold: stressed, change too small"
         proposal = min(x for x in (by_excess, by_util, target * (1 - MIN_CHANGE)) if x is not None)

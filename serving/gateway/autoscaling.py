@@ -10,7 +10,7 @@ on the gateway's event loop, replica counts and limits applied by each served en
 - ``LiveAutoscaler`` keeps the controller's entity set in step with the live endpoints, seeds a batched
   model's per-replica target from its batching plan (a replica that predicts 32 rows in one call can
   take 32 requests at once: that is what "model-aware" means on the vertical axis), applies the
-  vertical axis's limit and the queue bound through the replica set (``ReplicaSet.set_limits``), and
+  policy's per-replica admission limit (vertical axis on or off) and the queue bound through the replica set (``ReplicaSet.set_limits``), and
   steps at once when a request finds no replica (scale from zero does not wait for the next tick).
 - ``ReplicaSets`` is the controller's ``Backend``: ``set_replicas`` is the entity's ``ReplicaSet.scale_to``.
 """
@@ -22,10 +22,10 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 
 from serving.autoscaler.config import ScalingConfig
 from serving.autoscaler.controller import Backend, Controller, EntityKey
+from serving.autoscaler.policy import seeded as policy_seeded
 from serving.autoscaler.record import from_record, to_record
 from serving.autoscaler.signals import Sample
 from serving.endpoints.manager import EndpointManager
@@ -37,7 +37,6 @@ from serving.traffic.dispatcher import PIPELINE_DEPTH
 log = logging.getLogger(__name__)
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
-_DEFAULT_TARGET = ScalingConfig().initial_target
 
 Backlog = Callable[[str, str], float]  # (endpoint, entity) -> its stream backlog per second of max_lag_s
 
@@ -149,7 +148,7 @@ class GatewaySignals:
                     utilisation=self._utilisation(entity, now, seen),
                     per_replica_in_flight=tuple(float(r.outstanding) for r in entity.replicas),
                     stream_backlog_per_s=self.backlog(endpoint, name) if self.backlog is not None else 0.0,
-                    cores=cores, cores_busy=cores_busy,
+                    cores=cores, cores_busy=cores_busy, ready_in_s=entity.ready_in_s(),
                 )
                 mine = [r for r in others if r.key == (endpoint, name)]
                 out[(endpoint, name)] = self.remote.merged(own, entity.model_uri, mine, reading.seconds) if mine else own
@@ -177,16 +176,14 @@ class GatewaySignals:
 
 
 def seeded(config: ScalingConfig, entity: ReplicaSet) -> ScalingConfig:
-    """The starting per-replica target from what the replica measured of its model: a batched model's
-    replica takes its batch size times the pipeline depth in flight; an unbatched one predicts one
-    request at a time (one predict thread), so its target is one. Unless the user set a target or
-    fixed the concurrency. The vertical axis re-tunes from there."""
+    """The config with its starting target seeded from the batching plan the replica measured
+    (``policy.seeded``): a batched replica holds its batch size times the pipeline depth, an unbatched
+    one a request at a time. Unchanged until a replica has measured its model."""
     dispatcher = entity.dispatcher
-    if not config.vertical or config.initial_target != _DEFAULT_TARGET or dispatcher is None or dispatcher.plan.single_ms <= 0:
+    if dispatcher is None or dispatcher.plan.single_ms <= 0:
         return config
     plan = dispatcher.plan
-    target = plan.max_batch * PIPELINE_DEPTH / config.admission_headroom if plan.enabled else 1.0
-    return replace(config, initial_target=min(config.max_target, max(config.min_target, target)))
+    return policy_seeded(config, plan.max_batch * PIPELINE_DEPTH if plan.enabled else 1)
 
 
 class ReplicaSets:
@@ -291,8 +288,10 @@ class LiveAutoscaler:
             del self._configs[key]
 
     def _set_limit(self, endpoint: str, entity: str, limit: int) -> None:
+        """The policy's per-replica admission limit, whether the vertical axis moves the target or not: the
+        replicas take what the horizontal axis sized them for, never the endpoint's default of 32."""
         served = self.manager.entity(endpoint, entity)
-        if served is not None and served.scaling is not None and served.scaling.vertical:
+        if served is not None and served.scaling is not None:
             served.set_limits(max_concurrency=limit)
 
     def _set_queue(self, endpoint: str, entity: str, limit: int) -> None:

@@ -167,7 +167,7 @@ class ChatPlane:
         if entity.dispatcher is not None:
             now = time.monotonic()
             entity.dispatcher.meter.arrived(now)
-            entity.dispatcher.meter.dequeued(now)
+            entity.dispatcher.meter.started(now)  # a chat replica answers its requests side by side
         headers = {"x-request-id": request_id}
         if self.manager.launcher.token:
             headers["authorization"] = f"Bearer {self.manager.launcher.token}"
@@ -194,8 +194,9 @@ class ChatPlane:
         attempt.replica.outstanding -= 1
         attempt.replica = None
         if attempt.entity is not None and attempt.entity.dispatcher is not None:
-            ok = outcome.status == 200
-            attempt.entity.dispatcher.meter.finished(time.monotonic(), time.perf_counter() - outcome.started if ok else None)
+            ok, now = outcome.status == 200, time.monotonic()
+            attempt.entity.dispatcher.meter.stopped(now)
+            attempt.entity.dispatcher.meter.finished(now, time.perf_counter() - outcome.started if ok else None)
 
     def _observe_whole(self, outcome: Outcome, body: bytes, request: ChatRequest) -> None:
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -26,6 +27,15 @@ class LocalBackend:
         self.pool = pool
         self.cold_starts = 0
         self.warm_starts = 0
+        self.warm_start_s = 0.0   # how long the last start from a standby took to answer ready (0: none yet)
+        self.cold_start_s = 0.0   # ... and the last start of a new process
+
+    def ready_in_s(self) -> float:
+        """Seconds a replica asked for now needs to answer ready: the last warm start's while a standby is idle,
+        else the last cold start's (the other when only one was measured; 0 before any)."""
+        warm = self.pool is not None and self.pool.idle > 0
+        first, second = (self.warm_start_s, self.cold_start_s) if warm else (self.cold_start_s, self.warm_start_s)
+        return first or second
 
     def prepare(self) -> None:
         """What a start needs before it spawns: the fork server up with its imports done. Blocking, seconds
@@ -44,17 +54,20 @@ class LocalBackend:
         """A replica of ``model_uri`` that answered ready, and its ready answer. On a failure (or a
         cancel: the gateway stopping) the process it started is stopped and the error raised."""
         replica: LocalReplica | None = None
+        began = time.monotonic()
         try:
             replica = self.pool.take() if self.pool is not None else None
             if replica is not None:
                 ready = await run_in_threadpool(self.launcher.activate, replica, model_uri)
                 self.warm_starts += 1
+                self.warm_start_s = time.monotonic() - began
             else:
                 await run_in_threadpool(self.prepare)   # the fork server's imports, the first time
                 # started here, not in a thread: a cancelled start must always know its process, to stop it
                 replica = self.spawn(model_uri)
                 ready = await run_in_threadpool(wait_ready, replica)
                 self.cold_starts += 1
+                self.cold_start_s = time.monotonic() - began
         except (ReplicaStartError, OSError):
             if replica is not None:
                 await run_in_threadpool(stop_replica, replica)

@@ -94,6 +94,10 @@ class ReplicaSet:
         self._scaling = scaling
         self.set_limits(max_concurrency=max_concurrency)
 
+    def ready_in_s(self) -> float:
+        """Seconds a replica asked for now needs to serve, as the backend measured its last starts (0: unknown)."""
+        return self.backend.ready_in_s() if self.backend is not None else 0.0
+
     def set_limits(self, *, max_concurrency: int | None = None, max_queue: int | None = None) -> None:
         """The per-replica concurrency limit (what it lets go now is sent) and the gateway queue's bound."""
         if max_queue is not None and self.dispatcher is not None:

@@ -12,6 +12,10 @@ Limits, as before: at most ``limit`` requests in flight per replica (its concurr
 ``max_queue`` waiting (then 429 at once), at most ``max_wait_s`` in the queue (then 429), and
 ``timeout_s`` for the replica's answer (then 504). A replica that cannot be reached answers 503 for
 its batch, after one retry on another replica (predictions are idempotent).
+
+A replica predicts one call at a time (one predict thread), in the order they reach it: of a replica's
+calls in flight the oldest is in service and the others wait inside it. The load meter is told so, and
+counts those requests as queued (``LoadMeter.started`` / ``stopped``).
 """
 
 from __future__ import annotations
@@ -62,6 +66,13 @@ class _Pending:
     retried: bool = False
 
 
+@dataclass(eq=False)
+class _Call:
+    """One envelope in flight at a replica: its requests' count."""
+
+    size: int
+
+
 @dataclass
 class DispatchStats:
     """Counters for metrics and the autoscaler's signals."""
@@ -102,6 +113,7 @@ class Dispatcher:
         self.meter = LoadMeter(clock())
         self.on_starved: Callable[[], None] | None = None  # called when a request arrives and no replica is up
         self._busy: dict[int, float] = {}  # id(replica) -> its busy clock, as its last reply carried it
+        self._calls: dict[int, collections.deque[_Call]] = {}  # id(replica) -> its calls in flight, oldest first
 
     @property
     def waiting(self) -> int:
@@ -169,7 +181,6 @@ class Dispatcher:
         except ValueError:
             return  # already sent
         self.stats.refused += 1
-        self.meter.dequeued(self._clock())
         self._settle(pending, error=AdmissionRefused(f"no free replica within {self.max_wait_s:.1f}s", retry_after_s=1))
 
     def _settle(self, pending: _Pending, answer: WireAnswer | None = None, error: Exception | None = None) -> None:
@@ -188,7 +199,6 @@ class Dispatcher:
             pending = self._queue.popleft()
             if pending.expiry is not None:
                 pending.expiry.cancel()
-            self.meter.dequeued(self._clock())
             self.meter.finished(self._clock(), None)
 
     def _pick(self, exclude: Replica | None = None) -> Replica | None:
@@ -218,12 +228,10 @@ class Dispatcher:
                 if pending.expiry is not None:
                     pending.expiry.cancel()
                 if pending.future.done():
-                    self.meter.dequeued(self._clock())
                     self.meter.finished(self._clock(), None)
                     continue
                 batch.append(pending)
             if batch:
-                self.meter.dequeued(self._clock(), len(batch))
                 self._dispatch(replica, batch)
 
     def _should_gather(self, room: int) -> bool:
@@ -251,12 +259,36 @@ class Dispatcher:
         self.stats.batches += 1
         self.stats.batched_requests += len(batch)
         self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
-        asyncio.get_running_loop().create_task(self._run(replica, batch))
+        call = _Call(len(batch))
+        calls = self._calls.setdefault(key, collections.deque())
+        calls.append(call)
+        if len(calls) == 1:
+            self.meter.started(self._clock(), call.size)
+        asyncio.get_running_loop().create_task(self._run(replica, batch, call))
 
-    async def _run(self, replica: Replica, batch: list[_Pending]) -> None:
+    def _call_ended(self, replica: Replica, call: _Call) -> None:
+        """A call left its replica: if it was the one in service, the next one there starts."""
+        key = id(replica)
+        calls = self._calls.get(key)
+        if not calls or call not in calls:
+            return
+        head = calls[0] is call
+        calls.remove(call)
+        now = self._clock()
+        if head:
+            self.meter.stopped(now, call.size)
+            if calls:
+                self.meter.started(now, calls[0].size)
+        if not calls:
+            del self._calls[key]
+
+    async def _run(self, replica: Replica, batch: list[_Pending], call: _Call) -> None:
         retry: list[_Pending] = []
         try:
-            reply = await asyncio.wait_for(self._send(replica, [p.request for p in batch]), self.timeout_s)
+            try:
+                reply = await asyncio.wait_for(self._send(replica, [p.request for p in batch]), self.timeout_s)
+            finally:
+                self._call_ended(replica, call)
         except asyncio.TimeoutError:
             self._fail(batch, lambda: timeout(f"the model did not answer within {self.timeout_s:.0f}s"))
         except ReplicaUnreachable:

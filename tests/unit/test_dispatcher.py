@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -163,6 +164,22 @@ def test_the_busy_clock_a_reply_carries_is_kept_per_replica_until_the_replica_le
     assert set(readings) == {a, b}                 # each replica's own reading
     assert max(readings.values()) == 0.75          # three replies (0.25, 0.5, 0.75): the last one's reading is kept
     assert after == {a: readings[a]}               # b left: its reading is dropped
+
+
+def test_requests_sent_to_a_replica_behind_the_call_it_predicts_are_metered_as_queued():
+    """A replica predicts one call at a time: of four calls sent to it at once, one is in service and three wait
+    inside it, so the meter's queue depth holds them (what the autoscaler's service time leaves out)."""
+    async def scenario():  # type: ignore[no-untyped-def]
+        replicas = FakeReplicas(delay_s=0.2)
+        replica = FakeReplica("r")
+        dispatcher = Dispatcher(replicas.send, lambda: [replica], limit=lambda: 4)
+        dispatcher.meter.read(time.monotonic())
+        await asyncio.gather(*(dispatcher.submit(WireRequest(f"q{i}", "application/json", b"{}")) for i in range(4)))
+        return dispatcher.meter.read(time.monotonic()), dispatcher.meter.serving
+
+    reading, serving = run(scenario())
+    assert reading.completed == 4 and serving == 0
+    assert reading.queue_depth / reading.in_flight == pytest.approx(0.75, abs=0.05)
 
 
 def test_no_reachable_replica_is_a_503_and_a_slow_one_a_504():

@@ -43,14 +43,14 @@ def test_bad_is_non_2xx_no_answer_or_over_the_slo():
 
 @pytest.mark.parametrize("boundary, shift", [(3.25, 2.75), (1.93, 4.07), (1.0, 0.0), (-4.5, 0.5)])
 def test_the_shift_puts_the_simulators_boundaries_on_the_gateways(boundary, shift):
-    decisions = [{"t": boundary - 5, "inputs": {"surge": False}}, {"t": boundary, "inputs": {"surge": False}},
-                 {"t": 9.2, "inputs": {"surge": True}}, {"t": 6.0, "inputs": {}}]
+    decisions = [{"t": boundary - 5, "inputs": {"boundary": True}}, {"t": boundary, "inputs": {"boundary": True}},
+                 {"t": 9.2, "inputs": {"boundary": False}}, {"t": 6.0, "inputs": {}}]
     got = f.phase_shift(decisions, before=8.0)
     assert got == pytest.approx(shift)
     # the simulator's boundaries (1 + 5k: its policy starts at the first tick), less the shift, are the gateway's
     off = (1.0 - got - boundary) % 5.0
     assert min(off, 5.0 - off) == pytest.approx(0.0, abs=1e-9)
-    assert f.phase_shift([{"t": 9.0, "inputs": {"surge": True}}], before=8.0) == 0.0
+    assert f.phase_shift([{"t": 9.0, "inputs": {"boundary": False}}], before=8.0) == 0.0
 
 
 def test_timelines_on_the_live_clock_and_their_summary():

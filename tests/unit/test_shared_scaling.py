@@ -103,7 +103,8 @@ def test_a_followers_requests_reach_the_leaders_samples_through_the_store(tmp_pa
     def second(arrivals: int) -> Sample:
         for _ in range(arrivals):
             meter.arrived(mono.t)
-            meter.dequeued(mono.t)
+            meter.started(mono.t)
+            meter.stopped(mono.t + 0.01)
             meter.finished(mono.t + 0.01, 0.01)
         wall.t += 1.0
         mono.t += 1.0

@@ -22,7 +22,7 @@ waiting that long after it arrived is answered with a timeout: it counts with th
 Policies see what a real one would: every ``STEP_S`` the in-flight count (queued included), what
 waits, ready and provisioned replicas; at every full second a :class:`Sample` (means over the second,
 latency p50/p99 of the requests completed in it, utilisation = busy share of the replicas' parallel
-capacity).
+capacity; on a shared machine its cores and their busy share, ``profile.machine_cores``).
 """
 
 from __future__ import annotations
@@ -170,14 +170,25 @@ class _Run:
         if t1 > self.warmup_s + 1e-9:
             self.replica_seconds += provisioned * STEP_S
         capacity = self.ready * profile.parallelism * (profile.max_batch if self.batched else 1)
-        self.seconds.add_step(in_flight, queued, capacity, completed)
+        self.seconds.add_step(in_flight, queued, capacity, completed, self.share_cores(t1))
         second = None
         if (k + 1) % STEPS_PER_S == 0:
             sec = (k + 1) // STEPS_PER_S
             latencies = requests.latencies_in_second[sec - 1] if sec - 1 <= requests.last_second else []
-            second = self.seconds.close(sec, latencies, self.ready, provisioned, self.limit, requests.rejected)
+            second = self.seconds.close(sec, latencies, self.ready, provisioned, self.limit, requests.rejected,
+                                        self.starts.ready_in(t1))
         return View(now=t1, in_flight=in_flight, queued=queued, ready=self.ready, provisioned=provisioned,
                     second=second)
+
+    def share_cores(self, t1: float) -> float:
+        """On a shared machine (``profile.machine_cores``): the cores' busy share at ``t1``, and the services
+        started in the next step stretched by what the busy servers want over what the cores give."""
+        cores = self.profile.machine_cores
+        if not cores:
+            return 0.0
+        demand = sum(1 for free in self.pool.heap if free > t1) * self.profile.cpu_share
+        self.requests.stretch = max(1.0, demand / cores)
+        return min(1.0, demand / cores)
 
     def note_capacity(self, t1: float) -> None:
         """After the trace's step, the first time the ready replicas can serve 95 % of its new rate."""

@@ -4,11 +4,12 @@ controller calls it (one ``observe`` of the second's sample, then ``decide(now)`
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Optional
 
 from serving.autoscaler.config import ScalingConfig
 from serving.autoscaler.controller import EntityScaler
-from serving.autoscaler.policy import max_concurrency_for
+from serving.autoscaler.policy import max_concurrency_for, seeded
 from serving.autoscaler.simulate.baselines import HPA, KPA, RayServe
 from serving.autoscaler.simulate.engine import Action, SimPolicy, View
 from serving.autoscaler.simulate.profiles import ModelProfile
@@ -16,15 +17,28 @@ from serving.autoscaler.simulate.profiles import ModelProfile
 
 # serving/__main__.py: TOLLFREE_WARM_POOL's default, one standby (refilled one at a time; see starts.py)
 WARM_POOL = 1
-# serving/dispatcher.py: a request waits at most max_wait_s (5.0 by default) in the gateway's queue, then 429
+# serving/traffic/dispatcher.py: a request waits at most max_wait_s (5.0 by default) in the gateway's queue, then 429
 GATEWAY_MAX_WAIT_S = 5.0
+# serving/traffic/dispatcher.py PIPELINE_DEPTH: batches in flight per replica when batching (one predicting, one arriving)
+GATEWAY_PIPELINE_DEPTH = 2
+
+
+def replica_holds(profile: ModelProfile) -> int:
+    """What one replica holds at once, as the gateway's batching plan reads it: a batched model's batch size
+    times the pipeline depth, one request otherwise; times the workers that predict side by side."""
+    per_worker = profile.max_batch * GATEWAY_PIPELINE_DEPTH if profile.max_batch > 1 else 1
+    return profile.parallelism * per_worker
 
 
 class Tollfree:
     name = "tollfree"
 
-    def __init__(self, config: ScalingConfig, warm_pool: float = WARM_POOL) -> None:
-        self.config = config
+    def __init__(self, config: ScalingConfig, warm_pool: float = WARM_POOL, profile: Optional[ModelProfile] = None,
+                 stream_max_lag_s: Optional[float] = None) -> None:
+        # the gateway seeds the starting target from what a replica measured of its model (policy.seeded)
+        self.config = seeded(config, replica_holds(profile)) if profile is not None else config
+        # fed by a stream whose entries may lag this long: what waits is its backlog (Sample.stream_backlog_per_s)
+        self.stream_max_lag_s = stream_max_lag_s
         self.warm_pool = warm_pool
         self.front_queue: Optional[float] = float(config.max_queue)  # the gateway's bounded queue
         self.replica_queue: Optional[float] = 0.0   # the gateway admits at most max_concurrency per replica
@@ -42,7 +56,10 @@ class Tollfree:
         if view.second is None:
             return None
         assert self.scaler is not None
-        self.scaler.observe(view.second)
+        second = view.second
+        if self.stream_max_lag_s is not None:
+            second = replace(second, stream_backlog_per_s=second.queue_depth / self.stream_max_lag_s)
+        self.scaler.observe(second)
         decision = self.scaler.decide(view.now)
         if decision.vertical:
             self.targets.append((view.now, decision.target_concurrency))
@@ -71,7 +88,7 @@ def make_policy(name: str, profile: ModelProfile, warm_pool: float = WARM_POOL, 
     """A fresh policy object by name. HPA's AverageValue target is the profile's ``user_target``;
     ``warm_pool`` (standbys) is tollfree's, the baselines keep their systems' own start behaviour."""
     if name == "tollfree":
-        return Tollfree(tollfree_config(profile, **tollfree_overrides), warm_pool=warm_pool)
+        return Tollfree(tollfree_config(profile, **tollfree_overrides), warm_pool=warm_pool, profile=profile)
     if name == "hpa":
         return HPA(target=profile.user_target, max_replicas=profile.max_replicas)
     if name == "kpa":

@@ -8,6 +8,12 @@ admission limit over its parallelism where the serving system sets one) as one b
 start and runtime import) or ``warm_start_s`` (a standby of a warm pool, see starts.py), plus
 ``model_load_s``.
 
+Replicas that share one machine (local processes, as the fidelity run's) set ``machine_cores``: a busy
+server uses ``cpu_share`` of a core, and when the busy servers want more cores than the machine has,
+every service started meanwhile is stretched in proportion (processor sharing), and each second's
+``Sample`` carries the cores and their busy share as the live gateway's does. 0: each replica on its
+own machine (pods), no such sample.
+
 Presets are named in :data:`PRESETS`; :func:`load_profile` also reads a YAML or JSON file with the same
 fields.
 """
@@ -42,12 +48,15 @@ class ModelProfile:
     # a replica (a gateway, a queue-proxy breaker, a router) overrides it in the simulator.
     queue_limit: Optional[int] = None
     max_replicas: int = 1000
+    machine_cores: int = 0             # the replicas share a machine of this many cores (0: their own machines)
+    cpu_share: float = 1.0             # of a request's service time, the share a core is busy (a waiting model: ~0)
 
     def __post_init__(self) -> None:
         for name in ("service_ms", "parallelism", "slo_ms", "user_target", "max_batch", "max_replicas"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"profile {self.name!r}: {name} must be positive")
-        for name in ("service_sigma", "batch_marginal", "model_load_s", "cold_start_s", "warm_start_s"):
+        for name in ("service_sigma", "batch_marginal", "model_load_s", "cold_start_s", "warm_start_s",
+                     "machine_cores", "cpu_share"):
             if getattr(self, name) < 0:
                 raise ValueError(f"profile {self.name!r}: {name} must not be negative")
         if self.queue_limit is not None and self.queue_limit < 0:

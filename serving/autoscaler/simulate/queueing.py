@@ -34,6 +34,7 @@ class Requests:
         self.waiting: deque[int] = deque()           # arrived, without a server yet, in arrival order
         self.later_starts: deque[float] = deque()    # start times of requests given a server they wait for
         self.rejected = 0                            # rejected or timed out so far
+        self.stretch = 1.0                           # services started now take this much longer (cores shared)
 
     @property
     def queued(self) -> int:
@@ -51,7 +52,7 @@ class Requests:
     def start_batch(self, heap: list[float], batch: list[int], start: float,
                     batch_factor: Callable[[int], float]) -> None:
         """A server (already taken off ``heap``) serves ``batch`` from ``start``."""
-        done = start + self.service[batch[0]] * batch_factor(len(batch))
+        done = start + self.service[batch[0]] * batch_factor(len(batch)) * self.stretch
         heappush(heap, done)
         self.finish_batch(batch, done)
 
@@ -74,7 +75,7 @@ class Requests:
 
     def serve(self, heap: list[float], i: int, start: float) -> None:
         """Request ``i`` alone on the earliest free server from ``start``, answered when its service ends."""
-        done = start + self.service[i]
+        done = start + self.service[i] * self.stretch
         heapreplace(heap, done)
         latency = done - self.arrival[i]
         self.latency[i] = latency

@@ -1,6 +1,6 @@
 """The per-second record: the :class:`Sample` a policy gets at every full second (means over the
 second's steps, latency p50/p99 of the requests completed in it, utilisation = busy share of the
-replicas' parallel capacity) and, when asked for, the timeline drawn by ``--plot``."""
+replicas' parallel capacity; with a shared machine, its cores and their busy share) and, when asked for, the timeline drawn by ``--plot``."""
 
 from __future__ import annotations
 
@@ -32,16 +32,19 @@ class Seconds:
         self.utilisation = 0.0
         self.requests = 0
         self.completed = 0
+        self.cores = profile.machine_cores
+        self.cores_busy = 0.0
 
-    def add_step(self, in_flight: int, queued: int, capacity: int, completed: int) -> None:
+    def add_step(self, in_flight: int, queued: int, capacity: int, completed: int, cores_busy: float = 0.0) -> None:
         busy = in_flight - queued
+        self.cores_busy += cores_busy
         self.in_flight += in_flight
         self.queued += queued
         self.utilisation += (busy / capacity) if capacity else (1.0 if in_flight else 0.0)
         self.completed += completed
 
     def close(self, sec: int, latencies: list[float], ready: int, provisioned: int, limit: Optional[int],
-              rejected: int) -> Sample:
+              rejected: int, ready_in_s: float = 0.0) -> Sample:
         """The Sample of second ``sec`` (``latencies``: of the requests completed in it; ``rejected``: so far)."""
         p50 = p99 = None
         if latencies:
@@ -50,12 +53,14 @@ class Seconds:
         sample = Sample(t=float(sec), in_flight=self.in_flight / STEPS_PER_S, ready_replicas=ready,
                         replicas=provisioned, queue_depth=self.queued / STEPS_PER_S, requests=self.requests,
                         completed=self.completed, latency_p50_ms=p50, latency_p99_ms=p99,
-                        utilisation=min(1.0, self.utilisation / STEPS_PER_S))
+                        utilisation=min(1.0, self.utilisation / STEPS_PER_S), cores=self.cores,
+                        cores_busy=min(1.0, self.cores_busy / STEPS_PER_S) if self.cores else None,
+                        ready_in_s=ready_in_s)
         if self.keep_timeline:
             if sec > self.warmup_s + 1e-9:
                 self._row(sec, latencies, ready, provisioned, limit, rejected, p99)
             self.rejected_mark = rejected
-        self.in_flight = self.queued = self.utilisation = 0.0
+        self.in_flight = self.queued = self.utilisation = self.cores_busy = 0.0
         self.requests = self.completed = 0
         return sample
 

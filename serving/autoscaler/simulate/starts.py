@@ -35,12 +35,20 @@ class Starts:
         self.warm_starts = 0
         self.cold_starts = 0
 
-    def ready_times(self, now: float, n: int) -> list[float]:
-        """Start ``n`` replicas at ``now``: the idle standbys first (warm), the rest cold."""
+    def _refilled_by(self, now: float) -> None:
         done = bisect.bisect_right(self.refilled, now)
         if done:
             self.idle += done
             del self.refilled[:done]
+
+    def ready_in(self, now: float) -> float:
+        """Seconds a replica asked for at ``now`` needs to be ready: warm while a standby is idle, else cold."""
+        self._refilled_by(now)
+        return self.warm_s if self.idle >= 1 else self.cold_s
+
+    def ready_times(self, now: float, n: int) -> list[float]:
+        """Start ``n`` replicas at ``now``: the idle standbys first (warm), the rest cold."""
+        self._refilled_by(now)
         warm = int(min(n, self.idle))
         if self.idle != math.inf:
             self.idle -= warm

@@ -45,6 +45,8 @@ class PodSet(ReplicaSet):
         self._routes = routes
         self._loop = asyncio.get_running_loop()
         self._plan_read = False
+        self._asked: list[float] = []     # when each pod asked for and not yet routed was asked for, oldest first
+        self._pod_start_s = 0.0           # how long the last such pod took from the ask to the routing (0: none yet)
         routes.subscribe(self.object_name, self._from_watch)
 
     def _from_watch(self, pods: list[PodReplica]) -> None:
@@ -55,7 +57,10 @@ class PodSet(ReplicaSet):
             pass
 
     def route_to(self, replicas: list[Any]) -> None:
+        now, before = time.monotonic(), len(self._replicas)
         super().route_to(replicas)
+        for _ in range(min(len(self._asked), max(0, len(self._replicas) - before))):
+            self._pod_start_s = now - self._asked.pop(0)
         if replicas and not self._plan_read and self.dispatcher is not None:
             self._plan_read = True
             self._spawn(self._read_plan(replicas[0]))
@@ -84,6 +89,10 @@ class PodSet(ReplicaSet):
     def ready_count(self) -> int:
         return len(self._replicas)
 
+    def ready_in_s(self) -> float:
+        """Seconds a pod asked for now needs to be routed, as the last scale-up's pods took (0: none measured)."""
+        return self._pod_start_s
+
     async def start(self, n: int, timeout_s: float) -> None:
         """Create (or adopt) the Deployment with at least ``n`` pods and wait until ``n`` are ready and routed;
         ReplicaStartError if they are not within ``timeout_s``."""
@@ -105,6 +114,9 @@ class PodSet(ReplicaSet):
         """Declare ``n`` pods; returns at once (the patch runs in the background, the watch brings the pods)."""
         if n == self.wanted:
             return
+        now = time.monotonic()
+        more = n - max(self.wanted or 0, len(self._replicas))
+        self._asked = self._asked[:max(0, n - len(self._replicas))] + [now] * max(0, more)
         self.wanted = n
         self._spawn(self._scale(n))
 
