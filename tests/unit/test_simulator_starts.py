@@ -60,3 +60,12 @@ def test_the_benchmark_refuses_a_warm_pool_that_is_not_a_whole_number_and_an_unk
     for argv in (["--warm-pool", "1.5"], ["--warm-pool", "-1"], ["--ablate", "nope"]):
         with pytest.raises(SystemExit):
             parse(argv)
+
+
+def test_the_lead_time_a_sample_carries_is_warm_while_a_standby_is_idle_else_cold():
+    starts = Starts(PROFILE, 1)
+    assert starts.ready_in(0.0) == 10.5             # the standby: 0.5 s + the 10 s load
+    starts.ready_times(0.0, 1)
+    assert starts.ready_in(1.0) == 18.0             # taken: a cold start (8 s + the load)
+    assert starts.ready_in(18.5) == 10.5            # refilled once the replica it became was ready, 8 s later
+    assert Starts(PROFILE, 0).ready_in(0.0) == 18.0
