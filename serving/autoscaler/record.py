@@ -41,6 +41,5 @@ def from_record(record: Mapping[str, Any], config: ScalingConfig, shift: float) 
     for raw in record["samples"]:
         values = {k: v for k, v in raw.items() if k in sample_names}
         values["t"] = raw["t"] + shift
-        values["per_replica_in_flight"] = tuple(values.get("per_replica_in_flight", ()))
         samples.append(Sample(**values))
     return state, samples

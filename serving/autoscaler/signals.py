@@ -1,8 +1,7 @@
 """Signals: per-second samples of one served entity and a bounded history of them.
 
-The gateway (or the simulator) produces one :class:`Sample` per second per served entity: requests in
-flight (a time-average over the second, queued ones included), what waits, latency over the second,
-and the replicas' utilisation. :class:`SampleHistory` keeps the last few minutes and hands the policy
+The gateway (or the simulator) produces one :class:`Sample` per second per served entity (its fields'
+contract is in its docstring). :class:`SampleHistory` keeps the last few minutes and hands the policy
 an immutable :class:`Signals` snapshot; the policy reads its windows from it (``Signals.since``).
 """
 
@@ -15,28 +14,40 @@ from typing import Optional
 
 @dataclass(frozen=True)
 class Sample:
-    """One second of one served entity (``t`` is the end of the second)."""
+    """One second of one served entity, ``t`` being the end of the second. The contract both producers meet
+    (the gateway's ``GatewaySignals`` and the simulator's engine; ``tests/unit/test_sample_contract.py``):
+
+    - ``in_flight``: requests admitted and not yet answered, a time-average over the second, queued included;
+    - ``queue_depth``: of ``in_flight``, those not being predicted: waiting at the gateway, or inside a
+      replica behind the call it predicts. ``in_flight - queue_depth`` is what is in service, and that over
+      ``completed`` is the model's service time;
+    - ``ready_replicas`` serve now; ``replicas`` are provisioned (ready and starting);
+    - ``requests``: arrivals in the second, those turned away with a 429 included (demand all the same);
+      ``completed``: answers in the second;
+    - ``latency_p50_ms`` / ``latency_p99_ms``: of the requests answered in the second (None: none answered);
+    - ``utilisation``: the busy share of the ready replicas' parallel capacity, 0..1 (live, each replica's
+      busy clock: the seconds its predict calls ran);
+    - ``stream_backlog_per_s``: stream entries waiting in the broker for this entity over their stream's
+      ``max_lag_s``, the arrivals a second it must serve on top of the others to drain them in time;
+    - ``cores`` / ``cores_busy``: for replicas that share one machine, its cores and the share of them busy
+      over the second, whoever uses them (0 and None for replicas on machines of their own, pods);
+    - ``ready_in_s``: how long a replica asked for now needs to serve: a standby's activation while one is
+      idle, else a cold start (a process, a pod), as the backend measured its last ones (0: cannot say).
+    """
 
     t: float
-    in_flight: float                      # requests in flight, mean over the second, queued included
+    in_flight: float
     ready_replicas: int
-    replicas: int = 0                     # provisioned (starting + ready)
-    queue_depth: float = 0.0              # of in_flight, how many were waiting (gateway + replica queues)
-    requests: int = 0                     # arrivals during the second
-    completed: int = 0                    # responses during the second
-    latency_p50_ms: Optional[float] = None  # over requests completed during the second
+    replicas: int = 0
+    queue_depth: float = 0.0
+    requests: int = 0
+    completed: int = 0
+    latency_p50_ms: Optional[float] = None
     latency_p99_ms: Optional[float] = None
-    utilisation: Optional[float] = None   # busy share of the ready replicas' parallel capacity, 0..1
-    per_replica_in_flight: tuple[float, ...] = ()
-    # stream entries waiting in the broker for this entity, divided by their stream's max_lag_s: the events a
-    # second it must serve on top of its current throughput to drain the backlog in time (0: no stream lag)
+    utilisation: Optional[float] = None
     stream_backlog_per_s: float = 0.0
-    # the machine the replicas share (local replicas): its cores, and the share of them busy over the second,
-    # whoever uses them (replicas, the gateway, clients on the same machine); 0 and None elsewhere
     cores: int = 0
     cores_busy: Optional[float] = None
-    # seconds a replica asked for now needs to be ready to serve: a standby's activation while one is idle, else
-    # a cold start (a process, a pod), as the backend measured its last ones; 0 when it cannot say
     ready_in_s: float = 0.0
 
 

@@ -146,7 +146,6 @@ class GatewaySignals:
                     requests=reading.arrivals, completed=reading.completed,
                     latency_p50_ms=reading.latency_p50_ms, latency_p99_ms=reading.latency_p99_ms,
                     utilisation=self._utilisation(entity, now, seen),
-                    per_replica_in_flight=tuple(float(r.outstanding) for r in entity.replicas),
                     stream_backlog_per_s=self.backlog(endpoint, name) if self.backlog is not None else 0.0,
                     cores=cores, cores_busy=cores_busy, ready_in_s=entity.ready_in_s(),
                 )

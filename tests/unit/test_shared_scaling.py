@@ -157,7 +157,7 @@ def test_a_new_leader_continues_from_the_recorded_state_of_the_same_model(tmp_pa
 def test_a_record_round_trips_with_its_times_moved():
     state = PolicyState(replicas=2, target=3.5, started_at=10.0, last_horizontal=None, last_vertical=12.0, last_busy=13.0,
                         ceiling=9.0)
-    samples = (Sample(t=11.0, in_flight=1.5, ready_replicas=2, per_replica_in_flight=(1.0, 0.5)),
+    samples = (Sample(t=11.0, in_flight=1.5, ready_replicas=2, ready_in_s=0.8),
                Sample(t=12.0, in_flight=2.0, ready_replicas=2, latency_p99_ms=40.0))
     record = to_record(state, samples, shift=1_000.0)
     assert record["samples"][0]["t"] == 1_011.0 and record["policy"]["started_at"] == 1_010.0
