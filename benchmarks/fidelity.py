@@ -1,69 +1,112 @@
-"""The simulator against the live gateway: the live 10x-step test's load, replayed through the simulator.
+"""The simulator against the live gateway: several load scenarios, each run live, then replayed through the simulator.
 
-    python -m benchmarks.fidelity [--pools 3,1] [--json]
+    python -m benchmarks.fidelity [--scenarios NAME,NAME] [--list] [--json]
 
-The live test's serial model and endpoint behind a real gateway (throw-away TOLLFREE_HOME), per warm-pool size: 8 req/s
-for 8 s, 80 req/s for 20 s, the scale-down window; every request, the replicas (polled), the decisions, the gateway log
-and the replicas' metrics recorded, whence the profile. The send times then run through ``engine.simulate`` with it and
-the tollfree policy at the same pool size, shifted so that the simulator's ticks and 5-s boundaries fall on the
-gateway's. PASS: within 20 % on replica-seconds and time to capacity. ``meter``: a diagnostic (:class:`GatewayMeter`).
+Does the simulator predict what the live autoscaler does? A :class:`Scenario` is a load shape (a 10x step, a ramp to
+it, two bursts), a warm-pool size, and the vertical axis and load shedding on or off. Its live run
+(:mod:`benchmarks.fidelity_live`) records every request, the replicas, the decisions, the gateway log and the replicas'
+metrics; this module measures the model's profile from them, replays the send times through ``engine.simulate`` with
+the tollfree policy at the same pool size and autoscaling block (shifted so that the ticks and 5-s decision boundaries
+fall on the gateway's) and compares the two on the live run's clock. A scenario passes when the simulator is within
+20 % on replica-seconds and time to capacity, and on bad requests within 20 % or 1 % of the requests; the run, when
+every scenario does.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import math
 import os
 import re
-import secrets
 import shutil
 import statistics
 import sys
-import tempfile
-import threading
 import time
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any, NamedTuple, Optional, Sequence
 
-import httpx
 import numpy as np
-import psutil
 
-from benchmarks.load import run_load
 from serving.autoscaler.simulate.engine import simulate
 from serving.autoscaler.simulate.policies import Tollfree, tollfree_config
 from serving.autoscaler.simulate.profiles import ModelProfile
 from serving.autoscaler.simulate.traces import Trace
-from serving.replicas.replica_set import DEFAULT_MAX_CONCURRENCY
-from serving.gateway.process import environ_with, start_gateway, wait_endpoint_ready
-from serving.settings import TELEMETRY_OFF, export_defaults
+from serving.settings import TELEMETRY_OFF
 
 os.environ.update({k: v for k, v in TELEMETRY_OFF.items() if k not in os.environ})  # before MLflow is imported
-import mlflow  # noqa: E402
-import pandas as pd  # noqa: E402
-from mlflow.models import infer_signature  # noqa: E402
 
 from tests.e2e.test_autoscaler_live import BASE_RPS, PER_ROW_S, SCALE_DOWN_WINDOW_S, STEP_RPS  # noqa: E402
-from tests.e2e.test_autoscaler_live import replica_processes  # noqa: E402
-from tests.models import RowCostModel  # noqa: E402
 
 log = logging.getLogger(__name__)
 
 NAME = "fidelity"
-BASE_S, STEP_S = 8.0, 20.0
-SETTLE_S = SCALE_DOWN_WINDOW_S + 35.0   # after the load, as the live test waits
+BASE_S = 8.0                            # every shape starts with BASE_RPS for this long; its step comes then
 SLO_MS = 500.0                          # the endpoint's latency_slo_ms (ScalingConfig's default), for both sides
 MAX_REPLICAS = 4
-AUTOSCALING = {"scale_down_window_s": SCALE_DOWN_WINDOW_S, "initial_target": 1, "vertical": False, "shed_load": False}
-POLL_S = 0.5
 GAP_LIMIT = 0.20
-BODY = json.dumps({"dataframe_split": {"columns": ["x"], "data": [[1.0]]}}).encode()
+BAD_SHARE = 0.01                        # bad requests also pass within this share of the scenario's requests
+SHAPES = ("step", "ramp", "bursty")
+
+
+def load_phases(shape: str) -> list[tuple[float, float]]:
+    """The shape's load as (rate req/s, seconds) phases: BASE_RPS for BASE_S, then a 10x step held 20 s; a ramp to it in
+    ten 2-s phases, held 8 s; or two 5-s bursts at it, each followed by 7 s at the base rate."""
+    base, peak = float(BASE_RPS), float(STEP_RPS)
+    after = {"step": [(peak, 20.0)], "bursty": [(peak, 5.0), (base, 7.0)] * 2,
+             "ramp": [(base + (peak - base) * (k + 1) / 10, 2.0) for k in range(10)] + [(peak, 8.0)]}
+    if shape not in after:
+        raise ValueError(f"unknown load shape {shape!r} (one of {', '.join(SHAPES)})")
+    return [(base, BASE_S)] + after[shape]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One live run and its replay: a load shape, the warm-pool size, the vertical axis and load shedding."""
+
+    name: str
+    shape: str
+    pool: int
+    vertical: bool
+    shed: bool
+
+    # every shape's step: the phase after the base one, at BASE_S; time to capacity is against the peak rate
+    step_index, step_at, step_rate = 1, BASE_S, float(STEP_RPS)
+
+    @property
+    def phases(self) -> list[tuple[float, float]]:
+        return load_phases(self.shape)
+
+    @property
+    def autoscaling(self) -> dict[str, Any]:
+        """The endpoint's autoscaling block, the simulated policy's too. The vertical axis on, no ``initial_target``:
+        the gateway seeds it from the model's batching plan, as ``Tollfree(profile=...)`` does."""
+        block: dict[str, Any] = {"scale_down_window_s": SCALE_DOWN_WINDOW_S, "initial_target": 1,
+                                 "vertical": self.vertical, "shed_load": self.shed}
+        if self.vertical:
+            del block["initial_target"]
+        return block
+
+    @property
+    def settings(self) -> str:
+        flag = ("off", "on")
+        return f"{self.shape}, warm pool {self.pool}, vertical {flag[self.vertical]}, shed {flag[self.shed]}"
+
+
+SCENARIOS = (
+    Scenario("step-pool3", "step", 3, vertical=False, shed=False),   # the live autoscaler test's setting
+    Scenario("step-pool1", "step", 1, vertical=False, shed=False),
+    Scenario("step-pool1-vertical", "step", 1, vertical=True, shed=False),
+    Scenario("step-pool1-vertical-shed", "step", 1, vertical=True, shed=True),
+    Scenario("ramp-pool1-vertical", "ramp", 1, vertical=True, shed=False),
+    Scenario("ramp-pool3-shed", "ramp", 3, vertical=False, shed=True),
+    Scenario("bursty-pool1-vertical-shed", "bursty", 1, vertical=True, shed=True),
+    Scenario("bursty-pool3-vertical", "bursty", 3, vertical=True, shed=False),
+)
+BY_NAME = {s.name: s for s in SCENARIOS}
 
 
 # t and sent: s from the load's start; status None: no answer; ready: replica processes serving
@@ -72,10 +115,12 @@ Poll = NamedTuple("Poll", [("t", float), ("ready", int), ("pool_idle", int)])
 Timeline = NamedTuple("Timeline", [("t", list), ("ready", list), ("provisioned", list)])
 
 
-def trace_from_records(records: Sequence[Record], step_at: float, shift: float = 0.0, name: str = "live-step") -> Trace:
+def trace_from_records(records: Sequence[Record], step_at: float, shift: float = 0.0, name: str = "live-step",
+                       step_rate: float = STEP_RPS) -> Trace:
     """The recorded send times as a simulator trace, ``shift`` seconds later (see :func:`phase_shift`)."""
     arrivals = np.sort(np.maximum(np.array([r.sent for r in records], dtype=np.float64), 0.0)) + shift
-    return Trace(name=name, arrivals=arrivals, step_at=step_at + shift, step_rate=float(STEP_RPS), note="live send times")
+    return Trace(name=name, arrivals=arrivals, step_at=step_at + shift, step_rate=float(step_rate),
+                 note="live send times")
 
 
 def phase_shift(decisions: Sequence[dict], before: float, interval: float = 5.0) -> float:   # decision_interval_s
@@ -104,16 +149,18 @@ def live_timeline(polls: Sequence[Poll], decisions: Sequence[dict], instants: Se
     return Timeline(list(instants), ready, wanted)
 
 
-def time_to_capacity(tl: Timeline, step_at: float, per_replica_rps: float, share: float = 0.95) -> Optional[float]:
+def time_to_capacity(tl: Timeline, step_at: float, per_replica_rps: float, share: float = 0.95,
+                     step_rate: float = STEP_RPS) -> Optional[float]:
     """From the step to the first instant whose ready replicas serve ``share`` of the step's rate."""
     return next((t - step_at for t, n in zip(tl.t, tl.ready)
-                 if t >= step_at and n * per_replica_rps >= share * STEP_RPS), None)
+                 if t >= step_at and n * per_replica_rps >= share * step_rate), None)
 
 
-def summarise(tl: Timeline, step_at: float, per_replica_rps: float, bad: int, load_end: float) -> dict[str, Any]:
+def summarise(tl: Timeline, step_at: float, per_replica_rps: float, bad: int, load_end: float,
+              step_rate: float = STEP_RPS) -> dict[str, Any]:
     down = next((t - load_end for t, n in zip(tl.t, tl.ready) if t >= load_end and n <= 1), None)
     return {"replica_seconds": float(sum(tl.provisioned)), "ready_replica_seconds": float(sum(tl.ready)),
-            "time_to_capacity_s": time_to_capacity(tl, step_at, per_replica_rps),
+            "time_to_capacity_s": time_to_capacity(tl, step_at, per_replica_rps, step_rate=step_rate),
             "peak_replicas": max(tl.provisioned, default=0), "bad": bad, "back_to_one_s": down}
 
 
@@ -123,15 +170,23 @@ def gap(live: Optional[float], sim: Optional[float]) -> Optional[float]:
 
 
 COMPARED = ("replica_seconds", "ready_replica_seconds", "time_to_capacity_s", "peak_replicas", "bad", "back_to_one_s")
-JUDGED = ("replica_seconds", "time_to_capacity_s")
+JUDGED = ("replica_seconds", "time_to_capacity_s", "bad")
 
 
-def compare(live: dict[str, Any], sim: dict[str, Any], limit: float = GAP_LIMIT) -> list[dict[str, Any]]:
-    """One row per metric: live, sim, the gap, PASS/FAIL for the judged ones."""
-    gaps = {key: gap(live.get(key), sim.get(key)) for key in COMPARED}
-    return [{"metric": key, "live": live.get(key), "sim": sim.get(key), "gap": g,
-             "verdict": "" if key not in JUDGED else "PASS" if g is not None and abs(g) <= limit else "FAIL"}
-            for key, g in gaps.items()]
+def passes(key: str, live: Optional[float], sim: Optional[float], requests: int, limit: float = GAP_LIMIT) -> bool:
+    """Within ``limit``; bad requests also within BAD_SHARE of the requests, in absolute terms."""
+    g = gap(live, sim)
+    if g is not None and abs(g) <= limit:
+        return True
+    return key == "bad" and live is not None and sim is not None and abs(sim - live) <= BAD_SHARE * requests
+
+
+def compare(live: dict[str, Any], sim: dict[str, Any], requests: int, limit: float = GAP_LIMIT) -> list[dict[str, Any]]:
+    """One row per metric: live, sim, the gap, PASS/FAIL for the judged ones (``requests``: the scenario's count)."""
+    return [{"metric": key, "live": live.get(key), "sim": sim.get(key), "gap": gap(live.get(key), sim.get(key)),
+             "verdict": "" if key not in JUDGED else
+             "PASS" if passes(key, live.get(key), sim.get(key), requests, limit) else "FAIL"}
+            for key in COMPARED]
 
 
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
@@ -206,115 +261,6 @@ def metric_sum(text: str, name: str, label: str = "") -> Optional[float]:
     return sum(values) if values else None
 
 
-class GatewayMeter(Tollfree):
-    """Diagnostic, the policy as the live gateway runs this endpoint: a request waiting in a replica counts as busy, not
-    queued (here: up to ``limit - 1`` per ready replica); the vertical off, a replica admits 32, not the policy's limit."""
-
-    name, limit = "tollfree-meter", DEFAULT_MAX_CONCURRENCY
-
-    def initial(self, load: float) -> tuple[int, Optional[int]]:
-        return super().initial(load)[0], self.limit
-
-    def step(self, view: Any) -> Any:
-        if view.second is not None:
-            inside = view.ready * (self.limit - 1)
-            view = replace(view, second=replace(view.second, queue_depth=max(0.0, view.second.queue_depth - inside)))
-        action = super().step(view)
-        return None if action is None else replace(action, admission_limit=self.limit)
-
-
-def prepare() -> tuple[Path, str]:
-    """A throw-away state folder whose registry holds the live test's RowCostModel (``rowcost``); its version."""
-    home = Path(tempfile.mkdtemp(prefix="tollfree-fidelity-"))
-    os.environ.update(TOLLFREE_HOME=str(home), MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}")
-    os.environ.setdefault("TOLLFREE_TOKEN", "fidelity-" + secrets.token_hex(16))
-    export_defaults(os.environ)
-    experiment = mlflow.MlflowClient().create_experiment("fidelity", artifact_location=(home / "artifacts").as_uri())
-    frame = pd.DataFrame({"x": [1.0]})
-    with mlflow.start_run(experiment_id=experiment):
-        info = mlflow.pyfunc.log_model(name="model", python_model=RowCostModel(PER_ROW_S), pip_requirements=["mlflow"],
-                                       signature=infer_signature(frame, [2.0]), input_example=frame,
-                                       registered_model_name="rowcost")
-    return home, str(info.registered_model_version)
-
-
-class Poller(threading.Thread):
-    """Every POLL_S (at most 10 min): the replica processes serving and the idle standbys."""
-
-    def __init__(self, url: str, headers: dict[str, str], origin: float) -> None:
-        super().__init__(daemon=True)
-        self.url, self.headers, self.origin = url, headers, origin
-        self.polls, self.halt = list[Poll](), threading.Event()
-
-    def run(self) -> None:
-        with httpx.Client(base_url=self.url, headers=self.headers, timeout=10) as api:
-            for _ in range(int(600 / POLL_S)):
-                began = time.monotonic()
-                try:
-                    ready, at = replica_processes(api, NAME), (began + time.monotonic()) / 2 - self.origin
-                    idle = api.get(f"/api/2.0/serving-endpoints/{NAME}/autoscaler", params={"limit": 1}).json()
-                    self.polls.append(Poll(at, ready, int(idle["warm_pool_idle"])))
-                except (httpx.HTTPError, KeyError, ValueError) as exc:
-                    log.warning("poll failed: %s", exc)
-                if self.halt.wait(max(0.0, POLL_S - (time.monotonic() - began))):
-                    return
-
-
-def scrape(gateway_pid: int, token: str, into: dict[int, dict[str, float]]) -> None:
-    """Each model replica's predict time and model load, from its own /metrics (with the replica token)."""
-    for child in psutil.Process(gateway_pid).children(recursive=True):
-        try:
-            line = " ".join(child.cmdline()).split()   # a forked replica's is one string, its title
-            text = httpx.get(f"http://127.0.0.1:{line[line.index('--port') + 1]}/metrics", timeout=2,
-                             headers={"Authorization": f"Bearer {token}"}).text
-        except (psutil.NoSuchProcess, ValueError, IndexError, httpx.HTTPError):
-            continue
-        if (load := metric_sum(text, "tollfree_replica_model_load_seconds")) is not None:
-            predict = [metric_sum(text, f"tollfree_replica_predict_seconds_{k}") or 0.0 for k in ("sum", "count")]
-            into[child.pid] = {"model_load_s": load, "predict_sum": predict[0], "predict_count": predict[1]}
-
-
-def run_live(home: Path, version: str, pool: int) -> dict[str, Any]:
-    """One live run at warm-pool size ``pool``: records, polls, decisions, the gateway log's events."""
-    token, replica_token = os.environ["TOLLFREE_TOKEN"], secrets.token_urlsafe(24)
-    headers = {"Authorization": f"Bearer {token}"}
-    gateway = start_gateway(environ_with({"TOLLFREE_WARM_POOL": str(pool), "TOLLFREE_REPLICA_TOKEN": replica_token}),
-                            home / "logs" / f"gateway-pool{pool}.log")
-    try:
-        with httpx.Client(base_url=gateway.url, headers=headers, timeout=60) as api:
-            api.post("/api/2.0/serving-endpoints", json={"name": NAME, "config": {"served_entities": [{
-                "entity_name": "rowcost", "entity_version": version, "max_replicas": MAX_REPLICAS,
-                "autoscaling": AUTOSCALING}]}}).raise_for_status()
-            wait_endpoint_ready(gateway.url, token, NAME)
-            deadline = time.monotonic() + 180   # until the pool is full (a system at rest), at most 3 min
-            while (api.get(f"/api/2.0/serving-endpoints/{NAME}/autoscaler").json()["warm_pool_idle"] < pool
-                   and time.monotonic() < deadline):
-                time.sleep(0.5)
-            load_before, url = os.getloadavg()[0], f"{gateway.url}/serving-endpoints/{NAME}/invocations"
-            origin, origin_wall = time.monotonic(), time.time()
-            poller, replicas = Poller(gateway.url, headers, origin), dict[int, dict[str, float]]()
-            poller.start()
-            base = asyncio.run(run_load(url, token, BODY, BASE_S, rate=BASE_RPS, timeout_s=30.0))   # the live test's
-            step_mono = time.monotonic()
-            step = asyncio.run(run_load(url, token, BODY, STEP_S, rate=STEP_RPS, timeout_s=30.0))   # open loop
-            outcomes, load_end = base.outcomes + step.outcomes, time.monotonic() - origin
-            scrape(gateway.process.pid, replica_token, replicas)   # before the scale-down stops any
-            time.sleep(max(0.0, origin + load_end + SETTLE_S - time.monotonic()))
-            poller.halt.set()
-            poller.join()
-            scrape(gateway.process.pid, replica_token, replicas)
-            trail = api.get(f"/api/2.0/serving-endpoints/{NAME}/autoscaler", params={"limit": 5000}).json()
-            api.delete(f"/api/2.0/serving-endpoints/{NAME}")
-    finally:
-        gateway.stop()
-    return {"pool": pool, "records": [Record(o.started - origin, o.status, o.latency_s) for o in outcomes],
-            "polls": poller.polls, "replicas": replicas, "load_end": load_end, "step_at": step_mono - origin,
-            "decisions": [{**d, "t": d["t"] - origin} for d in trail["decisions"]],
-            "warm_starts": trail["warm_starts"], "cold_starts": trail["cold_starts"],
-            "events": log_events(gateway.log_path.read_text(errors="replace").splitlines(), origin_wall),
-            "loadavg": [load_before, os.getloadavg()[0]]}
-
-
 def measure(run: dict[str, Any]) -> dict[str, Any]:
     """The model's profile figures as the live run measured them."""
     reps = run["replicas"]
@@ -326,72 +272,114 @@ def measure(run: dict[str, Any]) -> dict[str, Any]:
             "refills_s": refill_times(run["events"]["started"], run["polls"])}
 
 
-def replay(run: dict[str, Any], profile: ModelProfile, shift: float, policy: type[Tollfree] = Tollfree) -> Any:
-    """The recorded send times through the simulator, with the tollfree policy at the run's pool size."""
-    config = tollfree_config(profile, max_replicas=MAX_REPLICAS, **AUTOSCALING)   # the live endpoint's
-    return simulate(trace_from_records(run["records"], run["step_at"], shift), profile,
-                    policy(config, warm_pool=run["pool"]), seed=0, timeline=True)
+def replay(run: dict[str, Any], profile: ModelProfile, shift: float, scenario: Scenario) -> Any:
+    """The recorded send times through the simulator: the tollfree policy with the live endpoint's autoscaling block,
+    at the scenario's pool size, its starting target seeded from the profile as the gateway seeds it."""
+    config = tollfree_config(profile, max_replicas=MAX_REPLICAS, **scenario.autoscaling)
+    trace = trace_from_records(run["records"], run["step_at"], shift, f"live-{scenario.name}", scenario.step_rate)
+    return simulate(trace, profile, Tollfree(config, warm_pool=scenario.pool, profile=profile), seed=0, timeline=True)
 
 
-def analyse(run: dict[str, Any]) -> dict[str, Any]:
-    """Measure, replay (as is, and with the gateway's meter), compare: one pool size's report."""
+def analyse(run: dict[str, Any], scenario: Scenario) -> dict[str, Any]:
+    """Measure, replay, compare: one scenario's report."""
     profile = measured_profile(m := measure(run))
     shift = phase_shift(run["decisions"], run["step_at"])
-    sims = {"sim": replay(run, profile, shift), "meter": replay(run, profile, shift, GatewayMeter)}
-    timelines = {key: sim_timeline(result.timeline, shift) for key, result in sims.items()}
+    result = replay(run, profile, shift, scenario)
+    timelines = {"sim": sim_timeline(result.timeline, shift)}
     timelines["live"] = live_timeline(run["polls"], run["decisions"], timelines["sim"].t)
-    bad = {"live": sum(is_bad(r) for r in run["records"]), **{key: result.bad for key, result in sims.items()}}
-    sums = {k: summarise(tl, run["step_at"], profile.replica_rps(), bad[k], run["load_end"]) for k, tl in timelines.items()}
-    return {"pool": run["pool"], "requests": len(run["records"]), "loadavg": [round(x, 2) for x in run["loadavg"]],
+    bad = {"live": sum(is_bad(r) for r in run["records"]), "sim": result.bad}
+    sums = {k: summarise(tl, run["step_at"], profile.replica_rps(), bad[k], run["load_end"], scenario.step_rate)
+            for k, tl in timelines.items()}
+    rows = compare(sums["live"], sums["sim"], len(run["records"]))
+    return {"scenario": scenario.name, "settings": scenario.settings, "autoscaling": scenario.autoscaling,
+            "phases": scenario.phases, "pool": scenario.pool, "requests": len(run["records"]),
+            "loadavg": [round(x, 2) for x in run["loadavg"]],
             "statuses": dict(Counter("none" if r.status is None else str(r.status) for r in run["records"])),
             "warm_starts": run["warm_starts"], "cold_starts": run["cold_starts"], "measured": m,
-            "profile": profile.as_dict(), "shift_s": shift, "step_at": run["step_at"], "load_end": run["load_end"],
-            **sums, "compare": compare(sums["live"], sums["sim"]), "compare_meter": compare(sums["live"], sums["meter"]),
+            "profile": profile.as_dict(), "shift_s": shift, "step_at": run["step_at"], "step_rate": scenario.step_rate,
+            "load_end": run["load_end"], **sums, "compare": rows,
+            "passed": all(row["verdict"] != "FAIL" for row in rows),
             "timelines": {key: tl._asdict() for key, tl in timelines.items()}, "trail": run["decisions"],
             "records": [(round(r.sent, 3), r.status, round(r.latency, 4)) for r in run["records"]]}
 
 
+def cell(value: Optional[float], fmt: str = "{:.1f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
 def table(report: dict[str, Any]) -> str:
-    """The comparison, the profile and the replica timelines (changes only) as text."""
+    """One scenario's comparison, its profile and the replica timelines (changes only) as text."""
     p, m, tl = report["profile"], report["measured"], report["timelines"]
     rounded = json.dumps({k: round(p[k], 3) for k in ("service_ms", "service_sigma", "model_load_s", "warm_start_s",
                                                       "cold_start_s")} | {k: m[k] for k in ("starts", "refills_s")})
-    lines = [f"warm pool {report['pool']}: {report['requests']} requests {report['statuses']}; load {report['loadavg']}; "
+    lines = [f"{report['scenario']} ({report['settings']}): {'PASS' if report['passed'] else 'FAIL'}; "
+             f"{report['requests']} requests {report['statuses']}; load {report['loadavg']}; "
              f"warm/cold starts {report['warm_starts']}/{report['cold_starts']}; shift {report['shift_s']:.2f} s",
              f"  profile and starts measured: {rounded}",
-             f"  {'metric':<22}{'live':>9}{'sim':>9}{'gap':>8}{'':6}{'meter':>9}{'gap':>8}"]
-    for row, alt in zip(report["compare"], report["compare_meter"]):
-        g, ga = ("-" if r["gap"] is None else f"{r['gap']:+.0%}" for r in (row, alt))
-        cells = ["-" if v is None else f"{v:.1f}" for v in (row["live"], row["sim"], alt["sim"])]
-        lines.append(f"  {row['metric']:<22}{cells[0]:>9}{cells[1]:>9}{g:>8} {row['verdict']:<5}{cells[2]:>9}{ga:>8}")
-    rows = list(zip(tl["live"]["t"], *(tl[k][f] for k in ("live", "sim", "meter") for f in ("ready", "provisioned"))))
-    changes = [f"{r[0]:.1f}s {r[1]}/{r[2]} {r[3]}/{r[4]} {r[5]}/{r[6]}" for i, r in enumerate(rows)
-               if not i or r[1:] != rows[i - 1][1:]]
-    return "\n".join(lines + [f"  ready/provisioned live sim meter (step {report['step_at']:.1f} s, load ends "
+             f"  {'metric':<22}{'live':>9}{'sim':>9}{'gap':>8}"]
+    for row in report["compare"]:
+        lines.append(f"  {row['metric']:<22}{cell(row['live']):>9}{cell(row['sim']):>9}"
+                     f"{cell(row['gap'], '{:+.0%}'):>8} {row['verdict']}".rstrip())
+    rows = list(zip(tl["live"]["t"], *(tl[k][f] for k in ("live", "sim") for f in ("ready", "provisioned"))))
+    changes = [f"{r[0]:.1f}s {r[1]}/{r[2]} {r[3]}/{r[4]}" for i, r in enumerate(rows) if not i or r[1:] != rows[i - 1][1:]]
+    return "\n".join(lines + [f"  ready/provisioned live sim (step {report['step_at']:.1f} s, load ends "
                                f"{report['load_end']:.1f} s): " + "; ".join(changes)])
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    """The scenario's verdict and its judged gaps (bad: with both counts)."""
+    rows = {row["metric"]: row for row in report["compare"] if row["metric"] in JUDGED}
+    return f"  {report['scenario']:<28}{'PASS' if report['passed'] else 'FAIL':<6}" + "  ".join(
+        f"{key} {cell(row['gap'], '{:+.0%}')}" + (f" ({row['live']} vs {row['sim']})" if key == "bad" else "")
+        + ("" if row["verdict"] == "PASS" else " FAIL") for key, row in rows.items())
+
+
+def listing() -> str:
+    return "\n".join(f"{s.name:<28}{s.settings}; phases (req/s, s) "
+                     + ", ".join(f"({rate:g}, {seconds:g})" for rate, seconds in s.phases) for s in SCENARIOS)
+
+
+def chosen(names: str, parser: argparse.ArgumentParser) -> list[Scenario]:
+    picked = [n.strip() for n in names.split(",") if n.strip()]
+    if unknown := [n for n in picked if n not in BY_NAME]:
+        parser.error(f"unknown scenario(s) {', '.join(unknown)}; --list shows them")
+    return [BY_NAME[n] for n in picked]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.fidelity", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pools", default="3,1", help="warm-pool sizes, comma-separated (default 3,1)")
+    parser.add_argument("--scenarios", default=",".join(BY_NAME),
+                        help="scenario names, comma-separated, run in that order (default: all; see --list)")
+    parser.add_argument("--list", action="store_true", help="print the scenarios with their settings and exit")
     parser.add_argument("--json", action="store_true", help="one JSON object (with every request) instead of tables")
     args = parser.parse_args(argv)
+    if args.list:
+        print(listing())
+        return 0
+    scenarios = chosen(args.scenarios, parser)
+    from benchmarks.fidelity_live import prepare, run_live   # the gateway, MLflow: only for a live run
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     (home, version), began, reports = prepare(), time.monotonic(), []
     try:
-        for pool in [int(x) for x in args.pools.split(",") if x.strip()]:
-            log.info("live run, warm pool %d", pool)
-            reports.append(analyse(run_live(home, version, pool)))
+        for scenario in scenarios:
+            log.info("live run, scenario %s (%s)", scenario.name, scenario.settings)
+            reports.append(analyse(run_live(home, version, scenario), scenario))
             if not args.json:
                 print(table(reports[-1]), flush=True)
     finally:
         if not os.environ.get("TOLLFREE_KEEP_TEST_STATE"):
             shutil.rmtree(home, ignore_errors=True)
-    passed = all(row["verdict"] != "FAIL" for r in reports for row in r["compare"])
-    print(json.dumps({"benchmark": "fidelity", "date": datetime.now().isoformat(timespec="seconds"), "reports": reports,
-                      "wall_s": round(time.monotonic() - began, 1), "passed": passed}) if args.json else
-          f"fidelity: {'PASS' if passed else 'FAIL'} (gap within {GAP_LIMIT:.0%} on {', '.join(JUDGED)})")
+    passed = all(r["passed"] for r in reports)
+    if args.json:
+        print(json.dumps({"benchmark": "fidelity", "date": datetime.now().isoformat(timespec="seconds"),
+                          "reports": reports, "wall_s": round(time.monotonic() - began, 1), "passed": passed}))
+    else:
+        verdict = (f"fidelity: {'PASS' if passed else 'FAIL'} ({sum(r['passed'] for r in reports)}/{len(reports)} "
+                   f"scenarios; within {GAP_LIMIT:.0%} on replica_seconds and time_to_capacity_s, on bad within "
+                   f"{GAP_LIMIT:.0%} or {BAD_SHARE:.0%} of the requests)")
+        print("\n".join(["summary:"] + [summary_line(r) for r in reports] + [verdict]))
     return 0 if passed else 1
 
 

@@ -1,6 +1,7 @@
-"""The simulator-fidelity benchmark's pure parts: traces from recorded sends, timelines, gaps, the measured profile.
+"""The simulator-fidelity benchmark's pure parts: the scenarios, traces from recorded sends, timelines, gaps and
+verdicts, the measured profile.
 
-No processes: recorded data is made up here; the live run itself is ``python -m benchmarks.fidelity``.
+No processes: recorded data is made up here; the live runs themselves are ``python -m benchmarks.fidelity``.
 """
 
 from __future__ import annotations
@@ -12,9 +13,6 @@ import numpy as np
 import pytest
 
 from benchmarks import fidelity as f
-from serving.autoscaler.signals import Sample
-from serving.autoscaler.simulate.engine import View
-from serving.autoscaler.simulate.policies import tollfree_config
 
 
 def records() -> list[f.Record]:
@@ -72,10 +70,29 @@ def test_gaps_and_verdicts():
     assert f.gap(100.0, 115.0) == pytest.approx(0.15) and f.gap(10.0, 7.0) == pytest.approx(-0.3)
     assert f.gap(None, 3.0) is None and f.gap(0.0, 0.0) == 0.0 and f.gap(0, 2) == math.inf
     rows = {r["metric"]: r for r in f.compare({"replica_seconds": 100.0, "time_to_capacity_s": 2.0, "bad": 10},
-                                              {"replica_seconds": 119.0, "time_to_capacity_s": 2.5, "bad": 40})}
+                                              {"replica_seconds": 119.0, "time_to_capacity_s": 2.5, "bad": 40}, 1000)}
     assert rows["replica_seconds"]["verdict"] == "PASS" and rows["time_to_capacity_s"]["verdict"] == "FAIL"
-    assert rows["bad"]["verdict"] == "" and rows["bad"]["gap"] == pytest.approx(3.0)
+    assert rows["bad"]["verdict"] == "FAIL" and rows["bad"]["gap"] == pytest.approx(3.0)   # 30 more, over 1 % of 1000
     assert rows["back_to_one_s"]["gap"] is None and set(rows) == set(f.COMPARED)
+    assert rows["peak_replicas"]["verdict"] == "" and set(f.JUDGED) == {"replica_seconds", "time_to_capacity_s", "bad"}
+
+
+@pytest.mark.parametrize("live, sim, requests, verdict", [
+    (100, 119, 1662, "PASS"),    # within 20 %
+    (100, 79, 1662, "FAIL"),     # 21 % fewer, 21 more: over 20 % and over 16.6
+    (5, 21, 1662, "PASS"),       # +320 %, but 16 more: within 1 % of the requests
+    (5, 22, 1662, "FAIL"),       # 17 more: neither
+    (0, 16, 1662, "PASS"),       # none live: the absolute bound still applies
+    (0, 0, 1662, "PASS"),
+    (40, 10, 1000, "FAIL"),      # 30 fewer of 1000
+    (None, 10, 1000, "FAIL"),    # a side missing
+])
+def test_bad_requests_pass_within_20_percent_or_1_percent_of_the_requests(live, sim, requests, verdict):
+    judged = {"replica_seconds": 100.0, "time_to_capacity_s": 2.0}
+    rows = {r["metric"]: r for r in f.compare({**judged, "bad": live}, {**judged, "bad": sim}, requests)}
+    assert rows["bad"]["verdict"] == verdict
+    assert rows["replica_seconds"]["verdict"] == rows["time_to_capacity_s"]["verdict"] == "PASS"
+    assert all(r["verdict"] == "" for k, r in rows.items() if k not in f.JUDGED)
 
 
 def stamp(seconds: float) -> str:
@@ -126,19 +143,65 @@ def test_metric_sum_reads_prometheus_text():
     assert f.metric_sum(text, "tollfree_replica_model_load_seconds") is None
 
 
-def test_the_gateway_meter_moves_the_requests_inside_replicas_from_queued_to_busy():
-    profile = f.measured_profile({"service_ms": 30.0, "service_sigma": 0.05, "model_load_s": 0.4,
-                                  "starts": {"warm": [0.5], "cold": [20.0]}, "refills_s": []})
-    config = tollfree_config(profile, scale_down_window_s=20, initial_target=1, vertical=False, max_replicas=4)
-    policy = f.GatewayMeter(config, warm_pool=1)
-    assert policy.initial(0.2) == (1, 32)           # the vertical off, the gateway admits its default 32 a replica
-    second = Sample(t=1.0, in_flight=80.0, ready_replicas=2, replicas=2, queue_depth=70.0, requests=60, completed=60)
-    action = policy.step(View(now=1.0, in_flight=80, queued=70, ready=2, provisioned=2, second=second))
-    seen = policy.scaler.history.snapshot().last
-    assert seen.queue_depth == 8.0 and seen.in_flight == 80.0   # 2 x 31 wait inside the replicas: busy to the gateway
-    assert action.admission_limit == 32
-
-
 def test_trace_from_records_feeds_the_simulator():
     trace = f.trace_from_records(records(), step_at=8.0)
     assert len(trace.arrivals) == 224 and np.all(np.diff(trace.arrivals) >= 0)
+
+
+def test_the_trace_takes_the_scenarios_step_rate_and_time_to_capacity_is_against_it():
+    assert f.trace_from_records(records(), step_at=8.0, step_rate=40.0).step_rate == 40.0
+    tl = f.Timeline([8.0, 9.0, 10.0], [1, 2, 3], [3, 3, 3])
+    assert f.time_to_capacity(tl, 8.0, per_replica_rps=30.0) == 2.0                   # 90 >= 0.95 x 80
+    assert f.time_to_capacity(tl, 8.0, per_replica_rps=30.0, step_rate=40.0) == 1.0   # 60 >= 0.95 x 40
+
+
+def test_the_shapes_phases_and_their_step():
+    step, ramp, bursty = (f.load_phases(shape) for shape in ("step", "ramp", "bursty"))
+    assert step == [(8.0, 8.0), (80.0, 20.0)]
+    assert [sum(s for _, s in p) for p in (step, ramp, bursty)] == [28.0, 36.0, 32.0]
+    assert ramp[0] == (8.0, 8.0) and ramp[-1] == (80.0, 8.0) and len(ramp) == 12
+    rising = [r for r, _ in ramp[1:11]]
+    assert rising == pytest.approx([8 + 7.2 * (k + 1) for k in range(10)]) and rising[-1] == 80.0
+    assert all(b > a for a, b in zip(rising, rising[1:])) and {s for _, s in ramp[1:11]} == {2.0}
+    assert bursty == [(8.0, 8.0), (80.0, 5.0), (8.0, 7.0), (80.0, 5.0), (8.0, 7.0)]   # two 5-s bursts at 80
+    with pytest.raises(ValueError):
+        f.load_phases("sawtooth")
+    for shape in f.SHAPES:
+        scenario = f.Scenario("x", shape, 1, vertical=False, shed=False)
+        before = scenario.phases[:scenario.step_index]
+        assert sum(s for _, s in before) == scenario.step_at == 8.0 and scenario.step_rate == 80.0
+        assert scenario.phases[scenario.step_index][0] > scenario.phases[0][0]   # the step: the first high phase
+
+
+def test_the_scenarios_cover_each_shape_both_pools_and_the_switches():
+    scenarios = f.SCENARIOS
+    assert len(scenarios) == 8 and len({s.name for s in scenarios}) == 8 and f.BY_NAME["step-pool3"] == scenarios[0]
+    assert {s.shape for s in scenarios} == set(f.SHAPES)
+    assert {s.pool for s in scenarios} == {1, 3}
+    assert {s.vertical for s in scenarios} == {s.shed for s in scenarios} == {True, False}
+    live_test = f.BY_NAME["step-pool3"]   # the live e2e test's setting
+    assert (live_test.shape, live_test.pool, live_test.vertical, live_test.shed) == ("step", 3, False, False)
+    for s in scenarios:
+        assert s.name.startswith(f"{s.shape}-pool{s.pool}")
+        assert ("-vertical" in s.name) == s.vertical and ("-shed" in s.name) == s.shed
+
+
+def test_the_autoscaling_block_leaves_the_starting_target_to_the_gateway_with_the_vertical_axis_on():
+    off = f.Scenario("a", "step", 3, vertical=False, shed=True).autoscaling
+    assert off == {"scale_down_window_s": 20, "initial_target": 1, "vertical": False, "shed_load": True}
+    on = f.Scenario("b", "ramp", 1, vertical=True, shed=False).autoscaling
+    assert on == {"scale_down_window_s": 20, "vertical": True, "shed_load": False}
+
+
+def test_the_replay_runs_the_scenarios_block_at_its_pool_size(monkeypatch):
+    profile = f.measured_profile({"service_ms": 30.0, "service_sigma": 0.05, "model_load_s": 0.4,
+                                  "starts": {"warm": [0.5], "cold": [3.0]}, "refills_s": []})
+    seen = {}
+    monkeypatch.setattr(f, "simulate", lambda trace, prof, policy, **kw: seen.update(trace=trace, policy=policy))
+    for scenario in (f.BY_NAME["step-pool3"], f.BY_NAME["bursty-pool1-vertical-shed"]):
+        f.replay({"records": records(), "step_at": 8.2}, profile, shift=0.5, scenario=scenario)
+        config, policy = seen["policy"].config, seen["policy"]
+        assert policy.warm_pool == scenario.pool and config.max_replicas == f.MAX_REPLICAS
+        assert (config.vertical, config.shed_load, config.scale_down_window_s) == (scenario.vertical, scenario.shed, 20)
+        assert config.initial_target == 1   # set (vertical off), or seeded from a serial model's profile (on)
+        assert seen["trace"].step_at == pytest.approx(8.7) and seen["trace"].step_rate == scenario.step_rate
