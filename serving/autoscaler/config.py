@@ -13,6 +13,12 @@ from typing import Any, Mapping
 
 # Signals the vertical axis can re-tune from; anything else in ``vertical_metrics`` is refused.
 VERTICAL_METRICS = frozenset({"latency", "queue", "utilisation"})
+# Fields the autoscaler had and no longer has, with what took their place: refused by name, never ignored.
+REMOVED = {
+    "up_tolerance": "a scale-up happens at any second the need passes the replicas' capacity, sized for the "
+                    "scale-up window's peak and the load forecast at a new replica's start; there is no band "
+                    "on the way up",
+}
 
 
 class ScalingConfigError(ValueError):
@@ -38,7 +44,6 @@ class ScalingConfig:
     scale_up_window_s: float = 20.0
     scale_down_window_s: float = 300.0
     tolerance: float = 0.1                 # load within this share under capacity: no scale-down
-    up_tolerance: float = 0.0              # load within this share over capacity: no scale-up
     # vertical axis: per-replica target concurrency (the horizontal denominator)
     vertical: bool = True
     vertical_interval_s: float = 30.0
@@ -70,6 +75,8 @@ class ScalingConfig:
         known = {f.name: f for f in fields(cls)}
         kwargs: dict[str, Any] = {}
         for key, value in data.items():
+            if key in REMOVED:
+                raise ScalingConfigError(str(key), f"no longer a setting: {REMOVED[key]}")
             if key not in known:
                 raise ScalingConfigError(str(key), "unknown field")
             if key == "vertical_metrics":
@@ -91,7 +98,7 @@ class ScalingConfig:
             elif f.type == "float":
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                     raise ScalingConfigError(f.name, "must be a finite number")
-        for name in ("min_replicas", "provisioned_concurrency", "tolerance", "up_tolerance"):
+        for name in ("min_replicas", "provisioned_concurrency", "tolerance"):
             if getattr(self, name) < 0:
                 raise ScalingConfigError(name, "must not be negative")
         for name in ("max_replicas", "max_queue", "idle_window_s", "decision_interval_s", "scale_up_window_s",

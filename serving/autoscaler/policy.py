@@ -166,7 +166,7 @@ def _horizontal(config: ScalingConfig, signals: Signals, state: PolicyState, now
     if current == 0:
         if need_up > 0:
             desired, reason = max(1, math.ceil(need_up / target - 1e-9)), "activation"
-    elif need_up > current * target * (1 + config.up_tolerance):
+    elif need_up > current * target:
         desired, reason = math.ceil(need_up / target - 1e-9), "scale up"
     elif due:
         need_down = (max_load(signals, now, config.scale_down_window_s, service_s) or 0.0) + backlog

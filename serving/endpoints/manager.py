@@ -348,7 +348,7 @@ class EndpointManager:
                 current = old.entities.get(entity.name) if old else None
                 if (current and not current.followed
                         and (current.model_name, current.version) == (entity.entity_name, entity.resolved_version)):
-                    current.configure(limit, spec.scaling_config(entity))  # applies at once
+                    current.configure(limit, spec.scaling_config(entity, stored=True))  # applies at once
                     keep[entity.name] = current
                     continue
                 served = self.placement.run(name, entity)

@@ -34,7 +34,7 @@ class Placement:
         if self.cluster is not None:
             return self._pods(endpoint, entity, lead=True)
         return ReplicaSet(str(entity.name), entity.entity_name, str(entity.resolved_version), self.backend,
-                          endpoint=endpoint, max_concurrency=_limit(entity), scaling=spec.scaling_config(entity),
+                          endpoint=endpoint, max_concurrency=_limit(entity), scaling=spec.scaling_config(entity, stored=True),
                           on_change=self.book.changed)
 
     def follow(self, endpoint: str, entity: spec.ServedEntityInput) -> ReplicaSet:
@@ -78,7 +78,7 @@ class Placement:
                         entity.workload_size)
         return PodSet(wanted, entity.entity_name, str(entity.resolved_version), self.cluster.routes,
                       self.cluster.backend if lead else None, max_concurrency=_limit(entity),
-                      scaling=spec.scaling_config(entity) if lead else None)
+                      scaling=spec.scaling_config(entity, stored=True) if lead else None)
 
 
 def _limit(entity: spec.ServedEntityInput) -> int:

@@ -9,6 +9,7 @@ Messages name fields and indexes, never payload values, except an endpoint name 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -16,11 +17,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from serving.autoscaler.config import ScalingConfig, ScalingConfigError
+from serving.autoscaler.config import REMOVED, ScalingConfig, ScalingConfigError
 from serving.endpoints.external import ExternalModelInput, check_external, external_view
 from serving.endpoints.monitoring import MonitoringConfig, check_monitoring
 from serving.protocol.errors import invalid_parameter
 from serving.streams.config import StreamInput, check_stream_inputs
+
+log = logging.getLogger(__name__)
 
 READY_STATES = frozenset({"READY", "NOT_READY"})
 CONFIG_UPDATE_STATES = frozenset({"NOT_UPDATING", "IN_PROGRESS", "UPDATE_FAILED", "UPDATE_CANCELED"})
@@ -252,11 +255,16 @@ DEFAULT_MAX_REPLICAS = 4  # local processes on one machine; set max_replicas for
 _ENTITY_LEVEL = ("min_replicas", "max_replicas", "scale_to_zero")
 
 
-def scaling_config(e: ServedEntityInput) -> ScalingConfig:
+def scaling_config(e: ServedEntityInput, *, stored: bool = False) -> ScalingConfig:
     """The autoscaler's config for a served entity: the Databricks-level fields (min/max replicas,
     scale_to_zero_enabled, max_concurrency) plus its ``autoscaling`` block. A fixed ``max_concurrency``
-    turns the vertical axis off and sets the per-replica target from it."""
+    turns the vertical axis off and sets the per-replica target from it. ``stored``: a config accepted
+    before a field was removed (``config.REMOVED``) rolls out without it, with a warning, where a new
+    request naming it is refused."""
     extra = dict(e.autoscaling or {})
+    for key in sorted(set(extra) & set(REMOVED) if stored else ()):
+        log.warning("served entity %s: autoscaling.%s is no longer a setting, ignored: %s", e.name, key, REMOVED[key])
+        del extra[key]
     for key in _ENTITY_LEVEL:
         if key in extra:
             raise ScalingConfigError(key, "set it on the served entity, not in autoscaling")

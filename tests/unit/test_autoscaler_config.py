@@ -44,3 +44,10 @@ def test_not_a_mapping_is_refused():
     with pytest.raises(ScalingConfigError) as info:
         ScalingConfig.from_mapping(["min_replicas", 1])  # type: ignore[arg-type]
     assert info.value.field == "autoscaling"
+
+
+def test_a_removed_field_is_refused_saying_what_replaced_it():
+    with pytest.raises(ScalingConfigError) as info:
+        ScalingConfig.from_mapping({"up_tolerance": 0.1})
+    assert info.value.field == "up_tolerance"
+    assert "no longer a setting" in str(info.value) and "forecast" in str(info.value)

@@ -53,7 +53,7 @@ def test_within_the_tolerance_band_nothing_changes():
     assert scaler.state.replicas == 10
     run(scaler, 400, 710, 85.0)  # 15 % under, for longer than the window: out of the band
     assert scaler.state.replicas == 9
-    run(scaler, 710, 720, 95.0)  # over capacity: no band on the way up (up_tolerance 0)
+    run(scaler, 710, 720, 95.0)  # over capacity: no band on the way up
     assert scaler.state.replicas == 10
 
 

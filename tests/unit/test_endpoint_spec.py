@@ -408,6 +408,7 @@ def test_view_parses_with_the_databricks_sdk() -> None:
     ({"autoscaling": {"vertical_metrics": ["latency", "vibes"]}}, "autoscaling.vertical_metrics"),
     ({"autoscaling": {"scale_down_window_s": 5}}, "autoscaling.scale_down_window_s"),
     ({"autoscaling": {"min_replicas": 2}}, "autoscaling.min_replicas"),
+    ({"autoscaling": {"up_tolerance": 0.2}}, "autoscaling.up_tolerance: no longer a setting"),
     ({"min_replicas": 3, "max_replicas": 2}, "min_replicas"),
 ])
 def test_an_invalid_scaling_config_is_refused_naming_the_field(entity, field):
@@ -428,3 +429,14 @@ def test_the_scaling_config_follows_the_served_entity():
     zero = scaling_config(ServedEntityInput(entity_name="m", entity_version="1", scale_to_zero_enabled=True,
                                             autoscaling={"idle_window_s": 60}))
     assert zero.scale_to_zero and zero.min_replicas == 0 and zero.idle_window_s == 60 and zero.vertical
+
+
+def test_a_stored_config_with_a_removed_autoscaling_field_rolls_out_without_it():
+    """Accepted before the field was removed: a restart must not refuse it (a new request naming it is a 400)."""
+    from serving.endpoints.spec import ServedEntityInput, scaling_config
+
+    entity = ServedEntityInput.model_validate({"entity_name": "m", "entity_version": "1", "name": "m-1",
+                                               "autoscaling": {"up_tolerance": 0.2, "idle_window_s": 60}})
+    assert scaling_config(entity, stored=True).idle_window_s == 60
+    with pytest.raises(ValueError, match="up_tolerance"):
+        scaling_config(entity)
