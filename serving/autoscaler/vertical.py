@@ -26,6 +26,9 @@ UTIL_HIGH, UTIL_LOW = 0.95, 0.85        # busy share of parallel capacity
 QUEUE_CONTENTION = 0.1        # a queued share above this is contention
 MIN_CHANGE = 0.1              # a vertical change smaller than this share is not made
 CEILING_LIFT = 0.05           # slow increase: a ceiling lifts this share a calm cycle
+ACTIVE_SHARE = 0.5            # a cycle with traffic in fewer of its seconds than this share holds the target
+SETTLED_SHARE = 1 / 3         # stress is judged on the settled seconds when they are at least this share
+MEASURABLE_UTIL = 0.01        # below this busy share, in-flight over utilisation (the slots) is noise
 
 
 def _mean(values: list[float]) -> Optional[float]:
@@ -65,13 +68,19 @@ def _stress_samples(active: list[Sample], window: tuple[Sample, ...]) -> list[Sa
     """The seconds stress is judged on: those in which every replica asked for was ready (a second with
     replicas still starting shows the capacity that is coming), or all when too few."""
     settled = [s for s in active if s.ready_replicas >= s.replicas]
-    return settled if len(settled) >= max(1, len(window) // 3) else active
+    return settled if len(settled) >= max(1, len(window) * SETTLED_SHARE) else active
 
 
 def _contention(config: ScalingConfig, queued_share: float, util: Optional[float]) -> bool:
     """Latency stress lowers the target only when it comes from contention (a queue, or busy replicas):
     a model whose own service time is slow does not get faster with fewer requests per replica."""
     return queued_share > QUEUE_CONTENTION or util is None or util > config.target_utilisation
+
+
+def _spare_share_cap(proposal: float, target: float, by_util: float, busy: float) -> float:
+    """An increase at most in proportion to the busy share spare under the aim: the busy share grows with the
+    target, so ``target x aim / utilisation`` (= ``target x by_util / busy``) is where it reaches the aim."""
+    return min(proposal, target * by_util / busy)
 
 
 def _by_utilisation(config: ScalingConfig, busy: float, util: float, p99: Optional[float], queued_share: float) -> float:
@@ -89,7 +98,7 @@ def retune(config: ScalingConfig, signals: Signals, state: "PolicyState", now: f
     window = signals.since(now - config.vertical_interval_s)
     active = [s for s in window if s.ready_replicas > 0 and s.in_flight > 0]
     state = replace(state, last_vertical=now)
-    if len(active) < max(1, len(window) // 2):
+    if len(active) < max(1, len(window) * ACTIVE_SHARE):
         return state, {"vertical": "hold: not enough traffic"}
     metrics, slo = set(config.vertical_metrics), config.latency_slo_ms
     per_replica = _mean([s.in_flight / s.ready_replicas for s in active]) or 0.0
@@ -105,9 +114,9 @@ def retune(config: ScalingConfig, signals: Signals, state: "PolicyState", now: f
     queue_stressed = "queue" in metrics and queued_share > (QUEUE_LOW if state.queue_stressed else QUEUE_HIGH)
     util_high = util_on and util > (UTIL_LOW if state.utilisation_high else UTIL_HIGH)
     state = replace(state, latency_stressed=lat_stressed, queue_stressed=queue_stressed, utilisation_high=util_high)
-    busy = per_replica * (1 - min(queued_share, 0.99))
+    busy = _mean([(s.in_flight - s.queue_depth) / s.ready_replicas for s in active]) or 0.0  # in service a replica
     by_util = (_by_utilisation(config, busy, util, p99 if lat_on else None, queued_share)
-               if util_on and util > 0.01 and busy > 0 else None)
+               if util_on and util > MEASURABLE_UTIL and busy > 0 else None)
     by_latency = per_replica * LATENCY_GOAL * slo / p99 if lat_on and p99 > 0 else None
     inputs = {"per_replica_in_flight": per_replica, "queued_share": queued_share, "p99_ms": p99,
               "p99_settled_ms": p99_stress, "utilisation": util, "latency_stressed": lat_stressed,
@@ -141,11 +150,7 @@ def _step(config: ScalingConfig, state: "PolicyState", p99: Optional[float], p99
     if lat_calm and not state.queue_stressed:
         proposal = by_util if by_util is not None else (by_latency or target)
         if by_util is not None and busy > 0:
-            # the busy share grows with the target: an increase is at most in proportion to the busy share
-            # spare under the aim, target x aim / utilisation (= target x by_util / busy). A gateway that
-            # counts a request waiting inside a replica as busy overestimates the slots (a serial model at
-            # 80-90 % busy reads as ~2-4), not this ratio
-            proposal = min(proposal, target * by_util / busy)
+            proposal = _spare_share_cap(proposal, target, by_util, busy)
         if ceiling is not None:
             ceiling *= 1 + CEILING_LIFT
             proposal = min(proposal, ceiling * (1 - MIN_CHANGE))
