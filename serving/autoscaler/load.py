@@ -7,11 +7,17 @@ The service time is measured as busy requests over completions.
 
 from __future__ import annotations
 
+import collections
+import functools
+import itertools
 import math
+import statistics
 from typing import Optional
 
 from serving.autoscaler.config import ScalingConfig
 from serving.autoscaler.signals import Sample, Signals
+
+TREND_P = 0.05   # a rise counts as a trend when noise would rise so consistently less often than this
 
 
 def service_s(samples: tuple[Sample, ...]) -> Optional[float]:
@@ -44,17 +50,35 @@ def max_load(signals: Signals, now: float, window_s: float, service: Optional[fl
 
 def forecast(samples: tuple[Sample, ...], service: Optional[float], lead_s: float) -> Optional[float]:
     """The load ``lead_s`` seconds after the last of ``samples`` (one a second, at least three): the last
-    second's load plus the trend's rise over the lead time, the trend being the median slope over every
-    pair of seconds (Theil-Sen). A step moves only the pairs across it, a minority: no trend, where a ramp
-    moves them all. A falling trend forecasts no fall (the scale-down window decides that). None without
-    enough samples."""
+    second's load plus the trend's rise over the lead time. The trend is the median slope over every pair of
+    seconds (Theil-Sen), counted only when the seconds rise more consistently than noise would (Mann-Kendall:
+    more pairs rising than falling by a margin that exchangeable values reach with probability under
+    ``TREND_P``). A step moves only the pairs across it, a minority: no trend, where a ramp moves them all. A
+    falling trend forecasts no fall (the scale-down window decides that). None without enough samples."""
     if len(samples) < 3:
         return None
     loads = [load(s, service) for s in samples]
-    slopes = sorted((loads[j] - loads[i]) / (samples[j].t - samples[i].t)
-                    for i in range(len(loads)) for j in range(i + 1, len(loads)) if samples[j].t > samples[i].t)
-    trend = slopes[len(slopes) // 2] if len(slopes) % 2 else (slopes[len(slopes) // 2 - 1] + slopes[len(slopes) // 2]) / 2
+    pairs = [(i, j) for i in range(len(loads)) for j in range(i + 1, len(loads)) if samples[j].t > samples[i].t]
+    rising = sum((loads[j] > loads[i]) - (loads[j] < loads[i]) for i, j in pairs)
+    if rising < _kendall_critical(len(loads), TREND_P):
+        return loads[-1]
+    trend = statistics.median((loads[j] - loads[i]) / (samples[j].t - samples[i].t) for i, j in pairs)
     return loads[-1] + max(0.0, trend) * max(0.0, lead_s)
+
+
+@functools.lru_cache(maxsize=None)
+def _kendall_critical(n: int, p: float) -> int:
+    """The smallest Mann-Kendall S (pairs rising less pairs falling) that ``n`` exchangeable values reach with
+    probability at most ``p``: exact, over the ``n!`` orders (``n`` is a handful of seconds)."""
+    counts = collections.Counter(sum((b > a) - (b < a) for a, b in itertools.combinations(order, 2))
+                                 for order in itertools.permutations(range(n)))
+    total, tail, critical = math.factorial(n), 0, n * (n - 1) // 2 + 1
+    for value in sorted(counts, reverse=True):
+        tail += counts[value]
+        if tail / total > p:
+            break
+        critical = value
+    return critical
 
 
 def queue_bound(config: ScalingConfig, signals: Signals, now: float, goal: float) -> int:

@@ -84,16 +84,16 @@ def floor_replicas(config: ScalingConfig, target: float) -> int:
     return min(config.max_replicas, max(config.min_replicas, math.ceil(config.provisioned_concurrency / target - 1e-9)))
 
 
-def seeded(config: ScalingConfig, replica_holds: int) -> ScalingConfig:
-    """The config with its starting per-replica target set from what one replica holds at once
-    (``replica_holds``: a batched model's batch size times the gateway's pipeline depth; 1 for a model
-    predicted a request at a time), that over ``admission_headroom``, so the admission limit lets it
-    in. Only with the vertical axis on and the default target: a target the user set, or one fixed
-    with the vertical axis off, stays. The gateway and the simulator both start from it."""
+def seeded(config: ScalingConfig, replica_serves: int) -> ScalingConfig:
+    """The config with its starting per-replica target set to what one replica predicts at once
+    (``replica_serves``: a batched model's batch size; 1 for a model predicted a request at a time; times
+    the workers that predict side by side): the target is a concurrency in service, the count the
+    horizontal axis divides the load by. Only with the vertical axis on and the default target: a target
+    the user set, or one fixed with the vertical axis off, stays. The gateway and the simulator both
+    start from it."""
     if not config.vertical or config.initial_target != _DEFAULT_TARGET:
         return config
-    target = replica_holds / config.admission_headroom if replica_holds > 1 else 1.0
-    return replace(config, initial_target=min(config.max_target, max(config.min_target, target)))
+    return replace(config, initial_target=min(config.max_target, max(config.min_target, float(replica_serves))))
 
 
 def decide(config: ScalingConfig, signals: Signals, state: PolicyState, now: float) -> tuple[Decision, PolicyState]:

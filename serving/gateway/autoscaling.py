@@ -32,7 +32,6 @@ from serving.endpoints.manager import EndpointManager
 from serving.gateway.shared_scaling import RemoteLoad, SharedScaling, reading
 from serving.replicas.replica_set import ReplicaSet
 from serving.state.scaling import Reading, ScalerRecord
-from serving.traffic.dispatcher import PIPELINE_DEPTH
 
 log = logging.getLogger(__name__)
 
@@ -176,13 +175,13 @@ class GatewaySignals:
 
 def seeded(config: ScalingConfig, entity: ReplicaSet) -> ScalingConfig:
     """The config with its starting target seeded from the batching plan the replica measured
-    (``policy.seeded``): a batched replica holds its batch size times the pipeline depth, an unbatched
-    one a request at a time. Unchanged until a replica has measured its model."""
+    (``policy.seeded``): a batched replica predicts a batch at once, an unbatched one a request.
+    Unchanged until a replica has measured its model."""
     dispatcher = entity.dispatcher
     if dispatcher is None or dispatcher.plan.single_ms <= 0:
         return config
     plan = dispatcher.plan
-    return policy_seeded(config, plan.max_batch * PIPELINE_DEPTH if plan.enabled else 1)
+    return policy_seeded(config, plan.max_batch if plan.enabled else 1)
 
 
 class ReplicaSets:

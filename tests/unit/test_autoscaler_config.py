@@ -51,3 +51,14 @@ def test_a_removed_field_is_refused_saying_what_replaced_it():
         ScalingConfig.from_mapping({"up_tolerance": 0.1})
     assert info.value.field == "up_tolerance"
     assert "no longer a setting" in str(info.value) and "forecast" in str(info.value)
+
+
+def test_the_starting_target_is_what_a_replica_predicts_at_once_unless_the_user_set_one():
+    from serving.autoscaler.policy import max_concurrency_for, seeded
+
+    batched = seeded(ScalingConfig(), 32)                 # a batched replica predicts its batch of 32 at once
+    assert batched.initial_target == 32 and max_concurrency_for(batched, 32) == 48   # and admits half a batch more
+    assert seeded(ScalingConfig(), 1).initial_target == 1   # an unbatched one, a request at a time
+    assert seeded(ScalingConfig(initial_target=8.0), 32).initial_target == 8.0
+    assert seeded(ScalingConfig(vertical=False), 32).initial_target == ScalingConfig().initial_target
+    assert seeded(ScalingConfig(max_target=16.0), 32).initial_target == 16.0

@@ -414,3 +414,16 @@ def test_a_step_right_after_quiet_seconds_is_held_by_the_machines_last_seconds()
         reasons.append(decision.reason)
         assert scaler.state.replicas <= 2, (t, decision.reason)
     assert scaler.state.replicas == 2 and any("cores are busy" in r for r in reasons)
+
+
+def test_the_forecast_counts_a_trend_only_when_the_seconds_rise_more_consistently_than_noise():
+    from serving.autoscaler.load import forecast
+
+    def seconds(loads):  # loads with a known service time of 0.1 s: requests = load / 0.1
+        return tuple(Sample(t=float(t), in_flight=x, ready_replicas=1, requests=int(round(x * 10)), completed=1)
+                     for t, x in enumerate(loads, 1))
+
+    assert forecast(seconds([100, 103, 98, 101, 104]), 0.1, 10.0) == pytest.approx(104)   # noise: the last second
+    assert forecast(seconds([100, 110, 120, 130, 140]), 0.1, 10.0) == pytest.approx(140 + 10 * 10)
+    assert forecast(seconds([100, 100, 100, 100, 400]), 0.1, 10.0) == pytest.approx(400)  # a step: no trend
+    assert forecast(seconds([100, 110]), 0.1, 10.0) is None

@@ -19,15 +19,10 @@ from serving.autoscaler.simulate.profiles import ModelProfile
 WARM_POOL = 1
 # serving/traffic/dispatcher.py: a request waits at most max_wait_s (5.0 by default) in the gateway's queue, then 429
 GATEWAY_MAX_WAIT_S = 5.0
-# serving/traffic/dispatcher.py PIPELINE_DEPTH: batches in flight per replica when batching (one predicting, one arriving)
-GATEWAY_PIPELINE_DEPTH = 2
-
-
-def replica_holds(profile: ModelProfile) -> int:
-    """What one replica holds at once, as the gateway's batching plan reads it: a batched model's batch size
-    times the pipeline depth, one request otherwise; times the workers that predict side by side."""
-    per_worker = profile.max_batch * GATEWAY_PIPELINE_DEPTH if profile.max_batch > 1 else 1
-    return profile.parallelism * per_worker
+def replica_serves(profile: ModelProfile) -> int:
+    """What one replica predicts at once, as the gateway's batching plan reads it: a batch (or a request
+    unbatched) per worker that predicts side by side."""
+    return profile.parallelism * profile.max_batch
 
 
 class Tollfree:
@@ -36,7 +31,7 @@ class Tollfree:
     def __init__(self, config: ScalingConfig, warm_pool: float = WARM_POOL, profile: Optional[ModelProfile] = None,
                  stream_max_lag_s: Optional[float] = None) -> None:
         # the gateway seeds the starting target from what a replica measured of its model (policy.seeded)
-        self.config = seeded(config, replica_holds(profile)) if profile is not None else config
+        self.config = seeded(config, replica_serves(profile)) if profile is not None else config
         # fed by a stream whose entries may lag this long: what waits is its backlog (Sample.stream_backlog_per_s)
         self.stream_max_lag_s = stream_max_lag_s
         self.warm_pool = warm_pool
