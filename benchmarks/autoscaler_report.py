@@ -18,7 +18,8 @@ def summary(ev: dict, set_name: str, vertical: list[dict]) -> dict:
             "median_rs_ratio": T.median_ratio(rows) if rows else math.nan,
             "median_ok": bool(rows) and T.median_ratio(rows) <= T.RS_RATIO_MEDIAN,
             "kept": sum(k["ok"] for k in kept), "kept_of": len(kept),
-            "bad": sum(r["mine"]["bad"] for r in rows), "replica_seconds": sum(r["mine"]["replica_seconds"] for r in rows)}
+            "bad": sum(r["mine"]["bad"] for r in rows), "replica_seconds": sum(r["mine"]["replica_seconds"] for r in rows),
+            "model": T.model_targets(rows) if rows and all(r.get("start_bad") is not None for r in rows) else None}
 
 
 def print_rows(ev: dict, set_name: str) -> None:
@@ -44,6 +45,13 @@ def print_summary(ev: dict, vertical: list[dict], sets: list[str], args) -> None
         print(f"\n{s}: {t['rows']} rows; not dominated {t['pareto']}/{t['rows']}; near the limit {t['near']}/{t['rows']}; "
               f"median replica-s / bound {t['median_rs_ratio']:.2f} ({'PASS' if t['median_ok'] else 'FAIL'}, <= 1.5); "
               f"kept targets {t['kept']}/{t['kept_of']}")
+        m = t["model"]
+        if m is not None:
+            print(f"  the model's targets: not dominated {m['not_dominated']}/{m['rows']}; bad <= start floor + 1 % "
+                  f"{m['within_start_floor']}/{m['rows']}; replica-s / bound median {m['median_rs_ratio']:.2f} "
+                  f"({'PASS' if m['median_ok'] else 'FAIL'}, <= 1.5), max {m['max_rs_ratio']:.2f} "
+                  f"({'PASS' if m['max_ok'] else 'FAIL'}, <= 2.5); beyond the anchors on steps and bursts "
+                  f"{m['beyond_anchors']}/{m['stepped']}")
         for c in [k for k in ev["kept"] + vertical if k["set"] == s]:
             print(f"  {'PASS' if c['ok'] else 'FAIL'}  {c['target']:<44} {c['trace']:<9} {c['seed']:>2} {c['profile']:<10} {c['detail']}")
         for r in ev["rows"]:

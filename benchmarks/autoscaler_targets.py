@@ -10,6 +10,11 @@ A row is one trace instance (trace, seed) x profile; each policy's run of it is 
    1.5x on the median row.
 3. Kept: spike rows with >= 5x fewer bad requests than HPA, ramp rows at capacity in < 60 s, and the
    vertical axis within 20 % of the best fixed target after 3 cycles and steady.
+
+The model's targets (:func:`model_targets`, judged apart on each set): no row dominated; bad requests at
+most the start floor plus 1 % of the requests on every row; median replica-seconds at most 1.5x the bound
+and none over 2.5x; and, on the rows with steps or bursts, bad requests over the start floor at most half
+of the best baseline's over the same floor, at no more than 1.1x its replica-seconds.
 """
 
 from __future__ import annotations
@@ -38,6 +43,10 @@ RS_RATIO_MEDIAN = 1.5       # ... and on the median row
 SPIKE_RATIO = 5.0
 RAMP_S = 60.0
 VERTICAL_BAND = 0.2
+RS_RATIO_MAX = 2.5          # the model's targets: no row over this multiple of the bound
+STEPPED = ("spike", "ramp", "onoff", "bursty", "flash")   # the trace shapes with steps or bursts
+BEYOND_BAD = 0.5            # at most this share of the best baseline's bad requests over the start floor ...
+BEYOND_RS = 1.1             # ... at no more than this multiple of its replica-seconds
 
 
 def dominates(b: Mapping, t: Mapping) -> bool:
@@ -68,7 +77,32 @@ def row_checks(mine: Mapping, baselines: Mapping[str, Mapping], r: Mapping) -> d
     """Targets 1 and 2 on one row, with what each needs to be read."""
     dominating = [name for name, b in baselines.items() if dominates(b, mine)]
     return {"dominated_by": dominating, "out_of_reach": [n for n in dominating if unreachable(baselines[n], r)],
-            "floor_bad": r["floor_bad"], "bound_rs": r["bound_rs"], **near_limit(mine, r)}
+            "floor_bad": r["floor_bad"], "bound_rs": r["bound_rs"], "start_bad": r.get("start_bad"),
+            **near_limit(mine, r)}
+
+
+def beyond_anchors(mine: Mapping, baselines: Mapping[str, Mapping], start_bad: int) -> dict:
+    """Against the baseline with the fewest bad requests over the start floor: tollfree's excess at most
+    ``BEYOND_BAD`` of its excess, at no more than ``BEYOND_RS`` its replica-seconds."""
+    name, best = min(baselines.items(), key=lambda kv: (kv[1]["bad"], kv[1]["replica_seconds"]))
+    over_mine, over_best = max(0, mine["bad"] - start_bad), max(0, best["bad"] - start_bad)
+    ok = over_mine <= BEYOND_BAD * over_best and mine["replica_seconds"] <= BEYOND_RS * best["replica_seconds"]
+    return {"best": name, "ok": ok, "detail": f"{over_mine:,} vs {name}'s {over_best:,} over the start floor, "
+                                               f"{mine['replica_seconds'] / best['replica_seconds']:.2f}x its replica-s"}
+
+
+def model_targets(rows: Sequence[Mapping]) -> dict:
+    """The model's targets on one set's rows (each with ``mine``, ``baselines`` and :func:`row_checks`)."""
+    ratios = [r["rs_ratio"] for r in rows]
+    stepped = [r for r in rows if r["trace"] in STEPPED]
+    beyond = [beyond_anchors(r["mine"], r["baselines"], r["start_bad"]) for r in stepped]
+    return {"rows": len(rows), "not_dominated": sum(not r["dominated_by"] for r in rows),
+            "within_start_floor": sum(r["extra_over_start"] <= EXTRA_BAD_SHARE for r in rows),
+            "median_rs_ratio": statistics.median(ratios) if ratios else math.nan,
+            "max_rs_ratio": max(ratios, default=math.nan),
+            "median_ok": bool(ratios) and statistics.median(ratios) <= RS_RATIO_MEDIAN,
+            "max_ok": bool(ratios) and max(ratios) <= RS_RATIO_MAX,
+            "stepped": len(stepped), "beyond_anchors": sum(b["ok"] for b in beyond)}
 
 
 def median_ratio(checks: Iterable[Mapping]) -> float:

@@ -70,3 +70,27 @@ def test_reach_of_a_spike_counts_the_floor_and_holds_replicas_for_the_window():
     # 300 req/s needs 4 cpu replicas (92 req/s each) and 3,000 req/s 33: the 180 s at the peak and the
     # 300 s window after it hold 33 for most of the 480 s counted
     assert 33 * 300 < r["bound_rs"] < 33 * 480
+
+
+def test_the_models_targets_judge_the_start_floor_the_bound_and_the_best_baseline_on_steps():
+    from benchmarks import autoscaler_targets as T
+
+    def row(trace, mine, baselines, start_bad, rs_ratio, dominated=()):
+        return {"trace": trace, "mine": mine, "baselines": baselines, "start_bad": start_bad, "rs_ratio": rs_ratio,
+                "dominated_by": list(dominated), "extra_over_start": (mine["bad"] - start_bad) / mine["requests"]}
+
+    run = lambda bad, rs: {"bad": bad, "replica_seconds": rs, "requests": 10_000}   # noqa: E731
+    rows = [
+        # a step: 40 over the start floor of 100 where HPA (the fewest bad) has 200 over it, at 1.05x its replica-s
+        row("spike", run(140, 1050), {"hpa": run(300, 1000), "kpa": run(900, 500)}, 100, 1.2),
+        # a burst: within the start floor + 1 %, but 60 over it against KPA's 100: more than half
+        row("bursty", run(160, 900), {"hpa": run(400, 800), "kpa": run(200, 1000)}, 100, 2.6, dominated=("hpa",)),
+        # no step: not judged beyond the anchors; 2 % over the start floor
+        row("diurnal", run(300, 1000), {"hpa": run(100, 2000)}, 100, 1.4),
+    ]
+    m = T.model_targets(rows)
+    assert (m["rows"], m["not_dominated"], m["within_start_floor"]) == (3, 2, 2)
+    assert m["median_rs_ratio"] == 1.4 and m["median_ok"] and m["max_rs_ratio"] == 2.6 and not m["max_ok"]
+    assert (m["stepped"], m["beyond_anchors"]) == (2, 1)
+    check = T.beyond_anchors(rows[1]["mine"], rows[1]["baselines"], 100)
+    assert check["best"] == "kpa" and not check["ok"] and "60 vs kpa's 100" in check["detail"]
