@@ -48,8 +48,6 @@ ABLATIONS: dict[str, tuple[str, dict[tuple[ModuleType, str], Any]]] = {
                    {(V, "_utilisation_aim"): lambda config, p99, queued_share, slots: config.target_utilisation}),
     "latency-cut": ("the latency cut is proportional (target x goal / p99), no queueing formula",
                     {(V, "_latency_cut"): _proportional_cut}),
-    "spare-share-cap": ("a calm increase not capped by the busy share spare under the aim",
-                        {(V, "_spare_share_cap"): lambda proposal, target, by_util, busy: proposal}),
     "hysteresis": ("each metric's low mark equals its high mark",
                    {(V, "LATENCY_LOW"): V.LATENCY_HIGH, (V, "QUEUE_LOW"): V.QUEUE_HIGH, (V, "UTIL_LOW"): V.UTIL_HIGH}),
     "min-change": ("vertical changes of any size are made (MIN_CHANGE = 0)", {(V, "MIN_CHANGE"): 0.0}),

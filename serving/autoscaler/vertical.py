@@ -3,7 +3,7 @@
 Every ``vertical_interval_s`` the target moves towards the in-flight count at which replicas run at the
 utilisation aim (``by_utilisation``). Under latency or queue stress it is cut at once (by up to
 ``max_step_down``); the target that caused stress becomes a ceiling that lifts ``CEILING_LIFT`` a calm
-cycle; when calm it rises by at most ``max_step_up`` and at most in proportion to the spare busy share.
+cycle; when calm it rises by at most ``max_step_up``.
 Each metric has its own hysteresis marks.
 """
 
@@ -77,12 +77,6 @@ def _contention(config: ScalingConfig, queued_share: float, util: Optional[float
     return queued_share > QUEUE_CONTENTION or util is None or util > config.target_utilisation
 
 
-def _spare_share_cap(proposal: float, target: float, by_util: float, busy: float) -> float:
-    """An increase at most in proportion to the busy share spare under the aim: the busy share grows with the
-    target, so ``target x aim / utilisation`` (= ``target x by_util / busy``) is where it reaches the aim."""
-    return min(proposal, target * by_util / busy)
-
-
 def _by_utilisation(config: ScalingConfig, busy: float, util: float, p99: Optional[float], queued_share: float) -> float:
     """The target at which the replicas run at the utilisation aim; what latency slack adds to the plain
     aim stops at the measured capacity (``slots``)."""
@@ -149,8 +143,6 @@ def _step(config: ScalingConfig, state: "PolicyState", p99: Optional[float], p99
         return max(target * config.max_step_down, by_util), ceiling, "decrease: over the utilisation target"
     if lat_calm and not state.queue_stressed:
         proposal = by_util if by_util is not None else (by_latency or target)
-        if by_util is not None and busy > 0:
-            proposal = _spare_share_cap(proposal, target, by_util, busy)
         if ceiling is not None:
             ceiling *= 1 + CEILING_LIFT
             proposal = min(proposal, ceiling * (1 - MIN_CHANGE))

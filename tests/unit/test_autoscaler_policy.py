@@ -311,22 +311,6 @@ def test_a_long_scale_up_still_lets_latency_lower_the_target():
 
 
 
-def test_an_increase_is_at_most_in_proportion_to_the_spare_busy_share():
-    # a serial model whose gateway counts the request waiting inside the replica as busy: 1.8 in flight at
-    # 92 % busy reads as ~2 slots, 1.5 at 75 % as 2; the aim (0.8 of that) would raise the target of one,
-    # but the busy share allows at most 1 x 0.8 / 0.92 and 1 x 0.8 / 0.75 (under MIN_CHANGE): held
-    for in_flight, util in ((1.8, 0.92), (1.5, 0.75)):
-        config = ScalingConfig(initial_target=1.0, vertical_interval_s=10, latency_slo_ms=500)
-        scaler = EntityScaler(config, replicas=1)
-        decisions = run(scaler, 1, 12, in_flight, ready=1, util=util, p99=60.0, rate=30.0)
-        assert [d for d in decisions if d.vertical] and scaler.state.target == 1.0
-    # a replica at its target and 40 % busy still gets its increase (5 slots: 0.8 / 0.4 = 2x)
-    config = ScalingConfig(initial_target=2.0, vertical_interval_s=10, latency_slo_ms=500)
-    scaler = EntityScaler(config, replicas=1)
-    run(scaler, 1, 12, 2.0, ready=1, util=0.4, p99=60.0, rate=30.0)
-    assert scaler.state.target == pytest.approx(4.0)
-
-
 def test_a_stream_backlog_adds_the_replicas_that_serve_its_arrivals_within_max_lag_s():
     """2 replicas serve 100 events/s of 0.2 s (20 in flight, target 10 each); 600 events wait and must drain within
     10 s, 60 a second more: (100 + 60) x 0.2 = 32 in flight, 4 replicas."""
