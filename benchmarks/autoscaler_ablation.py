@@ -38,6 +38,8 @@ ABLATIONS: dict[str, tuple[str, dict[tuple[ModuleType, str], Any]]] = {
                  {(P, "forecast"): lambda samples, service, lead_s: None}),
     "up-at-boundaries": ("a scale-up decided only at decision_interval_s boundaries, as a scale-down",
                          {(P, "_horizontal"): _up_at_boundaries}),
+    "standing-queue": ("a queue that stands adds nothing: arrivals alone size the replicas",
+                       {(P, "_standing_queue"): lambda config, signals, service_s: 0.0}),
     "settled-stress": ("latency stress judged on every second, not on the settled ones",
                        {(V, "_stress_samples"): lambda active, window: active}),
     "contention": ("latency stress lowers the target without contention too",

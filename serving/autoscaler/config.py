@@ -59,13 +59,13 @@ class ScalingConfig:
     # gateway queue bound. 10,000 as Knative's activator (breakerQueueDepth): 1000 refused bursts
     # of a slow-SLO model (the 10 s io_agent) that its replicas would have drained within the SLO.
     max_queue: int = 10000
-    # load shedding: true bounds the queue, while a replica is ready, by what the measured throughput
-    # answers within 80 % of the SLO (the policy's queue_bound): a request past it gets a 429 at once
-    # instead of a late answer. false (the default) holds up to max_queue, each request at most the
-    # dispatcher's 5 s: a burst waits for the replicas a scale-up adds and is answered late. In the
-    # simulator true meets more targets (benchmarks/README.md); the canary flows have not been verified
-    # with it (a slow challenger's p99 is bounded by the shed queue), so holding stays the default.
-    shed_load: bool = False
+    # load shedding: true (the default) bounds the queue, while a replica is ready, by what the measured
+    # throughput answers within 80 % of the SLO (the policy's queue_bound): a request past it gets a 429
+    # with Retry-After at once instead of a late answer, and those admitted stay within the SLO. false
+    # holds up to max_queue, each request at most the dispatcher's 5 s: a burst waits for the replicas a
+    # scale-up adds and is answered late, and makes the requests behind it late too. Shedding serves
+    # fewer bad requests (late or refused) live and in the simulator (benchmarks/README.md).
+    shed_load: bool = True
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "ScalingConfig":

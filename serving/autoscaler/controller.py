@@ -59,10 +59,10 @@ class Backend(Protocol):
 class EntityScaler:
     """One served entity's autoscaler: its sample history and policy state. ``observe`` then ``decide``."""
 
-    def __init__(self, config: ScalingConfig, replicas: Optional[int] = None) -> None:
+    def __init__(self, config: ScalingConfig, replicas: Optional[int] = None, serves: Optional[float] = None) -> None:
         self.config = config
         self.history = SampleHistory(keep_s=config.scale_down_window_s + config.vertical_interval_s + 1)
-        self.state = PolicyState.initial(config, replicas)
+        self.state = PolicyState.initial(config, replicas, serves)
 
     def observe(self, sample: Sample) -> None:
         self.history.add(sample)
@@ -148,18 +148,21 @@ class Controller:
         self.reconcile_s = reconcile_s
         self._lock = threading.Lock()
 
-    def set_config(self, key: EntityKey, config: ScalingConfig, replicas: Optional[int] = None) -> None:
+    def set_config(self, key: EntityKey, config: ScalingConfig, replicas: Optional[int] = None,
+                   serves: Optional[float] = None) -> None:
         """Add a served entity or replace its config (the learned target and replica count carry over).
 
         ``replicas``: what a new entity was deployed with (a rollout starts at least one, as Knative
         starts a revision at its initial scale); the policy starts from it, not from ``min_replicas``,
-        so a scale-to-zero entity leaves only after its idle window, not at the first step."""
+        so a scale-to-zero entity leaves only after its idle window, not at the first step. ``serves``:
+        what one replica predicts at once, as measured (the horizontal axis counts no more a replica)."""
         with self._lock:
             old = self.scalers.get(key)
-            scaler = EntityScaler(config, replicas)
+            scaler = EntityScaler(config, replicas, serves)
             if old is not None:
                 scaler.history = old.history
-                scaler.state = PolicyState(replicas=old.state.replicas, target=min(config.max_target, max(config.min_target, old.state.target)))
+                scaler.state = PolicyState(replicas=old.state.replicas, serves=serves or old.state.serves,
+                                           target=min(config.max_target, max(config.min_target, old.state.target)))
             self.scalers[key] = scaler
 
     def resume(self, key: EntityKey, state: PolicyState, samples: list[Sample], now: float) -> None:

@@ -8,9 +8,11 @@ service time (Little's law), or the requests in service when more (``load.py``).
 serves only ``Sample.ready_in_s`` later (a standby's activation, a cold start, a pod), so the policy sizes
 for the larger of the scale-up window's peak load and the load forecast at that lead time (the last
 second's load plus the trend of the last ``FORECAST_S`` seconds, a median of pairwise slopes that a step
-does not move, times the lead time); an entity fed by a stream adds its backlog's arrivals
-(``Sample.stream_backlog_per_s``) times the service time. Replicas = ``ceil(need / target)``, the target
-being the per-replica concurrency the vertical axis learns. Up at any second the need is over the
+does not move, counted when the seconds rise more consistently than noise, times the lead time), and a
+queue that stood through those seconds (clients in a closed loop) served within the latency goal; an
+entity fed by a stream adds its backlog's arrivals (``Sample.stream_backlog_per_s``) times the service time. Replicas = ``ceil(need / target)``, the target
+being the per-replica concurrency the vertical axis learns (at most what a replica predicts at once,
+``PolicyState.serves``, when that was measured). Up at any second the need is over the
 replicas' capacity; down only at a ``decision_interval_s`` boundary, sized on the scale-down window's peak
 and only when it is ``tolerance`` under capacity. The last replica leaves only through the idle window;
 replicas that share one machine (``Sample.cores``) do not grow past its cores while they are busy.
@@ -53,11 +55,13 @@ class PolicyState:
     queue_stressed: bool = False
     utilisation_high: bool = False
     ceiling: Optional[float] = None       # a target that caused stress: increases stay below it
+    serves: Optional[float] = None        # what one replica predicts at once, as measured (None: unknown)
 
     @classmethod
-    def initial(cls, config: ScalingConfig, replicas: Optional[int] = None) -> "PolicyState":
+    def initial(cls, config: ScalingConfig, replicas: Optional[int] = None,
+                serves: Optional[float] = None) -> "PolicyState":
         start = config.min_replicas if replicas is None else replicas
-        return cls(replicas=start, target=config.initial_target)
+        return cls(replicas=start, target=config.initial_target, serves=serves)
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,17 @@ def _due(last: Optional[float], started: Optional[float], interval: float, now: 
     return ref is not None and now - ref >= interval - 1e-9
 
 
+def _standing_queue(config: ScalingConfig, signals: Signals, service_s: Optional[float]) -> float:
+    """The concurrency that serves, within the latency goal, a queue that stood through each of the last
+    ``FORECAST_S`` seconds (its smallest): the demand of clients that wait for their answer before they send
+    again (a closed loop), whose arrivals never exceed the throughput. First in, first out, the last of ``Q``
+    waiting is served after ``Q x service time / replicas``. A queue a burst left, draining, does not count."""
+    recent = signals.samples[-FORECAST_S:]
+    if service_s is None or len(recent) < FORECAST_S:
+        return 0.0
+    return min(s.queue_depth for s in recent) * service_s / (LATENCY_GOAL * config.latency_slo_ms / 1000.0)
+
+
 def _held_at_cores(signals: Signals, now: float, current: int, desired: int) -> Optional[tuple[int, float]]:
     """For replicas sharing one machine: the most replicas worth having, ``max(current, cores)`` while the
     cores were at least ``CORES_BUSY`` busy over the last ``HOLD_WINDOW_S`` (else ``desired``), with that busy
@@ -152,30 +167,35 @@ def _horizontal(config: ScalingConfig, signals: Signals, state: PolicyState, now
     """The replica count the model asks for at ``now`` (scale-down only when ``due``), why, and its inputs."""
     target, current, last = state.target, state.replicas, signals.last
     floor = floor_replicas(config, target)
+    # a replica serves at most what it predicts at once, whatever its target (a fixed max_concurrency, say)
+    per_replica = min(target, state.serves) if state.serves else target
     service_s = recent_service_s(config, signals, now)
     lead_s = last.ready_in_s if last is not None else 0.0
     peak = max_load(signals, now, config.scale_up_window_s, service_s) or 0.0
     ahead = forecast(signals.samples[-FORECAST_S:], service_s, lead_s)
     recent = signals.since(now - config.scale_up_window_s)
     backlog = max((s.stream_backlog_per_s for s in recent), default=0.0) * (service_s or 0.0)
-    need_up = max(peak, ahead if ahead is not None else 0.0) + backlog
+    standing = _standing_queue(config, signals, service_s)
+    need_up = max(peak, ahead if ahead is not None else 0.0, standing) + backlog
     inputs: dict[str, Any] = {"load_up": need_up, "peak": peak, "forecast": ahead, "lead_s": lead_s,
-                              "stream_backlog": backlog, "target": target, "current": current,
+                              "standing_queue": standing,
+                              "stream_backlog": backlog, "target": target, "per_replica": per_replica,
+                              "current": current,
                               "service_s": service_s, "boundary": due}
     desired, reason = current, "within tolerance"
     if current == 0:
         if need_up > 0:
-            desired, reason = max(1, math.ceil(need_up / target - 1e-9)), "activation"
-    elif need_up > current * target:
-        desired, reason = math.ceil(need_up / target - 1e-9), "scale up"
+            desired, reason = max(1, math.ceil(need_up / per_replica - 1e-9)), "activation"
+    elif need_up > current * per_replica:
+        desired, reason = math.ceil(need_up / per_replica - 1e-9), "scale up"
     elif due:
-        need_down = (max_load(signals, now, config.scale_down_window_s, service_s) or 0.0) + backlog
+        need_down = max(max_load(signals, now, config.scale_down_window_s, service_s) or 0.0, standing) + backlog
         inputs["load_down"] = need_down
         idle_for = now - (state.last_busy if state.last_busy is not None else now)
         if config.scale_to_zero and floor == 0 and need_down == 0 and idle_for >= config.idle_window_s:
             return 0, "idle: scale to zero", inputs
-        if need_down < current * target * (1 - config.tolerance):
-            desired, reason = math.ceil(need_down / target - 1e-9), "scale down"
+        if need_down < current * per_replica * (1 - config.tolerance):
+            desired, reason = math.ceil(need_down / per_replica - 1e-9), "scale down"
     held = _held_at_cores(signals, now, current, desired)
     if held is not None:
         inputs["cores_busy"] = held[1]

@@ -173,15 +173,20 @@ class GatewaySignals:
         return out
 
 
-def seeded(config: ScalingConfig, entity: ReplicaSet) -> ScalingConfig:
-    """The config with its starting target seeded from the batching plan the replica measured
-    (``policy.seeded``): a batched replica predicts a batch at once, an unbatched one a request.
-    Unchanged until a replica has measured its model."""
+def replica_serves(entity: ReplicaSet) -> int | None:
+    """What one replica of ``entity`` predicts at once, from the batching plan it measured: a batch when
+    batching pays, else a request (it predicts one call at a time); None until a replica has measured it."""
     dispatcher = entity.dispatcher
     if dispatcher is None or dispatcher.plan.single_ms <= 0:
-        return config
-    plan = dispatcher.plan
-    return policy_seeded(config, plan.max_batch if plan.enabled else 1)
+        return None
+    return dispatcher.plan.max_batch if dispatcher.plan.enabled else 1
+
+
+def seeded(config: ScalingConfig, entity: ReplicaSet) -> ScalingConfig:
+    """The config with its starting target seeded from what a replica predicts at once (``policy.seeded``);
+    unchanged until a replica has measured its model."""
+    serves = replica_serves(entity)
+    return config if serves is None else policy_seeded(config, serves)
 
 
 class ReplicaSets:
@@ -274,7 +279,7 @@ class LiveAutoscaler:
                     if fresh:
                         self.controller.remove(key)  # a new entity (new version): start from its own plan
                     config = seeded(entity.scaling, entity)
-                    self.controller.set_config(key, config, len(entity.replicas))
+                    self.controller.set_config(key, config, len(entity.replicas), replica_serves(entity))
                     if known is None:  # not decided for here before: perhaps by a previous leader
                         self._resume(key, entity, config)
                     self._configs[key] = (id(entity), entity.scaling)

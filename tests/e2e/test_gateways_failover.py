@@ -40,18 +40,18 @@ from tests.services import haproxy_server
 pytestmark = pytest.mark.slow
 
 NAME = "fraud-shared"
-# Requests in service per replica (vertical axis off): 12 clients want one replica; 64 want two. The policy's load
-# counts requests in service, not those waiting at the gateway, and one replica has about 32-40 of these 32-row
-# requests in service at saturation (batched, two batches at a time): that, not the 64 clients, is what the step
-# reads (31-41 over 2026-12-04's runs), so the target sits at 20, well above 12 and well below 31 (at 40 the step waited
-# on noise to cross it, 5k-80k requests, and once timed out). The load estimate (arrivals x service time) can run
-# up to twice the clients for a few seconds after a replica joins (the service time lags the new throughput; seen
-# in CI, 2026-12-03), so the test keeps one replica until the step.
+# Vertical axis off: the test is the horizontal axis's, through a failover. A replica predicts one call at a time, so
+# closed-loop clients keep it busy and the rest wait: the policy sizes for a queue that stands through its last
+# seconds, served within 80 % of the SLO (``policy._standing_queue``). With a 100 ms SLO, 12 clients' waiting 11
+# (a few ms each) fit one replica; 64 clients' 63 do not, and a second replica comes. The load step holds what one
+# replica cannot take until the second is up (shed_load false): every request must answer 200 through the failover
+# and the step, where the default would refuse the excess at once.
 # Requests carry 32 rows each: the replica's time, not the clients' own CPU, then sets how many are in flight
 # (with single rows, 64 threads in one Python process kept fewer than 48 in flight in CI).
 TARGET = 20
 ROWS = 32
-AUTOSCALING = {"initial_target": TARGET, "vertical": False, "scale_down_window_s": 900}
+AUTOSCALING = {"initial_target": TARGET, "vertical": False, "scale_down_window_s": 900, "shed_load": False,
+               "latency_slo_ms": 100}
 
 
 def _registered(database) -> list:  # type: ignore[no-untyped-def]
@@ -85,7 +85,7 @@ def _decisions(url: str, admin: dict) -> str:
         i = d["inputs"]
         if "load_up" in i:
             lines.append(f"{d['t']:.1f} replicas={d['replicas']} ready={d['ready_replicas']} {d['reason']} "
-                         f"load_up={i['load_up']:.1f} load_down={i['load_down']:.1f} service_s={i['service_s']}")
+                         f"load_up={i['load_up']:.1f} load_down={i.get('load_down')} service_s={i['service_s']}")
     return "\n".join(lines)
 
 
@@ -195,7 +195,8 @@ def test_behind_haproxy_the_follower_takes_over_from_a_killed_leader_and_keeps_s
           f"lease taken over in {took_over_s:.2f} s; the leader saw {seen_by_leader:.1f} in flight from the follower's "
           f"12 clients; load step: {len(stepped)} requests until a second replica")
     assert set(shared_load) == {200}, sorted(set(shared_load))
-    assert seen_by_leader >= 6, f"the leader's autoscaler saw a load of {seen_by_leader} from 12 clients on the follower"
+    # the leader has no client of its own: what it decided on came from the follower's readings (a busy replica)
+    assert seen_by_leader >= 0.5, f"the leader's autoscaler saw a load of {seen_by_leader} from 12 clients on the follower"
     assert {o.status for o in outcomes} == {200}, sorted({o.status for o in outcomes})
     assert {o.status for o in stepped} == {200}, sorted({o.status for o in stepped})
     assert len(after) > 20 and took_over_s < 10.0

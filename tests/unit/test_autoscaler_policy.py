@@ -67,12 +67,22 @@ def test_replicas_leave_only_after_the_scale_down_window():
     assert scaler.state.replicas == 2
 
 
-def test_a_backlog_does_not_buy_a_flood_of_replicas():
-    # 2 replicas, 40 requests/s of 0.1 s work = 4 in service, but 400 queued from a burst
+def test_a_burst_s_backlog_draining_buys_nothing_and_a_standing_queue_buys_what_serves_it_in_time():
+    # 2 replicas, 40 requests/s of 0.1 s = 4 in service; a burst leaves 400 queued that drain over the next seconds
     scaler = EntityScaler(horizontal_only(), replicas=2)
-    run(scaler, 1, 11, 404.0, queued=400.0, rate=40.0)
-    # the load is what arrivals need (40/s x 0.1 s = 4 in flight), not the queue a burst left
-    assert scaler.state.replicas <= 2
+    run(scaler, 1, 11, 4.0, rate=40.0)
+    for t, queued in zip(range(11, 16), (400.0, 300.0, 200.0, 100.0, 0.0)):
+        scaler.observe(sample(float(t), 4.0 + queued, 2, queued=queued, rate=40.0))
+        scaler.decide(float(t))
+    assert scaler.state.replicas <= 2   # the load is what arrivals need (40/s x 0.1 s = 4), not the queue a burst left
+    # a closed loop of 44 clients: 40 wait through every second, 4 in service. FIFO, the last waits 40 x 0.1 s / n:
+    # within 80 % of the 500 ms SLO takes 40 x 0.1 / 0.4 = 10 in service, one replica of target 10
+    closed = EntityScaler(horizontal_only(), replicas=1)
+    decisions = run(closed, 1, 12, 44.0, queued=40.0, rate=40.0)
+    assert closed.state.replicas == 1 and decisions[-1].inputs.get("standing_queue", 10.0) == pytest.approx(10.0)
+    crowded = EntityScaler(horizontal_only(), replicas=1)    # 200 waiting: 50 in service, 5 replicas
+    run(crowded, 1, 12, 204.0, queued=200.0, rate=40.0)
+    assert crowded.state.replicas == 5
 
 
 def test_a_step_is_decided_within_a_second_and_sized_for_the_new_rate_not_projected():

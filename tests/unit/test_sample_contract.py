@@ -36,6 +36,7 @@ class SerialReplica:
         self.url, self.outstanding, self.pid = "serial", 0, -1
         self.lock = asyncio.Lock()
         self.busy_s = 0.0
+        self.calls = 0
 
     def alive(self) -> bool:
         return True
@@ -45,12 +46,14 @@ class SerialReplica:
             began = time.monotonic()
             await asyncio.sleep(SERVICE_S * len(requests))
             self.busy_s += time.monotonic() - began
+            self.calls += len(requests)
         return WireReply([WireAnswer(200, 1, b"[1]", b"") for _ in requests], self.busy_s)
 
 
-def gateway_samples(seconds: int, rate: float) -> list[Sample]:
-    """Poisson arrivals at ``rate`` into a real dispatcher for ``seconds``; ``GatewaySignals`` samples each second."""
-    async def run() -> list[Sample]:
+def gateway_samples(seconds: int, rate: float) -> tuple[list[Sample], float]:
+    """Poisson arrivals at ``rate`` into a real dispatcher for ``seconds``; ``GatewaySignals`` samples each second.
+    Also the replica's own mean predict time (a busy machine oversleeps: that, not SERVICE_S, is the truth)."""
+    async def run() -> tuple[list[Sample], float]:
         replica = SerialReplica()
         dispatcher = Dispatcher(replica.send, lambda: [replica], limit=lambda: LIMIT, max_queue=1000)
         entity = SimpleNamespace(dispatcher=dispatcher, replicas=[replica], starting=0, model_uri="m",
@@ -70,7 +73,7 @@ def gateway_samples(seconds: int, rate: float) -> list[Sample]:
                 next_sample += 1.0
             await asyncio.sleep(max(0.0, min(next_at, next_sample) - time.monotonic()))
         await asyncio.gather(*tasks)
-        return samples
+        return samples, replica.busy_s / max(1, replica.calls)
 
     return asyncio.run(run())
 
@@ -105,17 +108,21 @@ SERIAL = ModelProfile(name="serial", service_ms=SERVICE_S * 1000, service_sigma=
 
 @pytest.mark.parametrize("producer", ["gateway", "simulator"])
 def test_both_producers_read_the_model_s_service_time_and_count_waits_inside_a_replica_as_queued(producer: str) -> None:
-    samples = (gateway_samples(6, RATE) if producer == "gateway" else simulated_samples(6, RATE, SERIAL))[1:]
+    if producer == "gateway":
+        samples, truth = gateway_samples(6, RATE)
+    else:
+        samples, truth = simulated_samples(6, RATE, SERIAL), SERVICE_S
+    samples = samples[1:]
     measured = service_s(tuple(samples))
     arrivals = sum(s.requests for s in samples) / len(samples)
     utilisation = [s.utilisation for s in samples if s.utilisation is not None]
     print(f"{producer}: service {measured}, arrivals/s {arrivals:.1f}, utilisation {np.mean(utilisation):.2f}, "
           f"in flight {np.mean([s.in_flight for s in samples]):.2f}, queued {np.mean([s.queue_depth for s in samples]):.2f}")
-    assert measured == pytest.approx(SERVICE_S, rel=0.25)        # not the latency, which includes the waits
+    assert measured == pytest.approx(truth, rel=0.2)             # not the latency, which includes the waits
     assert all(0 <= s.queue_depth <= s.in_flight + 1e-9 for s in samples)
     assert all(s.in_flight - s.queue_depth <= 1 + 1e-6 for s in samples)   # one predicted at a time
     assert arrivals == pytest.approx(RATE, rel=0.35)
-    assert utilisation and np.mean(utilisation) == pytest.approx(RATE * SERVICE_S, abs=0.25)
+    assert utilisation and np.mean(utilisation) == pytest.approx(arrivals * truth, abs=0.25)
     assert all(s.ready_replicas == 1 and s.stream_backlog_per_s == 0.0 for s in samples)
 
 

@@ -32,6 +32,7 @@ class Tollfree:
                  stream_max_lag_s: Optional[float] = None) -> None:
         # the gateway seeds the starting target from what a replica measured of its model (policy.seeded)
         self.config = seeded(config, replica_serves(profile)) if profile is not None else config
+        self.serves = replica_serves(profile) if profile is not None else None
         # fed by a stream whose entries may lag this long: what waits is its backlog (Sample.stream_backlog_per_s)
         self.stream_max_lag_s = stream_max_lag_s
         self.warm_pool = warm_pool
@@ -44,7 +45,7 @@ class Tollfree:
     def initial(self, load: float) -> tuple[int, Optional[int]]:
         target = self.config.initial_target
         replicas = max(self.config.min_replicas, math.ceil(load / target))
-        self.scaler = EntityScaler(self.config, replicas=replicas)
+        self.scaler = EntityScaler(self.config, replicas=replicas, serves=self.serves)
         return replicas, max_concurrency_for(self.config, target)
 
     def step(self, view: View) -> Optional[Action]:
