@@ -9,7 +9,8 @@ serves only ``Sample.ready_in_s`` later (a standby's activation, a cold start, a
 for the larger of the scale-up window's peak load and the load forecast at that lead time (the last
 second's load plus the trend of the last ``FORECAST_S`` seconds, a median of pairwise slopes that a step
 does not move, counted when the seconds rise more consistently than noise, times the lead time), and a
-queue that stood through those seconds (clients in a closed loop) served within the latency goal; an
+queue that stood through those seconds with nothing starting (clients in a closed loop) served within the
+latency goal; an
 entity fed by a stream adds its backlog's arrivals (``Sample.stream_backlog_per_s``) times the service time. Replicas = ``ceil(need / target)``, the target
 being the per-replica concurrency the vertical axis learns (at most what a replica predicts at once,
 ``PolicyState.serves``, when that was measured). Up at any second the need is over the
@@ -138,11 +139,14 @@ def _due(last: Optional[float], started: Optional[float], interval: float, now: 
 
 def _standing_queue(config: ScalingConfig, signals: Signals, service_s: Optional[float]) -> float:
     """The concurrency that serves, within the latency goal, a queue that stood through each of the last
-    ``FORECAST_S`` seconds (its smallest): the demand of clients that wait for their answer before they send
-    again (a closed loop), whose arrivals never exceed the throughput. First in, first out, the last of ``Q``
-    waiting is served after ``Q x service time / replicas``. A queue a burst left, draining, does not count."""
+    ``FORECAST_S`` seconds (its smallest) with nothing starting and not draining: the demand of clients that
+    wait for their answer before they send again (a closed loop), whose arrivals never exceed the throughput.
+    First in, first out, the last of ``Q`` waiting is served after ``Q x service time / replicas``. A queue
+    that replicas being started will serve, or that drains, adds nothing: it is gone before more could start."""
     recent = signals.samples[-FORECAST_S:]
-    if service_s is None or len(recent) < FORECAST_S:
+    if service_s is None or len(recent) < FORECAST_S or recent[-1].queue_depth < recent[0].queue_depth:
+        return 0.0
+    if any(s.ready_replicas < s.replicas for s in recent):
         return 0.0
     return min(s.queue_depth for s in recent) * service_s / (LATENCY_GOAL * config.latency_slo_ms / 1000.0)
 
