@@ -36,10 +36,11 @@ from serving.autoscaler.load import forecast, max_load, queue_bound, recent_serv
 from serving.autoscaler.signals import Signals
 from serving.autoscaler.vertical import LATENCY_GOAL, retune
 
-FORECAST_S = 5                # the trend of the load is read over this many last seconds
+FORECAST_S = 5                # the trend of the load, and a standing queue, are read over this many last seconds
 CORES_BUSY = 0.9              # a machine whose cores were this busy over its last HOLD_WINDOW_S has none to spare
-_DEFAULT_TARGET = ScalingConfig().initial_target
 HOLD_WINDOW_S = 1.0           # the machine's busy share is read over its last second: a scale-up is decided at any second
+
+_DEFAULT_TARGET = ScalingConfig().initial_target
 
 
 @dataclass(frozen=True)
@@ -182,10 +183,8 @@ def _horizontal(config: ScalingConfig, signals: Signals, state: PolicyState, now
     standing = _standing_queue(config, signals, service_s)
     need_up = max(peak, ahead if ahead is not None else 0.0, standing) + backlog
     inputs: dict[str, Any] = {"load_up": need_up, "peak": peak, "forecast": ahead, "lead_s": lead_s,
-                              "standing_queue": standing,
-                              "stream_backlog": backlog, "target": target, "per_replica": per_replica,
-                              "current": current,
-                              "service_s": service_s, "boundary": due}
+                              "standing_queue": standing, "stream_backlog": backlog, "target": target,
+                              "per_replica": per_replica, "current": current, "service_s": service_s, "boundary": due}
     desired, reason = current, "within tolerance"
     if current == 0:
         if need_up > 0:
