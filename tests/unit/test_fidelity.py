@@ -205,3 +205,11 @@ def test_the_replay_runs_the_scenarios_block_at_its_pool_size(monkeypatch):
         assert (config.vertical, config.shed_load, config.scale_down_window_s) == (scenario.vertical, scenario.shed, 20)
         assert config.initial_target == 1   # set (vertical off), or seeded from a serial model's profile (on)
         assert seen["trace"].step_at == pytest.approx(8.7) and seen["trace"].step_rate == scenario.step_rate
+
+
+def test_an_unknown_scenario_is_refused_naming_it_before_anything_runs(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        f.main(["--scenarios", "step-pool3,stepp-pool9"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "stepp-pool9" in err and "--list" in err
