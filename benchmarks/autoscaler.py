@@ -52,14 +52,19 @@ from serving.autoscaler.simulate.profiles import PRESETS
 PROFILES = ("cpu", "io_agent", "embedding")
 WARMUP_S = 120.0
 REAL_MEAN_RPS = 2000.0
-TRACES = Path(__file__).resolve().parent / "traces"   # the two Azure LLM traces (README there: source, licence)
+TRACES = Path(__file__).resolve().parent / "traces"  # the two Azure LLM traces (README there: source, licence)
 CONSTANT_RPS = {"cpu": 1000.0, "io_agent": 2000.0, "embedding": 2000.0}
 VERTICAL_CYCLES = 3
 # The sweep's replica-seconds differ by 1-2 % between seeds, as much as neighbouring targets differ:
 # one seed picks its "best" by noise, so the sweep averages three.
 SWEEP_SEEDS = 3
-QUICK = {"diurnal": {"day_s": 300.0}, "onoff": {"cycles": 2}, "bursty": {"duration_s": 300.0},
-         "sawtooth": {"cycles": 1}, "flash": {"at_s": (100.0,), "duration_s": 300.0}}
+QUICK = {
+    "diurnal": {"day_s": 300.0},
+    "onoff": {"cycles": 2},
+    "bursty": {"duration_s": 300.0},
+    "sawtooth": {"cycles": 1},
+    "flash": {"at_s": (100.0,), "duration_s": 300.0},
+}
 
 
 @lru_cache(maxsize=8)
@@ -88,34 +93,67 @@ def run_one(job: tuple) -> dict:
     trace_name, seed, profile_name, policy_name, quick, shed, warm_pool, rule = job
     profile = PRESETS[profile_name]
     t0 = time.perf_counter()
-    policy = (tollfree_policy(profile_name, shed, warm_pool) if policy_name == "tollfree"
-              else make_policy(policy_name, profile))
+    policy = (
+        tollfree_policy(profile_name, shed, warm_pool)
+        if policy_name == "tollfree"
+        else make_policy(policy_name, profile)
+    )
     with ablated(rule):
-        result = simulate(load_trace(trace_name, seed, quick), profile, policy, seed=seed, timeline=False,
-                          warmup_s=WARMUP_S)
+        result = simulate(
+            load_trace(trace_name, seed, quick), profile, policy, seed=seed, timeline=False, warmup_s=WARMUP_S
+        )
     out = result.summary()
-    out.update(trace=trace_name, seed=seed, profile=profile_name, policy=policy_name, bad=result.bad,
-               ablate=rule, wall_s=round(time.perf_counter() - t0, 2))
+    out.update(
+        trace=trace_name,
+        seed=seed,
+        profile=profile_name,
+        policy=policy_name,
+        bad=result.bad,
+        ablate=rule,
+        wall_s=round(time.perf_counter() - t0, 2),
+    )
     return out
 
 
 def sweep_one(job: tuple) -> dict:
     profile_name, target, seed, seconds, shed = job
-    policy = Tollfree(tollfree_config(PRESETS[profile_name], vertical=False, initial_target=target,
-                                      min_target=min(1.0, target), max_target=max(1024.0, target),
-                                      **({} if shed is None else {"shed_load": shed})))
-    r = simulate(constant(CONSTANT_RPS[profile_name], seconds, seed), PRESETS[profile_name], policy, seed=seed,
-                 timeline=False, warmup_s=WARMUP_S)
-    return {"profile": profile_name, "target": target, "replica_seconds": r.replica_seconds,
-            "bad_share": r.bad / r.requests}
+    policy = Tollfree(
+        tollfree_config(
+            PRESETS[profile_name],
+            vertical=False,
+            initial_target=target,
+            min_target=min(1.0, target),
+            max_target=max(1024.0, target),
+            **({} if shed is None else {"shed_load": shed}),
+        )
+    )
+    r = simulate(
+        constant(CONSTANT_RPS[profile_name], seconds, seed),
+        PRESETS[profile_name],
+        policy,
+        seed=seed,
+        timeline=False,
+        warmup_s=WARMUP_S,
+    )
+    return {
+        "profile": profile_name,
+        "target": target,
+        "replica_seconds": r.replica_seconds,
+        "bad_share": r.bad / r.requests,
+    }
 
 
 def learn_one(job: tuple) -> dict:
     profile_name, seed, seconds, shed, warm_pool, rule = job
     policy = tollfree_policy(profile_name, shed, warm_pool)
     with ablated(rule):
-        simulate(constant(CONSTANT_RPS[profile_name], seconds, seed), PRESETS[profile_name], policy, seed=seed,
-                 timeline=False)
+        simulate(
+            constant(CONSTANT_RPS[profile_name], seconds, seed),
+            PRESETS[profile_name],
+            policy,
+            seed=seed,
+            timeline=False,
+        )
     return {"profile": profile_name, "seed": seed, "targets": [(round(t, 1), round(x, 3)) for t, x in policy.targets]}
 
 
@@ -131,13 +169,15 @@ def best_fixed(swept: list[dict], profile_name: str) -> float | None:
     for r in swept:
         if r["profile"] == profile_name:
             groups.setdefault(r["target"], []).append(r)
-    means = [(t, sum(r["replica_seconds"] for r in g) / len(g), sum(r["bad_share"] for r in g) / len(g))
-             for t, g in groups.items()]
+    means = [
+        (t, sum(r["replica_seconds"] for r in g) / len(g), sum(r["bad_share"] for r in g) / len(g))
+        for t, g in groups.items()
+    ]
     ok = [m for m in means if m[2] <= 0.01]
     return min(ok, key=lambda m: m[1])[0] if ok else None
 
 
-REACH_SMOOTH_S = 10          # the need is the 10-s mean rate: a burst shorter than a replica start is queued
+REACH_SMOOTH_S = 10  # the need is the 10-s mean rate: a burst shorter than a replica start is queued
 
 
 @lru_cache(maxsize=256)
@@ -166,10 +206,13 @@ def reach(trace_name: str, profile_name: str, seed: int, quick: bool) -> dict:
     floor = int(np.count_nonzero(svc_ms > profile.slo_ms))
     start = int(math.ceil(profile.warm_start_s + profile.model_load_s))
     asked = np.maximum(1.0, np.ceil(counts / profile.replica_rps() - 1e-9)).rolling(window + 1, min_periods=1).max()
-    ready = asked.shift(start).fillna(need.iloc[0])     # each second's own rate, asked at once, ready a start later
+    ready = asked.shift(start).fillna(need.iloc[0])  # each second's own rate, asked at once, ready a start later
     excess = start_excess(counts.to_numpy(), ready.to_numpy() * profile.replica_rps(), profile.slo_ms / 1000.0)
-    return {"floor_bad": floor, "bound_rs": float(held.iloc[int(WARMUP_S):].sum()),
-            "start_bad": floor + int(excess[int(WARMUP_S):].sum())}
+    return {
+        "floor_bad": floor,
+        "bound_rs": float(held.iloc[int(WARMUP_S) :].sum()),
+        "start_bad": floor + int(excess[int(WARMUP_S) :].sum()),
+    }
 
 
 def start_excess(arrivals: np.ndarray, capacity_rps: np.ndarray, slo_s: float) -> np.ndarray:
@@ -191,8 +234,9 @@ def row_keys(sets: list[str], held_out_seeds: int = 5) -> list[tuple[str, str, i
 
 
 def jobs_for(keys, policies, args, rule=None) -> list[tuple]:
-    return [(t, seed, p, pol, args.quick, args.shed, args.warm_pool, rule)
-            for _, t, seed, p in keys for pol in policies]
+    return [
+        (t, seed, p, pol, args.quick, args.shed, args.warm_pool, rule) for _, t, seed, p in keys for pol in policies
+    ]
 
 
 def evaluate(keys, by: dict, args, mine_of=lambda k: k) -> dict:
@@ -208,12 +252,24 @@ def evaluate(keys, by: dict, args, mine_of=lambda k: k) -> dict:
     for r in rows:
         if r["trace"] == "spike":
             ratio = T.spike_ratio(r["mine"], r["baselines"]["hpa"])
-            kept.append({**_key(r), "target": "spike: >= 5x fewer bad than HPA", "ok": ratio >= T.SPIKE_RATIO,
-                         "detail": f"{ratio:.1f}x ({r['mine']['bad']:,} vs {r['baselines']['hpa']['bad']:,})"})
+            kept.append(
+                {
+                    **_key(r),
+                    "target": "spike: >= 5x fewer bad than HPA",
+                    "ok": ratio >= T.SPIKE_RATIO,
+                    "detail": f"{ratio:.1f}x ({r['mine']['bad']:,} vs {r['baselines']['hpa']['bad']:,})",
+                }
+            )
         if r["trace"] == "ramp":
             ttc = r["mine"]["time_to_capacity_s"]
-            kept.append({**_key(r), "target": "ramp: capacity < 60 s", "ok": ttc is not None and ttc < T.RAMP_S,
-                         "detail": f"{ttc} s"})
+            kept.append(
+                {
+                    **_key(r),
+                    "target": "ramp: capacity < 60 s",
+                    "ok": ttc is not None and ttc < T.RAMP_S,
+                    "detail": f"{ttc} s",
+                }
+            )
     return {"rows": rows, "kept": kept}
 
 
@@ -225,12 +281,23 @@ def vertical_checks(learned: list[dict], swept: list[dict], sets: list[str]) -> 
     out = []
     for rec in learned:
         best = best_fixed(swept, rec["profile"])
-        check = ({"ok": False, "detail": "no sweep point with <= 1 % bad"} if best is None
-                 else T.vertical_check(rec["targets"], best, VERTICAL_CYCLES))
+        check = (
+            {"ok": False, "detail": "no sweep point with <= 1 % bad"}
+            if best is None
+            else T.vertical_check(rec["targets"], best, VERTICAL_CYCLES)
+        )
         s = "tuning" if rec["seed"] == 0 else "held-out"
         if s in sets:
-            out.append({"set": s, "trace": "constant", "seed": rec["seed"], "profile": rec["profile"],
-                        "target": "vertical: within 20 % in 3 cycles, steady", **check})
+            out.append(
+                {
+                    "set": s,
+                    "trace": "constant",
+                    "seed": rec["seed"],
+                    "profile": rec["profile"],
+                    "target": "vertical: within 20 % in 3 cycles, steady",
+                    **check,
+                }
+            )
     return out
 
 
@@ -240,8 +307,9 @@ def learn_seeds(sets: list[str], quick: bool, held_out_seeds: int = 5) -> list[i
 
 
 def run_all(pool: ProcessPoolExecutor, jobs: list[tuple]) -> dict:
-    return {(r["trace"], r["seed"], r["profile"], r["policy"], r["ablate"]): r
-            for r in pool.map(run_one, jobs, chunksize=1)}
+    return {
+        (r["trace"], r["seed"], r["profile"], r["policy"], r["ablate"]): r for r in pool.map(run_one, jobs, chunksize=1)
+    }
 
 
 def baseline_runs(pool: ProcessPoolExecutor, keys, args) -> dict:
@@ -264,8 +332,9 @@ def ablation(pool, keys, by: dict, swept: list[dict], sets: list[str], rules: li
     out = []
     for rule in rules:
         runs = run_all(pool, jobs_for(keys, ("tollfree",), args, rule))
-        learned = list(pool.map(learn_one, [(p, s, seconds, args.shed, args.warm_pool, rule)
-                                            for p in PROFILES for s in seeds]))
+        learned = list(
+            pool.map(learn_one, [(p, s, seconds, args.shed, args.warm_pool, rule) for p in PROFILES for s in seeds])
+        )
         merged = dict(by)
         merged.update({k[:4]: r for k, r in runs.items()})
         ev = evaluate(keys, merged, args)
@@ -279,6 +348,7 @@ def ablation(pool, keys, by: dict, swept: list[dict], sets: list[str], rules: li
 def plots(ev: dict, out_dir: Path, args) -> list[str]:
     """PNGs of the three rows where tollfree wins most and the three where it loses most."""
     from serving.autoscaler.simulate.plot import plot
+
     best, worst = T.extremes(ev["rows"])
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -288,8 +358,11 @@ def plots(ev: dict, out_dir: Path, args) -> list[str]:
             trace = load_trace(r["trace"], r["seed"], args.quick)
             results = {}
             for name in ALL_POLICIES:
-                policy = (tollfree_policy(r["profile"], args.shed, args.warm_pool) if name == "tollfree"
-                          else make_policy(name, profile))
+                policy = (
+                    tollfree_policy(r["profile"], args.shed, args.warm_pool)
+                    if name == "tollfree"
+                    else make_policy(name, profile)
+                )
                 res = simulate(trace, profile, policy, seed=r["seed"], timeline=True, warmup_s=WARMUP_S)
                 res.timeline["slo_ms"] = profile.slo_ms
                 results[name] = res
@@ -302,16 +375,26 @@ def plots(ev: dict, out_dir: Path, args) -> list[str]:
 def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.autoscaler")
     ap.add_argument("--set", choices=("tuning", "held-out", "both"), default="both")
-    ap.add_argument("--warm-pool", type=float, default=WARM_POOL,
-                    help=f"tollfree's standbys (default {WARM_POOL}, the gateway's; 0: cold; inf: unlimited)")
+    ap.add_argument(
+        "--warm-pool",
+        type=float,
+        default=WARM_POOL,
+        help=f"tollfree's standbys (default {WARM_POOL}, the gateway's; 0: cold; inf: unlimited)",
+    )
     shed = ap.add_mutually_exclusive_group()
     shed.add_argument("--shed", dest="shed", action="store_const", const=True, help="shed_load true")
     shed.add_argument("--hold", dest="shed", action="store_const", const=False, help="shed_load false")
     ap.add_argument("--ablate", metavar="RULE|all", help=f"rerun tollfree with a rule off: {', '.join(ABLATIONS)}")
     ap.add_argument("--baselines", metavar="FILE", help="reuse the baselines' runs of a previous --json output")
     ap.add_argument("--plots", metavar="DIR", help="PNGs of the 3 rows tollfree wins most and the 3 it loses most")
-    ap.add_argument("--held-out-seeds", type=int, default=5, choices=range(1, 6), metavar="1-5",
-                    help="the held-out set's seeds 1..N (default 5; the ablation's table uses fewer to fit in time)")
+    ap.add_argument(
+        "--held-out-seeds",
+        type=int,
+        default=5,
+        choices=range(1, 6),
+        metavar="1-5",
+        help="the held-out set's seeds 1..N (default 5; the ablation's table uses fewer to fit in time)",
+    )
     ap.add_argument("--quick", action="store_true", help="shorter traces (a smoke run)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
@@ -330,16 +413,31 @@ def main(argv: list[str] | None = None) -> int:
     keys = row_keys(sets, args.held_out_seeds)
     seconds = 300.0 if args.quick else 600.0
     shed_used = ScalingConfig().shed_load if args.shed is None else args.shed
-    print(f"{len(keys)} rows x {len(ALL_POLICIES)} policies, {args.workers} workers; tollfree: shed_load "
-          f"{str(shed_used).lower()}, warm pool {args.warm_pool:g} ...", file=sys.stderr)
+    print(
+        f"{len(keys)} rows x {len(ALL_POLICIES)} policies, {args.workers} workers; tollfree: shed_load "
+        f"{str(shed_used).lower()}, warm pool {args.warm_pool:g} ...",
+        file=sys.stderr,
+    )
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         by = baseline_runs(pool, keys, args)
         mine = run_all(pool, jobs_for(keys, ("tollfree",), args))
         by.update({k[:4]: r for k, r in mine.items()})
-        swept = list(pool.map(sweep_one, [(p, t, k, seconds, args.shed) for p in PROFILES for t in sweep_grid(p)
-                                          for k in range(SWEEP_SEEDS)]))
-        learned = list(pool.map(learn_one, [(p, s, seconds, args.shed, args.warm_pool, None) for p in PROFILES
-                                            for s in learn_seeds(sets, args.quick, args.held_out_seeds)]))
+        swept = list(
+            pool.map(
+                sweep_one,
+                [(p, t, k, seconds, args.shed) for p in PROFILES for t in sweep_grid(p) for k in range(SWEEP_SEEDS)],
+            )
+        )
+        learned = list(
+            pool.map(
+                learn_one,
+                [
+                    (p, s, seconds, args.shed, args.warm_pool, None)
+                    for p in PROFILES
+                    for s in learn_seeds(sets, args.quick, args.held_out_seeds)
+                ],
+            )
+        )
         ev = evaluate(keys, by, args)
         vertical = vertical_checks(learned, swept, sets)
         rules = [None, *ABLATIONS] if args.ablate == "all" else ([args.ablate] if args.ablate else [])
@@ -348,24 +446,44 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - started
     if args.json:
         runs = [dict(r, quick=args.quick) for r in by.values()]
-        print(json.dumps({"shed_load": shed_used, "warm_pool": args.warm_pool, "sets": sets, "runs": runs,
-                          "rows": [{k: v for k, v in r.items() if k not in ("mine", "baselines")} for r in ev["rows"]],
-                          "kept": ev["kept"], "vertical": vertical, "learned": learned,
-                          "summary": [summary(ev, s, vertical) for s in sets], "ablation": table, "plots": pngs,
-                          "elapsed_s": round(elapsed, 1), "loadavg": os.getloadavg()}, indent=1, default=str))
+        print(
+            json.dumps(
+                {
+                    "shed_load": shed_used,
+                    "warm_pool": args.warm_pool,
+                    "sets": sets,
+                    "runs": runs,
+                    "rows": [{k: v for k, v in r.items() if k not in ("mine", "baselines")} for r in ev["rows"]],
+                    "kept": ev["kept"],
+                    "vertical": vertical,
+                    "learned": learned,
+                    "summary": [summary(ev, s, vertical) for s in sets],
+                    "ablation": table,
+                    "plots": pngs,
+                    "elapsed_s": round(elapsed, 1),
+                    "loadavg": os.getloadavg(),
+                },
+                indent=1,
+                default=str,
+            )
+        )
         return 0
     for s in sets:
         print_rows(ev, s)
     print_summary(ev, vertical, sets, args)
     for p in PROFILES:
-        print(f"  learned {p}: " + "; ".join(f"seed {x['seed']}: {[t for _, t in x['targets']][:6]}"
-                                             for x in learned if x["profile"] == p))
+        print(
+            f"  learned {p}: "
+            + "; ".join(f"seed {x['seed']}: {[t for _, t in x['targets']][:6]}" for x in learned if x["profile"] == p)
+        )
     if table:
         print_ablation(table)
     for p in pngs:
         print(f"plot: {p}")
-    print(f"tollfree: shed_load {str(shed_used).lower()}, warm pool {args.warm_pool:g}; {elapsed:.0f} s wall, "
-          f"{args.workers} workers, load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"tollfree: shed_load {str(shed_used).lower()}, warm pool {args.warm_pool:g}; {elapsed:.0f} s wall, "
+        f"{args.workers} workers, load average {os.getloadavg()[0]:.2f}"
+    )
     return 0
 
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import time
 import warnings
-import multiprocessing
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ _shared: dict[str, Any] = {}  # the estimator's method and the matrix, inherited
 
 
 def _predict_slice(bounds: tuple[int, int]) -> Any:
-    return _shared["method"](_shared["matrix"][bounds[0]:bounds[1]])
+    return _shared["method"](_shared["matrix"][bounds[0] : bounds[1]])
 
 
 def limit(input_path: Path, output: Path, model_uri: str, workers: int) -> dict[str, float]:
@@ -56,13 +56,22 @@ def limit(input_path: Path, output: Path, model_uri: str, workers: int) -> dict[
     with open(output, "rb") as written:
         os.fsync(written.fileno())
     seconds = time.perf_counter() - started
-    return {"seconds": seconds, "read_s": read_s, "predict_s": predict_s, "write_s": seconds - read_s - predict_s,
-            "workers": workers, "rows": len(predictions)}
+    return {
+        "seconds": seconds,
+        "read_s": read_s,
+        "predict_s": predict_s,
+        "write_s": seconds - read_s - predict_s,
+        "workers": workers,
+        "rows": len(predictions),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.batch_limit", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.batch_limit",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--input", type=Path, required=True)
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--model-uri", required=True)

@@ -10,7 +10,7 @@ import json
 import os
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +30,12 @@ def environ(home: Path, **extra: str) -> dict[str, str]:
     from serving.settings import export_defaults
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TOLLFREE_", "MLFLOW_TRACKING", "PREFECT_"))}
-    env |= {"TOLLFREE_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
-            "PREFECT_HOME": str(home / "prefect"), **extra}
+    env |= {
+        "TOLLFREE_HOME": str(home),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
+        "PREFECT_HOME": str(home / "prefect"),
+        **extra,
+    }
     export_defaults(env)
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
     return env
@@ -62,9 +66,10 @@ def _set_up_world(work: Path, largest: int, seed: int) -> dict[str, Any]:
 
     customers = int(largest / TXNS_PER_CUSTOMER * 1.1) + 100
     started = time.perf_counter()
-    now = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
-    config = synthetic.SyntheticConfig(n_customers=customers, n_merchants=2000, days=DAYS, seed=seed,
-                                       start=now - timedelta(days=DAYS))
+    now = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    config = synthetic.SyntheticConfig(
+        n_customers=customers, n_merchants=2000, days=DAYS, seed=seed, start=now - timedelta(days=DAYS)
+    )
     data = synthetic.generate(config)
     synthetic.write(data, home / "data")
     tx = data.transactions
@@ -87,8 +92,16 @@ def _set_up_world(work: Path, largest: int, seed: int) -> dict[str, Any]:
         path = work / f"input-{size}.parquet"
         tx.tail(size)[COLUMNS].to_parquet(path, index=False)
         inputs[str(size)] = str(path)
-    return {"home": str(home), "largest": largest, "transactions": len(tx), "feature_rows": rows,
-            "model_version": version, "inputs": inputs, "features": {}, "features_parquet": {}}
+    return {
+        "home": str(home),
+        "largest": largest,
+        "transactions": len(tx),
+        "feature_rows": rows,
+        "model_version": version,
+        "inputs": inputs,
+        "features": {},
+        "features_parquet": {},
+    }
 
 
 def _sizes(largest: int) -> list[int]:
@@ -104,8 +117,8 @@ def _train_and_register(home: Path, store: Any, tx: Any) -> str:
 
     from feature_repo import store as feature_store
     from flows import training
-    from serving.registry import versions
     from flows.train import SKOPS_TRUSTED_TYPES
+    from serving.registry import versions
 
     started = time.perf_counter()
     middle = tx[(tx["event_timestamp"] >= tx["event_timestamp"].min() + timedelta(days=8))]
@@ -121,9 +134,14 @@ def _train_and_register(home: Path, store: Any, tx: Any) -> str:
     with mlflow.start_run(experiment_id=experiment):
         example = frame[names].head(3)
         info = mlflow.sklearn.log_model(
-            model, name="model", signature=infer_signature(example, model.predict_proba(example)), input_example=example,
+            model,
+            name="model",
+            signature=infer_signature(example, model.predict_proba(example)),
+            input_example=example,
             pip_requirements=[f"scikit-learn=={sklearn.__version__}", f"mlflow=={mlflow.__version__}"],
-            pyfunc_predict_fn="predict_proba", skops_trusted_types=SKOPS_TRUSTED_TYPES, registered_model_name=MODEL,
+            pyfunc_predict_fn="predict_proba",
+            skops_trusted_types=SKOPS_TRUSTED_TYPES,
+            registered_model_name=MODEL,
             metadata={"feature_service": SERVICE},
         )
     version = str(info.registered_model_version)
@@ -144,8 +162,8 @@ def _register_plain(home: Path, version: str) -> str:
     import sklearn
     from mlflow import MlflowClient
 
-    from serving.registry import versions
     from flows.train import SKOPS_TRUSTED_TYPES
+    from serving.registry import versions
 
     uri = f"sqlite:///{home / 'mlflow.db'}"
     mlflow.set_tracking_uri(uri)
@@ -156,9 +174,13 @@ def _register_plain(home: Path, version: str) -> str:
     experiment = versions.ensure_experiment(client, "bench-batch", home / "mlartifacts")
     with mlflow.start_run(experiment_id=experiment):
         info = mlflow.sklearn.log_model(
-            model, name="model", signature=signature,
+            model,
+            name="model",
+            signature=signature,
             pip_requirements=[f"scikit-learn=={sklearn.__version__}", f"mlflow=={mlflow.__version__}"],
-            pyfunc_predict_fn="predict_proba", skops_trusted_types=SKOPS_TRUSTED_TYPES, registered_model_name=PLAIN_MODEL,
+            pyfunc_predict_fn="predict_proba",
+            skops_trusted_types=SKOPS_TRUSTED_TYPES,
+            registered_model_name=PLAIN_MODEL,
         )
     log(f"registered the same fitted model as {PLAIN_MODEL} v{info.registered_model_version} (no FeatureService)")
     return str(info.registered_model_version)
@@ -172,7 +194,9 @@ def _feature_inputs(work: Path, info: dict[str, Any], sizes: list[int]) -> None:
 
     info.setdefault("features", {})
     info.setdefault("features_parquet", {})
-    wanted = [s for s in sorted({10, *sizes}) if str(s) not in info["features"] or str(s) not in info["features_parquet"]]
+    wanted = [
+        s for s in sorted({10, *sizes}) if str(s) not in info["features"] or str(s) not in info["features_parquet"]
+    ]
     if not wanted:
         return
     largest = pd.read_parquet(info["inputs"][str(info["largest"])])
@@ -201,7 +225,9 @@ def _feature_files(store: Any, rows: Any, csv: Path, parquet: Path, chunk: int =
     try:
         with csv.open("w") as out:
             for i, start in enumerate(range(0, len(rows), chunk)):
-                frame = training.historical_features(store, SERVICE, training.entity_frame(rows.iloc[start:start + chunk]))
+                frame = training.historical_features(
+                    store, SERVICE, training.entity_frame(rows.iloc[start : start + chunk])
+                )
                 frame[names].to_csv(out, index=False, header=i == 0)
                 table = pa.Table.from_pandas(frame[columns], preserve_index=False)
                 if writer is None:

@@ -34,11 +34,12 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -112,14 +113,23 @@ def _resampled(rng: np.random.Generator, n: int) -> pd.DataFrame:
     return rows.iloc[rng.integers(0, len(rows), n)].reset_index(drop=True)
 
 
-SCENARIOS = {s.name: s for s in (
-    Scenario("reported", 1000, 153, _resampled, REPORTED_SHIFTED,
-             lambda: {c: float(_breast_cancer()[c].std()) for c in REPORTED_SHIFTED}),
-    Scenario("small", 1000, 200, _synthetic, SHIFTED, _synthetic_sd),
-    Scenario("medium", 1000, 1000, _synthetic, SHIFTED, _synthetic_sd),
-    Scenario("large", 1000, 10_000, _synthetic, SHIFTED, _synthetic_sd),
-    Scenario("training", 10_000, 10_000, _synthetic, SHIFTED, _synthetic_sd),
-)}
+SCENARIOS = {
+    s.name: s
+    for s in (
+        Scenario(
+            "reported",
+            1000,
+            153,
+            _resampled,
+            REPORTED_SHIFTED,
+            lambda: {c: float(_breast_cancer()[c].std()) for c in REPORTED_SHIFTED},
+        ),
+        Scenario("small", 1000, 200, _synthetic, SHIFTED, _synthetic_sd),
+        Scenario("medium", 1000, 1000, _synthetic, SHIFTED, _synthetic_sd),
+        Scenario("large", 1000, 10_000, _synthetic, SHIFTED, _synthetic_sd),
+        Scenario("training", 10_000, 10_000, _synthetic, SHIFTED, _synthetic_sd),
+    )
+}
 
 
 def windows(scenario: Scenario, seed: int, shift: float = 0.0) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -138,8 +148,16 @@ def _alarm(result: Any, rule: str) -> bool:
     return bool(result.drifted_columns()) if rule == "any-column" else bool(result.dataset_drift)
 
 
-def run_scenario(scenario: Scenario, runs: int, shift_runs: int, config: Any, engine: str, rule: str,
-                 shift: float = SHIFT_SD, first_seed: int = 0) -> dict[str, Any]:
+def run_scenario(
+    scenario: Scenario,
+    runs: int,
+    shift_runs: int,
+    config: Any,
+    engine: str,
+    rule: str,
+    shift: float = SHIFT_SD,
+    first_seed: int = 0,
+) -> dict[str, Any]:
     """``runs`` clean runs and ``shift_runs`` shifted ones, each on its own seed; the rates and their intervals."""
     from monitoring.drift import compute_drift
 
@@ -164,12 +182,18 @@ def run_scenario(scenario: Scenario, runs: int, shift_runs: int, config: Any, en
     clean_ci = stats.binomtest(alarms, runs).proportion_ci(method="exact") if runs else None
     shift_ci = stats.binomtest(caught, shift_runs).proportion_ci(method="exact") if shift_runs else None
     return {
-        "scenario": scenario.name, "reference_rows": scenario.reference_rows, "current_rows": scenario.current_rows,
+        "scenario": scenario.name,
+        "reference_rows": scenario.reference_rows,
+        "current_rows": scenario.current_rows,
         "columns": len(scenario.draw(np.random.default_rng(0), 5).columns),
-        "runs": runs, "false_alarms": alarms, "false_alarm_rate": alarms / runs if runs else None,
+        "runs": runs,
+        "false_alarms": alarms,
+        "false_alarm_rate": alarms / runs if runs else None,
         "false_alarm_ci95": [clean_ci.low, clean_ci.high] if clean_ci else None,
         "columns_per_false_alarm": alarmed_columns / alarms if alarms else None,
-        "shift_runs": shift_runs, "detected": caught, "detection_rate": caught / shift_runs if shift_runs else None,
+        "shift_runs": shift_runs,
+        "detected": caught,
+        "detection_rate": caught / shift_runs if shift_runs else None,
         "detection_ci95": [shift_ci.low, shift_ci.high] if shift_ci else None,
         "detections_naming_only_shifted": exact,
         "seconds": round(time.perf_counter() - started, 1),
@@ -179,8 +203,9 @@ def run_scenario(scenario: Scenario, runs: int, shift_runs: int, config: Any, en
 def _commit() -> str:
     root = Path(__file__).resolve().parents[1]
     found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", *VERDICT_CODE], cwd=root,
-                           capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", *VERDICT_CODE], cwd=root, capture_output=True, text=True
+    ).stdout.strip()
     return found.stdout.strip() + (f" + uncommitted changes to {', '.join(VERDICT_CODE)}" if dirty else "")
 
 
@@ -189,11 +214,13 @@ def _pct(value: float | None) -> str:
 
 
 def table(report: dict[str, Any]) -> str:
-    lines = [f"drift verdict on clean traffic and with 3 columns shifted by {report['shift_sd']} sd ({report['engine']} engine, "
-             f"alarm: {report['alarm']}; "
-             f"settings {report['settings']})",
-             f"{'scenario':<10} {'ref':>6} {'cur':>6} {'cols':>4} {'runs':>5} {'false alarms':>13} {'95 % CI':>19} "
-             f"{'shift runs':>10} {'detected':>9} {'95 % CI':>19} {'only shifted named':>18}"]
+    lines = [
+        f"drift verdict on clean traffic and with 3 columns shifted by {report['shift_sd']} sd ({report['engine']} engine, "
+        f"alarm: {report['alarm']}; "
+        f"settings {report['settings']})",
+        f"{'scenario':<10} {'ref':>6} {'cur':>6} {'cols':>4} {'runs':>5} {'false alarms':>13} {'95 % CI':>19} "
+        f"{'shift runs':>10} {'detected':>9} {'95 % CI':>19} {'only shifted named':>18}",
+    ]
     for r in report["scenarios"] + [report["pooled"]]:
         ci = r["false_alarm_ci95"]
         dci = r["detection_ci95"]
@@ -201,26 +228,44 @@ def table(report: dict[str, Any]) -> str:
             f"{r['scenario']:<10} {r['reference_rows']:>6} {r['current_rows']:>6} {r['columns']:>4} {r['runs']:>5} "
             f"{_pct(r['false_alarm_rate']):>13} {(_pct(ci[0]) + '-' + _pct(ci[1])) if ci else '-':>19} "
             f"{r['shift_runs']:>10} {_pct(r['detection_rate']):>9} {(_pct(dci[0]) + '-' + _pct(dci[1])) if dci else '-':>19} "
-            f"{r['detections_naming_only_shifted']:>18}")
-    lines.append(f"{report['date']}, commit {report['commit']}, {report['seconds']} s, load average "
-                 f"{' '.join(f'{x:.2f}' for x in report['loadavg_before'])} before, "
-                 f"{' '.join(f'{x:.2f}' for x in report['loadavg_after'])} after, {os.cpu_count()} cores")
+            f"{r['detections_naming_only_shifted']:>18}"
+        )
+    lines.append(
+        f"{report['date']}, commit {report['commit']}, {report['seconds']} s, load average "
+        f"{' '.join(f'{x:.2f}' for x in report['loadavg_before'])} before, "
+        f"{' '.join(f'{x:.2f}' for x in report['loadavg_after'])} after, {os.cpu_count()} cores"
+    )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.drift_false_alarms", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.drift_false_alarms",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--runs", type=int, default=1000, help="clean runs per scenario")
-    parser.add_argument("--shift-runs", type=int, default=200, help="runs with 3 columns shifted by 0.5 sd, per scenario")
-    parser.add_argument("--shift-sd", type=float, default=SHIFT_SD, help="how far the 3 columns move, in standard deviations")
+    parser.add_argument(
+        "--shift-runs", type=int, default=200, help="runs with 3 columns shifted by 0.5 sd, per scenario"
+    )
+    parser.add_argument(
+        "--shift-sd", type=float, default=SHIFT_SD, help="how far the 3 columns move, in standard deviations"
+    )
     parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS), help="repeat it; default: all")
-    parser.add_argument("--drift", type=json.loads, default=None, help='drift settings, JSON, as an endpoint\'s '
-                        'monitoring.drift (default: the defaults)')
+    parser.add_argument(
+        "--drift",
+        type=json.loads,
+        default=None,
+        help="drift settings, JSON, as an endpoint's monitoring.drift (default: the defaults)",
+    )
     parser.add_argument("--engine", choices=("fast", "report"), default="fast")
-    parser.add_argument("--alarm", choices=("verdict", "any-column"), default="verdict",
-                        help="verdict: the run's drift verdict; any-column: any drifted column (the flow's rule before "
-                             "the verdict followed the settings)")
+    parser.add_argument(
+        "--alarm",
+        choices=("verdict", "any-column"),
+        default="verdict",
+        help="verdict: the run's drift verdict; any-column: any drifted column (the flow's rule before "
+        "the verdict followed the settings)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.shift_runs < 0:
@@ -229,21 +274,41 @@ def main(argv: list[str] | None = None) -> int:
 
     config = overridden(DriftConfig, args.drift, "drift setting")
     loadavg_before, started = os.getloadavg(), time.perf_counter()
-    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    results = [run_scenario(SCENARIOS[name], args.runs, args.shift_runs, config, args.engine, args.alarm, args.shift_sd)
-               for name in (args.scenario or list(SCENARIOS))]
+    date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    results = [
+        run_scenario(SCENARIOS[name], args.runs, args.shift_runs, config, args.engine, args.alarm, args.shift_sd)
+        for name in (args.scenario or list(SCENARIOS))
+    ]
     pooled_runs, pooled_alarms = sum(r["runs"] for r in results), sum(r["false_alarms"] for r in results)
     pooled_ci = stats.binomtest(pooled_alarms, pooled_runs).proportion_ci(method="exact")
-    pooled = {"scenario": "pooled", "reference_rows": "", "current_rows": "", "columns": "", "runs": pooled_runs,
-              "false_alarms": pooled_alarms, "false_alarm_rate": pooled_alarms / pooled_runs,
-              "false_alarm_ci95": [pooled_ci.low, pooled_ci.high], "shift_runs": "", "detection_rate": None,
-              "detection_ci95": None, "detections_naming_only_shifted": ""}
-    report = {"command": "python -m benchmarks.drift_false_alarms " + " ".join(sys.argv[1:] if argv is None else argv),
-              "date": date, "commit": _commit(), "shift_sd": args.shift_sd,
-              "engine": args.engine, "alarm": args.alarm, "settings": config.__dict__, "scenarios": results,
-              "pooled": pooled,
-              "seconds": round(time.perf_counter() - started, 1), "loadavg_before": loadavg_before,
-              "loadavg_after": os.getloadavg()}
+    pooled = {
+        "scenario": "pooled",
+        "reference_rows": "",
+        "current_rows": "",
+        "columns": "",
+        "runs": pooled_runs,
+        "false_alarms": pooled_alarms,
+        "false_alarm_rate": pooled_alarms / pooled_runs,
+        "false_alarm_ci95": [pooled_ci.low, pooled_ci.high],
+        "shift_runs": "",
+        "detection_rate": None,
+        "detection_ci95": None,
+        "detections_naming_only_shifted": "",
+    }
+    report = {
+        "command": "python -m benchmarks.drift_false_alarms " + " ".join(sys.argv[1:] if argv is None else argv),
+        "date": date,
+        "commit": _commit(),
+        "shift_sd": args.shift_sd,
+        "engine": args.engine,
+        "alarm": args.alarm,
+        "settings": config.__dict__,
+        "scenarios": results,
+        "pooled": pooled,
+        "seconds": round(time.perf_counter() - started, 1),
+        "loadavg_before": loadavg_before,
+        "loadavg_after": os.getloadavg(),
+    }
     print(json.dumps(report, indent=1, default=str) if args.json else table(report))
     return 0
 

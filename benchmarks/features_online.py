@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 import warnings
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -63,13 +63,18 @@ DAYS = 36
 SEED = 20261
 PATHS = ("feature_service", "tollfree_reader", "tollfree_fast", "tollfree_fast_cold", "no_odfv_refs", "anchor_raw")
 TARGETS = {1: {"p50_ms": 1.0, "p99_ms": 2.0}, 64: {"p99_ms": 5.0}}
-TARGET_PATHS = ("feature_service", "tollfree_reader", "tollfree_fast", "tollfree_fast_cold")  # the issue's target is on feature_service
+TARGET_PATHS = (
+    "feature_service",
+    "tollfree_reader",
+    "tollfree_fast",
+    "tollfree_fast_cold",
+)  # the issue's target is on feature_service
 
 ANCHORS = {
     "sqlite": (
         "one sqlite3 connection (no type detection) to Feast's online_store.db; per batch view, the same "
         "statement Feast's SQLite store runs: SELECT entity_key, feature_name, value, event_ts FROM "
-        "\"tollfree_<view>\" WHERE entity_key IN (<unique keys>) ORDER BY entity_key, then fetchall(); "
+        '"tollfree_<view>" WHERE entity_key IN (<unique keys>) ORDER BY entity_key, then fetchall(); '
         "keys pre-serialized (serialize_entity_key v3) outside the timer; values stay protobuf bytes"
     ),
     "redis": (
@@ -85,7 +90,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.features_online", description=__doc__.split("\n\n")[0])
     parser.add_argument("--customers", type=int, default=1000, help="synthetic customers (default 1000)")
     parser.add_argument(
-        "--iterations", type=int, default=None,
+        "--iterations",
+        type=int,
+        default=None,
         help="timed calls per path and batch size (default 2000 for 1 entity, 500 for 64)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
@@ -109,9 +116,11 @@ def _build_tables(home: Path, customers: int) -> tuple[dict, Any, datetime]:
     from feature_repo import aggregations, synthetic
     from feature_repo import store as feature_store
 
-    start = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=DAYS)
+    start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=DAYS)
     data = synthetic.generate(synthetic.SyntheticConfig(n_customers=customers, days=DAYS, start=start))
-    tables = aggregations.feature_tables(data.transactions, data.customers["customer_id"], data.merchants["merchant_id"])
+    tables = aggregations.feature_tables(
+        data.transactions, data.customers["customer_id"], data.merchants["merchant_id"]
+    )
     for name, frame in tables.items():
         feature_store.write_table(home, name, frame)
     return tables, data.transactions, start
@@ -192,14 +201,23 @@ def _table(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         target = "" if row["target"] is None else f"{'PASS' if row['target_met'] else 'FAIL'} ({row['target']})"
         lines.append(
-            (row["store"], str(row["entities"]), row["path"], f"{row['p50_ms']:.3f}", f"{row['p99_ms']:.3f}",
-             f"{row['ratio_to_anchor_p50']:.1f}x", target)
+            (
+                row["store"],
+                str(row["entities"]),
+                row["path"],
+                f"{row['p50_ms']:.3f}",
+                f"{row['p99_ms']:.3f}",
+                f"{row['ratio_to_anchor_p50']:.1f}x",
+                target,
+            )
         )
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
     right = {1, 3, 4, 5}
 
     def fmt(cells: tuple[str, ...]) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        return "  ".join(
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        ).rstrip()
 
     out = [fmt(header), fmt(tuple("-" * w for w in widths))]
     previous = None
@@ -211,8 +229,15 @@ def _table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def _measure_store(home: Path, kind: str, choice: Any, redis_url: str, start: datetime, end: datetime,
-                   inputs: dict[int, tuple[list[Inputs], list[Inputs]]]) -> dict[int, dict[str, list[int]]]:
+def _measure_store(
+    home: Path,
+    kind: str,
+    choice: Any,
+    redis_url: str,
+    start: datetime,
+    end: datetime,
+    inputs: dict[int, tuple[list[Inputs], list[Inputs]]],
+) -> dict[int, dict[str, list[int]]]:
     """One online store: materialized, then per batch size every path checked and timed (samples per path)."""
     import redis
 
@@ -259,7 +284,7 @@ def run(customers: int, iterations: int | None) -> dict[str, Any]:
         load_before = os.getloadavg()
         log(f"generating {customers} customers x {DAYS} days of synthetic data in {home} ...")
         tables, transactions, start = _build_tables(home, customers)
-        end = datetime.now(timezone.utc)
+        end = datetime.now(UTC)
         ids = {
             "customer_id": np.unique(tables["customer_activity"]["customer_id"].to_numpy()),
             "merchant_id": np.unique(tables["merchant_risk"]["merchant_id"].to_numpy()),
@@ -286,7 +311,7 @@ def run(customers: int, iterations: int | None) -> dict[str, Any]:
             "benchmark": "features_online",
             "feature_service": SERVICE,
             "customers": customers,
-            "merchants": int(len(ids["merchant_id"])),
+            "merchants": len(ids["merchant_id"]),
             "days": DAYS,
             "seed": SEED,
             "iterations": {str(k): v for k, v in plan.items()},

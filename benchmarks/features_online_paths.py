@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +26,9 @@ class Inputs:
     keys: dict[str, list[bytes]]  # batch view -> unique serialized entity keys (store-specific suffix added later)
 
 
-def make_inputs(rng: np.random.Generator, n: int, size: int, ids: dict[str, np.ndarray], amounts: np.ndarray) -> list[Inputs]:
+def make_inputs(
+    rng: np.random.Generator, n: int, size: int, ids: dict[str, np.ndarray], amounts: np.ndarray
+) -> list[Inputs]:
     import pandas as pd
     from feast.infra.key_encoding_utils import serialize_entity_key
     from feast.protos.feast.types.EntityKey_pb2 import EntityKey
@@ -42,14 +45,15 @@ def make_inputs(rng: np.random.Generator, n: int, size: int, ids: dict[str, np.n
         amount = [float(v) for v in rng.choice(amounts, size)]
         columns = {"customer_id": customers, "merchant_id": merchants, "amount": amount}
         keys = {
-            view: [key(VIEW_KEYS[view], v) for v in dict.fromkeys(columns[VIEW_KEYS[view]])]
-            for view in BATCH_VIEWS
+            view: [key(VIEW_KEYS[view], v) for v in dict.fromkeys(columns[VIEW_KEYS[view]])] for view in BATCH_VIEWS
         }
         out.append(Inputs(columns=columns, frame=pd.DataFrame(columns), keys=keys))
     return out
 
 
-def paths_for(kind: str, store: Any, anchor: Any, tables: dict[str, str], project: str) -> dict[str, Callable[[Inputs], Any]]:
+def paths_for(
+    kind: str, store: Any, anchor: Any, tables: dict[str, str], project: str
+) -> dict[str, Callable[[Inputs], Any]]:
     from serving.features.reader import OnlineFeatureReader
 
     service = store.get_feature_service(SERVICE)
@@ -138,7 +142,9 @@ def check_paths(kind: str, paths: dict[str, Callable[[Inputs], Any]], inp: Input
         raise RuntimeError(f"{kind}: the anchor read {got} rows/fields, expected {expected}")
 
 
-def time_paths(paths: dict[str, Callable[[Inputs], Any]], warm: list[Inputs], timed: list[Inputs]) -> dict[str, list[int]]:
+def time_paths(
+    paths: dict[str, Callable[[Inputs], Any]], warm: list[Inputs], timed: list[Inputs]
+) -> dict[str, list[int]]:
     for fn in paths.values():
         for inp in warm:
             fn(inp)

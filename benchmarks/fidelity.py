@@ -25,9 +25,10 @@ import statistics
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -39,16 +40,16 @@ from serving.settings import TELEMETRY_OFF
 
 os.environ.update({k: v for k, v in TELEMETRY_OFF.items() if k not in os.environ})  # before MLflow is imported
 
-from tests.e2e.test_autoscaler_live import BASE_RPS, PER_ROW_S, SCALE_DOWN_WINDOW_S, STEP_RPS  # noqa: E402
+from tests.e2e.test_autoscaler_live import BASE_RPS, PER_ROW_S, SCALE_DOWN_WINDOW_S, STEP_RPS
 
 log = logging.getLogger(__name__)
 
 NAME = "fidelity"
-BASE_S = 8.0                            # every shape starts with BASE_RPS for this long; its step comes then
-SLO_MS = 500.0                          # the endpoint's latency_slo_ms (ScalingConfig's default), for both sides
+BASE_S = 8.0  # every shape starts with BASE_RPS for this long; its step comes then
+SLO_MS = 500.0  # the endpoint's latency_slo_ms (ScalingConfig's default), for both sides
 MAX_REPLICAS = 4
 GAP_LIMIT = 0.20
-BAD_SHARE = 0.01                        # bad requests also pass within this share of the scenario's requests
+BAD_SHARE = 0.01  # bad requests also pass within this share of the scenario's requests
 SHAPES = ("step", "ramp", "bursty")
 
 
@@ -56,8 +57,11 @@ def load_phases(shape: str) -> list[tuple[float, float]]:
     """The shape's load as (rate req/s, seconds) phases: BASE_RPS for BASE_S, then a 10x step held 20 s; a ramp to it in
     ten 2-s phases, held 8 s; or two 5-s bursts at it, each followed by 7 s at the base rate."""
     base, peak = float(BASE_RPS), float(STEP_RPS)
-    after = {"step": [(peak, 20.0)], "bursty": [(peak, 5.0), (base, 7.0)] * 2,
-             "ramp": [(base + (peak - base) * (k + 1) / 10, 2.0) for k in range(10)] + [(peak, 8.0)]}
+    after = {
+        "step": [(peak, 20.0)],
+        "bursty": [(peak, 5.0), (base, 7.0)] * 2,
+        "ramp": [(base + (peak - base) * (k + 1) / 10, 2.0) for k in range(10)] + [(peak, 8.0)],
+    }
     if shape not in after:
         raise ValueError(f"unknown load shape {shape!r} (one of {', '.join(SHAPES)})")
     return [(base, BASE_S)] + after[shape]
@@ -84,8 +88,12 @@ class Scenario:
     def autoscaling(self) -> dict[str, Any]:
         """The endpoint's autoscaling block, the simulated policy's too. The vertical axis on, no ``initial_target``:
         the gateway seeds it from the model's batching plan, as ``Tollfree(profile=...)`` does."""
-        block: dict[str, Any] = {"scale_down_window_s": SCALE_DOWN_WINDOW_S, "initial_target": 1,
-                                 "vertical": self.vertical, "shed_load": self.shed}
+        block: dict[str, Any] = {
+            "scale_down_window_s": SCALE_DOWN_WINDOW_S,
+            "initial_target": 1,
+            "vertical": self.vertical,
+            "shed_load": self.shed,
+        }
         if self.vertical:
             del block["initial_target"]
         return block
@@ -97,7 +105,7 @@ class Scenario:
 
 
 SCENARIOS = (
-    Scenario("step-pool3", "step", 3, vertical=False, shed=False),   # the live autoscaler test's setting
+    Scenario("step-pool3", "step", 3, vertical=False, shed=False),  # the live autoscaler test's setting
     Scenario("step-pool1", "step", 1, vertical=False, shed=False),
     Scenario("step-pool1-vertical", "step", 1, vertical=True, shed=False),
     Scenario("step-pool1-vertical-shed", "step", 1, vertical=True, shed=True),
@@ -110,20 +118,35 @@ BY_NAME = {s.name: s for s in SCENARIOS}
 
 
 # t and sent: s from the load's start; status None: no answer; ready: replica processes serving
-Record = NamedTuple("Record", [("sent", float), ("status", Optional[int]), ("latency", float)])
-Poll = NamedTuple("Poll", [("t", float), ("ready", int), ("pool_idle", int)])
-Timeline = NamedTuple("Timeline", [("t", list), ("ready", list), ("provisioned", list)])
+class Record(NamedTuple):
+    sent: float
+    status: int | None
+    latency: float
 
 
-def trace_from_records(records: Sequence[Record], step_at: float, shift: float = 0.0, name: str = "live-step",
-                       step_rate: float = STEP_RPS) -> Trace:
+class Poll(NamedTuple):
+    t: float
+    ready: int
+    pool_idle: int
+
+
+class Timeline(NamedTuple):
+    t: list
+    ready: list
+    provisioned: list
+
+
+def trace_from_records(
+    records: Sequence[Record], step_at: float, shift: float = 0.0, name: str = "live-step", step_rate: float = STEP_RPS
+) -> Trace:
     """The recorded send times as a simulator trace, ``shift`` seconds later (see :func:`phase_shift`)."""
     arrivals = np.sort(np.maximum(np.array([r.sent for r in records], dtype=np.float64), 0.0)) + shift
-    return Trace(name=name, arrivals=arrivals, step_at=step_at + shift, step_rate=float(step_rate),
-                 note="live send times")
+    return Trace(
+        name=name, arrivals=arrivals, step_at=step_at + shift, step_rate=float(step_rate), note="live send times"
+    )
 
 
-def phase_shift(decisions: Sequence[dict], before: float, interval: float = 5.0) -> float:   # decision_interval_s
+def phase_shift(decisions: Sequence[dict], before: float, interval: float = 5.0) -> float:  # decision_interval_s
     """The delay that puts the simulator's ticks and boundaries (1 + k x interval) on the gateway's (its last boundary)."""
     bounds = [d["t"] for d in decisions if d["t"] < before and d.get("inputs", {}).get("boundary") is True]
     return (1.0 - bounds[-1]) % interval if bounds else 0.0
@@ -136,8 +159,11 @@ def is_bad(record: Record, slo_ms: float = SLO_MS) -> bool:
 def sim_timeline(timeline: dict[str, list], shift: float) -> Timeline:
     """The simulator's per-second counts on the live run's clock (the seconds before the load dropped)."""
     keep = [i for i, t in enumerate(timeline["t"]) if t - shift >= 0]
-    return Timeline([timeline["t"][i] - shift for i in keep], [int(timeline["ready"][i]) for i in keep],
-                    [int(timeline["replicas"][i]) for i in keep])
+    return Timeline(
+        [timeline["t"][i] - shift for i in keep],
+        [int(timeline["ready"][i]) for i in keep],
+        [int(timeline["replicas"][i]) for i in keep],
+    )
 
 
 def live_timeline(polls: Sequence[Poll], decisions: Sequence[dict], instants: Sequence[float]) -> Timeline:
@@ -149,22 +175,30 @@ def live_timeline(polls: Sequence[Poll], decisions: Sequence[dict], instants: Se
     return Timeline(list(instants), ready, wanted)
 
 
-def time_to_capacity(tl: Timeline, step_at: float, per_replica_rps: float, share: float = 0.95,
-                     step_rate: float = STEP_RPS) -> Optional[float]:
+def time_to_capacity(
+    tl: Timeline, step_at: float, per_replica_rps: float, share: float = 0.95, step_rate: float = STEP_RPS
+) -> float | None:
     """From the step to the first instant whose ready replicas serve ``share`` of the step's rate."""
-    return next((t - step_at for t, n in zip(tl.t, tl.ready)
-                 if t >= step_at and n * per_replica_rps >= share * step_rate), None)
+    return next(
+        (t - step_at for t, n in zip(tl.t, tl.ready) if t >= step_at and n * per_replica_rps >= share * step_rate), None
+    )
 
 
-def summarise(tl: Timeline, step_at: float, per_replica_rps: float, bad: int, load_end: float,
-              step_rate: float = STEP_RPS) -> dict[str, Any]:
+def summarise(
+    tl: Timeline, step_at: float, per_replica_rps: float, bad: int, load_end: float, step_rate: float = STEP_RPS
+) -> dict[str, Any]:
     down = next((t - load_end for t, n in zip(tl.t, tl.ready) if t >= load_end and n <= 1), None)
-    return {"replica_seconds": float(sum(tl.provisioned)), "ready_replica_seconds": float(sum(tl.ready)),
-            "time_to_capacity_s": time_to_capacity(tl, step_at, per_replica_rps, step_rate=step_rate),
-            "peak_replicas": max(tl.provisioned, default=0), "bad": bad, "back_to_one_s": down}
+    return {
+        "replica_seconds": float(sum(tl.provisioned)),
+        "ready_replica_seconds": float(sum(tl.ready)),
+        "time_to_capacity_s": time_to_capacity(tl, step_at, per_replica_rps, step_rate=step_rate),
+        "peak_replicas": max(tl.provisioned, default=0),
+        "bad": bad,
+        "back_to_one_s": down,
+    }
 
 
-def gap(live: Optional[float], sim: Optional[float]) -> Optional[float]:
+def gap(live: float | None, sim: float | None) -> float | None:
     """(sim - live) / live; None when either is missing (0 / 0 is no gap)."""
     return None if live is None or sim is None else (sim - live) / live if live else 0.0 if sim == 0 else math.inf
 
@@ -173,7 +207,7 @@ COMPARED = ("replica_seconds", "ready_replica_seconds", "time_to_capacity_s", "p
 JUDGED = ("replica_seconds", "time_to_capacity_s", "bad")
 
 
-def passes(key: str, live: Optional[float], sim: Optional[float], requests: int, limit: float = GAP_LIMIT) -> bool:
+def passes(key: str, live: float | None, sim: float | None, requests: int, limit: float = GAP_LIMIT) -> bool:
     """Within ``limit``; bad requests also within BAD_SHARE of the requests, in absolute terms."""
     g = gap(live, sim)
     if g is not None and abs(g) <= limit:
@@ -183,15 +217,25 @@ def passes(key: str, live: Optional[float], sim: Optional[float], requests: int,
 
 def compare(live: dict[str, Any], sim: dict[str, Any], requests: int, limit: float = GAP_LIMIT) -> list[dict[str, Any]]:
     """One row per metric: live, sim, the gap, PASS/FAIL for the judged ones (``requests``: the scenario's count)."""
-    return [{"metric": key, "live": live.get(key), "sim": sim.get(key), "gap": gap(live.get(key), sim.get(key)),
-             "verdict": "" if key not in JUDGED else
-             "PASS" if passes(key, live.get(key), sim.get(key), requests, limit) else "FAIL"}
-            for key in COMPARED]
+    return [
+        {
+            "metric": key,
+            "live": live.get(key),
+            "sim": sim.get(key),
+            "gap": gap(live.get(key), sim.get(key)),
+            "verdict": ""
+            if key not in JUDGED
+            else "PASS"
+            if passes(key, live.get(key), sim.get(key), requests, limit)
+            else "FAIL",
+        }
+        for key in COMPARED
+    ]
 
 
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 ADDED = re.compile(r"replica pid (\d+) added to (\S+)/\S+ \((\d+) now\)")
-STARTED = re.compile(r"(?:started|forked) replica pid (\d+) for (\S*) on port")   # forked: from the fork server
+STARTED = re.compile(r"(?:started|forked) replica pid (\d+) for (\S*) on port")  # forked: from the fork server
 
 
 def log_events(lines: Sequence[str], origin_wall: float, endpoint: str = NAME) -> dict[str, list]:
@@ -215,7 +259,7 @@ def start_times(decisions: Sequence[dict], added: Sequence[tuple], cold_pids: se
     for t, pid, count in added:
         prior = [(td, n) for td, n in asked if td <= t]
         below = [i for i, (_, n) in enumerate(prior) if n < count]
-        asking = [td for td, n in prior[(below[-1] + 1 if below else 0):] if n >= count]
+        asking = [td for td, n in prior[(below[-1] + 1 if below else 0) :] if n >= count]
         if asking:
             out["cold" if pid in cold_pids else "warm"].append(t - asking[0])
     return out
@@ -238,26 +282,45 @@ def service_figures(records: Sequence[Record], base_end: float, predict: tuple[f
     base = np.log(np.asarray([r.latency for r in records if r.sent < base_end and r.status == 200] or [PER_ROW_S]))
     sigma = float((np.percentile(base, 84) - np.percentile(base, 16)) / 2) if len(base) > 2 else 0.0
     base_ms = float(np.exp(np.median(base))) * 1000.0
-    return {"service_ms": predict[0] / predict[1] * 1000.0 if predict[1] > 0 else base_ms,
-            "service_sigma": sigma, "base_p50_ms": base_ms}
+    return {
+        "service_ms": predict[0] / predict[1] * 1000.0 if predict[1] > 0 else base_ms,
+        "service_sigma": sigma,
+        "base_p50_ms": base_ms,
+    }
 
 
 def measured_profile(m: dict[str, Any]) -> ModelProfile:
     """The profile from :func:`measure`: a warm activation's model load; warm and cold starts the decision-to-ready
     times less that load; without a cold start, the standby refills (a cold start less the model) stand in."""
     load_s, starts, refills = m["model_load_s"], m["starts"], m["refills_s"]
-    cold_start = (statistics.median(starts["cold"]) - load_s if starts["cold"] else
-                  statistics.median(refills) if refills else ModelProfile.cold_start_s)
-    return ModelProfile(name="rowcost-live", service_ms=m["service_ms"], service_sigma=m["service_sigma"],
-                        parallelism=1, slo_ms=SLO_MS, user_target=1.0, model_load_s=load_s,
-                        cold_start_s=max(0.0, cold_start), max_replicas=MAX_REPLICAS,
-                        warm_start_s=max(0.0, statistics.median(starts["warm"]) - load_s if starts["warm"] else 0.0))
+    cold_start = (
+        statistics.median(starts["cold"]) - load_s
+        if starts["cold"]
+        else statistics.median(refills)
+        if refills
+        else ModelProfile.cold_start_s
+    )
+    return ModelProfile(
+        name="rowcost-live",
+        service_ms=m["service_ms"],
+        service_sigma=m["service_sigma"],
+        parallelism=1,
+        slo_ms=SLO_MS,
+        user_target=1.0,
+        model_load_s=load_s,
+        cold_start_s=max(0.0, cold_start),
+        max_replicas=MAX_REPLICAS,
+        warm_start_s=max(0.0, statistics.median(starts["warm"]) - load_s if starts["warm"] else 0.0),
+    )
 
 
-def metric_sum(text: str, name: str, label: str = "") -> Optional[float]:
+def metric_sum(text: str, name: str, label: str = "") -> float | None:
     """The sum of the samples ``name{...}`` of a Prometheus text whose labels contain ``label``."""
-    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-              if line.startswith(name + "{") and label in line.split("}", 1)[0]]
+    values = [
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{") and label in line.split("}", 1)[0]
+    ]
     return sum(values) if values else None
 
 
@@ -266,10 +329,12 @@ def measure(run: dict[str, Any]) -> dict[str, Any]:
     reps = run["replicas"]
     predict = (sum(r["predict_sum"] for r in reps.values()), sum(r["predict_count"] for r in reps.values()))
     cold_pids = {pid for _, pid, with_model in run["events"]["started"] if with_model}
-    return {**service_figures(run["records"], run["step_at"], predict),
-            "model_load_s": statistics.median([r["model_load_s"] for p, r in reps.items() if p not in cold_pids] or [0.0]),
-            "starts": start_times(run["decisions"], run["events"]["added"], cold_pids),
-            "refills_s": refill_times(run["events"]["started"], run["polls"])}
+    return {
+        **service_figures(run["records"], run["step_at"], predict),
+        "model_load_s": statistics.median([r["model_load_s"] for p, r in reps.items() if p not in cold_pids] or [0.0]),
+        "starts": start_times(run["decisions"], run["events"]["added"], cold_pids),
+        "refills_s": refill_times(run["events"]["started"], run["polls"]),
+    }
 
 
 def replay(run: dict[str, Any], profile: ModelProfile, shift: float, scenario: Scenario) -> Any:
@@ -288,55 +353,90 @@ def analyse(run: dict[str, Any], scenario: Scenario) -> dict[str, Any]:
     timelines = {"sim": sim_timeline(result.timeline, shift)}
     timelines["live"] = live_timeline(run["polls"], run["decisions"], timelines["sim"].t)
     bad = {"live": sum(is_bad(r) for r in run["records"]), "sim": result.bad}
-    sums = {k: summarise(tl, run["step_at"], profile.replica_rps(), bad[k], run["load_end"], scenario.step_rate)
-            for k, tl in timelines.items()}
+    sums = {
+        k: summarise(tl, run["step_at"], profile.replica_rps(), bad[k], run["load_end"], scenario.step_rate)
+        for k, tl in timelines.items()
+    }
     rows = compare(sums["live"], sums["sim"], len(run["records"]))
-    return {"scenario": scenario.name, "settings": scenario.settings, "autoscaling": scenario.autoscaling,
-            "phases": scenario.phases, "pool": scenario.pool, "requests": len(run["records"]),
-            "loadavg": [round(x, 2) for x in run["loadavg"]],
-            "statuses": dict(Counter("none" if r.status is None else str(r.status) for r in run["records"])),
-            "warm_starts": run["warm_starts"], "cold_starts": run["cold_starts"], "measured": m,
-            "profile": profile.as_dict(), "shift_s": shift, "step_at": run["step_at"], "step_rate": scenario.step_rate,
-            "load_end": run["load_end"], **sums, "compare": rows,
-            "passed": all(row["verdict"] != "FAIL" for row in rows),
-            "timelines": {key: tl._asdict() for key, tl in timelines.items()}, "trail": run["decisions"],
-            "records": [(round(r.sent, 3), r.status, round(r.latency, 4)) for r in run["records"]]}
+    return {
+        "scenario": scenario.name,
+        "settings": scenario.settings,
+        "autoscaling": scenario.autoscaling,
+        "phases": scenario.phases,
+        "pool": scenario.pool,
+        "requests": len(run["records"]),
+        "loadavg": [round(x, 2) for x in run["loadavg"]],
+        "statuses": dict(Counter("none" if r.status is None else str(r.status) for r in run["records"])),
+        "warm_starts": run["warm_starts"],
+        "cold_starts": run["cold_starts"],
+        "measured": m,
+        "profile": profile.as_dict(),
+        "shift_s": shift,
+        "step_at": run["step_at"],
+        "step_rate": scenario.step_rate,
+        "load_end": run["load_end"],
+        **sums,
+        "compare": rows,
+        "passed": all(row["verdict"] != "FAIL" for row in rows),
+        "timelines": {key: tl._asdict() for key, tl in timelines.items()},
+        "trail": run["decisions"],
+        "records": [(round(r.sent, 3), r.status, round(r.latency, 4)) for r in run["records"]],
+    }
 
 
-def cell(value: Optional[float], fmt: str = "{:.1f}") -> str:
+def cell(value: float | None, fmt: str = "{:.1f}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
 def table(report: dict[str, Any]) -> str:
     """One scenario's comparison, its profile and the replica timelines (changes only) as text."""
     p, m, tl = report["profile"], report["measured"], report["timelines"]
-    rounded = json.dumps({k: round(p[k], 3) for k in ("service_ms", "service_sigma", "model_load_s", "warm_start_s",
-                                                      "cold_start_s")} | {k: m[k] for k in ("starts", "refills_s")})
-    lines = [f"{report['scenario']} ({report['settings']}): {'PASS' if report['passed'] else 'FAIL'}; "
-             f"{report['requests']} requests {report['statuses']}; load {report['loadavg']}; "
-             f"warm/cold starts {report['warm_starts']}/{report['cold_starts']}; shift {report['shift_s']:.2f} s",
-             f"  profile and starts measured: {rounded}",
-             f"  {'metric':<22}{'live':>9}{'sim':>9}{'gap':>8}"]
+    rounded = json.dumps(
+        {k: round(p[k], 3) for k in ("service_ms", "service_sigma", "model_load_s", "warm_start_s", "cold_start_s")}
+        | {k: m[k] for k in ("starts", "refills_s")}
+    )
+    lines = [
+        f"{report['scenario']} ({report['settings']}): {'PASS' if report['passed'] else 'FAIL'}; "
+        f"{report['requests']} requests {report['statuses']}; load {report['loadavg']}; "
+        f"warm/cold starts {report['warm_starts']}/{report['cold_starts']}; shift {report['shift_s']:.2f} s",
+        f"  profile and starts measured: {rounded}",
+        f"  {'metric':<22}{'live':>9}{'sim':>9}{'gap':>8}",
+    ]
     for row in report["compare"]:
-        lines.append(f"  {row['metric']:<22}{cell(row['live']):>9}{cell(row['sim']):>9}"
-                     f"{cell(row['gap'], '{:+.0%}'):>8} {row['verdict']}".rstrip())
+        lines.append(
+            f"  {row['metric']:<22}{cell(row['live']):>9}{cell(row['sim']):>9}"
+            f"{cell(row['gap'], '{:+.0%}'):>8} {row['verdict']}".rstrip()
+        )
     rows = list(zip(tl["live"]["t"], *(tl[k][f] for k in ("live", "sim") for f in ("ready", "provisioned"))))
-    changes = [f"{r[0]:.1f}s {r[1]}/{r[2]} {r[3]}/{r[4]}" for i, r in enumerate(rows) if not i or r[1:] != rows[i - 1][1:]]
-    return "\n".join(lines + [f"  ready/provisioned live sim (step {report['step_at']:.1f} s, load ends "
-                               f"{report['load_end']:.1f} s): " + "; ".join(changes)])
+    changes = [
+        f"{r[0]:.1f}s {r[1]}/{r[2]} {r[3]}/{r[4]}" for i, r in enumerate(rows) if not i or r[1:] != rows[i - 1][1:]
+    ]
+    return "\n".join(
+        lines
+        + [
+            f"  ready/provisioned live sim (step {report['step_at']:.1f} s, load ends "
+            f"{report['load_end']:.1f} s): " + "; ".join(changes)
+        ]
+    )
 
 
 def summary_line(report: dict[str, Any]) -> str:
     """The scenario's verdict and its judged gaps (bad: with both counts)."""
     rows = {row["metric"]: row for row in report["compare"] if row["metric"] in JUDGED}
     return f"  {report['scenario']:<28}{'PASS' if report['passed'] else 'FAIL':<6}" + "  ".join(
-        f"{key} {cell(row['gap'], '{:+.0%}')}" + (f" ({row['live']} vs {row['sim']})" if key == "bad" else "")
-        + ("" if row["verdict"] == "PASS" else " FAIL") for key, row in rows.items())
+        f"{key} {cell(row['gap'], '{:+.0%}')}"
+        + (f" ({row['live']} vs {row['sim']})" if key == "bad" else "")
+        + ("" if row["verdict"] == "PASS" else " FAIL")
+        for key, row in rows.items()
+    )
 
 
 def listing() -> str:
-    return "\n".join(f"{s.name:<28}{s.settings}; phases (req/s, s) "
-                     + ", ".join(f"({rate:g}, {seconds:g})" for rate, seconds in s.phases) for s in SCENARIOS)
+    return "\n".join(
+        f"{s.name:<28}{s.settings}; phases (req/s, s) "
+        + ", ".join(f"({rate:g}, {seconds:g})" for rate, seconds in s.phases)
+        for s in SCENARIOS
+    )
 
 
 def chosen(names: str, parser: argparse.ArgumentParser) -> list[Scenario]:
@@ -348,8 +448,11 @@ def chosen(names: str, parser: argparse.ArgumentParser) -> list[Scenario]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.fidelity", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scenarios", default=",".join(BY_NAME),
-                        help="scenario names, comma-separated, run in that order (default: all; see --list)")
+    parser.add_argument(
+        "--scenarios",
+        default=",".join(BY_NAME),
+        help="scenario names, comma-separated, run in that order (default: all; see --list)",
+    )
     parser.add_argument("--list", action="store_true", help="print the scenarios with their settings and exit")
     parser.add_argument("--json", action="store_true", help="one JSON object (with every request) instead of tables")
     args = parser.parse_args(argv)
@@ -357,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         print(listing())
         return 0
     scenarios = chosen(args.scenarios, parser)
-    from benchmarks.fidelity_live import prepare, run_live   # the gateway, MLflow: only for a live run
+    from benchmarks.fidelity_live import prepare, run_live  # the gateway, MLflow: only for a live run
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -373,12 +476,23 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(home, ignore_errors=True)
     passed = all(r["passed"] for r in reports)
     if args.json:
-        print(json.dumps({"benchmark": "fidelity", "date": datetime.now().isoformat(timespec="seconds"),
-                          "reports": reports, "wall_s": round(time.monotonic() - began, 1), "passed": passed}))
+        print(
+            json.dumps(
+                {
+                    "benchmark": "fidelity",
+                    "date": datetime.now().isoformat(timespec="seconds"),
+                    "reports": reports,
+                    "wall_s": round(time.monotonic() - began, 1),
+                    "passed": passed,
+                }
+            )
+        )
     else:
-        verdict = (f"fidelity: {'PASS' if passed else 'FAIL'} ({sum(r['passed'] for r in reports)}/{len(reports)} "
-                   f"scenarios; within {GAP_LIMIT:.0%} on replica_seconds and time_to_capacity_s, on bad within "
-                   f"{GAP_LIMIT:.0%} or {BAD_SHARE:.0%} of the requests)")
+        verdict = (
+            f"fidelity: {'PASS' if passed else 'FAIL'} ({sum(r['passed'] for r in reports)}/{len(reports)} "
+            f"scenarios; within {GAP_LIMIT:.0%} on replica_seconds and time_to_capacity_s, on bad within "
+            f"{GAP_LIMIT:.0%} or {BAD_SHARE:.0%} of the requests)"
+        )
         print("\n".join(["summary:"] + [summary_line(r) for r in reports] + [verdict]))
     return 0 if passed else 1
 

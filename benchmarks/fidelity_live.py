@@ -31,19 +31,19 @@ from serving.gateway.process import environ_with, start_gateway, wait_endpoint_r
 from serving.settings import TELEMETRY_OFF, export_defaults
 
 os.environ.update({k: v for k, v in TELEMETRY_OFF.items() if k not in os.environ})  # before MLflow is imported
-import mlflow  # noqa: E402
-import pandas as pd  # noqa: E402
-from mlflow.models import infer_signature  # noqa: E402
+import mlflow
+import pandas as pd
+from mlflow.models import infer_signature
 
-from tests.e2e.test_autoscaler_live import PER_ROW_S, SCALE_DOWN_WINDOW_S, replica_processes  # noqa: E402
-from tests.models import RowCostModel  # noqa: E402
+from tests.e2e.test_autoscaler_live import PER_ROW_S, SCALE_DOWN_WINDOW_S, replica_processes
+from tests.models import RowCostModel
 
 log = logging.getLogger(__name__)
 
-SETTLE_S = SCALE_DOWN_WINDOW_S + 35.0   # after the load, as the live test waits
+SETTLE_S = SCALE_DOWN_WINDOW_S + 35.0  # after the load, as the live test waits
 POLL_S = 0.5
-POOL_WAIT_S = 180.0                     # for the warm pool to fill before the load, at most
-TIMEOUT_S = 30.0                        # a request's client-side timeout
+POOL_WAIT_S = 180.0  # for the warm pool to fill before the load, at most
+TIMEOUT_S = 30.0  # a request's client-side timeout
 BODY = json.dumps({"dataframe_split": {"columns": ["x"], "data": [[1.0]]}}).encode()
 
 
@@ -56,9 +56,14 @@ def prepare() -> tuple[Path, str]:
     experiment = mlflow.MlflowClient().create_experiment("fidelity", artifact_location=(home / "artifacts").as_uri())
     frame = pd.DataFrame({"x": [1.0]})
     with mlflow.start_run(experiment_id=experiment):
-        info = mlflow.pyfunc.log_model(name="model", python_model=RowCostModel(PER_ROW_S), pip_requirements=["mlflow"],
-                                       signature=infer_signature(frame, [2.0]), input_example=frame,
-                                       registered_model_name="rowcost")
+        info = mlflow.pyfunc.log_model(
+            name="model",
+            python_model=RowCostModel(PER_ROW_S),
+            pip_requirements=["mlflow"],
+            signature=infer_signature(frame, [2.0]),
+            input_example=frame,
+            registered_model_name="rowcost",
+        )
     return home, str(info.registered_model_version)
 
 
@@ -88,9 +93,12 @@ def scrape(gateway_pid: int, token: str, into: dict[int, dict[str, float]]) -> N
     """Each model replica's predict time and model load, from its own /metrics (with the replica token)."""
     for child in psutil.Process(gateway_pid).children(recursive=True):
         try:
-            line = " ".join(child.cmdline()).split()   # a forked replica's is one string, its title
-            text = httpx.get(f"http://127.0.0.1:{line[line.index('--port') + 1]}/metrics", timeout=2,
-                             headers={"Authorization": f"Bearer {token}"}).text
+            line = " ".join(child.cmdline()).split()  # a forked replica's is one string, its title
+            text = httpx.get(
+                f"http://127.0.0.1:{line[line.index('--port') + 1]}/metrics",
+                timeout=2,
+                headers={"Authorization": f"Bearer {token}"},
+            ).text
         except (psutil.NoSuchProcess, ValueError, IndexError, httpx.HTTPError):
             continue
         if (load := metric_sum(text, "tollfree_replica_model_load_seconds")) is not None:
@@ -117,8 +125,10 @@ async def send_phases(url: str, token: str, scenario: Scenario) -> tuple[list[Ou
 def wait_pool_full(api: httpx.Client, pool: int) -> None:
     """Until every standby is up and idle (a system at rest), at most POOL_WAIT_S."""
     deadline = time.monotonic() + POOL_WAIT_S
-    while (api.get(f"/api/2.0/serving-endpoints/{NAME}/autoscaler").json()["warm_pool_idle"] < pool
-           and time.monotonic() < deadline):
+    while (
+        api.get(f"/api/2.0/serving-endpoints/{NAME}/autoscaler").json()["warm_pool_idle"] < pool
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.5)
 
 
@@ -130,9 +140,22 @@ def run_live(home: Path, version: str, scenario: Scenario) -> dict[str, Any]:
     gateway = start_gateway(environ, home / "logs" / f"gateway-{scenario.name}.log")
     try:
         with httpx.Client(base_url=gateway.url, headers=headers, timeout=60) as api:
-            api.post("/api/2.0/serving-endpoints", json={"name": NAME, "config": {"served_entities": [{
-                "entity_name": "rowcost", "entity_version": version, "max_replicas": MAX_REPLICAS,
-                "autoscaling": scenario.autoscaling}]}}).raise_for_status()
+            api.post(
+                "/api/2.0/serving-endpoints",
+                json={
+                    "name": NAME,
+                    "config": {
+                        "served_entities": [
+                            {
+                                "entity_name": "rowcost",
+                                "entity_version": version,
+                                "max_replicas": MAX_REPLICAS,
+                                "autoscaling": scenario.autoscaling,
+                            }
+                        ]
+                    },
+                },
+            ).raise_for_status()
             wait_endpoint_ready(gateway.url, token, NAME)
             wait_pool_full(api, scenario.pool)
             load_before, url = os.getloadavg()[0], f"{gateway.url}/serving-endpoints/{NAME}/invocations"
@@ -141,7 +164,7 @@ def run_live(home: Path, version: str, scenario: Scenario) -> dict[str, Any]:
             poller.start()
             outcomes, step_mono = asyncio.run(send_phases(url, token, scenario))
             load_end = time.monotonic() - origin
-            scrape(gateway.process.pid, replica_token, replicas)   # before the scale-down stops any
+            scrape(gateway.process.pid, replica_token, replicas)  # before the scale-down stops any
             time.sleep(max(0.0, origin + load_end + SETTLE_S - time.monotonic()))
             poller.halt.set()
             poller.join()
@@ -150,11 +173,18 @@ def run_live(home: Path, version: str, scenario: Scenario) -> dict[str, Any]:
             api.delete(f"/api/2.0/serving-endpoints/{NAME}")
     finally:
         gateway.stop()
-    return {"scenario": scenario.name, "pool": scenario.pool, "step_at": step_mono - origin,
-            "step_rate": scenario.step_rate, "load_end": load_end,
-            "records": [Record(o.started - origin, o.status, o.latency_s) for o in outcomes],
-            "polls": poller.polls, "replicas": replicas,
-            "decisions": [{**d, "t": d["t"] - origin} for d in trail["decisions"]],
-            "warm_starts": trail["warm_starts"], "cold_starts": trail["cold_starts"],
-            "events": log_events(gateway.log_path.read_text(errors="replace").splitlines(), origin_wall),
-            "loadavg": [load_before, os.getloadavg()[0]]}
+    return {
+        "scenario": scenario.name,
+        "pool": scenario.pool,
+        "step_at": step_mono - origin,
+        "step_rate": scenario.step_rate,
+        "load_end": load_end,
+        "records": [Record(o.started - origin, o.status, o.latency_s) for o in outcomes],
+        "polls": poller.polls,
+        "replicas": replicas,
+        "decisions": [{**d, "t": d["t"] - origin} for d in trail["decisions"]],
+        "warm_starts": trail["warm_starts"],
+        "cold_starts": trail["cold_starts"],
+        "events": log_events(gateway.log_path.read_text(errors="replace").splitlines(), origin_wall),
+        "loadavg": [load_before, os.getloadavg()[0]],
+    }

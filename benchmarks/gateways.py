@@ -48,9 +48,19 @@ def _gateways(model: dict[str, Any], env: dict[str, str], logs: Path, n: int, ta
 
     started = [start_gateway(env, logs / f"gateway-{tag}-{i}.log", timeout_s=READY_TIMEOUT_S) for i in range(n)]
     auth = {"Authorization": f"Bearer {env['TOLLFREE_TOKEN']}"}
-    created = httpx.post(f"{started[0].url}/api/2.0/serving-endpoints", headers=auth, timeout=30, json={
-        "name": "bench", "config": {"served_entities": [
-            {"entity_name": model["name"], "entity_version": model["version"], "max_concurrency": 64}]}})
+    created = httpx.post(
+        f"{started[0].url}/api/2.0/serving-endpoints",
+        headers=auth,
+        timeout=30,
+        json={
+            "name": "bench",
+            "config": {
+                "served_entities": [
+                    {"entity_name": model["name"], "entity_version": model["version"], "max_concurrency": 64}
+                ]
+            },
+        },
+    )
     if created.status_code != 200:
         raise RuntimeError(f"endpoint create: {created.status_code} {created.text[:300]}")
     wait_endpoint_ready(started[0].url, env["TOLLFREE_TOKEN"], "bench", timeout_s=READY_TIMEOUT_S)
@@ -85,8 +95,13 @@ def _load(servers: list[Server], body: str, concurrency: int, seconds: int, home
     requests = sum(r["requests"] for r in results)
     errors = sum(r["non2xx"] + r["connect"] + r["read"] + r["write"] + r["timeout"] for r in results)
     duration_s = max(r["duration_us"] for r in results) / 1e6
-    return {"rps": requests / duration_s, "requests": requests, "errors": errors,
-            "p50_ms": [r["p50_us"] / 1000 for r in results], "p99_ms": [r["p99_us"] / 1000 for r in results]}
+    return {
+        "rps": requests / duration_s,
+        "requests": requests,
+        "errors": errors,
+        "p50_ms": [r["p50_us"] / 1000 for r in results],
+        "p99_ms": [r["p99_us"] / 1000 for r in results],
+    }
 
 
 def run(seconds: int, concurrency: int) -> dict[str, Any]:
@@ -111,13 +126,20 @@ def run(seconds: int, concurrency: int) -> dict[str, Any]:
         with postgres_server() as pg:
             for tag, n in (("one-sqlite", 1), ("one-postgres", 1), ("two-postgres", 2)):
                 state = f"sqlite:///{home / (tag + '.db')}" if tag.endswith("sqlite") else pg.url(pg.new_database())
-                env = {**os.environ, "TOLLFREE_TOKEN": secrets.token_urlsafe(24), "TOLLFREE_WARM_POOL": "0",
-                       "TOLLFREE_STATE_URL": state, "TOLLFREE_REPLICA_TOKEN": secrets.token_urlsafe(24)}
+                env = {
+                    **os.environ,
+                    "TOLLFREE_TOKEN": secrets.token_urlsafe(24),
+                    "TOLLFREE_WARM_POOL": "0",
+                    "TOLLFREE_STATE_URL": state,
+                    "TOLLFREE_REPLICA_TOKEN": secrets.token_urlsafe(24),
+                }
                 gateways = _gateways(model, env, logs, n, tag)
                 try:
                     auth = {"Authorization": f"Bearer {env['TOLLFREE_TOKEN']}"}
-                    servers = [Server(tag, g.url, "/serving-endpoints/bench/invocations", auth, g.process.pid, None)
-                               for g in gateways]
+                    servers = [
+                        Server(tag, g.url, "/serving-endpoints/bench/invocations", auth, g.process.pid, None)
+                        for g in gateways
+                    ]
                     deadline = time.monotonic() + 30  # a follower routes once it has read the registry
                     for server in servers:
                         while True:
@@ -128,11 +150,18 @@ def run(seconds: int, concurrency: int) -> dict[str, Any]:
                                 if time.monotonic() > deadline:
                                     raise
                                 time.sleep(0.2)
-                    row = {"setup": tag, "gateways": n, "concurrency": concurrency,
-                           **_load(servers, body, concurrency, seconds, home), "replicas_after": _replicas(state)}
+                    row = {
+                        "setup": tag,
+                        "gateways": n,
+                        "concurrency": concurrency,
+                        **_load(servers, body, concurrency, seconds, home),
+                        "replicas_after": _replicas(state),
+                    }
                     rows.append(row)
-                    log(f"{tag:13s} {row['rps']:8.1f} rps  errors {row['errors']}  p50 {row['p50_ms']} ms  "
-                        f"replicas {row['replicas_after']}")
+                    log(
+                        f"{tag:13s} {row['rps']:8.1f} rps  errors {row['errors']}  p50 {row['p50_ms']} ms  "
+                        f"replicas {row['replicas_after']}"
+                    )
                 finally:
                     for g in reversed(gateways):
                         g.stop()
@@ -140,11 +169,21 @@ def run(seconds: int, concurrency: int) -> dict[str, Any]:
                         os.killpg(pid, signal.SIGKILL)
         one = next(r for r in rows if r["setup"] == "one-sqlite")["rps"]
         two = next(r for r in rows if r["setup"] == "two-postgres")["rps"]
-        return {"benchmark": "gateways", "seconds_per_point": seconds, "warmup_s": WARMUP_S, "rows": rows,
-                "two_over_one": two / one, "target": f">= {TARGET_TWO_OVER_ONE}", "pass": two / one >= TARGET_TWO_OVER_ONE,
-                "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                            "loadavg_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)]},
-                "wall_s": round(time.monotonic() - began, 1)}
+        return {
+            "benchmark": "gateways",
+            "seconds_per_point": seconds,
+            "warmup_s": WARMUP_S,
+            "rows": rows,
+            "two_over_one": two / one,
+            "target": f">= {TARGET_TWO_OVER_ONE}",
+            "pass": two / one >= TARGET_TWO_OVER_ONE,
+            "machine": {
+                "python": platform.python_version(),
+                "cpus": os.cpu_count(),
+                "loadavg_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+            },
+            "wall_s": round(time.monotonic() - began, 1),
+        }
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
@@ -181,12 +220,16 @@ def main(argv: list[str] | None = None) -> int:
     print("| setup | gateways | c | rps | p50 ms (per gateway) | p99 ms (per gateway) | errors | replicas after |")
     print("| --- | ---: | ---: | ---: | --- | --- | ---: | ---: |")
     for r in result["rows"]:
-        print(f"| {r['setup']} | {r['gateways']} | {r['concurrency']} | {r['rps']:.1f} | "
-              f"{', '.join(f'{v:.2f}' for v in r['p50_ms'])} | {', '.join(f'{v:.2f}' for v in r['p99_ms'])} | "
-              f"{r['errors']} | {r['replicas_after']} |")
-    print(f"\ntwo gateways / one gateway at c={args.concurrency}: {result['two_over_one']:.2f} "
-          f"(target {result['target']}): {'PASS' if result['pass'] else 'FAIL'}; load average before/after "
-          f"{result['machine']['loadavg_1m_before_after']}; {result['wall_s']} s")
+        print(
+            f"| {r['setup']} | {r['gateways']} | {r['concurrency']} | {r['rps']:.1f} | "
+            f"{', '.join(f'{v:.2f}' for v in r['p50_ms'])} | {', '.join(f'{v:.2f}' for v in r['p99_ms'])} | "
+            f"{r['errors']} | {r['replicas_after']} |"
+        )
+    print(
+        f"\ntwo gateways / one gateway at c={args.concurrency}: {result['two_over_one']:.2f} "
+        f"(target {result['target']}): {'PASS' if result['pass'] else 'FAIL'}; load average before/after "
+        f"{result['machine']['loadavg_1m_before_after']}; {result['wall_s']} s"
+    )
     return 0
 
 

@@ -13,7 +13,6 @@ process's user + system time over the calls), the gateway's share of the hop's c
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import resource
 import statistics
@@ -33,7 +32,7 @@ class _Busy:
 class _FixedAnswer:
     """What the frame socket scores with: the fixed answer, no model."""
 
-    class metrics:  # noqa: N801  (the replica app's attribute)
+    class metrics:
         busy = _Busy()
 
     def score_inline(self, envelope: bytes) -> bytes:
@@ -54,16 +53,33 @@ def serve(port: int, address: str) -> None:
             return
         while (await receive()).get("more_body"):
             pass
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", wire.CONTENT_TYPE.encode()), (b"content-length", str(len(ANSWER)).encode()),
-            (wire.BUSY_HEADER.encode(), b"0.0"), (frames.ADDRESS_HEADER.encode(), address.encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", wire.CONTENT_TYPE.encode()),
+                    (b"content-length", str(len(ANSWER)).encode()),
+                    (wire.BUSY_HEADER.encode(), b"0.0"),
+                    (frames.ADDRESS_HEADER.encode(), address.encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": ANSWER})
 
     async def main() -> None:
         listener = FrameListener(_FixedAnswer, "bench-token")
         await listener.start(address)
-        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, loop="uvloop",
-                                http="httptools", lifespan="off")
+        config = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            access_log=False,
+            loop="uvloop",
+            http="httptools",
+            lifespan="off",
+        )
         await uvicorn.Server(config).serve()
 
     import uvloop
@@ -89,7 +105,7 @@ async def _measure(url: str, calls: int) -> dict[str, dict[str, float]]:
     out = {}
     try:
         for name, call in ways.items():
-            for _ in range(max(100, calls // 10)):   # warm-up (and, for frames, the first call learns the socket)
+            for _ in range(max(100, calls // 10)):  # warm-up (and, for frames, the first call learns the socket)
                 await call()
             took = []
             cpu = _cpu_s()
@@ -99,8 +115,11 @@ async def _measure(url: str, calls: int) -> dict[str, dict[str, float]]:
                 took.append(time.perf_counter() - started)
             cpu = _cpu_s() - cpu
             took.sort()
-            out[name] = {"p50_us": statistics.median(took) * 1e6, "p90_us": took[int(len(took) * 0.9)] * 1e6,
-                         "client_cpu_us_per_call": cpu / calls * 1e6}
+            out[name] = {
+                "p50_us": statistics.median(took) * 1e6,
+                "p90_us": took[int(len(took) * 0.9)] * 1e6,
+                "client_cpu_us_per_call": cpu / calls * 1e6,
+            }
         assert client._connections, "the frame socket was never used"
     finally:
         await client.close()
@@ -108,8 +127,9 @@ async def _measure(url: str, calls: int) -> dict[str, dict[str, float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.hop", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.hop", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--calls", type=int, default=5000)
     parser.add_argument("--serve", nargs=2, metavar=("PORT", "ADDRESS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -142,8 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.terminate()
         server.wait(timeout=10)
-    print(f"python -m benchmarks.hop --calls {args.calls}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
-          f"1-min load average before {load:.2f}")
+    print(
+        f"python -m benchmarks.hop --calls {args.calls}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+        f"1-min load average before {load:.2f}"
+    )
     print("| hop | p50 round trip | p90 | gateway (client) CPU per call |\n| --- | ---: | ---: | ---: |")
     for name, row in result.items():
         print(f"| {name} | {row['p50_us']:.0f} us | {row['p90_us']:.0f} us | {row['client_cpu_us_per_call']:.0f} us |")

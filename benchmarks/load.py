@@ -54,27 +54,47 @@ class LoadResult:
 
     def summary(self) -> str:
         ok = self.with_status(200)
-        return (f"{len(self.outcomes)} requests in {self.duration_s:.1f}s: {self.statuses()}; "
-                f"200s at {self.rate():.0f}/s, p50 {self.percentile(50) * 1000:.1f} ms, "
-                f"p99 {self.percentile(99) * 1000:.1f} ms, max {max((o.latency_s for o in ok), default=0) * 1000:.0f} ms")
+        return (
+            f"{len(self.outcomes)} requests in {self.duration_s:.1f}s: {self.statuses()}; "
+            f"200s at {self.rate():.0f}/s, p50 {self.percentile(50) * 1000:.1f} ms, "
+            f"p99 {self.percentile(99) * 1000:.1f} ms, max {max((o.latency_s for o in ok), default=0) * 1000:.0f} ms"
+        )
 
 
-async def _one(session: aiohttp.ClientSession, url: str, headers: dict[str, str], body: bytes, timeout_s: float) -> Outcome:
+async def _one(
+    session: aiohttp.ClientSession, url: str, headers: dict[str, str], body: bytes, timeout_s: float
+) -> Outcome:
     request_id = secrets.token_hex(8)
     started = time.monotonic()
     try:
-        async with session.post(url, data=body, headers={**headers, "x-request-id": request_id},
-                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as reply:
+        async with session.post(
+            url,
+            data=body,
+            headers={**headers, "x-request-id": request_id},
+            timeout=aiohttp.ClientTimeout(total=timeout_s),
+        ) as reply:
             await reply.read()
-            return Outcome(request_id, started, time.monotonic() - started, reply.status, reply.headers.get("Retry-After"))
-    except asyncio.TimeoutError:
+            return Outcome(
+                request_id, started, time.monotonic() - started, reply.status, reply.headers.get("Retry-After")
+            )
+    except TimeoutError:
         return Outcome(request_id, started, time.monotonic() - started, None, error="timeout")
     except aiohttp.ClientError as exc:
         return Outcome(request_id, started, time.monotonic() - started, None, error=type(exc).__name__)
 
 
-async def run_load(url: str, token: str, body: bytes, duration_s: float, *, concurrency: int = 8, rate: float | None = None,
-                   max_outstanding: int = 2000, timeout_s: float = 40.0, stop: asyncio.Event | None = None) -> LoadResult:
+async def run_load(
+    url: str,
+    token: str,
+    body: bytes,
+    duration_s: float,
+    *,
+    concurrency: int = 8,
+    rate: float | None = None,
+    max_outstanding: int = 2000,
+    timeout_s: float = 40.0,
+    stop: asyncio.Event | None = None,
+) -> LoadResult:
     """Send ``body`` to ``url`` for ``duration_s``: closed loop with ``concurrency`` workers, or open loop at ``rate``."""
     headers = {"Authorization": f"Bearer {token}", "content-type": "application/json"}
     result = LoadResult()
@@ -87,6 +107,7 @@ async def run_load(url: str, token: str, body: bytes, duration_s: float, *, conc
             return time.monotonic() >= deadline or (stop is not None and stop.is_set())
 
         if rate is None:
+
             async def worker() -> None:
                 while not over():
                     result.outcomes.append(await _one(session, url, headers, body, timeout_s))

@@ -98,10 +98,10 @@ def ensure_venv(name: str) -> Path:
 
 def versions(name: str) -> dict[str, str]:
     """Installed versions of the peer's key packages, read by the venv's own python."""
-    code = ("import importlib.metadata as m, json, sys\n"
-            "print(json.dumps({p: m.version(p) for p in sys.argv[1:]}))")
-    done = subprocess.run([str(ensure_venv(name)), "-c", code, *KEY_PACKAGES[name]],
-                          capture_output=True, text=True, check=False)
+    code = "import importlib.metadata as m, json, sys\nprint(json.dumps({p: m.version(p) for p in sys.argv[1:]}))"
+    done = subprocess.run(
+        [str(ensure_venv(name)), "-c", code, *KEY_PACKAGES[name]], capture_output=True, text=True, check=False
+    )
     if done.returncode != 0:
         raise RuntimeError(f"peer env {name!r}: reading versions failed: {done.stderr.strip()[-500:]}")
     return json.loads(done.stdout)

@@ -9,16 +9,21 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from benchmarks.serving_servers import Server, wait_http_ok
 
 READY_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 20.0
 BATCH_SIZE, BATCH_WAIT_S = 32, 0.002
-_TELEMETRY_OFF = {"RAY_USAGE_STATS_ENABLED": "0", "BENTOML_DO_NOT_TRACK": "true", "DO_NOT_TRACK": "1",
-                  "HF_HUB_DISABLE_TELEMETRY": "1", "RAY_DISABLE_DOCKER_CPU_WARNING": "1"}
+_TELEMETRY_OFF = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "BENTOML_DO_NOT_TRACK": "true",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "RAY_DISABLE_DOCKER_CPU_WARNING": "1",
+}
 
 # shared by the scripts that run the model themselves (bentoml, rayserve, kserve)
 ROWS_CODE = '''
@@ -112,8 +117,13 @@ def _stopper(process: subprocess.Popen, cleanup: Callable[[], None] | None, term
 def _env(python: Path, workdir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     venv = python.parent.parent
-    env.update(_TELEMETRY_OFF, VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
-               BENTOML_HOME=str(workdir / "bentoml_home"), PYTHONUNBUFFERED="1")
+    env.update(
+        _TELEMETRY_OFF,
+        VIRTUAL_ENV=str(venv),
+        PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        BENTOML_HOME=str(workdir / "bentoml_home"),
+        PYTHONUNBUFFERED="1",
+    )
     return env
 
 
@@ -131,9 +141,19 @@ def _wait_log(log_path: Path, offset: int, needle: str, count: int, process: sub
     raise RuntimeError(f"{needle!r} not seen {count} times after {READY_TIMEOUT_S:.0f}s; see {log_path}")
 
 
-def start_process(kind: str, cmd: list[str], python: Path, workdir: Path, logs: Path, url: str, ready_path: str,
-           path: str, cleanup: Callable[[], None] | None = None, ready_log: tuple[str, int] | None = None,
-           term_root_only: bool = False) -> Server:
+def start_process(
+    kind: str,
+    cmd: list[str],
+    python: Path,
+    workdir: Path,
+    logs: Path,
+    url: str,
+    ready_path: str,
+    path: str,
+    cleanup: Callable[[], None] | None = None,
+    ready_log: tuple[str, int] | None = None,
+    term_root_only: bool = False,
+) -> Server:
     """Start `cmd` as its own session in workdir, wait for GET url+ready_path to answer 200 (and the log to
     show every worker started), return the Server."""
     logs.mkdir(parents=True, exist_ok=True)
@@ -141,8 +161,15 @@ def start_process(kind: str, cmd: list[str], python: Path, workdir: Path, logs: 
     log_path = logs / f"{kind}.log"
     offset = log_path.stat().st_size if log_path.exists() else 0
     with open(log_path, "ab") as out:
-        process = subprocess.Popen(cmd, cwd=workdir, env=_env(python, workdir), stdout=out,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        process = subprocess.Popen(
+            cmd,
+            cwd=workdir,
+            env=_env(python, workdir),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     stop = _stopper(process, cleanup, term_root_only)
     try:
         wait_http_ok(url + ready_path, process, log_path, READY_TIMEOUT_S)

@@ -51,8 +51,9 @@ import functools
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from benchmarks.peer_process import BATCH_SIZE, BATCH_WAIT_S, ROWS_CODE, loopback_port, start_process
 from benchmarks.serving_servers import Server
@@ -62,26 +63,47 @@ MODEL_NAME = "peer"
 # ---------------------------------------------------------------------------------------------- the peers
 
 
-def start_mlserver(python: Path, model_path: Path, workdir: Path, logs: Path, *, workers: int = 2,
-                   batching: bool = False) -> Server:
+def start_mlserver(
+    python: Path, model_path: Path, workdir: Path, logs: Path, *, workers: int = 2, batching: bool = False
+) -> Server:
     port, grpc_port = loopback_port(), loopback_port()
-    settings = {"host": "127.0.0.1", "http_port": port, "grpc_port": grpc_port, "parallel_workers": workers,
-                "metrics_endpoint": None, "debug": False, "load_models_at_startup": True,
-                "model_repository_root": str(workdir / "models"), "environments_dir": str(workdir / "envs"),
-                "metrics_dir": str(workdir / "metrics")}
-    model = {"name": MODEL_NAME, "implementation": "mlserver_sklearn.SKLearnModel",
-             "parameters": {"uri": str(Path(model_path).resolve())},
-             "max_batch_size": BATCH_SIZE if batching else 1, "max_batch_time": BATCH_WAIT_S if batching else 0}
+    settings = {
+        "host": "127.0.0.1",
+        "http_port": port,
+        "grpc_port": grpc_port,
+        "parallel_workers": workers,
+        "metrics_endpoint": None,
+        "debug": False,
+        "load_models_at_startup": True,
+        "model_repository_root": str(workdir / "models"),
+        "environments_dir": str(workdir / "envs"),
+        "metrics_dir": str(workdir / "metrics"),
+    }
+    model = {
+        "name": MODEL_NAME,
+        "implementation": "mlserver_sklearn.SKLearnModel",
+        "parameters": {"uri": str(Path(model_path).resolve())},
+        "max_batch_size": BATCH_SIZE if batching else 1,
+        "max_batch_time": BATCH_WAIT_S if batching else 0,
+    }
     repo = workdir / "models" / MODEL_NAME
     repo.mkdir(parents=True, exist_ok=True)
     (workdir / "settings.json").write_text(json.dumps(settings, indent=1))
     (repo / "model-settings.json").write_text(json.dumps(model, indent=1))
     cmd = [str(python.parent / "mlserver"), "start", str(workdir)]
-    return start_process("mlserver", cmd, python, workdir, logs, f"http://127.0.0.1:{port}",
-                         f"/v2/models/{MODEL_NAME}/ready", f"/v2/models/{MODEL_NAME}/infer")
+    return start_process(
+        "mlserver",
+        cmd,
+        python,
+        workdir,
+        logs,
+        f"http://127.0.0.1:{port}",
+        f"/v2/models/{MODEL_NAME}/ready",
+        f"/v2/models/{MODEL_NAME}/infer",
+    )
 
 
-_BENTOML_CODE = '''
+_BENTOML_CODE = """
 import bentoml
 
 MODEL_PATH, WORKERS, BATCHING, MAX_BATCH_ROWS, MAX_LATENCY_MS = {args}
@@ -100,21 +122,31 @@ class Peer:
         @bentoml.api
         def predict(self, instances: list) -> list:
             return predict_rows(self.model, instances)
-'''
+"""
 
 
-def start_bentoml(python: Path, model_path: Path, workdir: Path, logs: Path, *, workers: int = 2,
-                  batching: bool = False) -> Server:
+def start_bentoml(
+    python: Path, model_path: Path, workdir: Path, logs: Path, *, workers: int = 2, batching: bool = False
+) -> Server:
     port = loopback_port()
     args = (str(Path(model_path).resolve()), workers, batching, BATCH_SIZE * 32, 60_000)  # rows; a 503 deadline
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "bento_peer.py").write_text(ROWS_CODE + _BENTOML_CODE.format(args=repr(args)))
     cmd = [str(python.parent / "bentoml"), "serve", "bento_peer:Peer", "--host", "127.0.0.1", "--port", str(port)]
-    return start_process("bentoml", cmd, python, workdir, logs, f"http://127.0.0.1:{port}", "/readyz", "/predict",
-                         ready_log=("Service Peer initialized", workers))
+    return start_process(
+        "bentoml",
+        cmd,
+        python,
+        workdir,
+        logs,
+        f"http://127.0.0.1:{port}",
+        "/readyz",
+        "/predict",
+        ready_log=("Service Peer initialized", workers),
+    )
 
 
-_RAY_CODE = '''
+_RAY_CODE = """
 # Ray swaps a node address of 127.0.0.1 for the machine's own IP and then binds its agents there and its
 # gRPC servers (GCS, raylet, workers) on all interfaces, except where clusters are "not supported" (macOS,
 # Windows): this variable makes Linux take that path, so the node address stays 127.0.0.1 and every listener
@@ -167,11 +199,12 @@ if __name__ == "__main__":
     done.wait()
     serve.shutdown()
     ray.shutdown()
-'''
+"""
 
 
-def start_rayserve(python: Path, model_path: Path, workdir: Path, logs: Path, *, workers: int = 2,
-                   batching: bool = False) -> Server:
+def start_rayserve(
+    python: Path, model_path: Path, workdir: Path, logs: Path, *, workers: int = 2, batching: bool = False
+) -> Server:
     port = loopback_port()
     temp_dir = workdir.resolve() / "ray"
     cleanup: Callable[[], None] | None = None
@@ -185,8 +218,9 @@ def start_rayserve(python: Path, model_path: Path, workdir: Path, logs: Path, *,
     cmd = [str(python), "ray_peer.py"]
     # SIGTERM to the driver alone: it shuts Serve and Ray down in order (a group SIGTERM kills the raylet
     # first, and the driver's serve.shutdown() then hangs); whatever is left is SIGKILLed after 20 s
-    return start_process("rayserve", cmd, python, workdir, logs, f"http://127.0.0.1:{port}", "/", "/", cleanup,
-                         term_root_only=True)
+    return start_process(
+        "rayserve", cmd, python, workdir, logs, f"http://127.0.0.1:{port}", "/", "/", cleanup, term_root_only=True
+    )
 
 
 _KSERVE_CODE = '''
@@ -240,19 +274,28 @@ if __name__ == "__main__":
 '''
 
 
-def start_kserve(python: Path, model_path: Path, workdir: Path, logs: Path, *, workers: int = 2,
-                 batching: bool = False) -> Server:
+def start_kserve(
+    python: Path, model_path: Path, workdir: Path, logs: Path, *, workers: int = 2, batching: bool = False
+) -> Server:
     port = loopback_port()
     args = (str(Path(model_path).resolve()), workers, port, MODEL_NAME)
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "kserve_peer.py").write_text(ROWS_CODE + _KSERVE_CODE.format(args=repr(args)))
     cmd = [str(python), "kserve_peer.py"]
-    return start_process("kserve", cmd, python, workdir, logs, f"http://127.0.0.1:{port}",
-                         f"/v1/models/{MODEL_NAME}", f"/v1/models/{MODEL_NAME}:predict",
-                         ready_log=("Application startup complete.", workers))
+    return start_process(
+        "kserve",
+        cmd,
+        python,
+        workdir,
+        logs,
+        f"http://127.0.0.1:{port}",
+        f"/v1/models/{MODEL_NAME}",
+        f"/v1/models/{MODEL_NAME}:predict",
+        ready_log=("Application startup complete.", workers),
+    )
 
 
-_UVICORN_CODE = '''
+_UVICORN_CODE = """
 BODY = b'{"predictions":[0]}'
 HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(BODY)).encode())]
 
@@ -270,23 +313,50 @@ async def app(scope, receive, send):
         more = message.get("more_body", False)
     await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
     await send({"type": "http.response.body", "body": BODY})
-'''
+"""
 
 
-def start_uvicorn(python: Path, model_path: Path, workdir: Path, logs: Path, *, workers: int = 2,
-                  batching: bool = False) -> Server:
+def start_uvicorn(
+    python: Path, model_path: Path, workdir: Path, logs: Path, *, workers: int = 2, batching: bool = False
+) -> Server:
     port = loopback_port()
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "asgi_peer.py").write_text(_UVICORN_CODE)
-    cmd = [str(python.parent / "uvicorn"), "asgi_peer:app", "--host", "127.0.0.1", "--port", str(port),
-           "--workers", str(workers), "--loop", "uvloop", "--http", "httptools", "--no-access-log"]
-    return start_process("uvicorn", cmd, python, workdir, logs, f"http://127.0.0.1:{port}", "/", "/",
-                         ready_log=("Application startup complete.", workers))
+    cmd = [
+        str(python.parent / "uvicorn"),
+        "asgi_peer:app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--loop",
+        "uvloop",
+        "--http",
+        "httptools",
+        "--no-access-log",
+    ]
+    return start_process(
+        "uvicorn",
+        cmd,
+        python,
+        workdir,
+        logs,
+        f"http://127.0.0.1:{port}",
+        "/",
+        "/",
+        ready_log=("Application startup complete.", workers),
+    )
 
 
 STARTERS: dict[str, Callable[..., Server]] = {
-    "mlserver": start_mlserver, "bentoml": start_bentoml, "rayserve": start_rayserve,
-    "kserve": start_kserve, "uvicorn": start_uvicorn}
+    "mlserver": start_mlserver,
+    "bentoml": start_bentoml,
+    "rayserve": start_rayserve,
+    "kserve": start_kserve,
+    "uvicorn": start_uvicorn,
+}
 
 
 # ---------------------------------------------------------------------------------------------- wire formats
@@ -296,17 +366,33 @@ def _v2_request(rows: list) -> dict[str, Any]:
     """Open Inference (V2): numeric rows as one FP64 tensor; records as a pandas-codec request."""
     if not (rows and isinstance(rows[0], dict)):
         width = len(rows[0]) if rows else 0
-        return {"inputs": [{"name": "input-0", "shape": [len(rows), width], "datatype": "FP64",
-                            "data": [float(v) for row in rows for v in row]}]}
+        return {
+            "inputs": [
+                {
+                    "name": "input-0",
+                    "shape": [len(rows), width],
+                    "datatype": "FP64",
+                    "data": [float(v) for row in rows for v in row],
+                }
+            ]
+        }
     inputs = []
     for column, first in rows[0].items():
         values = [row[column] for row in rows]
         if isinstance(first, str):
-            inputs.append({"name": column, "shape": [len(rows)], "datatype": "BYTES", "data": values,
-                           "parameters": {"content_type": "str"}})
+            inputs.append(
+                {
+                    "name": column,
+                    "shape": [len(rows)],
+                    "datatype": "BYTES",
+                    "data": values,
+                    "parameters": {"content_type": "str"},
+                }
+            )
         else:
-            inputs.append({"name": column, "shape": [len(rows)], "datatype": "FP64",
-                           "data": [float(v) for v in values]})
+            inputs.append(
+                {"name": column, "shape": [len(rows)], "datatype": "FP64", "data": [float(v) for v in values]}
+            )
     return {"parameters": {"content_type": "pd"}, "inputs": inputs}
 
 

@@ -64,16 +64,20 @@ MODELS = {
     "pipeline": "scaler on 19 floats + one-hot 'cat', GBDT 100 trees depth 3",
 }
 TOLLFREE = ("tollfree", "tollfree-example", "tollfree-fixed")
-BATCHING = ("mlserver", "bentoml", "rayserve")   # peers with adaptive batching: each also runs with it on (-batch)
+BATCHING = ("mlserver", "bentoml", "rayserve")  # peers with adaptive batching: each also runs with it on (-batch)
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     from benchmarks.peer_servers import PEER_KINDS
 
-    every = [*TOLLFREE, "mlflow-2w", *[k for kind in PEER_KINDS
-                                        for k in ((kind, f"{kind}-batch") if kind in BATCHING else (kind,))]]
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.peers", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    every = [
+        *TOLLFREE,
+        "mlflow-2w",
+        *[k for kind in PEER_KINDS for k in ((kind, f"{kind}-batch") if kind in BATCHING else (kind,))],
+    ]
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.peers", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32, 128])
     parser.add_argument("--rows", type=lambda s: [int(x) for x in s.split(",")], default=[1, 32])
@@ -115,8 +119,9 @@ def _fit(key: str, rng: np.random.Generator) -> tuple[Any, Any, list[str]]:
     columns = [*columns[:-1], "cat"]
     frame = frame.iloc[:, :-1].assign(cat=np.where(x[:, -1] > 0.5, "a", np.where(x[:, -1] > -0.5, "b", "c")))
     y = np.where(frame["cat"] == "a", 1 - y, y)
-    prep = ColumnTransformer([("num", StandardScaler(), columns[:-1]),
-                              ("cat", OneHotEncoder(handle_unknown="ignore"), ["cat"])])
+    prep = ColumnTransformer(
+        [("num", StandardScaler(), columns[:-1]), ("cat", OneHotEncoder(handle_unknown="ignore"), ["cat"])]
+    )
     return Pipeline([("prep", prep), ("gbdt", gbdt)]).fit(frame, y), frame, columns
 
 
@@ -125,7 +130,11 @@ def _pip() -> list[str]:
     import mlflow
     import sklearn
 
-    return [f"mlflow=={mlflow.__version__}", f"scikit-learn=={sklearn.__version__}", f"cloudpickle=={cloudpickle.__version__}"]
+    return [
+        f"mlflow=={mlflow.__version__}",
+        f"scikit-learn=={sklearn.__version__}",
+        f"cloudpickle=={cloudpickle.__version__}",
+    ]
 
 
 def _register(key: str, estimator: Any, frame: Any, *, example: bool) -> dict[str, str]:
@@ -135,9 +144,15 @@ def _register(key: str, estimator: Any, frame: Any, *, example: bool) -> dict[st
     name = f"peers-{key}{'-example' if example else ''}"
     with mlflow.start_run():
         # cloudpickle, as benchmarks/serving.py logs its models (skops asks for the tree types to be trusted)
-        info = mlflow.sklearn.log_model(estimator, name="model", signature=infer_signature(frame, estimator.predict(frame)),
-                                        input_example=frame.iloc[:5] if example else None, registered_model_name=name,
-                                        serialization_format="cloudpickle", pip_requirements=_pip())
+        info = mlflow.sklearn.log_model(
+            estimator,
+            name="model",
+            signature=infer_signature(frame, estimator.predict(frame)),
+            input_example=frame.iloc[:5] if example else None,
+            registered_model_name=name,
+            serialization_format="cloudpickle",
+            pip_requirements=_pip(),
+        )
     return {"name": name, "version": str(info.registered_model_version)}
 
 
@@ -156,11 +171,16 @@ def _prepare(keys: list[str], home: Path) -> dict[str, dict[str, Any]]:
         path = home / f"{key}.joblib"
         joblib.dump(estimator, path)
         rows = frame.sample(32, random_state=SEED).reset_index(drop=True)
-        out[key] = {"estimator": estimator, "path": path, "columns": columns, "frame": rows,
-                    "plain": _register(key, estimator, frame, example=False),
-                    "example": _register(key, estimator, frame, example=True),
-                    "expected": [int(v) for v in estimator.predict(rows)],
-                    "in_process_ms": _in_process_p50(estimator, rows.iloc[:1])}
+        out[key] = {
+            "estimator": estimator,
+            "path": path,
+            "columns": columns,
+            "frame": rows,
+            "plain": _register(key, estimator, frame, example=False),
+            "example": _register(key, estimator, frame, example=True),
+            "expected": [int(v) for v in estimator.predict(rows)],
+            "in_process_ms": _in_process_p50(estimator, rows.iloc[:1]),
+        }
         log(f"model {key}: {MODELS[key]}, fitted and registered in {time.monotonic() - began:.1f}s")
     return out
 
@@ -227,7 +247,9 @@ def _path_taken(kind: str, home: Path, since: float) -> str:
     """The float64 fast path and the batch plan, from the newest replica log since ``since`` that names them."""
     if kind not in TOLLFREE:
         return ""
-    logs = sorted((p for p in (home / "logs").glob("replica-*.log") if p.stat().st_mtime >= since), key=os.path.getmtime)
+    logs = sorted(
+        (p for p in (home / "logs").glob("replica-*.log") if p.stat().st_mtime >= since), key=os.path.getmtime
+    )
     text = next((t for t in (p.read_text(errors="replace") for p in reversed(logs)) if "numpy path:" in t), "")
     fast = re.findall(r"numpy path: (yes|no)", text)
     batch = re.findall(r"-> BatchPlan\(([^)]*)\)", text)
@@ -247,8 +269,12 @@ def _check(kind: str, server: Server, model: dict[str, Any], n: int) -> None:
     import httpx
 
     path, body, headers = _request(kind, model, n)
-    answer = httpx.post(server.url + (path or server.path), content=body, timeout=60,
-                        headers={"content-type": "application/json", **server.headers, **headers})
+    answer = httpx.post(
+        server.url + (path or server.path),
+        content=body,
+        timeout=60,
+        headers={"content-type": "application/json", **server.headers, **headers},
+    )
     if answer.status_code != 200:
         raise RuntimeError(f"{kind}: sample request gave HTTP {answer.status_code}: {answer.text[:300]}")
     if kind != CEILING:
@@ -257,10 +283,12 @@ def _check(kind: str, server: Server, model: dict[str, Any], n: int) -> None:
             raise RuntimeError(f"{kind}: predictions differ from the model's own: {got[:8]} vs {model['expected'][:8]}")
 
 
-def _point(kind: str, server: Server, model: dict[str, Any], n: int, c: int, seconds: int, script: Path) -> dict[str, Any]:
+def _point(
+    kind: str, server: Server, model: dict[str, Any], n: int, c: int, seconds: int, script: Path
+) -> dict[str, Any]:
     path, body, headers = _request(kind, model, n)
     target = Server(kind, server.url, path or server.path, {**server.headers, **headers}, server.pid, None)
-    started = time.monotonic()   # the system's monotonic clock: the gateway stamps its decisions with it too
+    started = time.monotonic()  # the system's monotonic clock: the gateway stamps its decisions with it too
     wrk(target, body, c, WARMUP_S, script)
     before = tree_cpu(server.pid)
     result = wrk(target, body, c, seconds, script)
@@ -268,17 +296,28 @@ def _point(kind: str, server: Server, model: dict[str, Any], n: int, c: int, sec
     ok = max(result["requests"] - result["non2xx"], 0)
     duration_s = result["duration_us"] / 1e6
     errors = sum(result[k] for k in ("non2xx", "connect", "read", "write", "timeout"))
-    row = {"server": kind, "rows": n, "concurrency": c, "rps": result["requests"] / duration_s,
-           "rows_per_s": ok * n / duration_s, "p50_ms": result["p50_us"] / 1000, "p99_ms": result["p99_us"] / 1000,
-           "errors": errors, "cpu_s_per_1000_predictions": cpu["total_s"] / (ok * n) * 1000 if ok else None,
-           "window": [started, time.monotonic()]}
-    log(f"  {kind:16s} rows={n:<2d} c={c:<3d} {row['rps']:8.1f} rps  p50 {row['p50_ms']:7.2f} ms  "
-        f"p99 {row['p99_ms']:7.2f} ms  errors {errors}")
+    row = {
+        "server": kind,
+        "rows": n,
+        "concurrency": c,
+        "rps": result["requests"] / duration_s,
+        "rows_per_s": ok * n / duration_s,
+        "p50_ms": result["p50_us"] / 1000,
+        "p99_ms": result["p99_us"] / 1000,
+        "errors": errors,
+        "cpu_s_per_1000_predictions": cpu["total_s"] / (ok * n) * 1000 if ok else None,
+        "window": [started, time.monotonic()],
+    }
+    log(
+        f"  {kind:16s} rows={n:<2d} c={c:<3d} {row['rps']:8.1f} rps  p50 {row['p50_ms']:7.2f} ms  "
+        f"p99 {row['p99_ms']:7.2f} ms  errors {errors}"
+    )
     return row
 
 
-def _serve_and_measure(kind: str, model: dict[str, Any], env: dict[str, str], home: Path,
-                       args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _serve_and_measure(
+    kind: str, model: dict[str, Any], env: dict[str, str], home: Path, args: argparse.Namespace
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     load_before = os.getloadavg()[0]
     began, wall = time.monotonic(), time.time()
     server = _start(kind, model, env, home)
@@ -287,7 +326,9 @@ def _serve_and_measure(kind: str, model: dict[str, Any], env: dict[str, str], ho
         for n in args.rows:
             _check(kind, server, model, n)
         info["path"] = _path_taken(kind, home, wall)
-        rows = [_point(kind, server, model, n, c, args.seconds, home / "post.lua") for n in args.rows for c in args.levels]
+        rows = [
+            _point(kind, server, model, n, c, args.seconds, home / "post.lua") for n in args.rows for c in args.levels
+        ]
         decisions = _decisions(server) if kind in TOLLFREE else []
         attach_decisions(rows, decisions)
         if kind in TOLLFREE:
@@ -301,8 +342,9 @@ def _serve_and_measure(kind: str, model: dict[str, Any], env: dict[str, str], ho
 # --- run -----------------------------------------------------------------------------------------------
 
 
-def _rounds(model: dict[str, Any], env: dict[str, str], home: Path, args: argparse.Namespace
-            ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], dict[str, str]]:
+def _rounds(
+    model: dict[str, Any], env: dict[str, str], home: Path, args: argparse.Namespace
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], dict[str, str]]:
     """Every server once per round (``--repeat``), each row with its round; a server's info: its first round's,
     with every round's path and load average added."""
     rows: list[dict[str, Any]] = []
@@ -314,7 +356,7 @@ def _rounds(model: dict[str, Any], env: dict[str, str], home: Path, args: argpar
                 log(f"round {round_no + 1} of {args.repeat}: {kind}")
             try:
                 got, seen = _serve_and_measure(kind, model, env, home, args)
-            except Exception as exc:  # noqa: BLE001 - reported in the table; the other servers go on
+            except Exception as exc:
                 failures[kind] = f"{type(exc).__name__}: {str(exc)[:300]}"
                 log(f"  {kind}: FAILED: {failures[kind]}")
                 continue
@@ -350,9 +392,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for key, model in models.items():
             rows, info, failures = _rounds(model, env, home, args)
             points = medians(rows)
-            results[key] = {"label": MODELS[key], "rows": points, "rounds": rows, "servers": info, "failures": failures,
-                            "in_process_p50_ms": round(model["in_process_ms"], 3),
-                            "verdict": verdict(points, model["in_process_ms"])}
+            results[key] = {
+                "label": MODELS[key],
+                "rows": points,
+                "rounds": rows,
+                "servers": info,
+                "failures": failures,
+                "in_process_p50_ms": round(model["in_process_ms"], 3),
+                "verdict": verdict(points, model["in_process_ms"]),
+            }
         from benchmarks.peer_envs import versions as peer_versions
 
         for kind in {k.partition("-")[0] for k in args.servers if k not in OURS}:
@@ -361,22 +409,38 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         import mlflow
         import sklearn
 
-        return {"benchmark": "peers", "command": "python -m benchmarks.peers " + " ".join(_argv(args)),
-                "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "seconds_per_point": args.seconds,
-                "warmup_s": WARMUP_S, "results": results, "targets": TARGETS, "peer_versions": versions,
-                "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "mlflow": mlflow.__version__,
-                            "sklearn": sklearn.__version__,
-                            "wrk": subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.splitlines()[0],
-                            "loadavg_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)]},
-                "wall_s": round(time.monotonic() - began, 1)}
+        return {
+            "benchmark": "peers",
+            "command": "python -m benchmarks.peers " + " ".join(_argv(args)),
+            "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+            "seconds_per_point": args.seconds,
+            "warmup_s": WARMUP_S,
+            "results": results,
+            "targets": TARGETS,
+            "peer_versions": versions,
+            "machine": {
+                "python": platform.python_version(),
+                "cpus": os.cpu_count(),
+                "mlflow": mlflow.__version__,
+                "sklearn": sklearn.__version__,
+                "wrk": subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.splitlines()[0],
+                "loadavg_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+            },
+            "wall_s": round(time.monotonic() - began, 1),
+        }
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
 
 def _argv(args: argparse.Namespace) -> list[str]:
-    return [f"--seconds {args.seconds}", f"--levels {','.join(map(str, args.levels))}", f"--rows {','.join(map(str, args.rows))}",
-            f"--models {','.join(args.models)}", f"--servers {','.join(args.servers)}",
-            *([f"--repeat {args.repeat}"] if args.repeat > 1 else [])]
+    return [
+        f"--seconds {args.seconds}",
+        f"--levels {','.join(map(str, args.levels))}",
+        f"--rows {','.join(map(str, args.rows))}",
+        f"--models {','.join(args.models)}",
+        f"--servers {','.join(args.servers)}",
+        *([f"--repeat {args.repeat}"] if args.repeat > 1 else []),
+    ]
 
 
 def _interrupted(signum: int, frame: Any) -> None:

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
-OURS = ("tollfree", "tollfree-example", "tollfree-fixed", "mlflow-2w")   # never a peer in the verdict
-CEILING = "uvicorn"                                                        # the bare ASGI app: no model
-TARGETS = {"rps_c32_over_best_peer": 2.0, "p50_c1_over_best_peer": 1.2, "rows_per_s_32_over_best_peer": 2.0,
-           "p99_c32_over_that_peer": 1.0, "p50_c1_over_in_process_ms": 1.0}
-PASS_WHEN = {"rps_c32_over_best_peer": ">=", "p50_c1_over_best_peer": "<=", "rows_per_s_32_over_best_peer": ">=",
-             "p99_c32_over_that_peer": "<", "p50_c1_over_in_process_ms": "<="}
+OURS = ("tollfree", "tollfree-example", "tollfree-fixed", "mlflow-2w")  # never a peer in the verdict
+CEILING = "uvicorn"  # the bare ASGI app: no model
+TARGETS = {
+    "rps_c32_over_best_peer": 2.0,
+    "p50_c1_over_best_peer": 1.2,
+    "rows_per_s_32_over_best_peer": 2.0,
+    "p99_c32_over_that_peer": 1.0,
+    "p50_c1_over_in_process_ms": 1.0,
+}
+PASS_WHEN = {
+    "rps_c32_over_best_peer": ">=",
+    "p50_c1_over_best_peer": "<=",
+    "rows_per_s_32_over_best_peer": ">=",
+    "p99_c32_over_that_peer": "<",
+    "p50_c1_over_in_process_ms": "<=",
+}
 
 
 _MEDIAN_KEYS = ("rps", "rows_per_s", "p50_ms", "p99_ms", "cpu_s_per_1000_predictions")
@@ -23,8 +33,13 @@ def medians(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         groups.setdefault((r["server"], r["rows"], r["concurrency"]), []).append(r)
     out = []
     for (server, n, c), rounds in groups.items():
-        row: dict[str, Any] = {"server": server, "rows": n, "concurrency": c, "rounds": len(rounds),
-                               "errors": sum(r["errors"] for r in rounds)}
+        row: dict[str, Any] = {
+            "server": server,
+            "rows": n,
+            "concurrency": c,
+            "rounds": len(rounds),
+            "errors": sum(r["errors"] for r in rounds),
+        }
         for key in _MEDIAN_KEYS:
             values = sorted(r[key] for r in rounds if r[key] is not None)
             row[key] = None if not values else (values[(len(values) - 1) // 2] + values[len(values) // 2]) / 2
@@ -39,17 +54,28 @@ def medians(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def verdict(rows: list[dict[str, Any]], in_process_ms: float | None = None) -> dict[str, Any]:
     """tollfree (shipped defaults) against the best peer at each target's point; ``in_process_ms``: the
     model's own predict of one row in the benchmark's process (p50), for the c=1 overhead target."""
+
     def best_peer(n: int, c: int, key: str, low: bool = False) -> dict[str, Any] | None:
-        peers = [r for r in rows if r["rows"] == n and r["concurrency"] == c and r["server"] not in OURS
-                 and r["server"] != CEILING and r["errors"] == 0]
+        peers = [
+            r
+            for r in rows
+            if r["rows"] == n
+            and r["concurrency"] == c
+            and r["server"] not in OURS
+            and r["server"] != CEILING
+            and r["errors"] == 0
+        ]
         return (min if low else max)(peers, key=lambda r: r[key]) if peers else None
 
     def ours(n: int, c: int) -> dict[str, Any] | None:
         return next((r for r in rows if r["server"] == "tollfree" and r["rows"] == n and r["concurrency"] == c), None)
 
     out: dict[str, Any] = {}
-    checks = [("rps_c32_over_best_peer", 1, 32, "rps", False), ("p50_c1_over_best_peer", 1, 1, "p50_ms", True),
-              ("rows_per_s_32_over_best_peer", 32, 32, "rows_per_s", False)]
+    checks = [
+        ("rps_c32_over_best_peer", 1, 32, "rps", False),
+        ("p50_c1_over_best_peer", 1, 1, "p50_ms", True),
+        ("rows_per_s_32_over_best_peer", 32, 32, "rows_per_s", False),
+    ]
     for name, n, c, key, low in checks:
         mine, peer = ours(n, c), best_peer(n, c, key, low)
         if mine and peer:
@@ -59,13 +85,21 @@ def verdict(rows: list[dict[str, Any]], in_process_ms: float | None = None) -> d
     mine, peer = ours(1, 32), best_peer(1, 32, "rps")
     if mine and peer:  # the throughput lead must not come from a longer tail than that peer's
         ratio = mine["p99_ms"] / peer["p99_ms"]
-        out["p99_c32_over_that_peer"] = {"value": round(ratio, 2), "best_peer": peer["server"],
-                                         "target": TARGETS["p99_c32_over_that_peer"], "pass": ratio < 1.0}
+        out["p99_c32_over_that_peer"] = {
+            "value": round(ratio, 2),
+            "best_peer": peer["server"],
+            "target": TARGETS["p99_c32_over_that_peer"],
+            "pass": ratio < 1.0,
+        }
     mine = ours(1, 1)
     if mine and in_process_ms is not None:
         over = mine["p50_ms"] - in_process_ms
-        out["p50_c1_over_in_process_ms"] = {"value": round(over, 2), "best_peer": f"in-process {in_process_ms:.2f} ms",
-                                            "target": TARGETS["p50_c1_over_in_process_ms"], "pass": over <= 1.0}
+        out["p50_c1_over_in_process_ms"] = {
+            "value": round(over, 2),
+            "best_peer": f"in-process {in_process_ms:.2f} ms",
+            "target": TARGETS["p50_c1_over_in_process_ms"],
+            "pass": over <= 1.0,
+        }
     return out
 
 
@@ -75,9 +109,11 @@ def scaling_text(decisions: list[dict[str, Any]]) -> str:
     if not decisions:
         return "; autoscaler: no decision"
     held = sum("cores are busy" in d["reason"] for d in decisions)
-    return (f"; autoscaler: up to {max(d['replicas'] for d in decisions)} replica(s), "
-            f"limit {decisions[-1]['max_concurrency']} per replica at the end"
-            + (f", held at the cores in {held} decision(s)" if held else ""))
+    return (
+        f"; autoscaler: up to {max(d['replicas'] for d in decisions)} replica(s), "
+        f"limit {decisions[-1]['max_concurrency']} per replica at the end"
+        + (f", held at the cores in {held} decision(s)" if held else "")
+    )
 
 
 _DECISION_INPUTS = ("load_up", "load_down", "target", "service_s", "forecast", "lead_s", "cores_busy")
@@ -90,17 +126,26 @@ def attach_decisions(rows: list[dict[str, Any]], decisions: list[dict[str, Any]]
     for row in rows:
         start, end = row.pop("window")
         during = [d for d in decisions if start <= d["t"] <= end]
-        row["decisions"] = [{"s": round(d["t"] - start, 2), "replicas": d["replicas"], "ready": d["ready_replicas"],
-                             "reason": d["reason"], **{k: d["inputs"][k] for k in _DECISION_INPUTS if k in d["inputs"]}}
-                            for d in during]
+        row["decisions"] = [
+            {
+                "s": round(d["t"] - start, 2),
+                "replicas": d["replicas"],
+                "ready": d["ready_replicas"],
+                "reason": d["reason"],
+                **{k: d["inputs"][k] for k in _DECISION_INPUTS if k in d["inputs"]},
+            }
+            for d in during
+        ]
         row["replicas_asked"] = max((d["replicas"] for d in during), default=None)
 
 
 def table(rows: list[dict[str, Any]], info: dict[str, dict[str, Any]]) -> str:
     ceiling = {(r["rows"], r["concurrency"]): r["rps"] for r in rows if r["server"] == CEILING}
-    lines = ["| server | path | rows | c | rps | rows/s | p50 ms | p99 ms | errors | CPU-s / 1000 preds | x ceiling rps | "
-             "replicas asked (each round) | load 1m before/after |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+    lines = [
+        "| server | path | rows | c | rps | rows/s | p50 ms | p99 ms | errors | CPU-s / 1000 preds | x ceiling rps | "
+        "replicas asked (each round) | load 1m before/after |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+    ]
     for r in rows:
         top = ceiling.get((r["rows"], r["concurrency"]))
         share = "-" if not top else f"{r['rps'] / top:.2f}"
@@ -110,23 +155,30 @@ def table(rows: list[dict[str, Any]], info: dict[str, dict[str, Any]]) -> str:
         spread = f" ({r['rps_range'][0]:.0f}-{r['rps_range'][1]:.0f})" if r.get("rps_range") else ""
         asked = r.get("replicas_asked_rounds") or ([r["replicas_asked"]] if r.get("replicas_asked") is not None else [])
         asked_text = "/".join("-" if a is None else str(a) for a in asked) or "-"
-        lines.append(f"| {r['server']} | {info.get(r['server'], {}).get('path') or '-'} | {r['rows']} | {r['concurrency']} | "
-                     f"{r['rps']:.1f}{spread} | {r['rows_per_s']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['errors']} | "
-                     f"{cpu_text} | {share} | {asked_text} | {load[0]}/{load[1]} |")
+        lines.append(
+            f"| {r['server']} | {info.get(r['server'], {}).get('path') or '-'} | {r['rows']} | {r['concurrency']} | "
+            f"{r['rps']:.1f}{spread} | {r['rows_per_s']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['errors']} | "
+            f"{cpu_text} | {share} | {asked_text} | {load[0]}/{load[1]} |"
+        )
     return "\n".join(lines)
 
 
 def render(result: dict[str, Any], warmup_s: float) -> str:
     """The whole run as text: its command, date, machine and versions, then each model's table and verdict."""
     m = result["machine"]
-    out = [f"{result['command']}\n{result['date_utc']} UTC; {m['wrk']}; python {m['python']}, mlflow {m['mlflow']}, sklearn "
-           f"{m['sklearn']}; {m['cpus']} cpus shared by wrk and the server; {warmup_s} s warm-up + "
-           f"{result['seconds_per_point']} s per point; {result['wall_s']} s in all; 1-min load average before/after "
-           f"{m['loadavg_1m_before_after']}"]
+    out = [
+        f"{result['command']}\n{result['date_utc']} UTC; {m['wrk']}; python {m['python']}, mlflow {m['mlflow']}, sklearn "
+        f"{m['sklearn']}; {m['cpus']} cpus shared by wrk and the server; {warmup_s} s warm-up + "
+        f"{result['seconds_per_point']} s per point; {result['wall_s']} s in all; 1-min load average before/after "
+        f"{m['loadavg_1m_before_after']}"
+    ]
     out += [f"{kind}: {', '.join(f'{k} {x}' for k, x in v.items())}" for kind, v in result["peer_versions"].items()]
     for key, res in result["results"].items():
         out += [f"\n## {key}: {res['label']}\n", table(res["rows"], res["servers"]), ""]
-        out += [f"{name}: {v['value']} against {v['best_peer']} (target {PASS_WHEN[name]} {v['target']}): "
-                f"{'PASS' if v['pass'] else 'FAIL'}" for name, v in res["verdict"].items()]
+        out += [
+            f"{name}: {v['value']} against {v['best_peer']} (target {PASS_WHEN[name]} {v['target']}): "
+            f"{'PASS' if v['pass'] else 'FAIL'}"
+            for name, v in res["verdict"].items()
+        ]
         out += [f"FAILED {kind}: {why}" for kind, why in res["failures"].items()]
     return "\n".join(out)

@@ -96,18 +96,28 @@ def _register_models(home: Path, tracking_uri: str) -> dict[str, dict[str, Any]]
     x = rng.normal(size=(TRAIN_ROWS, FEATURES))
     y = ((x[:, 0] + 0.5 * x[:, 1] * x[:, 2] - x[:, 3] + rng.normal(scale=0.5, size=TRAIN_ROWS)) > 0).astype(int)
     frame = pd.DataFrame(x, columns=columns)
-    pip = [f"mlflow=={mlflow.__version__}", f"scikit-learn=={sklearn.__version__}", f"cloudpickle=={cloudpickle.__version__}"]
+    pip = [
+        f"mlflow=={mlflow.__version__}",
+        f"scikit-learn=={sklearn.__version__}",
+        f"cloudpickle=={cloudpickle.__version__}",
+    ]
     row = [round(float(v), 6) for v in rng.normal(size=FEATURES)]
     registered = {}
     for key, spec in MODELS.items():
         began = time.monotonic()
-        model = GradientBoostingClassifier(n_estimators=spec["n_estimators"], max_depth=spec["max_depth"], random_state=SEED)
+        model = GradientBoostingClassifier(
+            n_estimators=spec["n_estimators"], max_depth=spec["max_depth"], random_state=SEED
+        )
         model.fit(frame, y)
         name = f"bench-{key}"
         with mlflow.start_run(experiment_id=experiment_id):
             info = mlflow.sklearn.log_model(
-                model, name="model", signature=infer_signature(frame, model.predict(frame)),
-                pip_requirements=pip, serialization_format="cloudpickle", registered_model_name=name,
+                model,
+                name="model",
+                signature=infer_signature(frame, model.predict(frame)),
+                pip_requirements=pip,
+                serialization_format="cloudpickle",
+                registered_model_name=name,
             )
         registered[key] = {"name": name, "version": str(info.registered_model_version), "label": spec["label"]}
         log(f"registered {name} v{info.registered_model_version} ({spec['label']}) in {time.monotonic() - began:.1f}s")
@@ -135,9 +145,16 @@ def _in_process(model: dict[str, Any], columns: list[str], row: list[float]) -> 
         samples.append(time.perf_counter_ns() - t0)
     cpu = time.process_time() - cpu0
     ms = np.asarray(samples, dtype=np.float64) / 1e6
-    return {"server": "in-process", "concurrency": 1, "calls": len(samples), "p50_ms": float(np.percentile(ms, 50)),
-            "p99_ms": float(np.percentile(ms, 99)), "rps": len(samples) / (ms.sum() / 1000),
-            "cpu_s_per_1000": cpu / len(samples) * 1000, "errors": 0}
+    return {
+        "server": "in-process",
+        "concurrency": 1,
+        "calls": len(samples),
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+        "rps": len(samples) / (ms.sum() / 1000),
+        "cpu_s_per_1000": cpu / len(samples) * 1000,
+        "errors": 0,
+    }
 
 
 # --- run ---------------------------------------------------------------------------------------------
@@ -151,15 +168,25 @@ def _verdict(rows: list[dict[str, Any]], inproc: dict[str, Any]) -> dict[str, An
     tf32, ml32 = at("tollfree", 32), at("mlflow-2w", 32)
     if tf32 and ml32:
         ratio = tf32["rps"] / ml32["rps"]
-        out["rps_ratio_c32"] = {"value": ratio, "target": f">= {TARGETS['rps_ratio_c32_min']}",
-                                "pass": ratio >= TARGETS["rps_ratio_c32_min"] and tf32["errors"] == 0}
-        out["p99_c32_ms"] = {"tollfree": tf32["p99_ms"], "mlflow_2w": ml32["p99_ms"], "target": "tollfree < mlflow-2w",
-                             "pass": tf32["p99_ms"] < ml32["p99_ms"]}
+        out["rps_ratio_c32"] = {
+            "value": ratio,
+            "target": f">= {TARGETS['rps_ratio_c32_min']}",
+            "pass": ratio >= TARGETS["rps_ratio_c32_min"] and tf32["errors"] == 0,
+        }
+        out["p99_c32_ms"] = {
+            "tollfree": tf32["p99_ms"],
+            "mlflow_2w": ml32["p99_ms"],
+            "target": "tollfree < mlflow-2w",
+            "pass": tf32["p99_ms"] < ml32["p99_ms"],
+        }
     tf1 = at("tollfree", 1)
     if tf1:
         gap = tf1["p50_ms"] - inproc["p50_ms"]
-        out["p50_c1_minus_inprocess_ms"] = {"value": gap, "target": f"<= {TARGETS['p50_over_inprocess_c1_max_ms']}",
-                                            "pass": gap <= TARGETS["p50_over_inprocess_c1_max_ms"]}
+        out["p50_c1_minus_inprocess_ms"] = {
+            "value": gap,
+            "target": f"<= {TARGETS['p50_over_inprocess_c1_max_ms']}",
+            "pass": gap <= TARGETS["p50_over_inprocess_c1_max_ms"],
+        }
     return out
 
 
@@ -215,17 +242,33 @@ def run(seconds: int, levels: list[int]) -> dict[str, Any]:
                 finally:
                     server.stop()
                     running.remove(server)
-            results[key] = {"model": model, "in_process": inproc, "rows": rows, "failures": failures,
-                            "verdict": _verdict(rows, inproc)}
+            results[key] = {
+                "model": model,
+                "in_process": inproc,
+                "rows": rows,
+                "failures": failures,
+                "verdict": _verdict(rows, inproc),
+            }
         import mlflow
         import sklearn
 
         return {
-            "benchmark": "serving", "load_generator": subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.splitlines()[0],
-            "loopback": "127.0.0.1", "seconds_per_point": seconds, "warmup_s": WARMUP_S, "concurrency": levels,
-            "body": body, "results": results, "targets": TARGETS,
-            "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "mlflow": mlflow.__version__,
-                        "sklearn": sklearn.__version__, "loadavg_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)]},
+            "benchmark": "serving",
+            "load_generator": subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.splitlines()[0],
+            "loopback": "127.0.0.1",
+            "seconds_per_point": seconds,
+            "warmup_s": WARMUP_S,
+            "concurrency": levels,
+            "body": body,
+            "results": results,
+            "targets": TARGETS,
+            "machine": {
+                "python": platform.python_version(),
+                "cpus": os.cpu_count(),
+                "mlflow": mlflow.__version__,
+                "sklearn": sklearn.__version__,
+                "loadavg_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+            },
             "wall_s": round(time.monotonic() - began, 1),
         }
     finally:
@@ -240,15 +283,21 @@ def _fmt(value: Any, digits: int = 1) -> str:
 
 
 def _table(result: dict[str, Any]) -> str:
-    lines = ["| server | c | rps | p50 ms | p99 ms | errors | CPU-s / 1000 preds (server / children) |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    lines = [
+        "| server | c | rps | p50 ms | p99 ms | errors | CPU-s / 1000 preds (server / children) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
     inproc = result["in_process"]
-    lines.append(f"| in-process pyfunc | 1 | {_fmt(inproc['rps'])} | {_fmt(inproc['p50_ms'], 2)} | {_fmt(inproc['p99_ms'], 2)} | 0 | "
-                 f"{_fmt(inproc['cpu_s_per_1000'], 3)} |")
+    lines.append(
+        f"| in-process pyfunc | 1 | {_fmt(inproc['rps'])} | {_fmt(inproc['p50_ms'], 2)} | {_fmt(inproc['p99_ms'], 2)} | 0 | "
+        f"{_fmt(inproc['cpu_s_per_1000'], 3)} |"
+    )
     for r in result["rows"]:
-        lines.append(f"| {r['server']} | {r['concurrency']} | {_fmt(r['rps'])} | {_fmt(r['p50_ms'], 2)} | {_fmt(r['p99_ms'], 2)} | "
-                     f"{r['errors']} | {_fmt(r['cpu_s_per_1000'], 3)} ({_fmt(r['cpu_root_s_per_1000'], 3)} / "
-                     f"{_fmt(r['cpu_descendants_s_per_1000'], 3)}) |")
+        lines.append(
+            f"| {r['server']} | {r['concurrency']} | {_fmt(r['rps'])} | {_fmt(r['p50_ms'], 2)} | {_fmt(r['p99_ms'], 2)} | "
+            f"{r['errors']} | {_fmt(r['cpu_s_per_1000'], 3)} ({_fmt(r['cpu_root_s_per_1000'], 3)} / "
+            f"{_fmt(r['cpu_descendants_s_per_1000'], 3)}) |"
+        )
     return "\n".join(lines)
 
 
@@ -264,10 +313,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2))
         return 0
     m = result["machine"]
-    print(f"serving: {result['load_generator']}, loopback, single-row dataframe_split, {WARMUP_S} s warm-up + "
-          f"{result['seconds_per_point']} s per point; python {m['python']}, mlflow {m['mlflow']}, sklearn {m['sklearn']}, "
-          f"{m['cpus']} cpus (load generator on the same cores); {result['wall_s']} s in all; 1-min load average "
-          f"before/after {m['loadavg_1m_before_after'][0]}/{m['loadavg_1m_before_after'][1]}")
+    print(
+        f"serving: {result['load_generator']}, loopback, single-row dataframe_split, {WARMUP_S} s warm-up + "
+        f"{result['seconds_per_point']} s per point; python {m['python']}, mlflow {m['mlflow']}, sklearn {m['sklearn']}, "
+        f"{m['cpus']} cpus (load generator on the same cores); {result['wall_s']} s in all; 1-min load average "
+        f"before/after {m['loadavg_1m_before_after'][0]}/{m['loadavg_1m_before_after'][1]}"
+    )
     for key, res in result["results"].items():
         print()
         print(f"## {key}: {res['model']['label']} (models:/{res['model']['name']}/{res['model']['version']})")
@@ -276,15 +327,21 @@ def main(argv: list[str] | None = None) -> int:
         print()
         v = res["verdict"]
         if "rps_ratio_c32" in v:
-            print(f"tollfree rps / mlflow-2w rps at c=32: {v['rps_ratio_c32']['value']:.2f} (target >= "
-                  f"{TARGETS['rps_ratio_c32_min']}): {'PASS' if v['rps_ratio_c32']['pass'] else 'FAIL'}")
+            print(
+                f"tollfree rps / mlflow-2w rps at c=32: {v['rps_ratio_c32']['value']:.2f} (target >= "
+                f"{TARGETS['rps_ratio_c32_min']}): {'PASS' if v['rps_ratio_c32']['pass'] else 'FAIL'}"
+            )
             p = v["p99_c32_ms"]
-            print(f"p99 at c=32: tollfree {p['tollfree']:.1f} ms vs mlflow-2w {p['mlflow_2w']:.1f} ms (target lower): "
-                  f"{'PASS' if p['pass'] else 'FAIL'}")
+            print(
+                f"p99 at c=32: tollfree {p['tollfree']:.1f} ms vs mlflow-2w {p['mlflow_2w']:.1f} ms (target lower): "
+                f"{'PASS' if p['pass'] else 'FAIL'}"
+            )
         if "p50_c1_minus_inprocess_ms" in v:
             g = v["p50_c1_minus_inprocess_ms"]
-            print(f"tollfree p50 - in-process p50 at c=1: {g['value']:.2f} ms (target <= "
-                  f"{TARGETS['p50_over_inprocess_c1_max_ms']} ms): {'PASS' if g['pass'] else 'FAIL'}")
+            print(
+                f"tollfree p50 - in-process p50 at c=1: {g['value']:.2f} ms (target <= "
+                f"{TARGETS['p50_over_inprocess_c1_max_ms']} ms): {'PASS' if g['pass'] else 'FAIL'}"
+            )
         for kind, why in res["failures"].items():
             print(f"FAILED {kind}: {why}")
     return 0

@@ -27,7 +27,7 @@ def proc_table() -> dict[int, tuple[int, int]]:
                 stat = f.read().decode("ascii", "replace")
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2:].split()  # fields from state (3rd) on
+        fields = stat[stat.rfind(")") + 2 :].split()  # fields from state (3rd) on
         table[int(entry)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
     return table
 
@@ -73,20 +73,36 @@ def wrk(server: Server, body: str, concurrency: int, seconds: int, script: Path)
     headers = "\n".join(f'wrk.headers["{k}"] = "{v}"' for k, v in server.headers.items())
     script.write_text(LUA % {"body": body, "headers": headers})
     threads = min(2, concurrency)
-    cmd = ["wrk", "-t", str(threads), "-c", str(concurrency), "-d", f"{seconds}s", "--timeout", "10s",
-           "-s", str(script), server.url + server.path]
+    cmd = [
+        "wrk",
+        "-t",
+        str(threads),
+        "-c",
+        str(concurrency),
+        "-d",
+        f"{seconds}s",
+        "--timeout",
+        "10s",
+        "-s",
+        str(script),
+        server.url + server.path,
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 30)
     for line in done.stdout.splitlines():
         if line.startswith("WRKJSON "):
-            return json.loads(line[len("WRKJSON "):])
+            return json.loads(line[len("WRKJSON ") :])
     raise RuntimeError(f"wrk gave no result (code {done.returncode}): {done.stdout[-500:]} {done.stderr[-500:]}")
 
 
 def check_one(server: Server, body: str) -> None:
     import httpx
 
-    answer = httpx.post(server.url + server.path, content=body, timeout=30,
-                        headers={"content-type": "application/json", **server.headers})
+    answer = httpx.post(
+        server.url + server.path,
+        content=body,
+        timeout=30,
+        headers={"content-type": "application/json", **server.headers},
+    )
     if answer.status_code != 200 or "predictions" not in answer.json():
         raise RuntimeError(f"{server.kind}: sample request gave {answer.status_code}: {answer.text[:300]}")
 
@@ -104,15 +120,23 @@ def measure(server: Server, body: str, levels: list[int], seconds: int, script: 
         ok = max(result["requests"] - result["non2xx"], 0)
         duration_s = result["duration_us"] / 1e6
         row = {
-            "server": server.kind, "concurrency": c, "rps": result["requests"] / duration_s,
-            "p50_ms": result["p50_us"] / 1000, "p99_ms": result["p99_us"] / 1000, "requests": result["requests"],
-            "errors": errors, "non2xx": result["non2xx"],
+            "server": server.kind,
+            "concurrency": c,
+            "rps": result["requests"] / duration_s,
+            "p50_ms": result["p50_us"] / 1000,
+            "p99_ms": result["p99_us"] / 1000,
+            "requests": result["requests"],
+            "errors": errors,
+            "non2xx": result["non2xx"],
             "cpu_s_per_1000": cpu["total_s"] / ok * 1000 if ok else None,
             "cpu_root_s_per_1000": cpu["root_s"] / ok * 1000 if ok else None,
             "cpu_descendants_s_per_1000": cpu["descendants_s"] / ok * 1000 if ok else None,
-            "cpu_cores_busy": cpu["total_s"] / duration_s, "processes": len(after),
+            "cpu_cores_busy": cpu["total_s"] / duration_s,
+            "processes": len(after),
         }
         rows.append(row)
-        log(f"  {server.kind:10s} c={c:<3d} {row['rps']:8.1f} rps  p50 {row['p50_ms']:7.2f} ms  p99 {row['p99_ms']:7.2f} ms"
-             f"  errors {errors}  cpu/1000 {row['cpu_s_per_1000'] or float('nan'):.3f} s")
+        log(
+            f"  {server.kind:10s} c={c:<3d} {row['rps']:8.1f} rps  p50 {row['p50_ms']:7.2f} ms  p99 {row['p99_ms']:7.2f} ms"
+            f"  errors {errors}  cpu/1000 {row['cpu_s_per_1000'] or float('nan'):.3f} s"
+        )
     return rows

@@ -50,8 +50,19 @@ def start_mlflow(model: dict[str, Any], workers: int, env: dict[str, str], logs:
 
     port = free_port("127.0.0.1")
     log_path = logs / f"mlflow-{model['name']}-{workers}w.log"
-    cmd = [str(VENV_BIN / "mlflow"), "models", "serve", "-m", f"models:/{model['name']}/{model['version']}",
-           "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)]
+    cmd = [
+        str(VENV_BIN / "mlflow"),
+        "models",
+        "serve",
+        "-m",
+        f"models:/{model['name']}/{model['version']}",
+        "--env-manager",
+        "local",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(port),
+    ]
     if workers != 1:
         cmd += ["-w", str(workers)]
     with open(log_path, "ab") as out:
@@ -79,8 +90,14 @@ def start_mlflow(model: dict[str, Any], workers: int, env: dict[str, str], logs:
     return Server(f"mlflow-{workers}w", url, "/invocations", {}, process.pid, stop)
 
 
-def start_tollfree(model: dict[str, Any], env: dict[str, str], logs: Path, *, kind: str = "tollfree",
-                   entity: dict[str, Any] | None = None) -> Server:
+def start_tollfree(
+    model: dict[str, Any],
+    env: dict[str, str],
+    logs: Path,
+    *,
+    kind: str = "tollfree",
+    entity: dict[str, Any] | None = None,
+) -> Server:
     """The gateway and endpoint ``bench``; ``entity`` adds to its served entity (default: ``max_concurrency`` 64)."""
     import httpx
 
@@ -89,8 +106,11 @@ def start_tollfree(model: dict[str, Any], env: dict[str, str], logs: Path, *, ki
     token = secrets.token_urlsafe(24)
     # no warm pool: nothing but the gateway and the endpoint's replica runs (max_concurrency 64 fixes one
     # replica's concurrency, so the autoscaler keeps the one replica at c <= 32)
-    gateway = start_gateway({**env, "TOLLFREE_TOKEN": token, "TOLLFREE_WARM_POOL": "0"}, logs / f"gateway-{kind}-{model['name']}.log",
-                            timeout_s=READY_TIMEOUT_S)
+    gateway = start_gateway(
+        {**env, "TOLLFREE_TOKEN": token, "TOLLFREE_WARM_POOL": "0"},
+        logs / f"gateway-{kind}-{model['name']}.log",
+        timeout_s=READY_TIMEOUT_S,
+    )
     auth = {"Authorization": f"Bearer {token}"}
 
     def stop() -> None:
@@ -100,10 +120,21 @@ def start_tollfree(model: dict[str, Any], env: dict[str, str], logs: Path, *, ki
 
     try:
         created = httpx.post(
-            f"{gateway.url}/api/2.0/serving-endpoints", headers=auth, timeout=30,
-            json={"name": "bench", "config": {"served_entities": [
-                {"entity_name": model["name"], "entity_version": model["version"],
-                 **({"max_concurrency": 64} if entity is None else entity)}]}},
+            f"{gateway.url}/api/2.0/serving-endpoints",
+            headers=auth,
+            timeout=30,
+            json={
+                "name": "bench",
+                "config": {
+                    "served_entities": [
+                        {
+                            "entity_name": model["name"],
+                            "entity_version": model["version"],
+                            **({"max_concurrency": 64} if entity is None else entity),
+                        }
+                    ]
+                },
+            },
         )
         if created.status_code != 200:
             raise RuntimeError(f"endpoint create: {created.status_code} {created.text[:300]}")

@@ -24,6 +24,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +38,13 @@ NAME = "soak"
 
 
 def _world(home: Path) -> None:
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from feature_repo import synthetic
     from flows.materialize import materialize
     from flows.train import train
 
-    start = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=36)
+    start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=36)
     config = synthetic.SyntheticConfig(n_customers=600, n_merchants=100, days=36, seed=11, start=start)
     synthetic.write(synthetic.generate(config), home / "data")
     materialize()
@@ -78,33 +79,56 @@ def _minute_row(part: LoadResult, gateway: Any, headers: dict[str, str]) -> dict
     target now, and the busy share its last cycle measured)."""
     replicas = httpx.get(f"{gateway.url}/metrics", headers=headers, timeout=30).text
     gateway_mb, replica_mb = _rss_mb(gateway.process.pid)
-    count = sum(float(line.rsplit(" ", 1)[1]) for line in replicas.splitlines()
-                if line.startswith("tollfree_replicas{") and f'endpoint="{NAME}"' in line)
-    target = next((float(line.rsplit(" ", 1)[1]) for line in replicas.splitlines()
-                   if line.startswith("tollfree_autoscaler_target_concurrency{") and f'endpoint="{NAME}"' in line),
-                  None)
-    trail = httpx.get(f"{gateway.url}/api/2.0/serving-endpoints/{NAME}/autoscaler", params={"limit": 120},
-                      headers=headers, timeout=30).json()["decisions"]
+    count = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in replicas.splitlines()
+        if line.startswith("tollfree_replicas{") and f'endpoint="{NAME}"' in line
+    )
+    target = next(
+        (
+            float(line.rsplit(" ", 1)[1])
+            for line in replicas.splitlines()
+            if line.startswith("tollfree_autoscaler_target_concurrency{") and f'endpoint="{NAME}"' in line
+        ),
+        None,
+    )
+    trail = httpx.get(
+        f"{gateway.url}/api/2.0/serving-endpoints/{NAME}/autoscaler", params={"limit": 120}, headers=headers, timeout=30
+    ).json()["decisions"]
     cycles = [d["inputs"] for d in trail if d["inputs"].get("vertical")]
     busy = cycles[-1].get("utilisation") if cycles else None
-    return {"statuses": part.statuses(), "rps": round(part.rate(), 1),
-            "p50_ms": round(part.percentile(50) * 1000, 1), "p99_ms": round(part.percentile(99) * 1000, 1),
-            "gateway_rss_mb": round(gateway_mb), "replica_rss_mb": round(replica_mb), "replicas": count,
-            "target": None if target is None else round(target, 2),
-            "busy": None if busy is None else round(busy, 3), "not_sent": part.skipped}
+    return {
+        "statuses": part.statuses(),
+        "rps": round(part.rate(), 1),
+        "p50_ms": round(part.percentile(50) * 1000, 1),
+        "p99_ms": round(part.percentile(99) * 1000, 1),
+        "gateway_rss_mb": round(gateway_mb),
+        "replica_rss_mb": round(replica_mb),
+        "replicas": count,
+        "target": None if target is None else round(target, 2),
+        "busy": None if busy is None else round(busy, 3),
+        "not_sent": part.skipped,
+    }
 
 
 def _report(total: LoadResult, minutes: list[dict[str, Any]], capacity: float, rate: float) -> dict[str, Any]:
     """The whole run and its verdict: no answer other than 200, RSS growth under 10 %."""
     errors = {k: v for k, v in total.statuses().items() if k != "200"}
     growth = max((minutes[-1][k] - minutes[0][k]) / minutes[0][k] for k in ("gateway_rss_mb", "replica_rss_mb"))
-    return {"capacity_rps": round(capacity, 1), "offered_rps": round(rate, 1), "minutes": len(minutes),
-            "requests": len(total.outcomes), "errors": errors, "p50_ms": round(total.percentile(50) * 1000, 1),
-            "p99_ms": round(total.percentile(99) * 1000, 1),
-            "gateway_rss_mb": [minutes[0]["gateway_rss_mb"], minutes[-1]["gateway_rss_mb"]],
-            "replica_rss_mb": [minutes[0]["replica_rss_mb"], minutes[-1]["replica_rss_mb"]],
-            "rss_growth": round(growth, 4), "not_sent": total.skipped,
-            "passed": not errors and growth < 0.10}
+    return {
+        "capacity_rps": round(capacity, 1),
+        "offered_rps": round(rate, 1),
+        "minutes": len(minutes),
+        "requests": len(total.outcomes),
+        "errors": errors,
+        "p50_ms": round(total.percentile(50) * 1000, 1),
+        "p99_ms": round(total.percentile(99) * 1000, 1),
+        "gateway_rss_mb": [minutes[0]["gateway_rss_mb"], minutes[-1]["gateway_rss_mb"]],
+        "replica_rss_mb": [minutes[0]["replica_rss_mb"], minutes[-1]["replica_rss_mb"]],
+        "rss_growth": round(growth, 4),
+        "not_sent": total.skipped,
+        "passed": not errors and growth < 0.10,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,8 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {}
     try:
         base = {"entity_name": "fraud", "entity_alias": "champion"}
-        reply = httpx.post(f"{gateway.url}/api/2.0/serving-endpoints", headers=headers, timeout=120, json={
-            "name": NAME, "config": {"served_entities": [{**base, "min_replicas": 1, "max_replicas": 1}]}})
+        reply = httpx.post(
+            f"{gateway.url}/api/2.0/serving-endpoints",
+            headers=headers,
+            timeout=120,
+            json={"name": NAME, "config": {"served_entities": [{**base, "min_replicas": 1, "max_replicas": 1}]}},
+        )
         reply.raise_for_status()
         wait_endpoint_ready(gateway.url, token, NAME, timeout_s=300)
         url = f"{gateway.url}/serving-endpoints/{NAME}/invocations"
@@ -144,8 +172,12 @@ def main(argv: list[str] | None = None) -> int:
         calibration = asyncio.run(run_load(url, token, body, 10.0, concurrency=8))
         capacity = calibration.rate()
         print(f"capacity at 1 replica: {capacity:.0f} req/s ({ROWS} rows each) [{calibration.summary()}]", flush=True)
-        reply = httpx.put(f"{gateway.url}/api/2.0/serving-endpoints/{NAME}/config", headers=headers, timeout=120, json={
-            "served_entities": [{**base, "min_replicas": 1, "max_replicas": 2}]})
+        reply = httpx.put(
+            f"{gateway.url}/api/2.0/serving-endpoints/{NAME}/config",
+            headers=headers,
+            timeout=120,
+            json={"served_entities": [{**base, "min_replicas": 1, "max_replicas": 2}]},
+        )
         reply.raise_for_status()
         wait_endpoint_ready(gateway.url, token, NAME, timeout_s=300)
         rate = args.load * capacity
@@ -165,12 +197,15 @@ def main(argv: list[str] | None = None) -> int:
         gateway.stop(grace_s=60)
         if own_home and not os.environ.get("TOLLFREE_KEEP_TEST_STATE"):
             shutil.rmtree(home, ignore_errors=True)
-    print(json.dumps(report) if args.json else
-          f"soak: {report['requests']} requests at {report['offered_rps']} req/s "
-          f"({args.load:.0%} of {report['capacity_rps']}) for {report['minutes']} min; errors {report['errors'] or 'none'}; "
-          f"p50 {report['p50_ms']} ms, p99 {report['p99_ms']} ms; RSS gateway {report['gateway_rss_mb']} MB, per replica "
-          f"{report['replica_rss_mb']} MB (end of minute 1 -> end; worst growth {report['rss_growth']:+.1%}); "
-          f"{'PASS' if report['passed'] else 'FAIL'}")
+    print(
+        json.dumps(report)
+        if args.json
+        else f"soak: {report['requests']} requests at {report['offered_rps']} req/s "
+        f"({args.load:.0%} of {report['capacity_rps']}) for {report['minutes']} min; errors {report['errors'] or 'none'}; "
+        f"p50 {report['p50_ms']} ms, p99 {report['p99_ms']} ms; RSS gateway {report['gateway_rss_mb']} MB, per replica "
+        f"{report['replica_rss_mb']} MB (end of minute 1 -> end; worst growth {report['rss_growth']:+.1%}); "
+        f"{'PASS' if report['passed'] else 'FAIL'}"
+    )
     return 0 if report.get("passed") else 1
 
 

@@ -24,20 +24,27 @@ class TickerAgent(ResponsesAgent):
         self.interval_s = float((context.model_config or {}).get("interval_s", 0.0))
 
     def _words(self, request: ResponsesAgentRequest) -> list[str]:
-        last = next((str(m.content) for m in reversed(request.input) if getattr(m, "role", None) == "user"), "") or "tick"
+        last = (
+            next((str(m.content) for m in reversed(request.input) if getattr(m, "role", None) == "user"), "") or "tick"
+        )
         words = last.split() or ["tick"]
         return [words[i % len(words)] for i in range(request.max_output_tokens or 16)]
 
     def predict(self, request: ResponsesAgentRequest) -> ResponsesAgentResponse:
-        return ResponsesAgentResponse(output=[self.create_text_output_item(text=" ".join(self._words(request)), id="answer")])
+        return ResponsesAgentResponse(
+            output=[self.create_text_output_item(text=" ".join(self._words(request)), id="answer")]
+        )
 
     def predict_stream(self, request: ResponsesAgentRequest) -> Generator[ResponsesAgentStreamEvent, None, None]:
         words = self._words(request)
         for i, word in enumerate(words):
             time.sleep(self.interval_s)
-            yield ResponsesAgentStreamEvent(**self.create_text_delta(delta=word if i == 0 else " " + word, item_id="answer"))
-        yield ResponsesAgentStreamEvent(type="response.output_item.done",
-                                        item=self.create_text_output_item(text=" ".join(words), id="answer"))
+            yield ResponsesAgentStreamEvent(
+                **self.create_text_delta(delta=word if i == 0 else " " + word, item_id="answer")
+            )
+        yield ResponsesAgentStreamEvent(
+            type="response.output_item.done", item=self.create_text_output_item(text=" ".join(words), id="answer")
+        )
 
 
 def log_ticker_agent(name: str, *, interval_s: float = 0.0) -> str:
@@ -45,9 +52,13 @@ def log_ticker_agent(name: str, *, interval_s: float = 0.0) -> str:
     from serving.registry.versions import state_experiment  # the file is also the logged model: imported here
 
     with mlflow.start_run(experiment_id=state_experiment("tickers")):
-        info = mlflow.pyfunc.log_model(name="model", python_model=__file__, model_config={"interval_s": interval_s},
-                                       registered_model_name=name,
-                                       input_example={"input": [{"role": "user", "content": "hello"}], "max_output_tokens": 2})
+        info = mlflow.pyfunc.log_model(
+            name="model",
+            python_model=__file__,
+            model_config={"interval_s": interval_s},
+            registered_model_name=name,
+            input_example={"input": [{"role": "user", "content": "hello"}], "max_output_tokens": 2},
+        )
     return str(info.registered_model_version)
 
 

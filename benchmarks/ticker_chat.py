@@ -20,8 +20,15 @@ from typing import Any
 
 import mlflow
 from mlflow.pyfunc import ChatModel
-from mlflow.types.llm import (ChatChoice, ChatChoiceDelta, ChatChunkChoice, ChatCompletionChunk, ChatCompletionResponse,
-                              ChatMessage, ChatParams)
+from mlflow.types.llm import (
+    ChatChoice,
+    ChatChoiceDelta,
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatCompletionResponse,
+    ChatMessage,
+    ChatParams,
+)
 
 
 class TickerChat(ChatModel):
@@ -41,9 +48,13 @@ class TickerChat(ChatModel):
         if words[0] == "fail":
             raise RuntimeError("the ticker was asked to fail")
         time.sleep(self.interval_s * len(words))
-        return ChatCompletionResponse(choices=[ChatChoice(index=0, message=ChatMessage(role="assistant", content=" ".join(words)))])
+        return ChatCompletionResponse(
+            choices=[ChatChoice(index=0, message=ChatMessage(role="assistant", content=" ".join(words)))]
+        )
 
-    def predict_stream(self, context: Any, messages: list[ChatMessage], params: ChatParams) -> Iterator[ChatCompletionChunk]:
+    def predict_stream(
+        self, context: Any, messages: list[ChatMessage], params: ChatParams
+    ) -> Iterator[ChatCompletionChunk]:
         words = self._words(messages, params)
         mode = words[0] if words else ""
         sent = 0
@@ -52,8 +63,13 @@ class TickerChat(ChatModel):
                 time.sleep(self.interval_s * (50 if mode == "slow" else 1))
                 if mode == "fail" and i == 2:
                     raise RuntimeError("the ticker was asked to fail")
-                yield ChatCompletionChunk(choices=[ChatChunkChoice(index=0, delta=ChatChoiceDelta(
-                    role="assistant", content=word if i == 0 else " " + word))])
+                yield ChatCompletionChunk(
+                    choices=[
+                        ChatChunkChoice(
+                            index=0, delta=ChatChoiceDelta(role="assistant", content=word if i == 0 else " " + word)
+                        )
+                    ]
+                )
                 sent += 1
             self._note(f"finished {sent}")
         except GeneratorExit:
@@ -74,10 +90,19 @@ def log_ticker(name: str, *, interval_s: float = 0.02, trace: str | None = None)
     from serving.registry.versions import state_experiment  # the file is also the logged model: imported here
 
     with mlflow.start_run(experiment_id=state_experiment("tickers")):
-        info = mlflow.pyfunc.log_model(name="model", python_model=__file__, model_config=config,
-                                       registered_model_name=name,
-                                       input_example={"messages": [{"role": "user", "content": "hello"}], "max_tokens": 2,
-                                                      "temperature": 0.0, "n": 1, "stream": False})
+        info = mlflow.pyfunc.log_model(
+            name="model",
+            python_model=__file__,
+            model_config=config,
+            registered_model_name=name,
+            input_example={
+                "messages": [{"role": "user", "content": "hello"}],
+                "max_tokens": 2,
+                "temperature": 0.0,
+                "n": 1,
+                "stream": False,
+            },
+        )
     return str(info.registered_model_version)
 
 

@@ -36,10 +36,7 @@ merchant_risk = FeatureView(
     name="merchant_risk",
     entities=[merchant],
     ttl=SNAPSHOT_TTL,
-    schema=[
-        Field(name="merch_fraud_rate_30d", dtype=Float64),
-        Field(name="merch_txn_count_30d", dtype=Int64),
-    ],
+    schema=[Field(name="merch_fraud_rate_30d", dtype=Float64), Field(name="merch_txn_count_30d", dtype=Int64)],
     source=merchant_risk_source,
     online=True,
     tags={"owner": "fraud", "unknown_entity": "error"},

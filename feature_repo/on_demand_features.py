@@ -18,10 +18,7 @@ from feature_repo.features import customer_activity
 
 @on_demand_feature_view(
     sources=[customer_activity, transaction_request],
-    schema=[
-        Field(name="amount_to_mean_7d", dtype=Float64),
-        Field(name="log_amount", dtype=Float64),
-    ],
+    schema=[Field(name="amount_to_mean_7d", dtype=Float64), Field(name="log_amount", dtype=Float64)],
     mode="python",
 )
 def transaction_context(inputs: dict[str, Any]) -> dict[str, Any]:

@@ -32,21 +32,25 @@ class JoinedViews:
     full_feature_names: bool
 
 
-def historical_features(store: Any, service: Any, entity_df: pd.DataFrame,
-                        full_feature_names: bool = False) -> pd.DataFrame:
+def historical_features(
+    store: Any, service: Any, entity_df: pd.DataFrame, full_feature_names: bool = False
+) -> pd.DataFrame:
     """The service's features for every row of ``entity_df``, point in time: what
     ``store.get_historical_features(entity_df=entity_df, features=service).to_df()`` returns, with the same
     columns and values (row order is Feast's in both)."""
     return with_on_demand_features(join_batch_views(store, service, entity_df, full_feature_names))
 
 
-def join_batch_views(store: Any, service: Any, entity_df: pd.DataFrame, full_feature_names: bool = False) -> JoinedViews:
+def join_batch_views(
+    store: Any, service: Any, entity_df: pd.DataFrame, full_feature_names: bool = False
+) -> JoinedViews:
     """The first half of ``historical_features``: Feast's point-in-time join of the service's batch views (and its
     on-demand views' source views) -- the half that uses the offline store's connection."""
     refs, on_demand = _split(store, service)
     # without on-demand views Feast's own path runs nothing more (``to_df`` is ``to_arrow().to_pandas()``)
-    table = store.get_historical_features(entity_df=entity_df, features=refs if on_demand else service,
-                                          full_feature_names=full_feature_names).to_arrow()
+    table = store.get_historical_features(
+        entity_df=entity_df, features=refs if on_demand else service, full_feature_names=full_feature_names
+    ).to_arrow()
     return JoinedViews(table, tuple(on_demand), full_feature_names)
 
 
@@ -79,8 +83,9 @@ def _split(store: Any, service: Any) -> tuple[list[str], list[Any]]:
     # an on-demand view's source views are joined whole, as Feast joins them (and returns them) too
     for view in on_demand:
         for source in view.source_feature_view_projections.values():
-            refs.extend(ref for feature in source.features
-                        if (ref := f"{source.name_to_use()}:{feature.name}") not in refs)
+            refs.extend(
+                ref for feature in source.features if (ref := f"{source.name_to_use()}:{feature.name}") not in refs
+            )
     return refs, on_demand
 
 
@@ -97,8 +102,10 @@ def _inputs(view: Any, columns: list[str]) -> list[str]:
     for request in view.source_request_sources.values():
         for field in request.schema:
             if field.name not in present:
-                raise ValueError(f"on-demand feature view {view.name!r} needs the request field {field.name!r}, "
-                                 "which the entity rows do not have")
+                raise ValueError(
+                    f"on-demand feature view {view.name!r} needs the request field {field.name!r}, "
+                    "which the entity rows do not have"
+                )
             if field.name not in wanted:
                 wanted.append(field.name)
     return wanted
@@ -108,4 +115,3 @@ def _outputs(view: Any, full_feature_names: bool) -> list[str]:
     """The names of the view's projected features in the result, as Feast names them."""
     prefix = f"{view.projection.name_to_use()}__" if full_feature_names else ""
     return [prefix + feature.name for feature in view.projection.features]
-

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 import pyarrow.parquet as pq
+import yaml
 from feast import Entity, FeatureService, FeatureStore, FeatureView, RepoConfig
 
 from feature_repo.data_sources import (
@@ -27,9 +27,9 @@ from feature_repo.data_sources import (
 )
 from feature_repo.entities import customer, merchant
 from feature_repo.feature_services import fraud_v1
-from feature_repo.synthetic import write_parquet_atomic
 from feature_repo.features import customer_activity, merchant_risk
 from feature_repo.on_demand_features import transaction_context
+from feature_repo.synthetic import write_parquet_atomic
 
 REPO_DIR = Path(__file__).resolve().parent
 CONFIG_FILE = REPO_DIR / "feature_store.yaml"
@@ -97,7 +97,10 @@ def bind_sources(home: Path) -> None:
     Feast's DuckDB store reads a relative source path from the working directory, not the repo path,
     so the registry must hold absolute paths; they are bound here, once, when definitions are applied.
     """
-    for source, relative in ((customer_activity_source, CUSTOMER_ACTIVITY_PATH), (merchant_risk_source, MERCHANT_RISK_PATH)):
+    for source, relative in (
+        (customer_activity_source, CUSTOMER_ACTIVITY_PATH),
+        (merchant_risk_source, MERCHANT_RISK_PATH),
+    ):
         source.file_options.uri = str(Path(home).resolve() / relative)
 
 
@@ -107,12 +110,16 @@ def check_sources(home: Path) -> None:
         relative = TABLE_PATHS[view.name]
         path = Path(home) / relative
         if not path.exists():
-            raise FileNotFoundError(f"feature view {view.name} reads {path}, which does not exist: run the materialize flow")
+            raise FileNotFoundError(
+                f"feature view {view.name} reads {path}, which does not exist: run the materialize flow"
+            )
         columns = set(pq.read_schema(path).names)
         wanted = [*table_order(view.name), *(f.name for f in view.features)]
         missing = [c for c in wanted if c not in columns]
         if missing:
-            raise ValueError(f"feature view {view.name} references column(s) missing from {relative}: {', '.join(missing)}")
+            raise ValueError(
+                f"feature view {view.name} references column(s) missing from {relative}: {', '.join(missing)}"
+            )
 
 
 def apply_definitions(store: FeatureStore) -> list[str]:

@@ -33,10 +33,10 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 from prefect.events import emit_event
 
+from flows.fan_out import artifact_key, for_each_endpoint, raise_for
 from flows.gateway_api import GatewayApi, GatewayError
 from flows.labels import read_labelled
 from flows.replica_memory import replica_rss_mb
-from flows.fan_out import artifact_key, for_each_endpoint, raise_for
 from monitoring.canary import CanaryVerdict, canary_verdict
 from serving.endpoints.monitoring import CanaryThresholds
 from serving.inference_log import read_inference_log
@@ -45,7 +45,18 @@ from serving.registry.canary_steps import CanaryPlan, CanaryState, with_memory
 from serving.settings import Settings
 
 EVENT_PREFIX = "tollfree.canary."
-TABLE_KEYS = ("metric", "status", "champion", "challenger", "change", "bound", "p_value", "n_champion", "n_challenger", "reason")
+TABLE_KEYS = (
+    "metric",
+    "status",
+    "champion",
+    "challenger",
+    "change",
+    "bound",
+    "p_value",
+    "n_champion",
+    "n_challenger",
+    "reason",
+)
 
 
 # ---- the verdict ---------------------------------------------------------------------------------
@@ -62,7 +73,10 @@ def _memory_samples(state: CanaryState, now: datetime, api: GatewayApi | None = 
         except GatewayError:
             by_entity = {}
     out = []
-    for entity, version in ((state.champion_entity, state.champion_version), (state.challenger_entity, state.challenger_version)):
+    for entity, version in (
+        (state.champion_entity, state.champion_version),
+        (state.challenger_entity, state.challenger_version),
+    ):
         rss = by_entity.get(entity) if by_entity else replica_rss_mb(state.model, version)
         if rss is not None:
             out.append({"timestamp": now.isoformat(), "served_entity": entity, "rss_mb": rss})
@@ -83,8 +97,16 @@ def _judge(api: GatewayApi, settings: Settings, config: CanaryThresholds, plan: 
         state = with_memory(plan, state, _memory_samples(state, now, api))
         log = read_inference_log(settings.inference_log_dir, endpoint=state.endpoint, since=since, until=now)
         labels = read_labelled(settings, state.endpoint, since)
-        return state, canary_verdict(log, state.champion_entity, state.challenger_entity, since, now, config,
-                                     labels=labels, memory=_memory_frame(state))
+        return state, canary_verdict(
+            log,
+            state.champion_entity,
+            state.challenger_entity,
+            since,
+            now,
+            config,
+            labels=labels,
+            memory=_memory_frame(state),
+        )
 
     return judge
 
@@ -92,32 +114,54 @@ def _judge(api: GatewayApi, settings: Settings, config: CanaryThresholds, plan: 
 # ---- the flow ------------------------------------------------------------------------------------
 def _report(outcome: Outcome, logger: Any) -> None:
     endpoint = outcome["endpoint"]
-    decision = {"metric": "decision", "status": outcome["action"], "reason": outcome["reason"],
-                "champion": outcome.get("champion_version"), "challenger": outcome.get("challenger_version"),
-                "change": f"challenger traffic {outcome.get('traffic')} %"}
+    decision = {
+        "metric": "decision",
+        "status": outcome["action"],
+        "reason": outcome["reason"],
+        "champion": outcome.get("champion_version"),
+        "challenger": outcome.get("challenger_version"),
+        "change": f"challenger traffic {outcome.get('traffic')} %",
+    }
     rows = [{k: row.get(k) for k in TABLE_KEYS} for row in (*outcome["checks"], decision)]
-    create_table_artifact(key=artifact_key(f"canary-{endpoint}"), table=rows,
-                          description=f"Canary on {endpoint}: {outcome['action']} ({outcome['reason'][:200]})")
+    create_table_artifact(
+        key=artifact_key(f"canary-{endpoint}"),
+        table=rows,
+        description=f"Canary on {endpoint}: {outcome['action']} ({outcome['reason'][:200]})",
+    )
     resource = {"prefect.resource.id": f"tollfree.endpoint.{endpoint}"}
     if outcome.get("model"):
-        resource.update({"tollfree.model": str(outcome["model"]), "tollfree.version": str(outcome["challenger_version"])})
+        resource.update(
+            {"tollfree.model": str(outcome["model"]), "tollfree.version": str(outcome["challenger_version"])}
+        )
     event = EVENT_PREFIX + outcome["action"]
     emit_event(event=event, resource=resource, payload={k: v for k, v in outcome.items() if k != "checks"})
     outcome["event"] = event
-    logger.info("canary %s: %s (traffic %s %%): %s", endpoint, outcome["action"], outcome.get("traffic"), outcome["reason"])
+    logger.info(
+        "canary %s: %s (traffic %s %%): %s", endpoint, outcome["action"], outcome.get("traffic"), outcome["reason"]
+    )
 
 
 @flow(name="canary")
-def canary(endpoint: str, thresholds: dict[str, Any] | None = None, steps: list[int] | None = None,
-           min_dwell_s: float = 600.0, drain_s: float = 60.0, gateway_url: str | None = None,
-           max_warn_hold_s: float = 1800.0,
-           rollout_timeout_s: float = 300.0) -> dict[str, Any]:
+def canary(
+    endpoint: str,
+    thresholds: dict[str, Any] | None = None,
+    steps: list[int] | None = None,
+    min_dwell_s: float = 600.0,
+    drain_s: float = 60.0,
+    gateway_url: str | None = None,
+    max_warn_hold_s: float = 1800.0,
+    rollout_timeout_s: float = 300.0,
+) -> dict[str, Any]:
     """Evaluate the endpoint's canary once and act: start, advance, hold, roll back or promote. Thresholds:
     the ``thresholds`` given, else the endpoint's ``monitoring.canary``, else the defaults."""
     logger = get_run_logger()
     settings = Settings.from_environ(os.environ)
-    plan = CanaryPlan(steps=tuple(steps) if steps else CanaryPlan().steps, min_dwell_s=min_dwell_s, drain_s=drain_s,
-                      max_warn_hold_s=max_warn_hold_s)
+    plan = CanaryPlan(
+        steps=tuple(steps) if steps else CanaryPlan().steps,
+        min_dwell_s=min_dwell_s,
+        drain_s=drain_s,
+        max_warn_hold_s=max_warn_hold_s,
+    )
     client = MlflowClient(settings.tracking_uri)
     api = GatewayApi.from_environ(os.environ, gateway_url)
     try:
@@ -130,8 +174,9 @@ def canary(endpoint: str, thresholds: dict[str, Any] | None = None, steps: list[
                 if not mine:
                     done = outcome(endpoint, "busy", "another canary run holds this endpoint")
                 else:
-                    done = run_once(api, client, settings, endpoint, plan, _judge(api, settings, config, plan),
-                                    rollout_timeout_s)
+                    done = run_once(
+                        api, client, settings, endpoint, plan, _judge(api, settings, config, plan), rollout_timeout_s
+                    )
     finally:
         api.close()
     _report(done, logger)
@@ -139,8 +184,14 @@ def canary(endpoint: str, thresholds: dict[str, Any] | None = None, steps: list[
 
 
 @flow(name="canary-all")
-def canary_all(endpoints: list[str] | None = None, steps: list[int] | None = None, min_dwell_s: float = 600.0,
-               drain_s: float = 60.0, gateway_url: str | None = None, max_warn_hold_s: float = 1800.0) -> dict[str, Any]:
+def canary_all(
+    endpoints: list[str] | None = None,
+    steps: list[int] | None = None,
+    min_dwell_s: float = 600.0,
+    drain_s: float = 60.0,
+    gateway_url: str | None = None,
+    max_warn_hold_s: float = 1800.0,
+) -> dict[str, Any]:
     """``canary`` for every endpoint the gateway serves (or the ones named), each as its own subflow."""
     if endpoints is None:
         api = GatewayApi.from_environ(os.environ, gateway_url)
@@ -148,8 +199,16 @@ def canary_all(endpoints: list[str] | None = None, steps: list[int] | None = Non
             endpoints = api.names()
         finally:
             api.close()
-    results = for_each_endpoint("canary", canary, endpoints, steps=steps, min_dwell_s=min_dwell_s, drain_s=drain_s,
-                                gateway_url=gateway_url, max_warn_hold_s=max_warn_hold_s)
+    results = for_each_endpoint(
+        "canary",
+        canary,
+        endpoints,
+        steps=steps,
+        min_dwell_s=min_dwell_s,
+        drain_s=drain_s,
+        gateway_url=gateway_url,
+        max_warn_hold_s=max_warn_hold_s,
+    )
     raise_for("canary", results)
     return results
 
@@ -159,19 +218,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--endpoint", help="one endpoint; default: every endpoint the gateway serves")
     parser.add_argument("--min-dwell-s", type=float, default=600.0)
     parser.add_argument("--drain-s", type=float, default=60.0)
-    parser.add_argument("--max-warn-hold-s", type=float, default=1800.0,
-                        help="how long from a step's start a warning holds it (then it moves on, warning recorded)")
+    parser.add_argument(
+        "--max-warn-hold-s",
+        type=float,
+        default=1800.0,
+        help="how long from a step's start a warning holds it (then it moves on, warning recorded)",
+    )
     parser.add_argument("--steps", type=lambda s: [int(x) for x in s.split(",")], default=None, help="e.g. 5,25,50,100")
     parser.add_argument("--thresholds", type=json.loads, default=None, help='JSON, e.g. {"min_requests": 500}')
     parser.add_argument("--gateway-url", default=None)
     args = parser.parse_args(argv)
     if args.endpoint is None:
-        every = canary_all(steps=args.steps, min_dwell_s=args.min_dwell_s, drain_s=args.drain_s,
-                           gateway_url=args.gateway_url, max_warn_hold_s=args.max_warn_hold_s)
+        every = canary_all(
+            steps=args.steps,
+            min_dwell_s=args.min_dwell_s,
+            drain_s=args.drain_s,
+            gateway_url=args.gateway_url,
+            max_warn_hold_s=args.max_warn_hold_s,
+        )
         print(json.dumps({e: {k: v for k, v in r.items() if k != "checks"} for e, r in every.items()}, default=str))
         return 0
-    result = canary(endpoint=args.endpoint, thresholds=args.thresholds, steps=args.steps, min_dwell_s=args.min_dwell_s,
-                    drain_s=args.drain_s, gateway_url=args.gateway_url, max_warn_hold_s=args.max_warn_hold_s)
+    result = canary(
+        endpoint=args.endpoint,
+        thresholds=args.thresholds,
+        steps=args.steps,
+        min_dwell_s=args.min_dwell_s,
+        drain_s=args.drain_s,
+        gateway_url=args.gateway_url,
+        max_warn_hold_s=args.max_warn_hold_s,
+    )
     print(json.dumps({k: v for k, v in result.items() if k != "checks"}, default=str))  # the CLI's answer
     return 0
 

@@ -75,11 +75,7 @@ class ValidationSummary:
 
 
 def training_suite(
-    feature_names: list[str],
-    label: str = "is_fraud",
-    min_rows: int = 1000,
-    *,
-    with_age_group: bool = True,
+    feature_names: list[str], label: str = "is_fraud", min_rows: int = 1000, *, with_age_group: bool = True
 ) -> list[Expectation]:
     """The fraud training-set expectations, one per (type, column)."""
     import great_expectations as gx
@@ -116,9 +112,7 @@ def validate_frame(
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     started = time.perf_counter()
-    expectations = training_suite(
-        feature_names, label, min_rows, with_age_group=SENSITIVE_ATTRIBUTE in frame.columns
-    )
+    expectations = training_suite(feature_names, label, min_rows, with_age_group=SENSITIVE_ATTRIBUTE in frame.columns)
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
     batch = (
@@ -152,7 +146,11 @@ def validate_frame(
     )
     log.info(
         "suite %s on %d rows: %d/%d expectations met in %.3f s%s",
-        suite_name, summary.rows, ok, summary.evaluated, summary.seconds,
+        suite_name,
+        summary.rows,
+        ok,
+        summary.evaluated,
+        summary.seconds,
         "" if summary.success else f"; failed: {summary.as_tags()['gx.failed']}",
     )
     return summary

@@ -13,7 +13,7 @@ import secrets
 import statistics
 import time
 import warnings
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -53,13 +53,19 @@ def ensure_data(data_dir: Path, customers: int, days: int, seed: int) -> dict[st
     A data set that still ends within two days is kept; an older one is regenerated, so the features
     served now stay inside their TTL.
     """
-    today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     if not _fresh(data_dir, today):
-        config = synthetic.SyntheticConfig(n_customers=customers, days=days, seed=seed, start=today - timedelta(days=days))
+        config = synthetic.SyntheticConfig(
+            n_customers=customers, days=days, seed=seed, start=today - timedelta(days=days)
+        )
         synthetic.write(synthetic.generate(config), data_dir)
     tx = synthetic.read_transactions(data_dir)
-    return {"transactions": len(tx), "fraud_rate": float(tx["is_fraud"].mean()),
-            "first": str(tx["event_timestamp"].min()), "last": str(tx["event_timestamp"].max())}
+    return {
+        "transactions": len(tx),
+        "fraud_rate": float(tx["is_fraud"].mean()),
+        "first": str(tx["event_timestamp"].min()),
+        "last": str(tx["event_timestamp"].max()),
+    }
 
 
 @task
@@ -67,7 +73,9 @@ def last_day(data_dir: Path, dest: Path) -> Path:
     """The last day of transactions, as a batch-scoring input (keys, time, request fields)."""
     tx = synthetic.read_transactions(data_dir)
     day = tx["event_timestamp"].max().floor("D")
-    rows = tx.loc[tx["event_timestamp"] >= day, ["transaction_id", "customer_id", "merchant_id", "event_timestamp", "amount"]]
+    rows = tx.loc[
+        tx["event_timestamp"] >= day, ["transaction_id", "customer_id", "merchant_id", "event_timestamp", "amount"]
+    ]
     dest.parent.mkdir(parents=True, exist_ok=True)
     rows.to_parquet(dest, index=False)
     return dest
@@ -91,8 +99,12 @@ def serve_and_query(settings: Settings, token: str, model_name: str, requests: i
                 client.put(f"/api/2.0/serving-endpoints/{ENDPOINT}/config", json=config).raise_for_status()
             started = time.monotonic()
             view = wait_endpoint_ready(gateway.url, token, ENDPOINT)
-            logger.info("endpoint %s READY in %.1fs serving %s", ENDPOINT, time.monotonic() - started,
-                        [e.get("name") for e in view["config"]["served_entities"]])
+            logger.info(
+                "endpoint %s READY in %.1fs serving %s",
+                ENDPOINT,
+                time.monotonic() - started,
+                [e.get("name") for e in view["config"]["served_entities"]],
+            )
             tx = synthetic.read_transactions(settings.data_dir)
             sample = tx.tail(requests)[["customer_id", "merchant_id", "amount"]]
             latencies, frauds, served_by = [], 0, set()
@@ -103,19 +115,28 @@ def serve_and_query(settings: Settings, token: str, model_name: str, requests: i
                 reply.raise_for_status()
                 served_by.add(reply.headers["served-model-name"])
                 frauds += reply.json()["predictions"][0][1] >= 0.5
-            bad = client.post(f"/serving-endpoints/{ENDPOINT}/invocations", json={"dataframe_records": [{"customer_id": 10**9, "merchant_id": 1, "amount": 5.0}]})
+            bad = client.post(
+                f"/serving-endpoints/{ENDPOINT}/invocations",
+                json={"dataframe_records": [{"customer_id": 10**9, "merchant_id": 1, "amount": 5.0}]},
+            )
     finally:
         gateway.stop()
     latencies.sort()
     return {
-        "url": gateway.url, "requests": len(latencies), "served_by": sorted(served_by), "flagged": int(frauds),
-        "p50_ms": statistics.median(latencies), "p99_ms": latencies[int(0.99 * (len(latencies) - 1))],
+        "url": gateway.url,
+        "requests": len(latencies),
+        "served_by": sorted(served_by),
+        "flagged": int(frauds),
+        "p50_ms": statistics.median(latencies),
+        "p99_ms": latencies[int(0.99 * (len(latencies) - 1))],
         "unknown_entity_status": bad.status_code,
     }
 
 
 @flow(name="demo")
-def demo(customers: int = 1000, days: int = 42, requests: int = 300, seed: int = 7, model_name: str = "fraud") -> dict[str, Any]:
+def demo(
+    customers: int = 1000, days: int = 42, requests: int = 300, seed: int = 7, model_name: str = "fraud"
+) -> dict[str, Any]:
     """Data -> features -> train -> serve -> batch score -> drift, on embedded defaults."""
     logger = get_run_logger()
     settings = Settings.from_environ(os.environ)
@@ -128,11 +149,22 @@ def demo(customers: int = 1000, days: int = 42, requests: int = 300, seed: int =
     served = serve_and_query(settings, token, model_name, requests)
     logger.info("served %d requests: p50 %.1f ms, p99 %.1f ms", served["requests"], served["p50_ms"], served["p99_ms"])
     batch_input = last_day(settings.data_dir, settings.batch_dir / "input" / "last_day.parquet")
-    scored = batch_score(input_path=str(batch_input), output=str(settings.batch_dir / "output"),
-                         model_uri=f"models:/{model_name}@champion", run_id="demo")
+    scored = batch_score(
+        input_path=str(batch_input),
+        output=str(settings.batch_dir / "output"),
+        model_uri=f"models:/{model_name}@champion",
+        run_id="demo",
+    )
     drift = skew(endpoint=ENDPOINT, fail_on_finding=False)
-    return {"data": data, "features": features, "trained": trained, "promoted": promoted, "served": served,
-            "batch": scored, "drift": drift}
+    return {
+        "data": data,
+        "features": features,
+        "trained": trained,
+        "promoted": promoted,
+        "served": served,
+        "batch": scored,
+        "drift": drift,
+    }
 
 
 def summary(result: dict[str, Any], settings: Settings, seconds: float) -> str:

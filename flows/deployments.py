@@ -78,38 +78,75 @@ def promote_after_training(model_name: str) -> DeploymentEventTrigger:
 def _per_model(definition: TrainingDefinition) -> list[RunnerDeployment]:
     model = definition.model
     return [
-        _deployment(train, training_deployment(model), cron=NIGHTLY,
-                    parameters={"model_name": model, "feature_service": definition.feature_service, "alias": "candidate"},
-                    description=f"Retrain {model} on point-in-time features; registers a candidate, never promotes."),
-        _deployment(promote, f"after-training-{model}", parameters={"model_name": model},
-                    triggers=[promote_after_training(model)],
-                    description=f"Promotion gates on {model}'s candidate after each finished training run (event trigger)."),
+        _deployment(
+            train,
+            training_deployment(model),
+            cron=NIGHTLY,
+            parameters={"model_name": model, "feature_service": definition.feature_service, "alias": "candidate"},
+            description=f"Retrain {model} on point-in-time features; registers a candidate, never promotes.",
+        ),
+        _deployment(
+            promote,
+            f"after-training-{model}",
+            parameters={"model_name": model},
+            triggers=[promote_after_training(model)],
+            description=f"Promotion gates on {model}'s candidate after each finished training run (event trigger).",
+        ),
     ]
 
 
-def deployments(batch_input: str | None = None, batch_output: str | None = None, labels_input: str | None = None,
-                policies: Path = POLICY_DIR) -> list[RunnerDeployment]:
+def deployments(
+    batch_input: str | None = None,
+    batch_output: str | None = None,
+    labels_input: str | None = None,
+    policies: Path = POLICY_DIR,
+) -> list[RunnerDeployment]:
     """The deployments with their schedules: monitoring covers every endpoint the gateway serves, retraining
     and promotion every model with a training definition; retraining registers a ``candidate``, never promotes."""
-    out = [_deployment(materialize, "hourly", cron=HOURLY, description="Recompute feature tables and load the online store.")]
+    out = [
+        _deployment(
+            materialize, "hourly", cron=HOURLY, description="Recompute feature tables and load the online store."
+        )
+    ]
     for definition in training_definitions(policies):
         out += _per_model(definition)
     out += [
-        _deployment(skew_all, "hourly", cron=HOURLY,
-                    description="Drift of every endpoint's served inputs and predictions against each version's "
-                                "reference; parity skew. One subflow per endpoint."),
-        _deployment(canary_all, "every-5-minutes", cron=EVERY_5_MINUTES,
-                    description="Canary verdict on every endpoint: start, adopt, advance, hold, roll back or promote "
-                                "its challenger. One subflow per endpoint."),
+        _deployment(
+            skew_all,
+            "hourly",
+            cron=HOURLY,
+            description="Drift of every endpoint's served inputs and predictions against each version's "
+            "reference; parity skew. One subflow per endpoint.",
+        ),
+        _deployment(
+            canary_all,
+            "every-5-minutes",
+            cron=EVERY_5_MINUTES,
+            description="Canary verdict on every endpoint: start, adopt, advance, hold, roll back or promote "
+            "its challenger. One subflow per endpoint.",
+        ),
     ]
     if labels_input:
-        out.append(_deployment(ingest_labels, "daily", cron=DAILY_MORNING, parameters={"input_path": labels_input},
-                               description="Join the day's delayed labels to logged requests by request id, "
-                                           "whichever endpoint logged them."))
+        out.append(
+            _deployment(
+                ingest_labels,
+                "daily",
+                cron=DAILY_MORNING,
+                parameters={"input_path": labels_input},
+                description="Join the day's delayed labels to logged requests by request id, "
+                "whichever endpoint logged them.",
+            )
+        )
     if batch_input and batch_output:
-        out.append(_deployment(batch_score, "daily", cron=DAILY_MORNING,
-                               parameters={"input_path": batch_input, "output": batch_output},
-                               description="Score the day's batch with the champion."))
+        out.append(
+            _deployment(
+                batch_score,
+                "daily",
+                cron=DAILY_MORNING,
+                parameters={"input_path": batch_input, "output": batch_output},
+                description="Score the day's batch with the champion.",
+            )
+        )
     return out
 
 
@@ -142,8 +179,9 @@ def ensure_work_pool(name: str, pool_type: str, base_job_template: dict[str, Any
         client.update_work_pool(name, WorkPoolUpdate(base_job_template=base_job_template))
 
 
-def register(work_pool: str, *, pool_type: str = "process", base_job_template: dict[str, Any] | None = None,
-             **kwargs: Any) -> list[str]:
+def register(
+    work_pool: str, *, pool_type: str = "process", base_job_template: dict[str, Any] | None = None, **kwargs: Any
+) -> list[str]:
     """Create or update ``work_pool``, apply every deployment to it; returns ``flow/deployment`` names."""
     if base_job_template is None:
         if pool_type != "process":
@@ -158,19 +196,32 @@ def register(work_pool: str, *, pool_type: str = "process", base_job_template: d
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flows.deployments", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m flows.deployments", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--work-pool", help="register on this work pool instead of serving from this process")
-    parser.add_argument("--pool-type", default="process", help="work pool type when it is created (process, kubernetes)")
-    parser.add_argument("--base-job-template", type=Path, help="JSON job template of the pool (required unless process)")
-    parser.add_argument("--policies", type=Path, default=POLICY_DIR,
-                        help="folder of promotion policies: each naming a FeatureService is a model to retrain")
+    parser.add_argument(
+        "--pool-type", default="process", help="work pool type when it is created (process, kubernetes)"
+    )
+    parser.add_argument(
+        "--base-job-template", type=Path, help="JSON job template of the pool (required unless process)"
+    )
+    parser.add_argument(
+        "--policies",
+        type=Path,
+        default=POLICY_DIR,
+        help="folder of promotion policies: each naming a FeatureService is a model to retrain",
+    )
     parser.add_argument("--batch-input", help="parquet the daily batch-score deployment reads")
     parser.add_argument("--batch-output", help="folder the daily batch-score deployment writes")
     parser.add_argument("--labels-input", help="parquet or CSV of delayed labels the daily label ingestion reads")
     args = parser.parse_args(argv)
-    kwargs = dict(batch_input=args.batch_input, batch_output=args.batch_output, labels_input=args.labels_input,
-                  policies=args.policies)
+    kwargs = dict(
+        batch_input=args.batch_input,
+        batch_output=args.batch_output,
+        labels_input=args.labels_input,
+        policies=args.policies,
+    )
     if args.work_pool is None:
         serve(*deployments(**kwargs))
         return 0

@@ -32,7 +32,9 @@ def _short(value: Any) -> str:
     return str(value)[:200]
 
 
-def for_each_endpoint(name: str, per_endpoint: Callable[..., Any], endpoints: list[str], **kwargs: Any) -> dict[str, Any]:
+def for_each_endpoint(
+    name: str, per_endpoint: Callable[..., Any], endpoints: list[str], **kwargs: Any
+) -> dict[str, Any]:
     """Run ``per_endpoint(endpoint=...)`` for each of ``endpoints``; {endpoint: its result, or {"error": why}}."""
     logger = get_run_logger()
     results: dict[str, Any] = {}
@@ -45,17 +47,29 @@ def for_each_endpoint(name: str, per_endpoint: Callable[..., Any], endpoints: li
             try:
                 state.result()
                 reason = state.message or state.name
-            except Exception as exc:  # noqa: BLE001 - the subflow's own error, reported for this endpoint only
+            except Exception as exc:
                 reason = f"{type(exc).__name__}: {exc}"
             failed[endpoint] = reason[:500]
             results[endpoint] = {"error": failed[endpoint]}
             logger.warning("%s on %s failed: %s", name, endpoint, failed[endpoint])
-    rows = [{"endpoint": e, "outcome": "failed" if e in failed else "completed",
-             "result": failed.get(e) or _short(results[e])} for e in endpoints]
-    create_table_artifact(key=artifact_key(f"{name}-all"), table=rows or [{"endpoint": None, "outcome": "no endpoint"}],
-                          description=f"{name} on {len(endpoints)} endpoint(s): {len(failed)} failed")
-    emit_event(event=f"tollfree.{name}.all", resource={"prefect.resource.id": f"tollfree.{name}"},
-               payload={"endpoints": endpoints, "failed": sorted(failed)})
+    rows = [
+        {
+            "endpoint": e,
+            "outcome": "failed" if e in failed else "completed",
+            "result": failed.get(e) or _short(results[e]),
+        }
+        for e in endpoints
+    ]
+    create_table_artifact(
+        key=artifact_key(f"{name}-all"),
+        table=rows or [{"endpoint": None, "outcome": "no endpoint"}],
+        description=f"{name} on {len(endpoints)} endpoint(s): {len(failed)} failed",
+    )
+    emit_event(
+        event=f"tollfree.{name}.all",
+        resource={"prefect.resource.id": f"tollfree.{name}"},
+        payload={"endpoints": endpoints, "failed": sorted(failed)},
+    )
     logger.info("%s on %d endpoint(s): %s", name, len(endpoints), {r["endpoint"]: r["result"] for r in rows})
     return results
 

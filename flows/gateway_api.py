@@ -26,10 +26,17 @@ class GatewayError(RuntimeError):
 
 
 class GatewayApi:
-    def __init__(self, url: str, token: str, transport: httpx.BaseTransport | None = None, timeout_s: float = 30.0,
-                 address: GatewayAddress | None = None) -> None:
-        self._client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s,
-                                    transport=transport)
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        transport: httpx.BaseTransport | None = None,
+        timeout_s: float = 30.0,
+        address: GatewayAddress | None = None,
+    ) -> None:
+        self._client = httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s, transport=transport
+        )
         self.url = url
         self.address = address or GatewayAddress(url, "given", "GatewayApi's url")  # named when it cannot connect
 

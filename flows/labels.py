@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -69,24 +69,44 @@ def ingest_labels(input_path: str, endpoint: str | None = None, lookback_days: f
     logged each request (every endpoint's log is searched unless ``endpoint`` names one)."""
     logger = get_run_logger()
     settings = Settings.from_environ(os.environ)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     labels = read_label_file(Path(input_path))
     log = read_inference_log(settings.inference_log_dir, endpoint=endpoint, since=now - timedelta(days=lookback_days))
     joined = join_labels(log, labels)
-    written = {name: write_labelled(settings, str(name), rows, now)
-               for name, rows in joined.labelled.groupby("endpoint", sort=True)}
+    written = {
+        name: write_labelled(settings, str(name), rows, now)
+        for name, rows in joined.labelled.groupby("endpoint", sort=True)
+    }
     table = joined.accuracy_by_entity()
     scope = endpoint or "every endpoint"
-    create_table_artifact(key=artifact_key(f"labels-{endpoint or 'all'}"), table=table or [{"served_entity": None, "rows": 0}],
-                          description=f"Labels joined for {scope}: {len(joined.labelled)} rows matched, {joined.unmatched} unmatched")
+    create_table_artifact(
+        key=artifact_key(f"labels-{endpoint or 'all'}"),
+        table=table or [{"served_entity": None, "rows": 0}],
+        description=f"Labels joined for {scope}: {len(joined.labelled)} rows matched, {joined.unmatched} unmatched",
+    )
     counts = {str(name): len(rows) for name, rows in joined.labelled.groupby("endpoint", sort=True)}
     for name, count in counts.items():
-        emit_event(event="tollfree.labels.ingested", resource={"prefect.resource.id": f"tollfree.endpoint.{name}"},
-                   payload={"matched": count, "unmatched": joined.unmatched})
-    logger.info("%s: %d labels matched to logged requests %s, %d unmatched; written to %s", scope,
-                len(joined.labelled), counts, joined.unmatched, {k: str(v) for k, v in written.items()} or "nothing")
-    return {"endpoint": endpoint, "matched": len(joined.labelled), "by_endpoint": counts, "unmatched": joined.unmatched,
-            "output": {str(k): str(v) for k, v in written.items() if v}, "accuracy": table}
+        emit_event(
+            event="tollfree.labels.ingested",
+            resource={"prefect.resource.id": f"tollfree.endpoint.{name}"},
+            payload={"matched": count, "unmatched": joined.unmatched},
+        )
+    logger.info(
+        "%s: %d labels matched to logged requests %s, %d unmatched; written to %s",
+        scope,
+        len(joined.labelled),
+        counts,
+        joined.unmatched,
+        {k: str(v) for k, v in written.items()} or "nothing",
+    )
+    return {
+        "endpoint": endpoint,
+        "matched": len(joined.labelled),
+        "by_endpoint": counts,
+        "unmatched": joined.unmatched,
+        "output": {str(k): str(v) for k, v in written.items() if v},
+        "accuracy": table,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,13 +28,21 @@ def lineage(client: MlflowClient, model_name: str, ref: str) -> dict[str, Any]:
         "version": str(mv.version),
         "aliases": sorted(a for a, v in held.items() if v == str(mv.version)),
         "source": mv.source,
-        "run": {"id": run.info.run_id, "experiment_id": run.info.experiment_id, "status": run.info.status,
-                "start_time": run.info.start_time},
+        "run": {
+            "id": run.info.run_id,
+            "experiment_id": run.info.experiment_id,
+            "status": run.info.status,
+            "start_time": run.info.start_time,
+        },
         "params": dict(run.data.params),
         "metrics": dict(run.data.metrics),
         "datasets": [
-            {"name": d.dataset.name, "digest": d.dataset.digest, "source": d.dataset.source,
-             "context": next((t.value for t in d.tags if t.key == "mlflow.data.context"), None)}
+            {
+                "name": d.dataset.name,
+                "digest": d.dataset.digest,
+                "source": d.dataset.source,
+                "context": next((t.value for t in d.tags if t.key == "mlflow.data.context"), None),
+            }
             for d in run.inputs.dataset_inputs
         ],
         "feature_service": tags.get("feature_service") or run.data.tags.get("feature_service"),

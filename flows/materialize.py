@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +13,8 @@ import pandas as pd
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
-from feature_repo import aggregations
+from feature_repo import aggregations, synthetic
 from feature_repo import store as feature_store
-from feature_repo import synthetic
 from serving.settings import Settings
 
 
@@ -54,16 +53,27 @@ def materialize(end: datetime | None = None) -> dict[str, Any]:
     """Recompute feature tables, apply the repository, and load the online store up to ``end``."""
     logger = get_run_logger()
     settings = Settings.from_environ(os.environ)
-    end = end or datetime.now(timezone.utc)
+    end = end or datetime.now(UTC)
     tables = compute_tables(settings.data_dir)
     rows = write_tables(settings.home, tables)
     first = {name: t["feature_ts"].min().to_pydatetime() for name, t in tables.items()}
     loaded = apply_and_load(settings.home, first, end)
     span = {name: (str(t["feature_ts"].min()), str(t["feature_ts"].max())) for name, t in tables.items()}
     logger.info("feature rows written %s; time range %s; online store loaded %s", rows, span, loaded)
-    create_table_artifact(key="materialize-summary", description="Feature tables written and online-store loads",
-                          table=[{"table": name, "rows": rows[name], "first": span[name][0], "last": span[name][1],
-                                  "loaded": loaded.get(name, "")} for name in rows])
+    create_table_artifact(
+        key="materialize-summary",
+        description="Feature tables written and online-store loads",
+        table=[
+            {
+                "table": name,
+                "rows": rows[name],
+                "first": span[name][0],
+                "last": span[name][1],
+                "loaded": loaded.get(name, ""),
+            }
+            for name in rows
+        ],
+    )
     return {"rows": rows, "time_range": span, "loaded": loaded}
 
 

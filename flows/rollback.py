@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from mlflow import MlflowClient
@@ -21,7 +21,7 @@ from serving.settings import Settings
 
 @task(**MLFLOW_RETRIES)
 def move_back(tracking_uri: str, model_name: str, who: str, reason: str) -> tuple[str, str]:
-    return lifecycle.rollback(MlflowClient(tracking_uri), model_name, who=who, why=reason, now=datetime.now(timezone.utc))
+    return lifecycle.rollback(MlflowClient(tracking_uri), model_name, who=who, why=reason, now=datetime.now(UTC))
 
 
 @flow(name="rollback")
@@ -32,7 +32,9 @@ def rollback(model_name: str = "fraud", reason: str = "manual rollback", who: st
     settings = Settings.from_environ(os.environ)
     who = who or getpass.getuser()
     from_version, to_version = move_back(settings.tracking_uri, model_name, who, reason)
-    get_run_logger().info("%s champion rolled back from v%s to v%s by %s: %s", model_name, from_version, to_version, who, reason)
+    get_run_logger().info(
+        "%s champion rolled back from v%s to v%s by %s: %s", model_name, from_version, to_version, who, reason
+    )
     return {"from": from_version, "to": to_version, "by": who, "reason": reason}
 
 

@@ -63,7 +63,9 @@ def served_rows(log: pd.DataFrame) -> pd.DataFrame:
     for request_id, ts, inputs in zip(plain["request_id"], plain["timestamp"], plain["inputs"]):
         frame = feature_parity.request_frame(inputs)
         if frame is not None:
-            frames.append(frame.reset_index(drop=True).assign(request_id=request_id, timestamp=ts, row=range(len(frame))))
+            frames.append(
+                frame.reset_index(drop=True).assign(request_id=request_id, timestamp=ts, row=range(len(frame)))
+            )
     if not frames:
         return pd.DataFrame()
     rows = pd.concat(frames, ignore_index=True)
@@ -106,24 +108,36 @@ def _logged_dataset(client: MlflowClient, run_id: str, name: str) -> pd.DataFram
     inputs = client.get_run(run_id).inputs.dataset_inputs
     found = [d for d in inputs if d.dataset.name == name]
     if not found:
-        raise LookupError(f"run {run_id} logged no dataset named {name!r} (it logged {sorted(d.dataset.name for d in inputs)})")
+        raise LookupError(
+            f"run {run_id} logged no dataset named {name!r} (it logged {sorted(d.dataset.name for d in inputs)})"
+        )
     path = Path(mlflow.data.get_source(found[-1]).load())
     return pd.read_csv(path) if path.suffix.lower() == ".csv" else pd.read_parquet(path)
 
 
-def reference_for(settings: Settings, client: MlflowClient, endpoint: str, entity: str, model_name: str, version: str,
-                  config: MonitoringConfig, now: datetime) -> Reference:
+def reference_for(
+    settings: Settings,
+    client: MlflowClient,
+    endpoint: str,
+    entity: str,
+    model_name: str,
+    version: str,
+    config: MonitoringConfig,
+    now: datetime,
+) -> Reference:
     """The version's drift reference (see the module's docstring for the order)."""
     run_id = client.get_model_version(model_name, version).run_id
     with tempfile.TemporaryDirectory() as tmp:
         try:
             path = versions.training_reference(settings.tracking_uri, model_name, version, Path(tmp))
             return Reference(pd.read_parquet(path), f"training frame logged on run {run_id}")
-        except Exception:  # noqa: BLE001 - a model of the user's own has none: the next kind is tried
+        except Exception:
             pass
     pinned = config.reference
     if pinned.dataset is not None:
-        return Reference(_logged_dataset(client, run_id, pinned.dataset), f"dataset {pinned.dataset!r} logged on run {run_id}")
+        return Reference(
+            _logged_dataset(client, run_id, pinned.dataset), f"dataset {pinned.dataset!r} logged on run {run_id}"
+        )
     log = read_inference_log(settings.inference_log_dir, endpoint=endpoint, since=pinned.start)
     rows = served_rows(log)
     if not rows.empty:

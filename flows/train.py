@@ -34,8 +34,7 @@ def build_training_sets(data_dir: Path, home: Path, service_name: str) -> dict[s
     transactions = synthetic.read_transactions(data_dir)
     customers = pd.read_parquet(data_dir / "customers.parquet", columns=["customer_id", training.SENSITIVE_ATTRIBUTE])
     split = training.TimeSplit.for_span(
-        transactions["event_timestamp"].min().to_pydatetime(),
-        transactions["event_timestamp"].max().to_pydatetime(),
+        transactions["event_timestamp"].min().to_pydatetime(), transactions["event_timestamp"].max().to_pydatetime()
     )
     train_rows, eval_rows = training.split_rows(transactions, split)
     store = feature_store.open_store(home)
@@ -53,15 +52,24 @@ def build_training_sets(data_dir: Path, home: Path, service_name: str) -> dict[s
 def validate_training_data(sets: dict[str, Any]) -> data_validation.ValidationSummary:
     """The training frame against its Great Expectations suite; the data gate reads the result."""
     summary = data_validation.validate_frame(sets["train"], sets["features"], label=training.LABEL)
-    create_table_artifact(key="training-data-validation", table=summary.table(),
-                          description=f"Great Expectations suite {summary.suite}: {'passed' if summary.success else 'FAILED'}")
+    create_table_artifact(
+        key="training-data-validation",
+        table=summary.table(),
+        description=f"Great Expectations suite {summary.suite}: {'passed' if summary.success else 'FAILED'}",
+    )
     return summary
 
 
 @task
 def fit_and_log(
-    sets: dict[str, Any], settings: Settings, model_name: str, service_name: str, seed: int, alias: str,
-    validation: data_validation.ValidationSummary, hyperparameters: dict[str, Any] | None = None,
+    sets: dict[str, Any],
+    settings: Settings,
+    model_name: str,
+    service_name: str,
+    seed: int,
+    alias: str,
+    validation: data_validation.ValidationSummary,
+    hyperparameters: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     names: list[str] = sets["features"]
     train, evaluation = sets["train"], sets["eval"]
@@ -101,14 +109,14 @@ def fit_and_log(
         mlflow.log_input(dataset, context="training")
         with tempfile.TemporaryDirectory() as tmp:
             reference = Path(tmp) / "train.parquet"
-            train[[training.ROW_KEY, "event_timestamp", *names, training.LABEL, training.SENSITIVE_ATTRIBUTE]].to_parquet(
-                reference, index=False
-            )
+            train[
+                [training.ROW_KEY, "event_timestamp", *names, training.LABEL, training.SENSITIVE_ATTRIBUTE]
+            ].to_parquet(reference, index=False)
             mlflow.log_artifact(str(reference), artifact_path="training")
             held_out = Path(tmp) / "eval.parquet"
-            evaluation[[training.ROW_KEY, *training.REQUEST_COLUMNS, *names, training.LABEL, training.SENSITIVE_ATTRIBUTE]].to_parquet(
-                held_out, index=False
-            )
+            evaluation[
+                [training.ROW_KEY, *training.REQUEST_COLUMNS, *names, training.LABEL, training.SENSITIVE_ATTRIBUTE]
+            ].to_parquet(held_out, index=False)
             mlflow.log_artifact(str(held_out), artifact_path="evaluation")
         example = train[names].head(3)
         info = mlflow.sklearn.log_model(
@@ -128,12 +136,22 @@ def fit_and_log(
     for key, value in validation.as_tags().items():
         client.set_model_version_tag(model_name, version, key, value)
     client.set_registered_model_alias(model_name, alias, version)
-    return {"run_id": run.info.run_id, "version": version, "metrics": metrics, "model_uri": versions.model_uri(model_name, alias)}
+    return {
+        "run_id": run.info.run_id,
+        "version": version,
+        "metrics": metrics,
+        "model_uri": versions.model_uri(model_name, alias),
+    }
 
 
 @flow(name="train")
-def train(model_name: str = "fraud", feature_service: str = "fraud_v1", seed: int = 7, alias: str = "candidate",
-          hyperparameters: dict[str, Any] | None = None) -> dict[str, Any]:
+def train(
+    model_name: str = "fraud",
+    feature_service: str = "fraud_v1",
+    seed: int = 7,
+    alias: str = "candidate",
+    hyperparameters: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Fit the model on point-in-time features and register a version under ``alias`` (never promotes)."""
     logger = get_run_logger()
     settings = Settings.from_environ(os.environ)
@@ -144,7 +162,11 @@ def train(model_name: str = "fraud", feature_service: str = "fraud_v1", seed: in
     result = fit_and_log(sets, settings, model_name, feature_service, seed, alias, validation, hyperparameters)
     logger.info(
         "registered %s version %s as @%s: PR-AUC %.3f, ROC-AUC %.3f on %d later rows",
-        model_name, result["version"], alias, result["metrics"]["eval_pr_auc"], result["metrics"]["eval_roc_auc"],
+        model_name,
+        result["version"],
+        alias,
+        result["metrics"]["eval_pr_auc"],
+        result["metrics"]["eval_roc_auc"],
         int(result["metrics"]["eval_rows"]),
     )
     return result
@@ -152,12 +174,17 @@ def train(model_name: str = "fraud", feature_service: str = "fraud_v1", seed: in
 
 def missing_inputs(settings: Settings) -> list[str]:
     """What the train flow reads and cannot find, each named with how to make it (empty: all there)."""
-    missing = [f"{settings.data_dir / name} not found; generate the data with "
-               f"`python -m feature_repo.synthetic --out {settings.data_dir}`"
-               for name in (synthetic.TRANSACTIONS_FILE, synthetic.CUSTOMERS_FILE)
-               if not (settings.data_dir / name).is_file()]
-    missing += [f"{settings.home / relative} not found; run the materialize flow (`python -m flows.materialize`)"
-                for relative in feature_store.TABLE_PATHS.values() if not (settings.home / relative).is_file()]
+    missing = [
+        f"{settings.data_dir / name} not found; generate the data with "
+        f"`python -m feature_repo.synthetic --out {settings.data_dir}`"
+        for name in (synthetic.TRANSACTIONS_FILE, synthetic.CUSTOMERS_FILE)
+        if not (settings.data_dir / name).is_file()
+    ]
+    missing += [
+        f"{settings.home / relative} not found; run the materialize flow (`python -m flows.materialize`)"
+        for relative in feature_store.TABLE_PATHS.values()
+        if not (settings.home / relative).is_file()
+    ]
     return missing
 
 

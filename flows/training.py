@@ -95,7 +95,9 @@ def check_entity_frame(store: FeatureStore, service_name: str, entities: pd.Data
         raise ValueError(f"entity rows column {key} must be unique: it keys the result rows")
 
 
-def historical_features(store: FeatureStore, service_name: str, entities: pd.DataFrame, key: str = ROW_KEY) -> pd.DataFrame:
+def historical_features(
+    store: FeatureStore, service_name: str, entities: pd.DataFrame, key: str = ROW_KEY
+) -> pd.DataFrame:
     """Point-in-time features for every entity row, in the input's order; no row may be dropped."""
     check_entity_frame(store, service_name, entities, key)
     service = feature_store.feature_service(store, service_name)

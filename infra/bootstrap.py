@@ -32,8 +32,17 @@ TOOLS = ROOT / ".tools"
 PYTHON_VERSION = (3, 11)
 
 # Variables that would send uv or pip elsewhere than this checkout's .venv, or write into it before it exists.
-_CLEARED = ("UV_PROJECT_ENVIRONMENT", "VIRTUAL_ENV", "PYTHONPYCACHEPREFIX", "PIP_TARGET", "PIP_PREFIX",
-            "PIP_USER", "UV_PYTHON", "UV_NO_SYNC", "UV_OFFLINE_ONLY")
+_CLEARED = (
+    "UV_PROJECT_ENVIRONMENT",
+    "VIRTUAL_ENV",
+    "PYTHONPYCACHEPREFIX",
+    "PIP_TARGET",
+    "PIP_PREFIX",
+    "PIP_USER",
+    "UV_PYTHON",
+    "UV_NO_SYNC",
+    "UV_OFFLINE_ONLY",
+)
 
 
 class BootstrapError(RuntimeError):
@@ -77,14 +86,21 @@ def venv_is_current(venv: Path, want: str, env: dict[str, str]) -> bool:
 
 def check_python(python: str, env: dict[str, str]) -> None:
     try:
-        done = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], env=env,
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except OSError as exc:
         raise BootstrapError(f"cannot run {python!r} ({exc}); set PYTHON=/path/to/python3.11") from exc
     found = done.stdout.strip()
     if done.returncode != 0 or found != "%d.%d" % PYTHON_VERSION:
-        raise BootstrapError(f"tollfree needs Python {'%d.%d' % PYTHON_VERSION}; {python!r} is "
-                             f"{found or 'not a working Python'}: run make with PYTHON=/path/to/python3.11")
+        raise BootstrapError(
+            f"tollfree needs Python {'%d.%d' % PYTHON_VERSION}; {python!r} is "
+            f"{found or 'not a working Python'}: run make with PYTHON=/path/to/python3.11"
+        )
 
 
 def ensure_uv(python: str, version: str, env: dict[str, str], tools: Path = TOOLS) -> Path:
@@ -96,13 +112,29 @@ def ensure_uv(python: str, version: str, env: dict[str, str], tools: Path = TOOL
     tools.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".uv-{version}-", dir=tools))
     try:
-        print(f"installing uv {version} into {home.relative_to(ROOT) if home.is_relative_to(ROOT) else home}",
-              flush=True)
-        done = subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                               "--no-warn-script-location", "--target", str(partial), f"uv=={version}"], env=env)
+        print(
+            f"installing uv {version} into {home.relative_to(ROOT) if home.is_relative_to(ROOT) else home}", flush=True
+        )
+        done = subprocess.run(
+            [
+                python,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-warn-script-location",
+                "--target",
+                str(partial),
+                f"uv=={version}",
+            ],
+            env=env,
+        )
         if done.returncode != 0 or not (partial / "bin" / "uv").exists():
-            raise BootstrapError(f"pip could not install uv=={version} with {python!r}: see pip's error above "
-                                 "(the package index must be reachable, and that Python must have pip)")
+            raise BootstrapError(
+                f"pip could not install uv=={version} with {python!r}: see pip's error above "
+                "(the package index must be reachable, and that Python must have pip)"
+            )
         shutil.rmtree(home, ignore_errors=True)
         partial.rename(home)
     finally:
@@ -150,8 +182,9 @@ def ensure_environment(python: str, uv_version: str = UV_VERSION, environ: dict[
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.bootstrap", description=__doc__.splitlines()[0])
-    parser.add_argument("--python", default=sys.executable,
-                        help="the Python 3.11 that builds .venv (default: the one running this)")
+    parser.add_argument(
+        "--python", default=sys.executable, help="the Python 3.11 that builds .venv (default: the one running this)"
+    )
     args = parser.parse_args(argv)
     try:
         ensure_environment(args.python)

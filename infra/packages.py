@@ -25,8 +25,13 @@ def ensure_binary(binary: str, package: str) -> str:
         raise PackageMissing(f"{binary} is not installed and installing it needs root: apt-get install {package}")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600)
-    subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", package],
-                   check=True, env=env, capture_output=True, timeout=600)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", package],
+        check=True,
+        env=env,
+        capture_output=True,
+        timeout=600,
+    )
     found = shutil.which(binary)
     if not found:
         raise PackageMissing(f"apt-get installed {package} but {binary} is not on PATH")

@@ -31,7 +31,7 @@ def run_as() -> str | None:
 
 @dataclass(frozen=True)
 class StackPostgres:
-    folder: Path          # holds data/ (the cluster)
+    folder: Path  # holds data/ (the cluster)
     port: int
     password_file: Path
 
@@ -59,9 +59,19 @@ class StackPostgres:
 
     def command(self) -> list[str]:
         """What runs the server in the foreground (``initialize`` first)."""
-        return [str(ensure_postgres() / "postgres"), "-D", str(self.data), "-p", str(self.port),
-                "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.data}",
-                "-c", "max_connections=200"]
+        return [
+            str(ensure_postgres() / "postgres"),
+            "-D",
+            str(self.data),
+            "-p",
+            str(self.port),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            f"unix_socket_directories={self.data}",
+            "-c",
+            "max_connections=200",
+        ]
 
     def initialize(self) -> None:
         """Create the cluster if there is none yet."""
@@ -74,16 +84,34 @@ class StackPostgres:
             shutil.chown(self.folder, owner)
             probe = subprocess.run(["test", "-w", str(self.folder)], user=owner, capture_output=True)
             if probe.returncode != 0:
-                raise RuntimeError(f"PostgreSQL runs as the user {owner}, which cannot reach {self.folder}; set "
-                                   "TOLLFREE_POSTGRES_DIR to a folder it can (every folder above it searchable)")
+                raise RuntimeError(
+                    f"PostgreSQL runs as the user {owner}, which cannot reach {self.folder}; set "
+                    "TOLLFREE_POSTGRES_DIR to a folder it can (every folder above it searchable)"
+                )
         with tempfile.NamedTemporaryFile("w", dir=self.folder, prefix=".pw-", delete=False) as pw:
             pw.write(self.password() + "\n")
         try:
             if owner is not None:
                 shutil.chown(pw.name, owner)
-            done = subprocess.run([str(bindir / "initdb"), "-D", str(self.data), "-U", USER, f"--pwfile={pw.name}",
-                                   "--auth=scram-sha-256", "-E", "UTF8", "--locale=C"],
-                                  capture_output=True, text=True, timeout=300, user=owner, cwd=str(self.folder))
+            done = subprocess.run(
+                [
+                    str(bindir / "initdb"),
+                    "-D",
+                    str(self.data),
+                    "-U",
+                    USER,
+                    f"--pwfile={pw.name}",
+                    "--auth=scram-sha-256",
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                user=owner,
+                cwd=str(self.folder),
+            )
         finally:
             os.unlink(pw.name)
         if done.returncode != 0:

@@ -26,7 +26,7 @@ def start_ticks(pid: int) -> int | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
-    fields = stat[stat.rindex(")") + 2:].split()  # the command name may hold spaces and parentheses
+    fields = stat[stat.rindex(")") + 2 :].split()  # the command name may hold spaces and parentheses
     if fields[0] == "Z":
         return None
     return int(fields[19])
@@ -48,18 +48,32 @@ class ProcessRecord:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ProcessRecord:
-        return cls(name=str(data["name"]), pid=int(data["pid"]), start_ticks=int(data["start_ticks"]),
-                   argv=[str(a) for a in data["argv"]], log=str(data["log"]))
+        return cls(
+            name=str(data["name"]),
+            pid=int(data["pid"]),
+            start_ticks=int(data["start_ticks"]),
+            argv=[str(a) for a in data["argv"]],
+            log=str(data["log"]),
+        )
 
 
-def spawn(name: str, argv: Sequence[str], env: Mapping[str, str], log_path: Path, cwd: Path,
-          user: str | None = None) -> ProcessRecord:
+def spawn(
+    name: str, argv: Sequence[str], env: Mapping[str, str], log_path: Path, cwd: Path, user: str | None = None
+) -> ProcessRecord:
     """Start ``argv`` in a new session (its own process group, no controlling terminal), output to ``log_path``;
     as ``user`` when given (we are root)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
-        process = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env=dict(env), cwd=str(cwd), start_new_session=True, user=user)
+        process = subprocess.Popen(
+            list(argv),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(env),
+            cwd=str(cwd),
+            start_new_session=True,
+            user=user,
+        )
     ticks = start_ticks(process.pid)
     if ticks is None:
         process.wait(timeout=5)

@@ -20,10 +20,27 @@ from infra.packages import ensure_binary
 
 def redis_command(port: int, folder: Path, *, persistent: bool = True) -> list[str]:
     """What runs the server in the foreground on 127.0.0.1:``port`` with its files in ``folder``."""
-    durable = ["--appendonly", "yes", "--appendfsync", "everysec", "--save", ""] if persistent else \
-              ["--appendonly", "no", "--save", ""]
-    return [ensure_binary("redis-server", "redis-server"), "--port", str(port), "--bind", "127.0.0.1",
-            "--dir", str(folder), "--daemonize", "no", "--loglevel", "warning", "--protected-mode", "yes", *durable]
+    durable = (
+        ["--appendonly", "yes", "--appendfsync", "everysec", "--save", ""]
+        if persistent
+        else ["--appendonly", "no", "--save", ""]
+    )
+    return [
+        ensure_binary("redis-server", "redis-server"),
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(folder),
+        "--daemonize",
+        "no",
+        "--loglevel",
+        "warning",
+        "--protected-mode",
+        "yes",
+        *durable,
+    ]
 
 
 def answers(port: int, timeout_s: float = 0.5) -> bool:
@@ -51,8 +68,11 @@ class RedisServer:
 
     def start(self, timeout_s: float = 20.0) -> RedisServer:
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen(redis_command(self.port, self.folder, persistent=self.persistent),
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            redis_command(self.port, self.folder, persistent=self.persistent),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

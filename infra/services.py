@@ -33,8 +33,12 @@ log = logging.getLogger("tollfree.stack")
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
 WORK_POOL = "tollfree-local"
-PORT_DEFAULTS = {"prefect": ("TOLLFREE_PREFECT_PORT", 4200), "mlflow": ("TOLLFREE_MLFLOW_PORT", 5000),
-                 "gateway": ("TOLLFREE_GATEWAY_PORT", 8080), "redis": ("TOLLFREE_REDIS_PORT", 6380)}
+PORT_DEFAULTS = {
+    "prefect": ("TOLLFREE_PREFECT_PORT", 4200),
+    "mlflow": ("TOLLFREE_MLFLOW_PORT", 5000),
+    "gateway": ("TOLLFREE_GATEWAY_PORT", 8080),
+    "redis": ("TOLLFREE_REDIS_PORT", 6380),
+}
 DATABASE_SCHEMES = {"sqlite", "postgresql", "mysql", "mssql"}
 MAX_GATEWAYS = 16
 STARTUP_TIMEOUT_S = float(os.environ.get("TOLLFREE_STACK_TIMEOUT_S", "180"))
@@ -48,9 +52,9 @@ class StackConfig:
     external_tracking_uri: str | None
     token_from_env: bool
     seed_data: bool
-    gateways: int = 1                        # TOLLFREE_GATEWAYS
-    state_url: str | None = None             # TOLLFREE_STATE_URL as set by the user
-    postgres_port: int = 5433                # the stack's own PostgreSQL (several gateways, no state URL given)
+    gateways: int = 1  # TOLLFREE_GATEWAYS
+    state_url: str | None = None  # TOLLFREE_STATE_URL as set by the user
+    postgres_port: int = 5433  # the stack's own PostgreSQL (several gateways, no state URL given)
     postgres_dir: Path | None = None
 
     @classmethod
@@ -72,23 +76,30 @@ class StackConfig:
         gateways = _gateways(env.get("TOLLFREE_GATEWAYS"))
         state_url = env.get("TOLLFREE_STATE_URL") or None
         if gateways > 1 and state_url is not None and not state_url.startswith("postgresql"):
-            raise ValueError("TOLLFREE_GATEWAYS above 1 needs a PostgreSQL state store: point TOLLFREE_STATE_URL at "
-                             "postgresql://..., or unset it and make up starts one")
+            raise ValueError(
+                "TOLLFREE_GATEWAYS above 1 needs a PostgreSQL state store: point TOLLFREE_STATE_URL at "
+                "postgresql://..., or unset it and make up starts one"
+            )
         raw_pg = env.get("TOLLFREE_POSTGRES_PORT") or "5433"
         if not raw_pg.isdigit() or not 0 < int(raw_pg) < 65536:
             raise ValueError(f"TOLLFREE_POSTGRES_PORT must be a TCP port, got {raw_pg!r}")
         if gateways > 1 and ports["gateway"] + gateways >= 65536:
-            raise ValueError(f"TOLLFREE_GATEWAY_PORT {ports['gateway']} leaves no room for {gateways} gateways after it")
+            raise ValueError(
+                f"TOLLFREE_GATEWAY_PORT {ports['gateway']} leaves no room for {gateways} gateways after it"
+            )
         token_file = settings.home / "secrets" / "admin-token"
         env_token = env.get("TOLLFREE_TOKEN") or ""
         file_token = token_file.read_text().strip() if token_file.exists() else None
         return cls(
-            home=settings.home, ports=ports,
+            home=settings.home,
+            ports=ports,
             backend_store_uri=(user_uri or f"sqlite:///{settings.home / 'mlflow.db'}") if local else None,
             external_tracking_uri=None if local else user_uri,
             token_from_env=bool(env_token) and env_token != file_token,
             seed_data=env.get("TOLLFREE_SEED_DATA", "1") not in ("0", "false", "no"),
-            gateways=gateways, state_url=state_url, postgres_port=int(raw_pg),
+            gateways=gateways,
+            state_url=state_url,
+            postgres_port=int(raw_pg),
             postgres_dir=Path(env.get("TOLLFREE_POSTGRES_DIR") or settings.home / "postgres").expanduser().resolve(),
         )
 
@@ -177,8 +188,8 @@ class Service:
     port: int | None
     healthy: Callable[[httpx.Client], bool]
     url: str | None = None
-    user: str | None = None                      # run as this user (PostgreSQL refuses root)
-    prepare: Callable[[], None] | None = None    # before it starts: its data folder, its config file
+    user: str | None = None  # run as this user (PostgreSQL refuses root)
+    prepare: Callable[[], None] | None = None  # before it starts: its data folder, its config file
 
 
 def _answers(url: str) -> Callable[[httpx.Client], bool]:
@@ -187,6 +198,7 @@ def _answers(url: str) -> Callable[[httpx.Client], bool]:
             return client.get(url).status_code == 200
         except httpx.HTTPError:
             return False
+
     return check
 
 
@@ -204,50 +216,109 @@ def child_environ(config: StackConfig, environ: Mapping[str, str], stack_id: str
     export_defaults(env)
     bin_dir = str(Path(sys.executable).parent)  # mlflow and prefect start helpers found on PATH
     env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
-    env.update({
-        MARK: stack_id,
-        "TOLLFREE_HOME": str(config.home),
-        "TOLLFREE_TOKEN": token,
-        "TOLLFREE_GATEWAY_URL": config.url("gateway"),
-        "MLFLOW_TRACKING_URI": config.tracking_uri,
-        "PREFECT_API_URL": config.prefect_api,
-        "PREFECT_HOME": str(config.home / "prefect"),
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            MARK: stack_id,
+            "TOLLFREE_HOME": str(config.home),
+            "TOLLFREE_TOKEN": token,
+            "TOLLFREE_GATEWAY_URL": config.url("gateway"),
+            "MLFLOW_TRACKING_URI": config.tracking_uri,
+            "PREFECT_API_URL": config.prefect_api,
+            "PREFECT_HOME": str(config.home / "prefect"),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     env.setdefault("PREFECT_WORKER_QUERY_SECONDS", "5")
     return env
 
 
 def services(config: StackConfig, env: Mapping[str, str]) -> list[Service]:
     py = sys.executable
-    out = [Service(
-        "prefect-server", [py, "-m", "prefect", "server", "start", "--host", HOST, "--port", str(config.ports["prefect"])],
-        dict(env), config.ports["prefect"], _answers(f"{config.prefect_api}/health"), config.url("prefect"),
-    )]
+    out = [
+        Service(
+            "prefect-server",
+            [py, "-m", "prefect", "server", "start", "--host", HOST, "--port", str(config.ports["prefect"])],
+            dict(env),
+            config.ports["prefect"],
+            _answers(f"{config.prefect_api}/health"),
+            config.url("prefect"),
+        )
+    ]
     if config.backend_store_uri is not None:
         mlflow_env = {k: v for k, v in env.items() if k != "MLFLOW_TRACKING_URI"}
         # MLflow's server-side job runner (huey) serves GenAI jobs tollfree does not use; it also outlives SIGTERM.
         mlflow_env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
-        out.append(Service(
-            "mlflow-server",
-            [py, "-m", "mlflow", "server", "--host", HOST, "--port", str(config.ports["mlflow"]),
-             "--backend-store-uri", config.backend_store_uri,
-             "--artifacts-destination", str(config.home / "mlartifacts"), "--workers", "1"],
-            mlflow_env, config.ports["mlflow"], _answers(f"{config.url('mlflow')}/health"), config.url("mlflow"),
-        ))
+        out.append(
+            Service(
+                "mlflow-server",
+                [
+                    py,
+                    "-m",
+                    "mlflow",
+                    "server",
+                    "--host",
+                    HOST,
+                    "--port",
+                    str(config.ports["mlflow"]),
+                    "--backend-store-uri",
+                    config.backend_store_uri,
+                    "--artifacts-destination",
+                    str(config.home / "mlartifacts"),
+                    "--workers",
+                    "1",
+                ],
+                mlflow_env,
+                config.ports["mlflow"],
+                _answers(f"{config.url('mlflow')}/health"),
+                config.url("mlflow"),
+            )
+        )
     redis_port = config.ports["redis"]
     redis_dir = config.home / "redis"
-    out.append(Service("redis", redis_command(redis_port, redis_dir), dict(env), redis_port,
-                       lambda client: redis_answers(redis_port), f"redis://{HOST}:{redis_port}",
-                       prepare=lambda: redis_dir.mkdir(parents=True, exist_ok=True)))
+    out.append(
+        Service(
+            "redis",
+            redis_command(redis_port, redis_dir),
+            dict(env),
+            redis_port,
+            lambda client: redis_answers(redis_port),
+            f"redis://{HOST}:{redis_port}",
+            prepare=lambda: redis_dir.mkdir(parents=True, exist_ok=True),
+        )
+    )
     out.extend(_gateway_services(config, env))
-    out.append(Service("stream-feed", [py, "-m", "infra.stream_feed"], {**env, "TOLLFREE_REDIS_PORT": str(redis_port)},
-                       None, lambda client: True))
-    out.append(Service(
-        "worker", [py, "-m", "prefect", "worker", "start", "--pool", WORK_POOL, "--type", "process",
-                   "--name", f"{WORK_POOL}-worker", "--install-policy", "never"],
-        dict(env), None, lambda client: worker_online(config, client),
-    ))
+    out.append(
+        Service(
+            "stream-feed",
+            [py, "-m", "infra.stream_feed"],
+            {**env, "TOLLFREE_REDIS_PORT": str(redis_port)},
+            None,
+            lambda client: True,
+        )
+    )
+    out.append(
+        Service(
+            "worker",
+            [
+                py,
+                "-m",
+                "prefect",
+                "worker",
+                "start",
+                "--pool",
+                WORK_POOL,
+                "--type",
+                "process",
+                "--name",
+                f"{WORK_POOL}-worker",
+                "--install-policy",
+                "never",
+            ],
+            dict(env),
+            None,
+            lambda client: worker_online(config, client),
+        )
+    )
     return out
 
 
@@ -255,28 +326,62 @@ def _gateway_services(config: StackConfig, env: Mapping[str, str]) -> list[Servi
     """One gateway; or PostgreSQL (unless the user gave a state URL), N gateways on it, and HAProxy."""
     py = sys.executable
     if config.gateways == 1:
-        return [Service("gateway", [py, "-m", "serving", "--host", HOST, "--port", str(config.ports["gateway"])],
-                        dict(env), config.ports["gateway"], _answers(f"{config.url('gateway')}/healthz"),
-                        config.url("gateway"))]
+        return [
+            Service(
+                "gateway",
+                [py, "-m", "serving", "--host", HOST, "--port", str(config.ports["gateway"])],
+                dict(env),
+                config.ports["gateway"],
+                _answers(f"{config.url('gateway')}/healthz"),
+                config.url("gateway"),
+            )
+        ]
     out = []
     gateway_env = dict(env)
     pg = config.postgres
     if pg is not None:
         gateway_env["TOLLFREE_STATE_URL"] = pg.url()
-        out.append(Service("postgres", pg.command(), dict(env), pg.port, lambda client: pg.answers(), pg.shown,
-                           run_as(), prepare=pg.initialize))
+        out.append(
+            Service(
+                "postgres",
+                pg.command(),
+                dict(env),
+                pg.port,
+                lambda client: pg.answers(),
+                pg.shown,
+                run_as(),
+                prepare=pg.initialize,
+            )
+        )
     for i, port in enumerate(config.gateway_ports(), 1):
         url = f"http://{HOST}:{port}"
-        out.append(Service(f"gateway-{i}", [py, "-m", "serving", "--host", HOST, "--port", str(port)],
-                           gateway_env, port, _answers(f"{url}/healthz"), url))
+        out.append(
+            Service(
+                f"gateway-{i}",
+                [py, "-m", "serving", "--host", HOST, "--port", str(port)],
+                gateway_env,
+                port,
+                _answers(f"{url}/healthz"),
+                url,
+            )
+        )
     cfg = config.state_dir / "haproxy.cfg"
 
     def write_config() -> None:
         cfg.parent.mkdir(parents=True, exist_ok=True)
         cfg.write_text(haproxy.config(config.ports["gateway"], config.gateway_ports(), HOST))
 
-    out.append(Service("haproxy", [ensure_haproxy(), "-f", str(cfg), "-db"], dict(env), config.ports["gateway"],
-                       _answers(f"{config.url('gateway')}/healthz"), config.url("gateway"), prepare=write_config))
+    out.append(
+        Service(
+            "haproxy",
+            [ensure_haproxy(), "-f", str(cfg), "-db"],
+            dict(env),
+            config.ports["gateway"],
+            _answers(f"{config.url('gateway')}/healthz"),
+            config.url("gateway"),
+            prepare=write_config,
+        )
+    )
     return out
 
 

@@ -27,7 +27,7 @@ import sys
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -35,13 +35,31 @@ import httpx
 from infra.packages import PackageMissing
 from infra.processes import ProcessRecord, marked, spawn, stop_pids, stop_record, stop_records
 from infra.services import (
-    HOST, PORT_DEFAULTS, PROJECT_DIR, STARTUP_TIMEOUT_S, WORK_POOL, Service, StackConfig, admin_token,
-    child_environ, port_free, services, wait_healthy,
+    HOST,
+    PORT_DEFAULTS,
+    PROJECT_DIR,
+    STARTUP_TIMEOUT_S,
+    WORK_POOL,
+    Service,
+    StackConfig,
+    admin_token,
+    child_environ,
+    port_free,
+    services,
+    wait_healthy,
 )
 
 # Seconds each service gets to stop on SIGTERM before SIGKILL (the gateway drains and stops its replicas).
-GRACE_S = {"stream-feed": 5.0, "redis": 20.0, "worker": 20.0, "gateway": 30.0, "mlflow-server": 15.0, "prefect-server": 15.0, "haproxy": 10.0,
-           "postgres": 30.0}
+GRACE_S = {
+    "stream-feed": 5.0,
+    "redis": 20.0,
+    "worker": 20.0,
+    "gateway": 30.0,
+    "mlflow-server": 15.0,
+    "prefect-server": 15.0,
+    "haproxy": 10.0,
+    "postgres": 30.0,
+}
 
 
 def grace_s(name: str) -> float:
@@ -66,13 +84,21 @@ class StackRecord:
         if not path.exists():
             return None
         data = json.loads(path.read_text())
-        return cls(data["stack_id"], {s["name"]: ProcessRecord.from_json(s) for s in data["services"]},
-                   int(data.get("gateways", 1)))
+        return cls(
+            data["stack_id"],
+            {s["name"]: ProcessRecord.from_json(s) for s in data["services"]},
+            int(data.get("gateways", 1)),
+        )
 
     def save(self, path: Path, config: StackConfig) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"stack_id": self.stack_id, "home": str(config.home), "ports": config.ports, "gateways": config.gateways,
-                "services": [r.to_json() for r in self.services.values()]}
+        data = {
+            "stack_id": self.stack_id,
+            "home": str(config.home),
+            "ports": config.ports,
+            "gateways": config.gateways,
+            "services": [r.to_json() for r in self.services.values()],
+        }
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=2) + "\n")
         tmp.replace(path)
@@ -89,18 +115,31 @@ def seed_data(config: StackConfig) -> str | None:
     from feature_repo import synthetic
 
     days = 42
-    today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
-    synthetic.write(synthetic.generate(synthetic.SyntheticConfig(days=days, seed=7, start=today - timedelta(days=days))),
-                    data_dir)
+    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    synthetic.write(
+        synthetic.generate(synthetic.SyntheticConfig(days=days, seed=7, start=today - timedelta(days=days))), data_dir
+    )
     return str(data_dir)
 
 
 def start_registration(config: StackConfig, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
     """``python -m flows.deployments --work-pool ...``: the one list of deployments, on the process pool."""
     batch = config.home / "batch"
-    argv = [sys.executable, "-m", "flows.deployments", "--work-pool", WORK_POOL, "--pool-type", "process",
-            "--batch-input", str(batch / "inbox" / "latest.parquet"), "--batch-output", str(batch / "scores"),
-            "--labels-input", str(config.home / "inbox" / "labels" / "latest.parquet")]
+    argv = [
+        sys.executable,
+        "-m",
+        "flows.deployments",
+        "--work-pool",
+        WORK_POOL,
+        "--pool-type",
+        "process",
+        "--batch-input",
+        str(batch / "inbox" / "latest.parquet"),
+        "--batch-output",
+        str(batch / "scores"),
+        "--labels-input",
+        str(config.home / "inbox" / "labels" / "latest.parquet"),
+    ]
     with open(config.log_dir / "register.log", "ab") as err:
         return subprocess.Popen(argv, env=dict(env), cwd=str(PROJECT_DIR), stdout=subprocess.PIPE, stderr=err)
 
@@ -137,8 +176,11 @@ def up(config: StackConfig, environ: Mapping[str, str]) -> int:
     record = StackRecord.load(config.record_path)
     live = {name: r for name, r in (record.services if record else {}).items() if r.alive()}
     if record is not None and live and record.gateways != config.gateways:
-        print(f"error: the stack runs with {record.gateways} gateway(s); make down first to change "
-              f"TOLLFREE_GATEWAYS to {config.gateways}", file=sys.stderr)
+        print(
+            f"error: the stack runs with {record.gateways} gateway(s); make down first to change "
+            f"TOLLFREE_GATEWAYS to {config.gateways}",
+            file=sys.stderr,
+        )
         return 1
     stack_id = record.stack_id if record and live else uuid.uuid4().hex
     record = StackRecord(stack_id, live, config.gateways)
@@ -150,8 +192,10 @@ def up(config: StackConfig, environ: Mapping[str, str]) -> int:
         return 1
     for service in wanted:
         if service.name not in live and service.port is not None and not port_free(service.port):
-            raise SystemExit(f"error: port {service.port} on {HOST} is taken (for {service.name}); "
-                             f"set {_port_variable(config, service.port)} to another")
+            raise SystemExit(
+                f"error: port {service.port} on {HOST} is taken (for {service.name}); "
+                f"set {_port_variable(config, service.port)} to another"
+            )
     started: list[ProcessRecord] = []
     kept = sorted(live)
 
@@ -161,8 +205,14 @@ def up(config: StackConfig, environ: Mapping[str, str]) -> int:
             if service.name in names and service.name not in record.services:
                 if service.prepare is not None:
                     service.prepare()
-                proc = spawn(service.name, service.argv, service.env, config.log_dir / f"{service.name}.log", PROJECT_DIR,
-                             user=service.user)
+                proc = spawn(
+                    service.name,
+                    service.argv,
+                    service.env,
+                    config.log_dir / f"{service.name}.log",
+                    PROJECT_DIR,
+                    user=service.user,
+                )
                 record.services[service.name] = proc
                 record.save(config.record_path, config)
                 started.append(proc)
@@ -217,23 +267,28 @@ def _port_variable(config: StackConfig, port: int) -> str:
 
 def summary(config: StackConfig, registered: list[str], kept: list[str]) -> str:
     token = "TOLLFREE_TOKEN from your environment" if config.token_from_env else f"in {config.token_file} (0600)"
-    lines = ["tollfree is up" + (f" (kept running: {', '.join(kept)})" if kept else "") + ":",
-             f"  Prefect UI    {config.url('prefect')}",
-             f"  MLflow UI     {config.tracking_uri}" + ("  (external)" if config.external_tracking_uri else ""),
-             f"  gateway       {config.url('gateway')}  (metrics at /metrics, bearer token)" + (
-                 f"\n                HAProxy over {config.gateways} gateways on ports "
-                 f"{', '.join(str(p) for p in config.gateway_ports())}, state store "
-                 f"{config.postgres.shown if config.postgres is not None else 'TOLLFREE_STATE_URL'}"
-                 if config.gateways > 1 else ""),
-             f"  admin token   {token}",
-             f"  stream        redis://{HOST}:{config.ports['redis']}/transactions, fed at TOLLFREE_STREAM_RATE events/s "
-             "(default 5); scores in the stream 'scores' once the endpoint 'fraud' exists",
-             f"  deployments   {len(registered)} on work pool {WORK_POOL}: {', '.join(registered)}",
-             f"  logs          {config.log_dir}/",
-             f"  state         {config.home}/",
-             f"talk to it:     source {config.env_file}",
-             "then e.g.:      .venv/bin/prefect deployment run materialize/hourly --watch",
-             "stop it:        make down"]
+    lines = [
+        "tollfree is up" + (f" (kept running: {', '.join(kept)})" if kept else "") + ":",
+        f"  Prefect UI    {config.url('prefect')}",
+        f"  MLflow UI     {config.tracking_uri}" + ("  (external)" if config.external_tracking_uri else ""),
+        f"  gateway       {config.url('gateway')}  (metrics at /metrics, bearer token)"
+        + (
+            f"\n                HAProxy over {config.gateways} gateways on ports "
+            f"{', '.join(str(p) for p in config.gateway_ports())}, state store "
+            f"{config.postgres.shown if config.postgres is not None else 'TOLLFREE_STATE_URL'}"
+            if config.gateways > 1
+            else ""
+        ),
+        f"  admin token   {token}",
+        f"  stream        redis://{HOST}:{config.ports['redis']}/transactions, fed at TOLLFREE_STREAM_RATE events/s "
+        "(default 5); scores in the stream 'scores' once the endpoint 'fraud' exists",
+        f"  deployments   {len(registered)} on work pool {WORK_POOL}: {', '.join(registered)}",
+        f"  logs          {config.log_dir}/",
+        f"  state         {config.home}/",
+        f"talk to it:     source {config.env_file}",
+        "then e.g.:      .venv/bin/prefect deployment run materialize/hourly --watch",
+        "stop it:        make down",
+    ]
     return "\n".join(lines)
 
 
@@ -244,8 +299,16 @@ def down(config: StackConfig) -> int:
         return 0
     gateways = sorted(name for name in record.services if is_gateway(name))
     # the gateways stop together: one of several that stops alone hands its replicas to the next leader
-    for names in (["stream-feed"], ["worker"], ["haproxy"], gateways, ["mlflow-server"], ["prefect-server"], ["postgres"],
-                  ["redis"]):
+    for names in (
+        ["stream-feed"],
+        ["worker"],
+        ["haproxy"],
+        gateways,
+        ["mlflow-server"],
+        ["prefect-server"],
+        ["postgres"],
+        ["redis"],
+    ):
         procs = [record.services[name] for name in names if name in record.services]
         running = [p for p in procs if p.alive()]
         killed = stop_records(running, max((grace_s(p.name) for p in running), default=0.0))
@@ -253,12 +316,17 @@ def down(config: StackConfig) -> int:
             if proc not in running:
                 print(f"{proc.name} (pid {proc.pid}) was not running")
             else:
-                print(f"stopped {proc.name} (pid {proc.pid})" + (", killed after its grace period" if proc.name in killed else ""))
+                print(
+                    f"stopped {proc.name} (pid {proc.pid})"
+                    + (", killed after its grace period" if proc.name in killed else "")
+                )
     leftovers = marked(record.stack_id)  # replicas, flow runs: started by ours, perhaps in sessions of their own
     if leftovers:
         forced = stop_pids(leftovers, 10.0)
-        print(f"stopped {len(leftovers)} process(es) started by the stack: {sorted(p for p, _ in leftovers)}"
-              + (f" (killed: {forced})" if forced else ""))
+        print(
+            f"stopped {len(leftovers)} process(es) started by the stack: {sorted(p for p, _ in leftovers)}"
+            + (f" (killed: {forced})" if forced else "")
+        )
     config.record_path.unlink()
     config.env_file.unlink(missing_ok=True)
     print(f"tollfree is down; state kept in {config.home}")
@@ -270,7 +338,9 @@ def status(config: StackConfig, environ: Mapping[str, str]) -> int:
     if record is None:
         print(f"tollfree is not running (no stack recorded in {config.record_path}); start it with make up")
         return 3
-    token = environ.get("TOLLFREE_TOKEN") or (config.token_file.read_text().strip() if config.token_file.exists() else "")
+    token = environ.get("TOLLFREE_TOKEN") or (
+        config.token_file.read_text().strip() if config.token_file.exists() else ""
+    )
     config = dataclasses.replace(config, gateways=record.gateways)  # what runs, whatever this shell says
     env = child_environ(config, environ, record.stack_id, token)
     ok = True
@@ -284,13 +354,17 @@ def status(config: StackConfig, environ: Mapping[str, str]) -> int:
                 continue
             healthy = service.healthy(client)
             ok &= healthy
-            rows.append((service.name, str(proc.pid), "running" if healthy else "running, not answering", service.url or ""))
+            rows.append(
+                (service.name, str(proc.pid), "running" if healthy else "running, not answering", service.url or "")
+            )
         print(f"tollfree stack in {config.home}:")
         for name, pid, state, url in rows:
             print(f"  {name:<15} pid {pid:<8} {state:<24} {url}")
         extra = marked(record.stack_id)
         known = {p.pid for p in record.services.values()}
-        print(f"  + {len([p for p, _ in extra if p not in known])} process(es) started by them (replicas, flow runs, helpers)")
+        print(
+            f"  + {len([p for p, _ in extra if p not in known])} process(es) started by them (replicas, flow runs, helpers)"
+        )
         for line in _deployment_lines(config, client):
             print(line)
         for line in _endpoint_lines(config, client, token):
@@ -309,12 +383,19 @@ def _stream_lines(endpoint: dict) -> list[str]:
         source = StreamAddress.parse(stream["source"], "source")
         try:
             with redis.Redis(host=source.host, port=source.port, socket_timeout=3) as client:
-                group = next((g for g in client.xinfo_groups(source.stream) if g["name"].decode() == stream["group"]), None)
-            lag = "no consumer group yet" if group is None else \
-                f"lag {int(group.get('lag') or 0) + int(group['pending'])} entries ({group['pending']} in flight)"
+                group = next(
+                    (g for g in client.xinfo_groups(source.stream) if g["name"].decode() == stream["group"]), None
+                )
+            lag = (
+                "no consumer group yet"
+                if group is None
+                else f"lag {int(group.get('lag') or 0) + int(group['pending'])} entries ({group['pending']} in flight)"
+            )
         except redis.RedisError as exc:
             lag = f"broker not answering ({type(exc).__name__})"
-        lines.append(f"      stream {source.url} -> {stream['sink'].rsplit('/', 1)[-1]}  group {stream['group']}: {lag}")
+        lines.append(
+            f"      stream {source.url} -> {stream['sink'].rsplit('/', 1)[-1]}  group {stream['group']}: {lag}"
+        )
     return lines
 
 
@@ -336,7 +417,9 @@ def _deployment_lines(config: StackConfig, client: httpx.Client) -> list[str]:
 
 def _endpoint_lines(config: StackConfig, client: httpx.Client, token: str) -> list[str]:
     try:
-        answer = client.get(f"{config.url('gateway')}/api/2.0/serving-endpoints", headers={"Authorization": f"Bearer {token}"})
+        answer = client.get(
+            f"{config.url('gateway')}/api/2.0/serving-endpoints", headers={"Authorization": f"Bearer {token}"}
+        )
         endpoints = answer.json().get("endpoints", []) if answer.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
         endpoints = None
@@ -351,8 +434,9 @@ def _endpoint_lines(config: StackConfig, client: httpx.Client, token: str) -> li
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.stack", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.stack", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("command", choices=["up", "down", "status"])
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")

@@ -34,8 +34,12 @@ COLUMNS = ("customer_id", "merchant_id", "amount")
 
 
 def stream_input(redis_url: str) -> dict[str, Any]:
-    return {"source": f"{redis_url}/{SOURCE}", "sink": f"{redis_url}/{SINK}", "dead_letter": f"{redis_url}/{DEAD}",
-            "group": "tollfree"}
+    return {
+        "source": f"{redis_url}/{SOURCE}",
+        "sink": f"{redis_url}/{SINK}",
+        "dead_letter": f"{redis_url}/{DEAD}",
+        "group": "tollfree",
+    }
 
 
 def with_stream(config: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -50,8 +54,10 @@ def with_stream(config: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[st
         if "entity_alias" in entity:
             entity.pop("entity_version", None)  # the alias's resolved version: the alias stays what is asked for
         entities.append(entity)
-    routes = [{"served_entity_name": r["served_entity_name"], "traffic_percentage": r["traffic_percentage"]}
-              for r in config.get("traffic_config", {}).get("routes", [])]
+    routes = [
+        {"served_entity_name": r["served_entity_name"], "traffic_percentage": r["traffic_percentage"]}
+        for r in config.get("traffic_config", {}).get("routes", [])
+    ]
     return {"served_entities": entities, "traffic_config": {"routes": routes}, "stream_inputs": [*inputs, dict(wanted)]}
 
 
@@ -69,7 +75,9 @@ def attach(api: httpx.Client, endpoint: str, wanted: Mapping[str, Any]) -> bool:
         return True
     answer = api.put(f"/api/2.0/serving-endpoints/{endpoint}/config", json=put)
     if answer.status_code != 200:
-        log.warning("attaching the stream to endpoint %s: %s", endpoint, answer.json().get("message", answer.status_code))
+        log.warning(
+            "attaching the stream to endpoint %s: %s", endpoint, answer.json().get("message", answer.status_code)
+        )
         return False
     log.info("endpoint %s now reads %s", endpoint, wanted["source"])
     return True
@@ -79,8 +87,10 @@ def rows(home: Path) -> list[dict[str, str]]:
     from feature_repo import synthetic
 
     frame = synthetic.read_transactions(home / "data")[list(COLUMNS)]
-    return [{"customer_id": str(int(c)), "merchant_id": str(int(m)), "amount": repr(float(a))}
-            for c, m, a in frame.itertuples(index=False)]
+    return [
+        {"customer_id": str(int(c)), "merchant_id": str(int(m)), "amount": repr(float(a))}
+        for c, m, a in frame.itertuples(index=False)
+    ]
 
 
 def feed(environ: Mapping[str, str]) -> None:
@@ -90,8 +100,11 @@ def feed(environ: Mapping[str, str]) -> None:
     endpoint = environ.get("TOLLFREE_STREAM_ENDPOINT", "fraud")
     client = redis.Redis(host="127.0.0.1", port=port)
     wanted = stream_input(f"redis://127.0.0.1:{port}")
-    api = httpx.Client(base_url=environ["TOLLFREE_GATEWAY_URL"], timeout=10,
-                       headers={"Authorization": f"Bearer {environ['TOLLFREE_TOKEN']}"})
+    api = httpx.Client(
+        base_url=environ["TOLLFREE_GATEWAY_URL"],
+        timeout=10,
+        headers={"Authorization": f"Bearer {environ['TOLLFREE_TOKEN']}"},
+    )
     events = rows(home)
     attached, next_check, at, started = not endpoint, 0.0, 0, time.monotonic()
     log.info("feeding %s at %.1f events/s to redis://127.0.0.1:%d/%s", SOURCE, rate, port, SOURCE)

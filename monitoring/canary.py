@@ -88,12 +88,29 @@ def _resample(values: np.ndarray, config: CanaryThresholds, rng: np.random.Gener
     return values[rng.integers(0, len(values), size=(config.bootstrap, len(values)))]
 
 
-def _latency_check(metric: str, q: float, champion: np.ndarray, challenger: np.ndarray, warn: float,
-                   rollback: float | None, config: CanaryThresholds) -> Check:
+def _latency_check(
+    metric: str,
+    q: float,
+    champion: np.ndarray,
+    challenger: np.ndarray,
+    warn: float,
+    rollback: float | None,
+    config: CanaryThresholds,
+) -> Check:
     n_c, n_x = len(champion), len(challenger)
     if min(n_c, n_x) < config.min_requests:
-        return Check(metric, INSUFFICIENT, None, None, None, None, None, n_c, n_x,
-                     f"not enough data yet: {n_x} challenger / {n_c} champion requests, need {config.min_requests} each")
+        return Check(
+            metric,
+            INSUFFICIENT,
+            None,
+            None,
+            None,
+            None,
+            None,
+            n_c,
+            n_x,
+            f"not enough data yet: {n_x} challenger / {n_c} champion requests, need {config.min_requests} each",
+        )
     base, cand = float(np.quantile(champion, q)), float(np.quantile(challenger, q))
     rng = _rng(config)
     boot_c = np.quantile(_resample(champion, config, rng), q, axis=1)
@@ -103,7 +120,9 @@ def _latency_check(metric: str, q: float, champion: np.ndarray, challenger: np.n
     change = cand / max(base, 1e-9) - 1.0
     p = float(stats.mannwhitneyu(challenger, champion, alternative="greater").pvalue)
     shifted = p < config.alpha
-    figures = f"{metric} {cand:.1f} ms vs {base:.1f} ms ({change:+.0%}, lower bound {lower:+.0%}, Mann-Whitney p={p:.3g})"
+    figures = (
+        f"{metric} {cand:.1f} ms vs {base:.1f} ms ({change:+.0%}, lower bound {lower:+.0%}, Mann-Whitney p={p:.3g})"
+    )
     if rollback is not None and shifted and lower > rollback:
         status, why = ROLLBACK, f"{figures}: above +{rollback:.0%}"
     elif shifted and lower > warn:
@@ -121,8 +140,18 @@ def _error_check(champion: pd.DataFrame, challenger: pd.DataFrame, config: Canar
     rate_c = e_c / n_c if n_c else None
     rate_x = e_x / n_x if n_x else None
     if n_x < config.min_error_requests or n_c == 0:
-        return Check("error_rate", INSUFFICIENT, rate_c, rate_x, rate_x, None, None, n_c, n_x,
-                     f"not enough data yet: {n_x} challenger requests, need {config.min_error_requests}")
+        return Check(
+            "error_rate",
+            INSUFFICIENT,
+            rate_c,
+            rate_x,
+            rate_x,
+            None,
+            None,
+            n_c,
+            n_x,
+            f"not enough data yet: {n_x} challenger requests, need {config.min_error_requests}",
+        )
     assert rate_x is not None
     fisher = float(stats.fisher_exact([[e_x, n_x - e_x], [e_c, n_c - e_c]], alternative="greater").pvalue)
     p_rollback = float(stats.binomtest(e_x, n_x, config.error_rollback, alternative="greater").pvalue)
@@ -131,17 +160,57 @@ def _error_check(champion: pd.DataFrame, challenger: pd.DataFrame, config: Canar
     figures = f"error_rate {rate_x:.2%} ({e_x}/{n_x}) vs champion {rate_c:.2%} ({e_c}/{n_c}), Fisher p={fisher:.3g}"
     worse = fisher < config.alpha
     if worse and p_rollback < config.alpha:
-        return Check("error_rate", ROLLBACK, rate_c, rate_x, rate_x, upper, p_rollback, n_c, n_x,
-                     f"{figures}: above {config.error_rollback:.1%} (binomial p={p_rollback:.3g})")
+        return Check(
+            "error_rate",
+            ROLLBACK,
+            rate_c,
+            rate_x,
+            rate_x,
+            upper,
+            p_rollback,
+            n_c,
+            n_x,
+            f"{figures}: above {config.error_rollback:.1%} (binomial p={p_rollback:.3g})",
+        )
     if worse and p_warn < config.alpha:
-        return Check("error_rate", WARN, rate_c, rate_x, rate_x, upper, p_warn, n_c, n_x,
-                     f"{figures}: above {config.error_warn:.1%} (binomial p={p_warn:.3g})")
+        return Check(
+            "error_rate",
+            WARN,
+            rate_c,
+            rate_x,
+            rate_x,
+            upper,
+            p_warn,
+            n_c,
+            n_x,
+            f"{figures}: above {config.error_warn:.1%} (binomial p={p_warn:.3g})",
+        )
     if n_x < config.min_requests:
-        return Check("error_rate", INSUFFICIENT, rate_c, rate_x, rate_x, upper, p_warn, n_c, n_x,
-                     f"not enough data yet: {figures}; need {config.min_requests} challenger requests")
+        return Check(
+            "error_rate",
+            INSUFFICIENT,
+            rate_c,
+            rate_x,
+            rate_x,
+            upper,
+            p_warn,
+            n_c,
+            n_x,
+            f"not enough data yet: {figures}; need {config.min_requests} challenger requests",
+        )
     if rate_x > config.error_warn and rate_x > (rate_c or 0.0):
-        return Check("error_rate", INCONCLUSIVE, rate_c, rate_x, rate_x, upper, p_warn, n_c, n_x,
-                     f"{figures}: above {config.error_warn:.1%} but not significantly; waiting for more data")
+        return Check(
+            "error_rate",
+            INCONCLUSIVE,
+            rate_c,
+            rate_x,
+            rate_x,
+            upper,
+            p_warn,
+            n_c,
+            n_x,
+            f"{figures}: above {config.error_warn:.1%} but not significantly; waiting for more data",
+        )
     return Check("error_rate", OK, rate_c, rate_x, rate_x, upper, p_warn, n_c, n_x, figures)
 
 
@@ -149,8 +218,18 @@ def _accuracy_check(champion: np.ndarray, challenger: np.ndarray, config: Canary
     n_c, n_x = len(champion), len(challenger)
     if min(n_c, n_x) < config.min_labelled:
         status = INSUFFICIENT if config.require_labels else PENDING
-        return Check("accuracy", status, None, None, None, None, None, n_c, n_x,
-                     f"labels for {n_x} challenger / {n_c} champion rows, need {config.min_labelled} each")
+        return Check(
+            "accuracy",
+            status,
+            None,
+            None,
+            None,
+            None,
+            None,
+            n_c,
+            n_x,
+            f"labels for {n_x} challenger / {n_c} champion rows, need {config.min_labelled} each",
+        )
     acc_c, acc_x = float(champion.mean()), float(challenger.mean())
     drop = (acc_c - acc_x) / acc_c if acc_c > 0 else 0.0
     rng = _rng(config)
@@ -161,12 +240,44 @@ def _accuracy_check(champion: np.ndarray, challenger: np.ndarray, config: Canary
     p = float((drops <= 0).mean())  # bootstrap p-value that the challenger is no worse
     figures = f"accuracy {acc_x:.2%} vs champion {acc_c:.2%} ({drop:+.1%} worse, lower bound {lower:+.1%})"
     if lower > config.accuracy_rollback:
-        return Check("accuracy", ROLLBACK, acc_c, acc_x, drop, lower, p, n_c, n_x, f"{figures}: more than {config.accuracy_rollback:.0%} worse")
+        return Check(
+            "accuracy",
+            ROLLBACK,
+            acc_c,
+            acc_x,
+            drop,
+            lower,
+            p,
+            n_c,
+            n_x,
+            f"{figures}: more than {config.accuracy_rollback:.0%} worse",
+        )
     if lower > config.accuracy_warn:
-        return Check("accuracy", WARN, acc_c, acc_x, drop, lower, p, n_c, n_x, f"{figures}: more than {config.accuracy_warn:.0%} worse")
+        return Check(
+            "accuracy",
+            WARN,
+            acc_c,
+            acc_x,
+            drop,
+            lower,
+            p,
+            n_c,
+            n_x,
+            f"{figures}: more than {config.accuracy_warn:.0%} worse",
+        )
     if drop > config.accuracy_warn:
-        return Check("accuracy", INCONCLUSIVE, acc_c, acc_x, drop, lower, p, n_c, n_x,
-                     f"{figures}: more than {config.accuracy_warn:.0%} worse but not significantly; waiting for more labels")
+        return Check(
+            "accuracy",
+            INCONCLUSIVE,
+            acc_c,
+            acc_x,
+            drop,
+            lower,
+            p,
+            n_c,
+            n_x,
+            f"{figures}: more than {config.accuracy_warn:.0%} worse but not significantly; waiting for more labels",
+        )
     return Check("accuracy", OK, acc_c, acc_x, drop, lower, p, n_c, n_x, figures)
 
 
@@ -186,8 +297,18 @@ def memory_trend(samples: pd.DataFrame) -> tuple[float, float]:
 def _memory_check(champion: pd.DataFrame, challenger: pd.DataFrame, config: CanaryThresholds) -> Check:
     n_c, n_x = len(champion), len(challenger)
     if n_x < config.min_memory_samples:
-        return Check("memory_trend", PENDING, None, None, None, None, None, n_c, n_x,
-                     f"{n_x} memory samples of the challenger, need {config.min_memory_samples}")
+        return Check(
+            "memory_trend",
+            PENDING,
+            None,
+            None,
+            None,
+            None,
+            None,
+            n_c,
+            n_x,
+            f"{n_x} memory samples of the challenger, need {config.min_memory_samples}",
+        )
     p_x, growth_x = memory_trend(challenger)
     p_c, growth_c = memory_trend(champion) if n_c >= 2 else (1.0, 0.0)
     last_x = float(challenger.sort_values("timestamp")["rss_mb"].iloc[-1])
@@ -195,7 +316,9 @@ def _memory_check(champion: pd.DataFrame, challenger: pd.DataFrame, config: Cana
     figures = f"memory_trend: challenger RSS growth {growth_x:+.0%} (Kendall p={p_x:.3g}), champion {growth_c:+.0%} (p={p_c:.3g})"
     champion_rises = p_c < config.alpha and growth_c >= growth_x / 2
     if p_x < config.alpha and growth_x > config.memory_growth and not champion_rises:
-        return Check("memory_trend", ROLLBACK, last_c, last_x, growth_x, None, p_x, n_c, n_x, f"{figures}: rising steadily")
+        return Check(
+            "memory_trend", ROLLBACK, last_c, last_x, growth_x, None, p_x, n_c, n_x, f"{figures}: rising steadily"
+        )
     return Check("memory_trend", OK, last_c, last_x, growth_x, None, p_x, n_c, n_x, figures)
 
 
@@ -212,9 +335,16 @@ def _memory_rows(memory: pd.DataFrame | None, entity: str) -> pd.DataFrame:
     return memory[memory["served_entity"] == entity]
 
 
-def canary_verdict(log: pd.DataFrame, champion: str, challenger: str, since: datetime, now: datetime,
-                   config: CanaryThresholds = CanaryThresholds(), labels: pd.DataFrame | None = None,
-                   memory: pd.DataFrame | None = None) -> CanaryVerdict:
+def canary_verdict(
+    log: pd.DataFrame,
+    champion: str,
+    challenger: str,
+    since: datetime,
+    now: datetime,
+    config: CanaryThresholds = CanaryThresholds(),
+    labels: pd.DataFrame | None = None,
+    memory: pd.DataFrame | None = None,
+) -> CanaryVerdict:
     """Compare the served entities ``challenger`` and ``champion`` over requests in [since, now).
 
     ``log``: inference-log rows (timestamp, served_entity, status_code, latency_ms); ``labels``: one row
@@ -226,19 +356,26 @@ def canary_verdict(log: pd.DataFrame, champion: str, challenger: str, since: dat
     if labels is not None and not labels.empty:
         lts = pd.to_datetime(labels["timestamp"], utc=True)
         labels = labels[(lts >= pd.Timestamp(since)) & (lts < pd.Timestamp(now))]
-    side = {name: window[window["served_entity"] == name] if not window.empty else window for name in (champion, challenger)}
+    side = {
+        name: window[window["served_entity"] == name] if not window.empty else window for name in (champion, challenger)
+    }
 
     def ok_latency(name: str) -> np.ndarray:
         rows = side[name]
-        return rows.loc[rows["status_code"] == 200, "latency_ms"].to_numpy(dtype=float) if not rows.empty else np.zeros(0)
+        return (
+            rows.loc[rows["status_code"] == 200, "latency_ms"].to_numpy(dtype=float) if not rows.empty else np.zeros(0)
+        )
 
     lat_c, lat_x = ok_latency(champion), ok_latency(challenger)
     empty = pd.DataFrame({"status_code": pd.Series(dtype=int)})
     checks = (
         _latency_check("p99_latency", 0.99, lat_c, lat_x, config.p99_warn, config.p99_rollback, config),
         _latency_check("p50_latency", 0.50, lat_c, lat_x, config.p50_warn, None, config),
-        _error_check(side[champion] if not side[champion].empty else empty,
-                     side[challenger] if not side[challenger].empty else empty, config),
+        _error_check(
+            side[champion] if not side[champion].empty else empty,
+            side[challenger] if not side[challenger].empty else empty,
+            config,
+        ),
         _accuracy_check(_labelled_correct(labels, champion), _labelled_correct(labels, challenger), config),
         _memory_check(_memory_rows(memory, champion), _memory_rows(memory, challenger), config),
     )

@@ -60,9 +60,14 @@ class DriftResult:
 
     def table(self) -> list[dict[str, Any]]:
         return [
-            {"column": c.column, "method": c.method, "score": round(c.score, 6),
-             "adjusted": None if c.adjusted is None else round(c.adjusted, 6), "threshold": c.threshold,
-             "drifted": c.drifted}
+            {
+                "column": c.column,
+                "method": c.method,
+                "score": round(c.score, 6),
+                "adjusted": None if c.adjusted is None else round(c.adjusted, 6),
+                "threshold": c.threshold,
+                "drifted": c.drifted,
+            }
             for c in self.columns
         ]
 
@@ -71,7 +76,9 @@ def is_drift(method: str, score: float, threshold: float) -> bool:
     return score < threshold if method in P_VALUE_METHODS else score >= threshold
 
 
-def _chi2_contingency(reference: pd.Series, current: pd.Series, feature_type: Any, threshold: float) -> tuple[float, bool]:
+def _chi2_contingency(
+    reference: pd.Series, current: pd.Series, feature_type: Any, threshold: float
+) -> tuple[float, bool]:
     """Chi-square test of homogeneity of the two windows' category counts (scipy's ``chi2_contingency``).
 
     Evidently's own ``chisquare`` fits the current counts to the reference's shares as if those were exact,
@@ -97,9 +104,15 @@ def _register_chi2_contingency() -> None:
     from evidently.legacy.calculations.stattests.registry import StatTest, register_stattest
     from evidently.legacy.core import ColumnType
 
-    register_stattest(StatTest(name=CHI2_CONTINGENCY, display_name="chi-square test of homogeneity p_value",
-                               allowed_feature_types=[ColumnType.Categorical], default_threshold=0.005),
-                      _chi2_contingency)
+    register_stattest(
+        StatTest(
+            name=CHI2_CONTINGENCY,
+            display_name="chi-square test of homogeneity p_value",
+            allowed_feature_types=[ColumnType.Categorical],
+            default_threshold=0.005,
+        ),
+        _chi2_contingency,
+    )
 
 
 def _method_for(series: pd.Series, config: DriftConfig) -> tuple[str, float, str]:
@@ -108,8 +121,9 @@ def _method_for(series: pd.Series, config: DriftConfig) -> tuple[str, float, str
     return config.categorical_method, config.categorical_threshold, "cat"
 
 
-def _stattest_scores(reference: pd.DataFrame, current: pd.DataFrame, methods: dict[str, tuple[str, float, str]]
-                     ) -> dict[str, float]:
+def _stattest_scores(
+    reference: pd.DataFrame, current: pd.DataFrame, methods: dict[str, tuple[str, float, str]]
+) -> dict[str, float]:
     """Each column's score from the Evidently stat test the report's ``ValueDrift`` calls, after the same
     cleaning (infinities and missing values dropped), without building the report."""
     from evidently.legacy.calculations.stattests.registry import get_stattest
@@ -120,25 +134,34 @@ def _stattest_scores(reference: pd.DataFrame, current: pd.DataFrame, methods: di
         ref = reference[column].replace([-np.inf, np.inf], np.nan).dropna()
         cur = current[column].replace([-np.inf, np.inf], np.nan).dropna()
         if ref.empty or cur.empty:
-            raise ValueError(f"drift column {column!r} has no value in the {'reference' if ref.empty else 'current'} data")
+            raise ValueError(
+                f"drift column {column!r} has no value in the {'reference' if ref.empty else 'current'} data"
+            )
         column_type = ColumnType(kind)
-        scores[column] = float(get_stattest(ref, cur, column_type, method)(ref, cur, column_type, threshold).drift_score)
+        scores[column] = float(
+            get_stattest(ref, cur, column_type, method)(ref, cur, column_type, threshold).drift_score
+        )
     return scores
 
 
-def _report(reference: pd.DataFrame, current: pd.DataFrame, methods: dict[str, tuple[str, float, str]],
-            shown: dict[str, float]) -> tuple[dict[str, float], Any]:
+def _report(
+    reference: pd.DataFrame, current: pd.DataFrame, methods: dict[str, tuple[str, float, str]], shown: dict[str, float]
+) -> tuple[dict[str, float], Any]:
     """Evidently's report of every column (its HTML is the run's report) and the scores read from it. Each
     column is shown against ``shown``: a p-value method's threshold over the number of columns tested (the
     Bonferroni level), so the report never marks a column the verdict does not name."""
     from evidently import DataDefinition, Dataset, Report
     from evidently.metrics import ValueDrift
 
-    definition = DataDefinition(numerical_columns=[c for c, m in methods.items() if m[2] == "num"],
-                                categorical_columns=[c for c, m in methods.items() if m[2] == "cat"])
+    definition = DataDefinition(
+        numerical_columns=[c for c, m in methods.items() if m[2] == "num"],
+        categorical_columns=[c for c, m in methods.items() if m[2] == "cat"],
+    )
     report = Report([ValueDrift(column=c, method=m, threshold=shown[c]) for c, (m, _, _) in methods.items()])
-    snapshot = report.run(Dataset.from_pandas(current[list(methods)], data_definition=definition),
-                          Dataset.from_pandas(reference[list(methods)], data_definition=definition))
+    snapshot = report.run(
+        Dataset.from_pandas(current[list(methods)], data_definition=definition),
+        Dataset.from_pandas(reference[list(methods)], data_definition=definition),
+    )
     scores: dict[str, float] = {}
     for metric in snapshot.dict()["metrics"]:
         cfg = metric["config"]
@@ -169,8 +192,9 @@ def corrected(p_values: dict[str, float], thresholds: dict[str, float], correcti
     return {c: float(min(1.0, s * level)) for c, s, level in zip(names, scaled, levels)}
 
 
-def judge(methods: dict[str, tuple[str, float, str]], scores: dict[str, float], config: DriftConfig
-          ) -> tuple[tuple[ColumnDrift, ...], float, bool]:
+def judge(
+    methods: dict[str, tuple[str, float, str]], scores: dict[str, float], config: DriftConfig
+) -> tuple[tuple[ColumnDrift, ...], float, bool]:
     """Each column's verdict (p-values corrected together, distances as they are), the drifted share and
     the run's verdict under ``config.drift_share``."""
     tested = {c: scores[c] for c, (m, _, _) in methods.items() if m in P_VALUE_METHODS}
@@ -184,8 +208,13 @@ def judge(methods: dict[str, tuple[str, float, str]], scores: dict[str, float], 
     return columns, share, drifted > 0 and share >= config.drift_share
 
 
-def compute_drift(reference: pd.DataFrame, current: pd.DataFrame, columns: list[str], config: DriftConfig = DriftConfig(),
-                  report: bool = False) -> DriftResult:
+def compute_drift(
+    reference: pd.DataFrame,
+    current: pd.DataFrame,
+    columns: list[str],
+    config: DriftConfig = DriftConfig(),
+    report: bool = False,
+) -> DriftResult:
     """Score each column with its explicit method and judge the run. With ``report``, the scores are read from
     Evidently's report, kept as ``snapshot`` for its HTML; without, from the same stat tests called directly."""
     missing = [c for c in columns if c not in reference.columns or c not in current.columns]
@@ -196,7 +225,9 @@ def compute_drift(reference: pd.DataFrame, current: pd.DataFrame, columns: list[
     _register_chi2_contingency()
     methods = {c: _method_for(reference[c], config) for c in columns}
     tests = sum(m in P_VALUE_METHODS for m, _, _ in methods.values())
-    shown = {c: t / tests if m in P_VALUE_METHODS and config.correction != "none" else t for c, (m, t, _) in methods.items()}
+    shown = {
+        c: t / tests if m in P_VALUE_METHODS and config.correction != "none" else t for c, (m, t, _) in methods.items()
+    }
     snapshot = None
     if report:
         scores, snapshot = _report(reference, current, methods, shown)

@@ -24,8 +24,15 @@ class FairnessResult:
     skipped: tuple[str, ...]  # groups with fewer than min_rows
 
 
-def group_rates(labels: pd.Series, scores: np.ndarray, groups: pd.Series, *, threshold: float = 0.5,
-                rate: str = "false_positive_rate", min_rows: int = 30) -> FairnessResult:
+def group_rates(
+    labels: pd.Series,
+    scores: np.ndarray,
+    groups: pd.Series,
+    *,
+    threshold: float = 0.5,
+    rate: str = "false_positive_rate",
+    min_rows: int = 30,
+) -> FairnessResult:
     """``rate`` per group at ``threshold``; the gap is max - min over groups with at least ``min_rows``."""
     flagged = np.asarray(scores) >= threshold
     y = np.asarray(labels).astype(int)

@@ -15,8 +15,17 @@ from typing import Any
 
 import pandas as pd
 
-LABELLED_COLUMNS = ("request_id", "row", "timestamp", "endpoint", "served_entity", "model_version",
-                    "predicted", "label", "correct")
+LABELLED_COLUMNS = (
+    "request_id",
+    "row",
+    "timestamp",
+    "endpoint",
+    "served_entity",
+    "model_version",
+    "predicted",
+    "label",
+    "correct",
+)
 
 
 def _text(value: Any) -> str:
@@ -67,8 +76,10 @@ class LabelJoin:
         if self.labelled.empty:
             return []
         grouped = self.labelled.groupby(["served_entity", "model_version"], dropna=False)["correct"]
-        return [{"served_entity": e, "model_version": v, "rows": int(s.size), "accuracy": round(float(s.mean()), 6)}
-                for (e, v), s in grouped]
+        return [
+            {"served_entity": e, "model_version": v, "rows": int(s.size), "accuracy": round(float(s.mean()), 6)}
+            for (e, v), s in grouped
+        ]
 
 
 def join_labels(log: pd.DataFrame, labels: pd.DataFrame, threshold: float = 0.5) -> LabelJoin:
@@ -79,10 +90,20 @@ def join_labels(log: pd.DataFrame, labels: pd.DataFrame, threshold: float = 0.5)
     for rec in ok[ok["request_id"].isin(set(wanted["request_id"]))].itertuples(index=False):
         outputs = json.loads(rec.outputs) if rec.outputs else []
         for index, value in enumerate(outputs if isinstance(outputs, list) else [outputs]):
-            rows.append({"request_id": rec.request_id, "row": index, "timestamp": rec.timestamp, "endpoint": rec.endpoint,
-                         "served_entity": rec.served_entity, "model_version": rec.model_version,
-                         "predicted": predicted_class(value, threshold)})
-    served = pd.DataFrame(rows, columns=["request_id", "row", "timestamp", "endpoint", "served_entity", "model_version", "predicted"])
+            rows.append(
+                {
+                    "request_id": rec.request_id,
+                    "row": index,
+                    "timestamp": rec.timestamp,
+                    "endpoint": rec.endpoint,
+                    "served_entity": rec.served_entity,
+                    "model_version": rec.model_version,
+                    "predicted": predicted_class(value, threshold),
+                }
+            )
+    served = pd.DataFrame(
+        rows, columns=["request_id", "row", "timestamp", "endpoint", "served_entity", "model_version", "predicted"]
+    )
     joined = served.merge(wanted, on=["request_id", "row"], how="inner")
     joined["label"] = joined["label"].map(_text)
     joined["correct"] = joined["predicted"].astype(str) == joined["label"]

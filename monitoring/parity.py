@@ -36,8 +36,10 @@ class ParityResult:
         return [f.feature for f in self.features if f.mismatches]
 
     def table(self) -> list[dict[str, Any]]:
-        return [{"feature": f.feature, "compared": f.compared, "mismatches": f.mismatches, "rate": round(f.rate, 6)}
-                for f in self.features]
+        return [
+            {"feature": f.feature, "compared": f.compared, "mismatches": f.mismatches, "rate": round(f.rate, 6)}
+            for f in self.features
+        ]
 
 
 def _equal(a: Any, b: Any, rel_tol: float) -> bool:
@@ -55,7 +57,9 @@ def _equal(a: Any, b: Any, rel_tol: float) -> bool:
     return str(a) == str(b)
 
 
-def compare_features(served: pd.DataFrame, offline: pd.DataFrame, features: list[str], rel_tol: float = 1e-6) -> ParityResult:
+def compare_features(
+    served: pd.DataFrame, offline: pd.DataFrame, features: list[str], rel_tol: float = 1e-6
+) -> ParityResult:
     """Per-feature mismatch counts between row-aligned ``served`` and ``offline`` frames."""
     if len(served) != len(offline):
         raise ValueError(f"parity needs aligned frames: {len(served)} served rows vs {len(offline)} offline rows")

@@ -34,19 +34,28 @@ def first_served_window(rows: pd.DataFrame, first_requests: int, first_hours: fl
     closes = start + pd.Timedelta(hours=first_hours)
     chosen = times[times < closes].iloc[:first_requests]
     complete = len(chosen) >= first_requests or pd.Timestamp(now) >= closes
-    described = (f"first served window: {len(chosen)} requests from {start.isoformat()} to {chosen.iloc[-1].isoformat()}"
-                 + ("" if complete else f" (filling until {first_requests} requests or {closes.isoformat()})"))
-    return ServedReference(rows[rows["request_id"].isin(chosen.index)], len(chosen), start, chosen.iloc[-1], complete,
-                           described)
+    described = (
+        f"first served window: {len(chosen)} requests from {start.isoformat()} to {chosen.iloc[-1].isoformat()}"
+        + ("" if complete else f" (filling until {first_requests} requests or {closes.isoformat()})")
+    )
+    return ServedReference(
+        rows[rows["request_id"].isin(chosen.index)], len(chosen), start, chosen.iloc[-1], complete, described
+    )
 
 
 def pinned_window(rows: pd.DataFrame, start: datetime, end: datetime) -> ServedReference:
     """The rows of the requests served in [start, end), as the endpoint's ``monitoring.reference`` pins."""
     times = _times(rows) if not rows.empty else pd.Series(dtype="datetime64[ns, UTC]")
     chosen = times[(times >= pd.Timestamp(start)) & (times < pd.Timestamp(end))]
-    return ServedReference(rows[rows["request_id"].isin(chosen.index)], len(chosen), pd.Timestamp(start), pd.Timestamp(end),
-                           True, f"pinned window of served traffic: {len(chosen)} requests from {pd.Timestamp(start).isoformat()} "
-                                 f"to {pd.Timestamp(end).isoformat()}")
+    return ServedReference(
+        rows[rows["request_id"].isin(chosen.index)],
+        len(chosen),
+        pd.Timestamp(start),
+        pd.Timestamp(end),
+        True,
+        f"pinned window of served traffic: {len(chosen)} requests from {pd.Timestamp(start).isoformat()} "
+        f"to {pd.Timestamp(end).isoformat()}",
+    )
 
 
 def after(rows: pd.DataFrame, reference: ServedReference) -> pd.DataFrame:

@@ -33,15 +33,28 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m serving", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080, help="0: a free port, recorded for clients (default 8080)")
-    parser.add_argument("--admin-port", type=int, default=None,
-                        help="serve the control plane on this port only (default: on --port with the data plane)")
+    parser.add_argument(
+        "--admin-port",
+        type=int,
+        default=None,
+        help="serve the control plane on this port only (default: on --port with the data plane)",
+    )
     parser.add_argument("--admin-host", default=None, help="interface for --admin-port (default: --host)")
-    parser.add_argument("--request-timeout", type=float, default=None, metavar="SECONDS",
-                        help="seconds a replica has to answer before the client gets 504 "
-                             "(default: TOLLFREE_REQUEST_TIMEOUT_S, else 30)")
-    parser.add_argument("--stream-claim-idle", type=float, default=30.0, metavar="SECONDS",
-                        help="claim stream entries another consumer (a stopped gateway) left pending this long "
-                             "(default 30)")
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds a replica has to answer before the client gets 504 "
+        "(default: TOLLFREE_REQUEST_TIMEOUT_S, else 30)",
+    )
+    parser.add_argument(
+        "--stream-claim-idle",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="claim stream entries another consumer (a stopped gateway) left pending this long (default 30)",
+    )
     parser.add_argument("--log-level", default="info")
     return parser
 
@@ -70,20 +83,25 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     timeout_s = _request_timeout(args.request_timeout)
     if timeout_s is None:
-        print("the request timeout (--request-timeout or TOLLFREE_REQUEST_TIMEOUT_S) must be a number of seconds "
-              "in (0, 3600]", file=sys.stderr)
+        print(
+            "the request timeout (--request-timeout or TOLLFREE_REQUEST_TIMEOUT_S) must be a number of seconds "
+            "in (0, 3600]",
+            file=sys.stderr,
+        )
         return 2
     settings.home.mkdir(parents=True, exist_ok=True)
     from serving.replicas.cluster.connect import ClusterSettingsError, cluster_from_environ
 
     try:
-        cluster = cluster_from_environ(os.environ)   # None: local replica processes
+        cluster = cluster_from_environ(os.environ)  # None: local replica processes
     except ClusterSettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
         store = EndpointStore(settings.state_url, migrate=os.environ.get("TOLLFREE_STATE_MIGRATE", "auto") != "manual")
-    except StateStoreError as exc:  # unreachable, or a schema to migrate first: the message names the URL, never its password
+    except (
+        StateStoreError
+    ) as exc:  # unreachable, or a schema to migrate first: the message names the URL, never its password
         print(f"error: {exc}", file=sys.stderr)
         return 2
     manager = EndpointManager(
@@ -100,15 +118,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"TOLLFREE_WARM_POOL must be a whole number of standby replicas (got {pool[:20]!r})", file=sys.stderr)
         return 2
     metrics = GatewayMetrics.create()  # one registry: the gateway's, the inference log's, the autoscaler's
-    warm_pool = int(pool) if cluster is None else 0   # pods start from their image, not from local standbys
-    app = create_gateway_app(manager, tokens, InferenceLogWriter(settings.inference_log_dir, registry=metrics.registry),
-                             metrics=metrics, autoscale=os.environ.get("TOLLFREE_AUTOSCALE", "on") != "off",
-                             warm_pool_size=warm_pool, stream_claim_idle_s=args.stream_claim_idle)
+    warm_pool = int(pool) if cluster is None else 0  # pods start from their image, not from local standbys
+    app = create_gateway_app(
+        manager,
+        tokens,
+        InferenceLogWriter(settings.inference_log_dir, registry=metrics.registry),
+        metrics=metrics,
+        autoscale=os.environ.get("TOLLFREE_AUTOSCALE", "on") != "off",
+        warm_pool_size=warm_pool,
+        stream_claim_idle_s=args.stream_claim_idle,
+    )
     # An idle keep-alive connection is kept 75 s (nginx's default; uvicorn's is 5 s): longer than the idle expiry
     # of the clients in front (httpx 5 s, load balancers 60 s), so a client never reuses a connection the gateway
     # is closing at that moment: that race failed a POST with a ReadError, which no client retries by itself.
-    server = dict(log_level=args.log_level, access_log=False, timeout_graceful_shutdown=20, loop="uvloop", http=OneWriteHttpTools,
-                  timeout_keep_alive=KEEP_ALIVE_S)
+    server = dict(
+        log_level=args.log_level,
+        access_log=False,
+        timeout_graceful_shutdown=20,
+        loop="uvloop",
+        http=OneWriteHttpTools,
+        timeout_keep_alive=KEEP_ALIVE_S,
+    )
     if args.admin_port is not None and args.admin_port == args.port and (args.admin_host or args.host) == args.host:
         print("--admin-port must differ from --port", file=sys.stderr)
         return 2
@@ -129,8 +159,9 @@ def _serve(app: Any, args: argparse.Namespace, server: dict[str, Any], records: 
             pass
         return
     public = uvicorn.Server(uvicorn.Config(app.public(), host=args.host, port=args.port, **server))
-    admin = RecordingServer(uvicorn.Config(app, host=args.admin_host or args.host, port=args.admin_port, lifespan="off",
-                                           **server), records)
+    admin = RecordingServer(
+        uvicorn.Config(app, host=args.admin_host or args.host, port=args.admin_port, lifespan="off", **server), records
+    )
     with asyncio.Runner(loop_factory=public.config.get_loop_factory()) as runner:
         runner.run(_serve_both(public, admin))
 

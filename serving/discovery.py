@@ -25,7 +25,7 @@ import socket
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from ipaddress import ip_address
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -50,8 +50,18 @@ class GatewayRecord:
     started_at: datetime
 
     def to_json(self) -> str:
-        return json.dumps({"url": self.url, "pid": self.pid, "hostname": self.hostname,
-                           "started_at": self.started_at.isoformat()}, indent=1) + "\n"
+        return (
+            json.dumps(
+                {
+                    "url": self.url,
+                    "pid": self.pid,
+                    "hostname": self.hostname,
+                    "started_at": self.started_at.isoformat(),
+                },
+                indent=1,
+            )
+            + "\n"
+        )
 
     @classmethod
     def from_json(cls, text: str) -> GatewayRecord:
@@ -92,16 +102,26 @@ class GatewayAddress:
         if self.source == "environment":
             return f"{head}; the URL came from {URL_ENV}: start the gateway there, or set {URL_ENV} to its URL"
         if self.source == "record":
-            return (f"{head}; the URL came from the gateway record {self.origin}: that gateway may have just stopped; "
-                    f"set {URL_ENV} to the URL of a running gateway")
-        return (f"{head}; that is the default URL, as {URL_ENV} is not set and no live gateway on this host has "
-                f"recorded its URL in {self.origin}: set {URL_ENV} to the gateway's URL (e.g. http://127.0.0.1:8090), "
-                f"or give `python -m serving` and this process the same TOLLFREE_HOME")
+            return (
+                f"{head}; the URL came from the gateway record {self.origin}: that gateway may have just stopped; "
+                f"set {URL_ENV} to the URL of a running gateway"
+            )
+        return (
+            f"{head}; that is the default URL, as {URL_ENV} is not set and no live gateway on this host has "
+            f"recorded its URL in {self.origin}: set {URL_ENV} to the gateway's URL (e.g. http://127.0.0.1:8090), "
+            f"or give `python -m serving` and this process the same TOLLFREE_HOME"
+        )
 
 
-def resolve_gateway(environ: Mapping[str, str], given: str | None = None, given_as: str = "an argument", *,
-                    hostname: str | None = None, alive: Callable[[int], bool] | None = None,
-                    default: str = DEFAULT_URL) -> GatewayAddress:
+def resolve_gateway(
+    environ: Mapping[str, str],
+    given: str | None = None,
+    given_as: str = "an argument",
+    *,
+    hostname: str | None = None,
+    alive: Callable[[int], bool] | None = None,
+    default: str = DEFAULT_URL,
+) -> GatewayAddress:
     """The gateway's URL: ``given``, else ``TOLLFREE_GATEWAY_URL``, else the newest live record in the state
     folder of ``environ`` (``TOLLFREE_HOME``), else ``default``. ValueError if the URL chosen is not http(s)."""
     if given and given.strip():
@@ -113,7 +133,9 @@ def resolve_gateway(environ: Mapping[str, str], given: str | None = None, given_
     if found is not None:
         path, record = found
         log.debug("gateway URL %s from %s", record.url, path)
-        return GatewayAddress(record.url, "record", f"{path} (pid {record.pid}, started {record.started_at:%Y-%m-%d %H:%M:%S %Z})")
+        return GatewayAddress(
+            record.url, "record", f"{path} (pid {record.pid}, started {record.started_at:%Y-%m-%d %H:%M:%S %Z})"
+        )
     return GatewayAddress(normal_url(default, "the default"), "default", str(folder))
 
 
@@ -136,12 +158,20 @@ def read_records(folder: Path) -> list[Found]:
     return out
 
 
-def write_record(folder: Path, url: str, *, pid: int | None = None, hostname: str | None = None,
-                 now: datetime | None = None, alive: Callable[[int], bool] | None = None) -> Found:
+def write_record(
+    folder: Path,
+    url: str,
+    *,
+    pid: int | None = None,
+    hostname: str | None = None,
+    now: datetime | None = None,
+    alive: Callable[[int], bool] | None = None,
+) -> Found:
     """Record ``url`` for this process (its path and record, to remove it later), atomically; first remove the
     records of gateways on this host that are gone (killed without a clean shutdown)."""
-    record = GatewayRecord(normal_url(url, "url"), pid or os.getpid(), hostname or socket.gethostname(),
-                           now or datetime.now(timezone.utc))
+    record = GatewayRecord(
+        normal_url(url, "url"), pid or os.getpid(), hostname or socket.gethostname(), now or datetime.now(UTC)
+    )
     folder.mkdir(parents=True, exist_ok=True)
     for stale, old in read_records(folder):
         if old.hostname == record.hostname and old.pid != record.pid and not (alive or pid_alive)(old.pid):

@@ -49,7 +49,7 @@ class InferenceRecord:
     outputs: str | None  # JSON text of the predictions
     error_code: str | None
     rows: int
-    input_tokens: int | None = None   # chat requests: the usage (reported by the model, else estimated)
+    input_tokens: int | None = None  # chat requests: the usage (reported by the model, else estimated)
     output_tokens: int | None = None
 
 
@@ -131,9 +131,7 @@ class InferenceLogWriter:
         self._m_lost: Counter | None = None
         if registry is not None:
             self._m_written = Counter(
-                "tollfree_inference_log_records_written",
-                "Inference log records written to parquet.",
-                registry=registry,
+                "tollfree_inference_log_records_written", "Inference log records written to parquet.", registry=registry
             )
             self._m_lost = Counter(
                 "tollfree_inference_log_records_lost",
@@ -144,9 +142,7 @@ class InferenceLogWriter:
             for reason in ("dropped", "write_error"):
                 self._m_lost.labels(reason=reason)
             pending = Gauge(
-                "tollfree_inference_log_pending",
-                "Inference log records waiting to be written.",
-                registry=registry,
+                "tollfree_inference_log_pending", "Inference log records waiting to be written.", registry=registry
             )
             pending.set_function(lambda: self.pending)
 
@@ -288,10 +284,7 @@ def _conformed(table: pa.Table) -> pa.Table:
 
 
 def read_inference_log(
-    folder: Path,
-    endpoint: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    folder: Path, endpoint: str | None = None, since: datetime | None = None, until: datetime | None = None
 ) -> pd.DataFrame:
     """All records (``since`` <= timestamp < ``until``), sorted by timestamp; empty frame if none."""
     tables = [_conformed(pq.read_table(part)) for part in _part_files(Path(folder), endpoint, since, until)]

@@ -31,8 +31,15 @@ SCORING_KEYS = ("dataframe_split", "dataframe_records", "instances", "inputs")
 _MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<ref>[^/@]+))/?$")
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 _BOOL_KEYS = {"scale_to_zero_enabled", "await_ready"}
-_CONFIG_KEYS = ("min_replicas", "max_replicas", "max_concurrency", "scale_to_zero_enabled", "await_ready", "timeout_s",
-                "stream_inputs")
+_CONFIG_KEYS = (
+    "min_replicas",
+    "max_replicas",
+    "max_concurrency",
+    "scale_to_zero_enabled",
+    "await_ready",
+    "timeout_s",
+    "stream_inputs",
+)
 _SCALE_KEYS = ("min_replicas", "max_replicas", "max_concurrency", "scale_to_zero_enabled", "workload_size")
 _KEEP_KEYS = ("name", "entity_name", "workload_type", "environment_vars") + _SCALE_KEYS
 
@@ -72,7 +79,7 @@ def _stream_inputs(value: Any) -> list[dict[str, Any]]:
 class DeploymentConfig(NamedTuple):
     """A deployment's ``-C`` config: served-entity fields, waiting, and the endpoint's stream inputs."""
 
-    entity: dict[str, Any]           # min/max_replicas, max_concurrency, scale_to_zero_enabled
+    entity: dict[str, Any]  # min/max_replicas, max_concurrency, scale_to_zero_enabled
     await_ready: bool = True
     timeout_s: float = 300.0
     stream_inputs: list[dict[str, Any]] | None = None  # None: not given (an update keeps the endpoint's)
@@ -85,21 +92,26 @@ def parse_config(config: Mapping[str, Any] | None) -> DeploymentConfig:
         if key not in _CONFIG_KEYS:
             raise _error(f"unknown config key {str(key)[:64]!r}; the tollfree target takes {', '.join(_CONFIG_KEYS)}")
         values[key] = _stream_inputs(value) if key == "stream_inputs" else _convert(key, value)
-    return DeploymentConfig(values, values.pop("await_ready", True), values.pop("timeout_s", 300.0),
-                            values.pop("stream_inputs", None))
+    return DeploymentConfig(
+        values, values.pop("await_ready", True), values.pop("timeout_s", 300.0), values.pop("stream_inputs", None)
+    )
 
 
 def served_entity(model_uri: str) -> dict[str, str]:
     """``models:/NAME@ALIAS`` or ``models:/NAME/VERSION`` as a served entity; anything else is refused."""
     match = _MODEL_URI.match(model_uri or "")
     if match is None:
-        raise _error(f"model URI {str(model_uri)[:200]!r} is not supported: tollfree serves registered models only, "
-                     "as models:/NAME@ALIAS or models:/NAME/VERSION (register a runs:/ or path model first)")
+        raise _error(
+            f"model URI {str(model_uri)[:200]!r} is not supported: tollfree serves registered models only, "
+            "as models:/NAME@ALIAS or models:/NAME/VERSION (register a runs:/ or path model first)"
+        )
     if match["alias"] is not None:
         return {"entity_name": match["name"], "entity_alias": match["alias"]}
     if not match["ref"].isdigit():
-        raise _error(f"model URI models:/{match['name']}/{match['ref'][:64]} names a stage or 'latest': pin a "
-                     "version number or use an alias (models:/NAME@ALIAS)")
+        raise _error(
+            f"model URI models:/{match['name']}/{match['ref'][:64]} names a stage or 'latest': pin a "
+            "version number or use an alias (models:/NAME@ALIAS)"
+        )
     return {"entity_name": match["name"], "entity_version": match["ref"]}
 
 
@@ -149,14 +161,32 @@ def _model_uri(entity: Mapping[str, Any]) -> str:
 def _deployment(view: Mapping[str, Any], url: str) -> dict[str, Any]:
     """A gateway endpoint view as a deployment dict: name, flavor, state, model_uri, served_entities, ..."""
     config, state, name = view.get("config", {}), view.get("state", {}), str(view.get("name"))
-    share = {r["served_entity_name"]: r["traffic_percentage"] for r in config.get("traffic_config", {}).get("routes", [])}
-    entities = [{"name": e.get("name"), "traffic_percentage": share.get(e.get("name")), "model_uri": _model_uri(e),
-                 "version": e.get("entity_version"), "state": e.get("state", {}).get("deployment"),
-                 **{k: e[k] for k in _SCALE_KEYS if k in e}} for e in config.get("served_entities", [])]
-    out = {"name": name, "flavor": FLAVOR, "state": state.get("ready"), "config_update": state.get("config_update"),
-           "model_uri": entities[0]["model_uri"] if len(entities) == 1 else None, "served_entities": entities,
-           "config_version": config.get("config_version"), "id": view.get("id"), "creator": view.get("creator"),
-           "invocations_url": f"{url}/serving-endpoints/{quote(name, safe='')}/invocations"}
+    share = {
+        r["served_entity_name"]: r["traffic_percentage"] for r in config.get("traffic_config", {}).get("routes", [])
+    }
+    entities = [
+        {
+            "name": e.get("name"),
+            "traffic_percentage": share.get(e.get("name")),
+            "model_uri": _model_uri(e),
+            "version": e.get("entity_version"),
+            "state": e.get("state", {}).get("deployment"),
+            **{k: e[k] for k in _SCALE_KEYS if k in e},
+        }
+        for e in config.get("served_entities", [])
+    ]
+    out = {
+        "name": name,
+        "flavor": FLAVOR,
+        "state": state.get("ready"),
+        "config_update": state.get("config_update"),
+        "model_uri": entities[0]["model_uri"] if len(entities) == 1 else None,
+        "served_entities": entities,
+        "config_version": config.get("config_version"),
+        "id": view.get("id"),
+        "creator": view.get("creator"),
+        "invocations_url": f"{url}/serving-endpoints/{quote(name, safe='')}/invocations",
+    }
     if config.get("stream_inputs"):
         out["stream_inputs"] = config["stream_inputs"]
     views = [e for key in ("pending_config", "config") for e in (view.get(key) or {}).get("served_entities", [])]
@@ -192,15 +222,22 @@ class TollfreeDeploymentClient(BaseDeploymentClient):
             raise _error("a flavor can only be given together with a model URI")
         fields, wait, timeout_s, streams = parse_config(config)
         current = self._call("GET", self._path(name))["config"]
-        routes = [{k: r[k] for k in ("served_entity_name", "traffic_percentage")} for r in current["traffic_config"]["routes"]]
-        entities = [{**{k: e[k] for k in _KEEP_KEYS if k in e}, **fields, **served_entity(_model_uri(e))}
-                    for e in current["served_entities"]]
+        routes = [
+            {k: r[k] for k in ("served_entity_name", "traffic_percentage")} for r in current["traffic_config"]["routes"]
+        ]
+        entities = [
+            {**{k: e[k] for k in _KEEP_KEYS if k in e}, **fields, **served_entity(_model_uri(e))}
+            for e in current["served_entities"]
+        ]
         body: dict[str, Any] = {"served_entities": entities, "traffic_config": {"routes": routes}}
         if model_uri is not None:
             busiest = max(routes, key=lambda r: r["traffic_percentage"])["served_entity_name"]
             base = next(e for e in entities if e.get("name") == busiest)
-            body = {"served_entities": [{**{k: base[k] for k in _SCALE_KEYS if k in base}, **fields,
-                                         **served_entity(model_uri)}]}
+            body = {
+                "served_entities": [
+                    {**{k: base[k] for k in _SCALE_KEYS if k in base}, **fields, **served_entity(model_uri)}
+                ]
+            }
         streams = current.get("stream_inputs") if streams is None else streams  # [] removes them
         if streams is not None:
             body["stream_inputs"] = streams
@@ -252,12 +289,16 @@ class TollfreeDeploymentClient(BaseDeploymentClient):
         body = json.dumps({**dict(inputs), **(params or {}), "stream": True})
         headers = {"Authorization": f"Bearer {self._token}", "content-type": "application/json"}
         try:
-            with httpx.stream("POST", f"{self.url}/serving-endpoints/{name}/invocations", content=body, headers=headers,
-                              timeout=60.0) as reply:
+            with httpx.stream(
+                "POST", f"{self.url}/serving-endpoints/{name}/invocations", content=body, headers=headers, timeout=60.0
+            ) as reply:
                 if not reply.is_success:
                     reply.read()
-                    raise _error(f"tollfree gateway: HTTP {reply.status_code}: "
-                                 f"{str(reply.text)[:500].replace(self._token, '***')}", ErrorCode.Name(get_error_code(reply.status_code)))
+                    raise _error(
+                        f"tollfree gateway: HTTP {reply.status_code}: "
+                        f"{str(reply.text)[:500].replace(self._token, '***')}",
+                        ErrorCode.Name(get_error_code(reply.status_code)),
+                    )
                 for line in reply.iter_lines():
                     data = line[5:].strip() if line.startswith("data:") else None
                     if data == "[DONE]":
@@ -266,7 +307,9 @@ class TollfreeDeploymentClient(BaseDeploymentClient):
                         chunk = json.loads(data)
                         if "error" in chunk:
                             error = chunk["error"]
-                            raise _error(f"tollfree gateway: the stream ended with {error.get('error_code')}: {error.get('message')}")
+                            raise _error(
+                                f"tollfree gateway: the stream ended with {error.get('error_code')}: {error.get('message')}"
+                            )
                         yield chunk
         except httpx.HTTPError as exc:
             raise _unreachable(self.address, exc) from None
@@ -315,8 +358,11 @@ class TollfreeDeploymentClient(BaseDeploymentClient):
 
 def run_local(name: str, model_uri: str, flavor: str | None = None, config: dict[str, Any] | None = None) -> None:
     """Not supported: the gateway runs the replicas (MLflow calls this without the target, as for sagemaker)."""
-    raise _error("run_local is not supported by the tollfree target: start the gateway with `python -m serving "
-                 "--host 127.0.0.1 --port 8080`, then use `mlflow deployments create -t tollfree`", "NOT_IMPLEMENTED")
+    raise _error(
+        "run_local is not supported by the tollfree target: start the gateway with `python -m serving "
+        "--host 127.0.0.1 --port 8080`, then use `mlflow deployments create -t tollfree`",
+        "NOT_IMPLEMENTED",
+    )
 
 
 def target_help() -> str:

@@ -71,8 +71,12 @@ class Settings:
     def from_environ(cls, environ: Mapping[str, str]) -> Settings:
         home = Path(environ.get("TOLLFREE_HOME") or DEFAULT_HOME).expanduser().resolve()
         tracking = environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{home / 'mlflow.db'}"
-        return cls(home=home, tracking_uri=tracking, admin_token=environ.get("TOLLFREE_TOKEN") or None,
-                   state_url_override=environ.get("TOLLFREE_STATE_URL") or None)
+        return cls(
+            home=home,
+            tracking_uri=tracking,
+            admin_token=environ.get("TOLLFREE_TOKEN") or None,
+            state_url_override=environ.get("TOLLFREE_STATE_URL") or None,
+        )
 
 
 def export_defaults(environ: MutableMapping[str, str]) -> Settings:

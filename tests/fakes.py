@@ -41,7 +41,7 @@ class FakeReplicas:
     def __init__(self, delay_s: float = 0.3) -> None:
         self.delay_s = delay_s
         self.batches: list[tuple[str, list[str]]] = []
-        self.busy_s = 0.0   # the busy clock each reply carries (+0.25 s a batch)
+        self.busy_s = 0.0  # the busy clock each reply carries (+0.25 s a batch)
 
     async def start(self) -> None: ...
 
@@ -68,15 +68,25 @@ def no_registry(model: str, version: str | None, alias: str | None) -> str:
 Send = Callable[[Any, list[WireRequest]], Awaitable[WireReply]]
 
 
-def in_process_gateway(tmp_path: Path, tokens: TokenRegistry, *, send: Send | None = None, replicas: FakeReplicas | None = None,
-                       resolve: Callable[[str, str | None, str | None], str] = any_version, limit: int = 8,
-                       cache: Any = None, store: EndpointStore | None = None, replica_url: str = "http://replica",
-                       **app_options: Any) -> Any:
+def in_process_gateway(
+    tmp_path: Path,
+    tokens: TokenRegistry,
+    *,
+    send: Send | None = None,
+    replicas: FakeReplicas | None = None,
+    resolve: Callable[[str, str | None, str | None], str] = any_version,
+    limit: int = 8,
+    cache: Any = None,
+    store: EndpointStore | None = None,
+    replica_url: str = "http://replica",
+    **app_options: Any,
+) -> Any:
     """The gateway app over endpoint ``ep`` (entity ``m-1``, one fake replica at ``replica_url``, ``limit`` requests
     at once); its endpoint records in ``store`` (default: SQLite in ``tmp_path``)."""
     replicas = replicas or FakeReplicas(delay_s=0.0)
-    manager = EndpointManager(store or EndpointStore(tmp_path / "endpoints.db"), resolve, {}, tmp_path / "logs",
-                              replica_client=replicas)
+    manager = EndpointManager(
+        store or EndpointStore(tmp_path / "endpoints.db"), resolve, {}, tmp_path / "logs", replica_client=replicas
+    )
     entity = ReplicaSet("m-1", "m", "1", replicas=[FakeReplica(replica_url)], max_concurrency=limit)
     entity.attach(send or replicas.send)
     manager.live["ep"] = LiveEndpoint({"m-1": entity}, [("m-1", 100)], cache)

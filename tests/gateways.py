@@ -35,14 +35,18 @@ class LiveGateway:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=60)
 
-    def invoke(self, body: object, token: str | None = None, content_type: str = "application/json",
-               endpoint: str = ENDPOINT) -> httpx.Response:
+    def invoke(
+        self, body: object, token: str | None = None, content_type: str = "application/json", endpoint: str = ENDPOINT
+    ) -> httpx.Response:
         request_id = secrets.token_hex(8)
         self.sent.append(request_id)
         content = body if isinstance(body, (bytes, str)) else json.dumps(body)
         with self.client(token if token is not None else self.admin) as client:
-            return client.post(f"/serving-endpoints/{endpoint}/invocations", content=content,
-                               headers={"content-type": content_type, "x-request-id": request_id})
+            return client.post(
+                f"/serving-endpoints/{endpoint}/invocations",
+                content=content,
+                headers={"content-type": content_type, "x-request-id": request_id},
+            )
 
 
 ENTITY = {"entity_name": MODEL_NAME, "entity_alias": "champion"}
@@ -67,8 +71,11 @@ def replica_processes(root: psutil.Process, *words: str) -> list[psutil.Process]
     for child in root.children(recursive=True):
         try:
             command = command_words(child)
-            if "serving.replica" in command and all(w in command for w in words) \
-                    and child.status() != psutil.STATUS_ZOMBIE:
+            if (
+                "serving.replica" in command
+                and all(w in command for w in words)
+                and child.status() != psutil.STATUS_ZOMBIE
+            ):
                 out.append(child)
         except psutil.NoSuchProcess:
             continue
@@ -93,8 +100,12 @@ def rss_mb(gateway: GatewayProcess) -> float:
 
 def create(gateway: GatewayProcess, name: str, entity: dict | None = None) -> dict:
     admin = os.environ["TOLLFREE_TOKEN"]
-    reply = httpx.post(f"{gateway.url}/api/2.0/serving-endpoints", headers={"Authorization": f"Bearer {admin}"},
-                       json={"name": name, "config": {"served_entities": [entity or ENTITY]}}, timeout=120)
+    reply = httpx.post(
+        f"{gateway.url}/api/2.0/serving-endpoints",
+        headers={"Authorization": f"Bearer {admin}"},
+        json={"name": name, "config": {"served_entities": [entity or ENTITY]}},
+        timeout=120,
+    )
     assert reply.status_code == 200, reply.text
     return wait_ready(gateway.url, name)
 
@@ -103,20 +114,24 @@ def wait_ready(url: str, name: str, timeout_s: float = 240.0) -> dict:
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return wait_endpoint_ready(url, os.environ["TOLLFREE_TOKEN"], name, timeout_s=max(1.0, deadline - time.monotonic()))
+            return wait_endpoint_ready(
+                url, os.environ["TOLLFREE_TOKEN"], name, timeout_s=max(1.0, deadline - time.monotonic())
+            )
         except httpx.TransportError:
             assert time.monotonic() < deadline, f"endpoint {name} not ready in {timeout_s:.0f}s"
             time.sleep(0.5)
 
 
 def get(gateway: GatewayProcess, path: str) -> httpx.Response:
-    return httpx.get(f"{gateway.url}{path}", headers={"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}"}, timeout=60)
+    return httpx.get(
+        f"{gateway.url}{path}", headers={"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}"}, timeout=60
+    )
 
 
 @dataclass(frozen=True)
 class Outcome:
-    gateway: int      # index in ``urls`` of the gateway that answered
-    sent: float       # monotonic seconds
+    gateway: int  # index in ``urls`` of the gateway that answered
+    sent: float  # monotonic seconds
     answered: float
     status: int
 

@@ -39,7 +39,7 @@ from serving.replicas.local import free_port
 RBAC = Path(__file__).resolve().parents[1] / "infra" / "k8s" / "gateway-rbac.yaml"
 KUBERNETES_VERSION = "1.37.0"
 
-PodFactory = Callable[[str, dict[str, Any]], "Pod"]   # (pod name, container) -> the pod
+PodFactory = Callable[[str, dict[str, Any]], "Pod"]  # (pod name, container) -> the pod
 
 
 def _role_rules() -> list[dict[str, Any]]:
@@ -53,14 +53,16 @@ class Pod:
     address: str
     port: int
     ready: bool = True
-    probe: Callable[[], bool] | None = None    # the readiness probe (None: ready as made)
-    stop: Callable[[], None] | None = None     # what deleting the pod does
+    probe: Callable[[], bool] | None = None  # the readiness probe (None: ready as made)
+    stop: Callable[[], None] | None = None  # what deleting the pod does
 
 
 def made_up_address() -> PodFactory:
     """A loopback port nothing listens on, per pod: a gateway that reaches out to it is refused at once."""
+
     def pod(name: str, container: dict[str, Any]) -> Pod:
         return Pod(name, "127.0.0.1", free_port())
+
     return pod
 
 
@@ -95,14 +97,14 @@ class LocalPods:
 class FakeKubernetes:
     namespace: str = "tollfree"
     pods: PodFactory = field(default_factory=made_up_address)
-    objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)   # (kind, name) -> object
-    running: dict[str, list[Pod]] = field(default_factory=dict)                     # Deployment -> pods
+    objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (kind, name) -> object
+    running: dict[str, list[Pod]] = field(default_factory=dict)  # Deployment -> pods
     requests: list[tuple[str, str, dict[str, Any] | None]] = field(default_factory=list)
-    events: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)     # slice events, by version
+    events: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)  # slice events, by version
     refused: list[str] = field(default_factory=list)
-    used: set[tuple[str, str]] = field(default_factory=set)                         # (verb, resource) asked for
-    oldest_version: int = 0      # a watch from before this gets 410 Gone
-    generation: int = 0          # bumped to end every open watch (as an API server restart does)
+    used: set[tuple[str, str]] = field(default_factory=set)  # (verb, resource) asked for
+    oldest_version: int = 0  # a watch from before this gets 410 Gone
+    generation: int = 0  # bumped to end every open watch (as an API server restart does)
     version: int = 100
     lock: threading.Condition = field(default_factory=threading.Condition)
     rules: list[dict[str, Any]] = field(default_factory=_role_rules)
@@ -140,7 +142,7 @@ class FakeKubernetes:
         loop of lists and 410s)."""
         with self.lock:
             self.version += 1
-            self.oldest_version = self.version   # what every client has seen is too old to resume from
+            self.oldest_version = self.version  # what every client has seen is too old to resume from
             self.generation += 1
             self.lock.notify_all()
 
@@ -162,7 +164,9 @@ class FakeKubernetes:
             if (kind, name) in self.objects:
                 return 409, _status(409, "AlreadyExists", f'{kind.lower()}s "{name}" already exists')
             obj = copy.deepcopy(body)
-            obj["metadata"].update(namespace=self.namespace, uid=str(uuid.uuid4()), resourceVersion=self._next_version())
+            obj["metadata"].update(
+                namespace=self.namespace, uid=str(uuid.uuid4()), resourceVersion=self._next_version()
+            )
             self.objects[(kind, name)] = obj
             if kind == "Deployment":
                 self._reconcile(name)
@@ -180,8 +184,11 @@ class FakeKubernetes:
         with self.lock:
             if self.objects.pop((kind, name), None) is None:
                 return 404, _status(404, "NotFound", f'{kind.lower()}s "{name}" not found')
-            for key, obj in list(self.objects.items()):   # the garbage collector: what it owned goes with it
-                if any(ref.get("name") == name and ref.get("kind") == kind for ref in obj["metadata"].get("ownerReferences", [])):
+            for key, obj in list(self.objects.items()):  # the garbage collector: what it owned goes with it
+                if any(
+                    ref.get("name") == name and ref.get("kind") == kind
+                    for ref in obj["metadata"].get("ownerReferences", [])
+                ):
                     del self.objects[key]
             self._stop_pods(self.running.pop(name, []))
             self._publish_slices()
@@ -197,18 +204,32 @@ class FakeKubernetes:
                 obj["metadata"]["resourceVersion"] = self._next_version()
                 self._reconcile(name)
                 self._publish_slices()
-            return 200, {"apiVersion": "autoscaling/v1", "kind": "Scale",
-                         "metadata": {"name": name, "namespace": self.namespace, "resourceVersion": obj["metadata"]["resourceVersion"]},
-                         "spec": {"replicas": obj["spec"]["replicas"]},
-                         "status": {"replicas": len(self.running.get(name, [])), "selector": ""}}
+            return 200, {
+                "apiVersion": "autoscaling/v1",
+                "kind": "Scale",
+                "metadata": {
+                    "name": name,
+                    "namespace": self.namespace,
+                    "resourceVersion": obj["metadata"]["resourceVersion"],
+                },
+                "spec": {"replicas": obj["spec"]["replicas"]},
+                "status": {"replicas": len(self.running.get(name, [])), "selector": ""},
+            }
 
     def list(self, kind: str, selector: str | None) -> dict[str, Any]:
         wanted = dict(part.split("=", 1) for part in selector.split(",")) if selector else {}
         with self.lock:
-            items = [copy.deepcopy(o) for (k, _), o in sorted(self.objects.items())
-                     if k == kind and wanted.items() <= o["metadata"].get("labels", {}).items()]
-            return {"apiVersion": "v1", "kind": f"{kind}List", "metadata": {"resourceVersion": str(self.version)},
-                    "items": items}
+            items = [
+                copy.deepcopy(o)
+                for (k, _), o in sorted(self.objects.items())
+                if k == kind and wanted.items() <= o["metadata"].get("labels", {}).items()
+            ]
+            return {
+                "apiVersion": "v1",
+                "kind": f"{kind}List",
+                "metadata": {"resourceVersion": str(self.version)},
+                "items": items,
+            }
 
     def watch(self, since: int, selector: str | None, stop: threading.Event, timeout_s: float) -> Iterator[bytes]:
         wanted = dict(part.split("=", 1) for part in selector.split(",")) if selector else {}
@@ -216,14 +237,19 @@ class FakeKubernetes:
         seen = since
         generation = self.generation
         while not stop.is_set() and time.monotonic() < deadline and generation == self.generation:
-            with self.lock:   # never yield while holding it: the next item may be asked for on another thread
+            with self.lock:  # never yield while holding it: the next item may be asked for on another thread
                 expired = seen < self.oldest_version
                 fresh = [] if expired else [(v, t, o) for v, t, o in self.events if v > seen]
                 if not expired and not fresh:
                     self.lock.wait(0.05)
                     continue
             if expired:
-                yield json.dumps({"type": "ERROR", "object": _status(410, "Expired", "too old resource version")}).encode() + b"\n"
+                yield (
+                    json.dumps(
+                        {"type": "ERROR", "object": _status(410, "Expired", "too old resource version")}
+                    ).encode()
+                    + b"\n"
+                )
                 return
             for v, kind, obj in fresh:
                 seen = v
@@ -239,8 +265,8 @@ class FakeKubernetes:
         while len(pods) < obj["spec"]["replicas"]:
             pod_name = f"{name}-{uuid.uuid4().hex[:5]}"
             pods.append(self.pods(pod_name, container))
-        self._stop_pods(pods[obj["spec"]["replicas"]:])
-        del pods[obj["spec"]["replicas"]:]
+        self._stop_pods(pods[obj["spec"]["replicas"] :])
+        del pods[obj["spec"]["replicas"] :]
 
     @staticmethod
     def _stop_pods(pods: list[Pod]) -> None:
@@ -256,18 +282,31 @@ class FakeKubernetes:
                 continue
             selector = service["spec"].get("selector", {})
             for (k, dep), deployment in self.objects.items():
-                if k != "Deployment" or not selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items():
+                if (
+                    k != "Deployment"
+                    or not selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+                ):
                     continue
                 for pod in self.running.get(dep, []):
-                    labels = {**service["metadata"].get("labels", {}), "kubernetes.io/service-name": svc,
-                              "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}
+                    labels = {
+                        **service["metadata"].get("labels", {}),
+                        "kubernetes.io/service-name": svc,
+                        "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+                    }
                     wanted[f"{pod.name}-slice"] = {
-                        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+                        "apiVersion": "discovery.k8s.io/v1",
+                        "kind": "EndpointSlice",
+                        "addressType": "IPv4",
                         "metadata": {"name": f"{pod.name}-slice", "namespace": self.namespace, "labels": labels},
-                        "endpoints": [{"addresses": [pod.address], "conditions": {"ready": pod.ready, "serving": pod.ready,
-                                                                                   "terminating": False},
-                                       "targetRef": {"kind": "Pod", "name": pod.name, "namespace": self.namespace}}],
-                        "ports": [{"name": "http", "port": pod.port, "protocol": "TCP"}]}
+                        "endpoints": [
+                            {
+                                "addresses": [pod.address],
+                                "conditions": {"ready": pod.ready, "serving": pod.ready, "terminating": False},
+                                "targetRef": {"kind": "Pod", "name": pod.name, "namespace": self.namespace},
+                            }
+                        ],
+                        "ports": [{"name": "http", "port": pod.port, "protocol": "TCP"}],
+                    }
         current = {n: o for (k, n), o in self.objects.items() if k == "EndpointSlice"}
         for name in set(current) - set(wanted):
             obj = self.objects.pop(("EndpointSlice", name))
@@ -287,8 +326,12 @@ def _status(code: int, reason: str, message: str, status: str = "Failure") -> di
     return {"apiVersion": "v1", "kind": "Status", "status": status, "code": code, "reason": reason, "message": message}
 
 
-_KINDS = {"deployments": ("Deployment", "apps"), "services": ("Service", ""), "endpointslices": ("EndpointSlice", "discovery.k8s.io"),
-          "poddisruptionbudgets": ("PodDisruptionBudget", "policy")}
+_KINDS = {
+    "deployments": ("Deployment", "apps"),
+    "services": ("Service", ""),
+    "endpointslices": ("EndpointSlice", "discovery.k8s.io"),
+    "poddisruptionbudgets": ("PodDisruptionBudget", "policy"),
+}
 _VERBS = {"POST": "create", "DELETE": "delete", "PATCH": "patch"}
 
 
@@ -309,8 +352,12 @@ def app(cluster: FakeKubernetes, stop: threading.Event) -> Starlette:
             cluster.refused.append(f"{verb} {resource}")
             return JSONResponse(_status(403, "Forbidden", f"cannot {verb} resource {resource}"), 403)
         if verb == "watch":
-            events = cluster.watch(int(query.get("resourceVersion") or 0), query.get("labelSelector"), stop,
-                                   float(query.get("timeoutSeconds") or 300))
+            events = cluster.watch(
+                int(query.get("resourceVersion") or 0),
+                query.get("labelSelector"),
+                stop,
+                float(query.get("timeoutSeconds") or 300),
+            )
             return StreamingResponse(_in_thread(events), media_type="application/json")
         if verb == "list":
             return JSONResponse(cluster.list(kind, query.get("labelSelector")))
@@ -325,9 +372,11 @@ def app(cluster: FakeKubernetes, stop: threading.Event) -> Starlette:
         return JSONResponse(out, status)
 
     prefix = "/apis/{group:path}/namespaces/{ns}/{resource}"
-    routes = [Route(path, handle, methods=["GET", "POST", "PATCH", "DELETE"])
-              for base in (prefix, "/api/v1/namespaces/{ns}/{resource}")
-              for path in (base, base + "/{name}", base + "/{name}/{sub}")]
+    routes = [
+        Route(path, handle, methods=["GET", "POST", "PATCH", "DELETE"])
+        for base in (prefix, "/api/v1/namespaces/{ns}/{resource}")
+        for path in (base, base + "/{name}", base + "/{name}/{sub}")
+    ]
     return Starlette(routes=routes)
 
 
@@ -347,8 +396,9 @@ def serve(cluster: FakeKubernetes) -> Iterator[str]:
     """The fake API server on a free loopback port; yields its URL."""
     stop = threading.Event()
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app(cluster, stop), host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(app(cluster, stop), host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
 

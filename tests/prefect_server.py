@@ -23,8 +23,12 @@ from pathlib import Path
 from serving.replicas.local import free_port
 
 # What Prefect's SubprocessASGIServer (the harness's server) sets for it, plus: no block types registered.
-_SERVER_ENV = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
-               "PREFECT_API_BLOCKS_REGISTER_ON_START": "false"}
+_SERVER_ENV = {
+    "PREFECT_UI_ENABLED": "0",
+    "PREFECT__SERVER_EPHEMERAL": "1",
+    "PREFECT__SERVER_FINAL": "1",
+    "PREFECT_API_BLOCKS_REGISTER_ON_START": "false",
+}
 
 
 class PrefectServer:
@@ -42,9 +46,25 @@ class PrefectServer:
         env["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///{self.home / 'prefect-test.db'}"
         with open(self.home / "prefect-server.log", "ab") as log:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app",
-                 "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "error", "--lifespan", "on"],
-                stdout=log, stderr=subprocess.STDOUT, env=env)
+                [
+                    sys.executable,
+                    "-m",
+                    "uvicorn",
+                    "--factory",
+                    "prefect.server.api.server:create_app",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--log-level",
+                    "error",
+                    "--lifespan",
+                    "on",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
         return self
 
     def stop(self) -> None:
@@ -69,7 +89,9 @@ def wait_ready(api_url: str, timeout_s: float = 120.0) -> None:
         except (urllib.error.URLError, OSError):
             pass
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the session's Prefect server at {api_url} did not answer within {timeout_s:.0f} s "
-                               "(its output: prefect-server/prefect-server.log in the test session's folder, kept "
-                               "with TOLLFREE_KEEP_TEST_STATE=1)")
+            raise RuntimeError(
+                f"the session's Prefect server at {api_url} did not answer within {timeout_s:.0f} s "
+                "(its output: prefect-server/prefect-server.log in the test session's folder, kept "
+                "with TOLLFREE_KEEP_TEST_STATE=1)"
+            )
         time.sleep(0.2)

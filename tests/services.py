@@ -40,9 +40,25 @@ def redis_server() -> Iterator[str]:
     port = free_port()
     workdir = tempfile.mkdtemp(prefix="tollfree-redis-")
     process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir,
-         "--daemonize", "no", "--loglevel", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            workdir,
+            "--daemonize",
+            "no",
+            "--loglevel",
+            "warning",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         deadline = time.monotonic() + 20
@@ -95,10 +111,26 @@ class Postgres:
         import psycopg
 
         self.process = subprocess.Popen(
-            [str(self.bindir / "postgres"), "-D", str(self.datadir), "-p", str(self.port),
-             "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.datadir}",
-             "-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=100"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, user=self.as_user,
+            [
+                str(self.bindir / "postgres"),
+                "-D",
+                str(self.datadir),
+                "-p",
+                str(self.port),
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                f"unix_socket_directories={self.datadir}",
+                "-c",
+                "fsync=off",
+                "-c",
+                "full_page_writes=off",
+                "-c",
+                "max_connections=100",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            user=self.as_user,
         )
         deadline = time.monotonic() + timeout_s
         while True:
@@ -130,9 +162,25 @@ def postgres_server() -> Iterator[Postgres]:
     if as_user:
         shutil.chown(workdir, as_user)
         shutil.chown(workdir / "pw", as_user)
-    subprocess.run([str(bindir / "initdb"), "-D", str(workdir / "data"), "-U", "tollfree", f"--pwfile={workdir / 'pw'}",
-                    "--auth=scram-sha-256", "-E", "UTF8", "--no-sync", "--locale=C"],
-                   check=True, capture_output=True, timeout=120, user=as_user)
+    subprocess.run(
+        [
+            str(bindir / "initdb"),
+            "-D",
+            str(workdir / "data"),
+            "-U",
+            "tollfree",
+            f"--pwfile={workdir / 'pw'}",
+            "--auth=scram-sha-256",
+            "-E",
+            "UTF8",
+            "--no-sync",
+            "--locale=C",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+        user=as_user,
+    )
     server = Postgres(free_port(), "tollfree", password, bindir, workdir / "data", as_user)
     try:
         server.start()
@@ -158,7 +206,9 @@ def haproxy_server(gateway_ports: list[int], workdir: Path) -> Iterator[str]:
         deadline = time.monotonic() + 30
         while True:
             if process.poll() is not None:
-                raise ServiceUnavailable(f"haproxy exited with code {process.returncode}; see {workdir / 'haproxy.log'}")
+                raise ServiceUnavailable(
+                    f"haproxy exited with code {process.returncode}; see {workdir / 'haproxy.log'}"
+                )
             try:
                 if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
                     break

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ def build_world() -> World:
 
     settings = Settings.from_environ(os.environ)
     # the data ends today, as a live system's would: features at "now" are inside their TTL
-    start = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=WORLD_DAYS)
+    start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=WORLD_DAYS)
     config = synthetic.SyntheticConfig(
         n_customers=WORLD_CUSTOMERS, n_merchants=WORLD_MERCHANTS, days=WORLD_DAYS, seed=11, start=start
     )

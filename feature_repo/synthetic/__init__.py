@@ -40,6 +40,18 @@ from feature_repo.synthetic.files import (
 from feature_repo.synthetic.generator import generate
 
 __all__ = [
-    "AGE_GROUPS", "CATEGORIES", "CHANNELS", "CUSTOMERS_FILE", "MERCHANTS_FILE", "REGIONS", "TRANSACTIONS_FILE",
-    "SyntheticConfig", "SyntheticData", "generate", "main", "read_transactions", "write", "write_parquet_atomic",
+    "AGE_GROUPS",
+    "CATEGORIES",
+    "CHANNELS",
+    "CUSTOMERS_FILE",
+    "MERCHANTS_FILE",
+    "REGIONS",
+    "TRANSACTIONS_FILE",
+    "SyntheticConfig",
+    "SyntheticData",
+    "generate",
+    "main",
+    "read_transactions",
+    "write",
+    "write_parquet_atomic",
 ]

@@ -25,16 +25,16 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--days", type=int, default=defaults.days)
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument(
-        "--txns-per-day", type=float, default=defaults.mean_txns_per_customer_day,
+        "--txns-per-day",
+        type=float,
+        default=defaults.mean_txns_per_customer_day,
         help="mean transactions per customer and day",
     )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = _parse_args(argv)
     try:
         config = SyntheticConfig(
@@ -53,7 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     positives = int(txns["is_fraud"].sum())
     logger.info(
         "customers=%d merchants=%d transactions=%d positives=%d (%.2f%%)",
-        len(data.customers), len(data.merchants), len(txns), positives,
+        len(data.customers),
+        len(data.merchants),
+        len(txns),
+        positives,
         100.0 * positives / max(len(txns), 1),
     )
     for name, path in paths.items():

@@ -27,4 +27,3 @@ def seconds_to_ns(seconds: np.ndarray) -> np.ndarray:
 
 def labels(values: tuple[str, ...], index: np.ndarray) -> np.ndarray:
     return np.asarray(values, dtype=object)[index]
-

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pandas as pd
@@ -33,7 +33,7 @@ class SyntheticConfig:
     n_customers: int = 1000
     n_merchants: int = 200
     days: int = 42
-    start: datetime = datetime(2026, 9, 1, tzinfo=timezone.utc)
+    start: datetime = datetime(2026, 9, 1, tzinfo=UTC)
     seed: int = 7
     mean_txns_per_customer_day: float = 2.0
 

@@ -17,15 +17,15 @@ from feature_repo.synthetic.parameters import (
     AGE_RATE_MULT,
     CATEGORY_HIGH_RISK_PROB,
     CATEGORY_PROBS,
-    HABITUAL_FRAUD_RATE,
     HABIT_MEDIAN,
     HABIT_SIGMA,
+    HABITUAL_FRAUD_RATE,
     HIGH_RISK_RANGE,
     LOW_RISK_RANGE,
     MAX_HABITUAL_FRAUD_P,
     N_PREFERRED,
-    PREFERRED_WEIGHTS,
     P_PREFERRED,
+    PREFERRED_WEIGHTS,
     RATE_GAMMA_SHAPE,
     REGION_PROBS,
     SIGNUP_DAYS,
@@ -71,18 +71,12 @@ def draw_customers(
         }
     )
     latent = CustomerLatent(
-        habit=habit,
-        rate=rate,
-        preferred=preferred,
-        hour_shift=hour_shift,
-        online_bias=AGE_ONLINE_BIAS[age],
+        habit=habit, rate=rate, preferred=preferred, hour_shift=hour_shift, online_bias=AGE_ONLINE_BIAS[age]
     )
     return frame, latent
 
 
-def draw_merchants(
-    rng: np.random.Generator, config: SyntheticConfig
-) -> tuple[pd.DataFrame, MerchantLatent]:
+def draw_merchants(rng: np.random.Generator, config: SyntheticConfig) -> tuple[pd.DataFrame, MerchantLatent]:
     n = config.n_merchants
     category = rng.choice(len(CATEGORIES), size=n, p=CATEGORY_PROBS)
     popularity = rng.lognormal(0.0, 1.0, size=n)
@@ -90,22 +84,10 @@ def draw_merchants(
     is_high = risk_draw < CATEGORY_HIGH_RISK_PROB[category]
     if not is_high.any():  # small worlds still need a risky merchant
         is_high[np.argmin(risk_draw / CATEGORY_HIGH_RISK_PROB[category])] = True
-    risk = np.where(
-        is_high,
-        rng.uniform(*HIGH_RISK_RANGE, size=n),
-        rng.uniform(*LOW_RISK_RANGE, size=n),
-    )
-    frame = pd.DataFrame(
-        {
-            "merchant_id": np.arange(1, n + 1, dtype=np.int64),
-            "category": labels(CATEGORIES, category),
-        }
-    )
+    risk = np.where(is_high, rng.uniform(*HIGH_RISK_RANGE, size=n), rng.uniform(*LOW_RISK_RANGE, size=n))
+    frame = pd.DataFrame({"merchant_id": np.arange(1, n + 1, dtype=np.int64), "category": labels(CATEGORIES, category)})
     latent = MerchantLatent(
-        category_index=category,
-        popularity=popularity / popularity.sum(),
-        risk=risk,
-        high_risk=np.flatnonzero(is_high),
+        category_index=category, popularity=popularity / popularity.sum(), risk=risk, high_risk=np.flatnonzero(is_high)
     )
     return frame, latent
 
@@ -114,9 +96,7 @@ def habitual_fraud_probability(cust: CustomerLatent, merch: MerchantLatent) -> n
     """Per-merchant fraud probability of a habitual purchase, proportional to risk."""
     n_merchants = merch.risk.shape[0]
     preferred_traffic = np.bincount(
-        cust.preferred.ravel(),
-        weights=(cust.rate[:, None] * PREFERRED_WEIGHTS[None, :]).ravel(),
-        minlength=n_merchants,
+        cust.preferred.ravel(), weights=(cust.rate[:, None] * PREFERRED_WEIGHTS[None, :]).ravel(), minlength=n_merchants
     )
     anywhere_traffic = cust.rate.sum() * merch.popularity
     traffic = P_PREFERRED * preferred_traffic + (1 - P_PREFERRED) * anywhere_traffic

@@ -25,13 +25,13 @@ from feature_repo.synthetic.parameters import (
     LABEL_DELAY_GAMMA,
     N_PREFERRED,
     ONLINE_FRAUD_FACTOR,
-    PREFERRED_WEIGHTS,
     P_COMPROMISED,
     P_PREFERRED,
-    SPREES_PER_CUSTOMER_DAY,
+    PREFERRED_WEIGHTS,
     SPREE_HOURS,
     SPREE_P_ONLINE,
     SPREE_SIZE,
+    SPREES_PER_CUSTOMER_DAY,
     WEEKEND_WEIGHT,
 )
 from feature_repo.synthetic.population import CustomerLatent, MerchantLatent
@@ -56,9 +56,7 @@ def _day_weights(config: SyntheticConfig) -> np.ndarray:
     return weights / weights.sum()
 
 
-def _diurnal_offsets(
-    rng: np.random.Generator, config: SyntheticConfig, hour_shift: np.ndarray
-) -> np.ndarray:
+def _diurnal_offsets(rng: np.random.Generator, config: SyntheticConfig, hour_shift: np.ndarray) -> np.ndarray:
     """Seconds since start for events following the weekly and daily rhythm."""
     n = len(hour_shift)
     day = rng.choice(config.days, size=n, p=_day_weights(config))
@@ -78,16 +76,14 @@ def _pick_merchants(
 
 
 def _habitual_amounts(
-    rng: np.random.Generator, customer: np.ndarray, merchant: np.ndarray,
-    cust: CustomerLatent, merch: MerchantLatent,
+    rng: np.random.Generator, customer: np.ndarray, merchant: np.ndarray, cust: CustomerLatent, merch: MerchantLatent
 ) -> np.ndarray:
     noise = rng.lognormal(0.0, AMOUNT_SIGMA, size=customer.shape[0])
     return cust.habit[customer] * CATEGORY_AMOUNT_MULT[merch.category_index[merchant]] * noise
 
 
 def _habitual_channel(
-    rng: np.random.Generator, customer: np.ndarray, merchant: np.ndarray,
-    cust: CustomerLatent, merch: MerchantLatent,
+    rng: np.random.Generator, customer: np.ndarray, merchant: np.ndarray, cust: CustomerLatent, merch: MerchantLatent
 ) -> np.ndarray:
     p_online = CATEGORY_ONLINE_PROB[merch.category_index[merchant]] + cust.online_bias[customer]
     return rng.random(customer.shape[0]) < np.clip(p_online, 0.01, 0.99)
@@ -101,8 +97,7 @@ def _habitual_fraud(
 
 
 def habitual_transactions(
-    rng: np.random.Generator, config: SyntheticConfig,
-    cust: CustomerLatent, merch: MerchantLatent, fraud_p: np.ndarray,
+    rng: np.random.Generator, config: SyntheticConfig, cust: CustomerLatent, merch: MerchantLatent, fraud_p: np.ndarray
 ) -> Block:
     counts = rng.poisson(cust.rate * config.days)
     customer = np.repeat(np.arange(counts.shape[0]), counts)
@@ -115,8 +110,7 @@ def habitual_transactions(
 
 
 def _episode_offsets(
-    rng: np.random.Generator, episode_start_s: np.ndarray, sizes: np.ndarray,
-    hours: tuple[float, float],
+    rng: np.random.Generator, episode_start_s: np.ndarray, sizes: np.ndarray, hours: tuple[float, float]
 ) -> np.ndarray:
     """Spread each episode's transactions over its own 1..N hour window."""
     duration = rng.uniform(*hours, size=sizes.shape[0]) * 3600.0
@@ -129,8 +123,7 @@ def _clip_to_period(offset_s: np.ndarray, config: SyntheticConfig) -> np.ndarray
 
 
 def spree_transactions(
-    rng: np.random.Generator, config: SyntheticConfig,
-    cust: CustomerLatent, merch: MerchantLatent, fraud_p: np.ndarray,
+    rng: np.random.Generator, config: SyntheticConfig, cust: CustomerLatent, merch: MerchantLatent, fraud_p: np.ndarray
 ) -> Block:
     """Legitimate bursts: several ordinary purchases within an hour or two."""
     n_sprees = rng.poisson(SPREES_PER_CUSTOMER_DAY * config.days, size=len(cust.habit))
@@ -147,8 +140,7 @@ def spree_transactions(
 
 
 def compromise_transactions(
-    rng: np.random.Generator, config: SyntheticConfig,
-    cust: CustomerLatent, merch: MerchantLatent,
+    rng: np.random.Generator, config: SyntheticConfig, cust: CustomerLatent, merch: MerchantLatent
 ) -> Block:
     """Card compromise: one burst of large, mostly online, mostly risky purchases."""
     victims = np.flatnonzero(rng.random(cust.habit.shape[0]) < P_COMPROMISED)
@@ -174,9 +166,7 @@ def _label_delay_ns(rng: np.random.Generator, n: int) -> np.ndarray:
     return seconds_to_ns(days * SECONDS_PER_DAY)
 
 
-def assemble(
-    rng: np.random.Generator, config: SyntheticConfig, blocks: list[Block]
-) -> pd.DataFrame:
+def assemble(rng: np.random.Generator, config: SyntheticConfig, blocks: list[Block]) -> pd.DataFrame:
     def cat(field: str) -> np.ndarray:
         return np.concatenate([getattr(block, field) for block in blocks])
 

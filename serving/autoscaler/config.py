@@ -8,16 +8,17 @@ keys, wrong types and contradictions raise :class:`ScalingConfigError` (a ``Valu
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 # Signals the vertical axis can re-tune from; anything else in ``vertical_metrics`` is refused.
 VERTICAL_METRICS = frozenset({"latency", "queue", "utilisation"})
 # Fields the autoscaler had and no longer has, with what took their place: refused by name, never ignored.
 REMOVED = {
     "up_tolerance": "a scale-up happens at any second the need passes the replicas' capacity, sized for the "
-                    "scale-up window's peak and the load forecast at a new replica's start; there is no band "
-                    "on the way up",
+    "scale-up window's peak and the load forecast at a new replica's start; there is no band "
+    "on the way up"
 }
 
 
@@ -37,25 +38,25 @@ class ScalingConfig:
     min_replicas: int = 1
     max_replicas: int = 1000
     scale_to_zero: bool = False
-    idle_window_s: float = 300.0           # no request for this long -> 0 replicas (when enabled)
-    provisioned_concurrency: int = 0       # keep capacity for this many in-flight requests at least
+    idle_window_s: float = 300.0  # no request for this long -> 0 replicas (when enabled)
+    provisioned_concurrency: int = 0  # keep capacity for this many in-flight requests at least
     # horizontal axis
     decision_interval_s: float = 5.0
     scale_up_window_s: float = 20.0
     scale_down_window_s: float = 300.0
-    tolerance: float = 0.1                 # load within this share under capacity: no scale-down
+    tolerance: float = 0.1  # load within this share under capacity: no scale-down
     # vertical axis: per-replica target concurrency (the horizontal denominator)
     vertical: bool = True
     vertical_interval_s: float = 30.0
     initial_target: float = 4.0
     min_target: float = 1.0
     max_target: float = 1024.0
-    latency_slo_ms: float = 500.0          # p99 goal the vertical axis protects
-    target_utilisation: float = 0.8        # aim: this share of a replica's parallel capacity busy
-    max_step_up: float = 4.0               # one vertical cycle multiplies the target by at most this
-    max_step_down: float = 0.5             # ...and by at least this (fast decrease under stress)
+    latency_slo_ms: float = 500.0  # p99 goal the vertical axis protects
+    target_utilisation: float = 0.8  # aim: this share of a replica's parallel capacity busy
+    max_step_up: float = 4.0  # one vertical cycle multiplies the target by at most this
+    max_step_down: float = 0.5  # ...and by at least this (fast decrease under stress)
     vertical_metrics: tuple[str, ...] = ("latency", "queue", "utilisation")
-    admission_headroom: float = 1.5        # per-replica admission limit = target x this
+    admission_headroom: float = 1.5  # per-replica admission limit = target x this
     # gateway queue bound. 10,000 as Knative's activator (breakerQueueDepth): 1000 refused bursts
     # of a slow-SLO model (the 10 s io_agent) that its replicas would have drained within the SLO.
     max_queue: int = 10000
@@ -68,7 +69,7 @@ class ScalingConfig:
     shed_load: bool = True
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> "ScalingConfig":
+    def from_mapping(cls, data: Mapping[str, Any]) -> ScalingConfig:
         """Build from user input (JSON/YAML mapping); unknown keys and bad values name their field."""
         if not isinstance(data, Mapping):
             raise ScalingConfigError("autoscaling", "must be an object")
@@ -101,13 +102,25 @@ class ScalingConfig:
         for name in ("min_replicas", "provisioned_concurrency", "tolerance"):
             if getattr(self, name) < 0:
                 raise ScalingConfigError(name, "must not be negative")
-        for name in ("max_replicas", "max_queue", "idle_window_s", "decision_interval_s", "scale_up_window_s",
-                     "scale_down_window_s", "vertical_interval_s", "initial_target", "min_target",
-                     "max_target", "latency_slo_ms"):
+        for name in (
+            "max_replicas",
+            "max_queue",
+            "idle_window_s",
+            "decision_interval_s",
+            "scale_up_window_s",
+            "scale_down_window_s",
+            "vertical_interval_s",
+            "initial_target",
+            "min_target",
+            "max_target",
+            "latency_slo_ms",
+        ):
             if getattr(self, name) <= 0:
                 raise ScalingConfigError(name, "must be positive")
         if self.min_replicas > self.max_replicas:
-            raise ScalingConfigError("min_replicas", f"({self.min_replicas}) must be <= max_replicas ({self.max_replicas})")
+            raise ScalingConfigError(
+                "min_replicas", f"({self.min_replicas}) must be <= max_replicas ({self.max_replicas})"
+            )
         if self.min_replicas == 0 and not self.scale_to_zero:
             raise ScalingConfigError("min_replicas", "may be 0 only when scale_to_zero is true")
         if self.min_target > self.max_target:
@@ -128,4 +141,6 @@ class ScalingConfig:
             raise ScalingConfigError("vertical_metrics", "must be a list of metric names")
         unknown = sorted(set(self.vertical_metrics) - VERTICAL_METRICS)
         if unknown:
-            raise ScalingConfigError("vertical_metrics", f"unknown metric name(s) {unknown}; known: {sorted(VERTICAL_METRICS)}")
+            raise ScalingConfigError(
+                "vertical_metrics", f"unknown metric name(s) {unknown}; known: {sorted(VERTICAL_METRICS)}"
+            )

@@ -21,8 +21,9 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Optional, Protocol
+from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -59,7 +60,7 @@ class Backend(Protocol):
 class EntityScaler:
     """One served entity's autoscaler: its sample history and policy state. ``observe`` then ``decide``."""
 
-    def __init__(self, config: ScalingConfig, replicas: Optional[int] = None, serves: Optional[float] = None) -> None:
+    def __init__(self, config: ScalingConfig, replicas: int | None = None, serves: float | None = None) -> None:
         self.config = config
         self.history = SampleHistory(keep_s=config.scale_down_window_s + config.vertical_interval_s + 1)
         self.state = PolicyState.initial(config, replicas, serves)
@@ -100,8 +101,8 @@ class DecisionRecord:
     reason: str
     ready_replicas: int
     inputs: Mapping[str, Any] = field(default_factory=dict)
-    applied: Optional[bool] = None        # None: nothing to apply
-    error: Optional[str] = None
+    applied: bool | None = None  # None: nothing to apply
+    error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -127,8 +128,8 @@ class Controller:
         *,
         retry: RetryPolicy = RetryPolicy(),
         history_size: int = 2000,
-        concurrency_sink: Optional[Callable[[str, str, int], None]] = None,
-        queue_sink: Optional[Callable[[str, str, int], None]] = None,
+        concurrency_sink: Callable[[str, str, int], None] | None = None,
+        queue_sink: Callable[[str, str, int], None] | None = None,
         reconcile_s: float = 30.0,
     ) -> None:
         self.source = source
@@ -148,8 +149,9 @@ class Controller:
         self.reconcile_s = reconcile_s
         self._lock = threading.Lock()
 
-    def set_config(self, key: EntityKey, config: ScalingConfig, replicas: Optional[int] = None,
-                   serves: Optional[float] = None) -> None:
+    def set_config(
+        self, key: EntityKey, config: ScalingConfig, replicas: int | None = None, serves: float | None = None
+    ) -> None:
         """Add a served entity or replace its config (the learned target and replica count carry over).
 
         ``replicas``: what a new entity was deployed with (a rollout starts at least one, as Knative
@@ -161,8 +163,11 @@ class Controller:
             scaler = EntityScaler(config, replicas, serves)
             if old is not None:
                 scaler.history = old.history
-                scaler.state = PolicyState(replicas=old.state.replicas, serves=serves or old.state.serves,
-                                           target=min(config.max_target, max(config.min_target, old.state.target)))
+                scaler.state = PolicyState(
+                    replicas=old.state.replicas,
+                    serves=serves or old.state.serves,
+                    target=min(config.max_target, max(config.min_target, old.state.target)),
+                )
             self.scalers[key] = scaler
 
     def resume(self, key: EntityKey, state: PolicyState, samples: list[Sample], now: float) -> None:
@@ -209,7 +214,7 @@ class Controller:
         wanted = max(decision.replicas, scaler.floor)  # never below the provisioned minimum
         try:
             ready = self.backend.ready_replicas(endpoint, entity)
-        except Exception as exc:  # noqa: BLE001 - a backend error must not stop the loop
+        except Exception as exc:
             log.warning("autoscaler: ready_replicas failed for %s/%s: %s", endpoint, entity, type(exc).__name__)
             ready = self._ready.get(key, 0)
         self._ready[key] = ready
@@ -217,12 +222,12 @@ class Controller:
             try:
                 self.concurrency_sink(endpoint, entity, decision.max_concurrency)
                 self._limits[key] = decision.max_concurrency
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 log.warning("autoscaler: concurrency update failed for %s/%s: %s", endpoint, entity, type(exc).__name__)
         if self.queue_sink is not None:  # every step: the bound moves with the measured throughput
             try:
                 self.queue_sink(endpoint, entity, decision.queue_limit)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 log.warning("autoscaler: queue bound update failed for %s/%s: %s", endpoint, entity, type(exc).__name__)
         pending = self._pending.get(key)
         # a new desired count needs an apply; so does a backend that stays below the floor (a replica
@@ -233,19 +238,26 @@ class Controller:
         lost = drifted and now - self._applied_at.get(key, now) >= self.reconcile_s
         if (applied_n != wanted or lost) and (pending is None or pending.replicas != wanted):
             pending = self._pending[key] = _Pending(replicas=wanted, attempts=0, next_at=now)
-        applied: Optional[bool] = None
-        error: Optional[str] = None
+        applied: bool | None = None
+        error: str | None = None
         if pending is not None and now >= pending.next_at - 1e-9:
             pending.attempts += 1
             try:
                 self.backend.set_replicas(endpoint, entity, pending.replicas)
-            except Exception as exc:  # noqa: BLE001 - logged, retried with backoff
+            except Exception as exc:
                 applied, error = False, f"{type(exc).__name__}: {exc}"[:200]
                 self.apply_failures[key] = self.apply_failures.get(key, 0) + 1
                 delay = self.retry.delay(pending.attempts)
                 pending.next_at = now + delay
-                log.warning("autoscaler: set_replicas(%s/%s, %d) failed (attempt %d), retry in %.1fs: %s",
-                            endpoint, entity, pending.replicas, pending.attempts, delay, type(exc).__name__)
+                log.warning(
+                    "autoscaler: set_replicas(%s/%s, %d) failed (attempt %d), retry in %.1fs: %s",
+                    endpoint,
+                    entity,
+                    pending.replicas,
+                    pending.attempts,
+                    delay,
+                    type(exc).__name__,
+                )
             else:
                 applied = True
                 self._applied[key] = pending.replicas
@@ -253,29 +265,40 @@ class Controller:
                 del self._pending[key]
                 try:  # the gauge shows the count after the apply (replicas removed leave the routing at once)
                     self._ready[key] = self.backend.ready_replicas(endpoint, entity)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     log.warning("autoscaler: ready_replicas failed for %s/%s: %s", endpoint, entity, type(exc).__name__)
         if decision.horizontal or decision.vertical or applied is not None:
             self.decisions_total[key] = self.decisions_total.get(key, 0) + 1
-            self.history.append(DecisionRecord(
-                t=now, endpoint=endpoint, entity=entity, replicas=wanted,
-                target_concurrency=decision.target_concurrency, max_concurrency=decision.max_concurrency,
-                reason=decision.reason, ready_replicas=ready, inputs=dict(decision.inputs),
-                applied=applied, error=error))
+            self.history.append(
+                DecisionRecord(
+                    t=now,
+                    endpoint=endpoint,
+                    entity=entity,
+                    replicas=wanted,
+                    target_concurrency=decision.target_concurrency,
+                    max_concurrency=decision.max_concurrency,
+                    reason=decision.reason,
+                    ready_replicas=ready,
+                    inputs=dict(decision.inputs),
+                    applied=applied,
+                    error=error,
+                )
+            )
 
-    def run(self, stop: threading.Event, *, interval_s: float = 1.0,
-            clock: Callable[[], float] = time.monotonic) -> None:
+    def run(
+        self, stop: threading.Event, *, interval_s: float = 1.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         """Loop ``step`` every ``interval_s`` until ``stop`` is set (the live entry point)."""
         next_at = clock()
         while not stop.is_set():
             try:
                 self.step(clock())
-            except Exception:  # noqa: BLE001 - the loop must survive a bad sample source
+            except Exception:
                 log.exception("autoscaler: step failed")
             next_at += interval_s
             stop.wait(max(0.0, next_at - clock()))
 
-    def export(self, limit: Optional[int] = None) -> list[dict[str, Any]]:
+    def export(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The recorded decisions as plain dicts, oldest first (for the metrics API and plots)."""
         with self._lock:
             records = list(self.history)
@@ -294,9 +317,15 @@ class _ControllerCollector(Collector):
 
     def collect(self) -> Iterator[Any]:
         labels = ["endpoint", "served_entity"]
-        desired = GaugeMetricFamily("tollfree_autoscaler_desired_replicas", "Replicas the autoscaler asks for", labels=labels)
-        ready = GaugeMetricFamily("tollfree_autoscaler_ready_replicas", "Replicas the backend reports ready", labels=labels)
-        target = GaugeMetricFamily("tollfree_autoscaler_target_concurrency", "Learned per-replica target concurrency", labels=labels)
+        desired = GaugeMetricFamily(
+            "tollfree_autoscaler_desired_replicas", "Replicas the autoscaler asks for", labels=labels
+        )
+        ready = GaugeMetricFamily(
+            "tollfree_autoscaler_ready_replicas", "Replicas the backend reports ready", labels=labels
+        )
+        target = GaugeMetricFamily(
+            "tollfree_autoscaler_target_concurrency", "Learned per-replica target concurrency", labels=labels
+        )
         decisions = CounterMetricFamily("tollfree_autoscaler_decisions", "Decisions recorded", labels=labels)
         failures = CounterMetricFamily("tollfree_autoscaler_apply_failures", "Failed backend applies", labels=labels)
         with self.c._lock:
@@ -308,4 +337,3 @@ class _ControllerCollector(Collector):
                 decisions.add_metric(lv, self.c.decisions_total.get(key, 0))
                 failures.add_metric(lv, self.c.apply_failures.get(key, 0))
         yield from (desired, ready, target, decisions, failures)
-

@@ -12,15 +12,14 @@ import functools
 import itertools
 import math
 import statistics
-from typing import Optional
 
 from serving.autoscaler.config import ScalingConfig
 from serving.autoscaler.signals import Sample, Signals
 
-TREND_P = 0.05   # a rise counts as a trend when noise would rise so consistently less often than this
+TREND_P = 0.05  # a rise counts as a trend when noise would rise so consistently less often than this
 
 
-def service_s(samples: tuple[Sample, ...]) -> Optional[float]:
+def service_s(samples: tuple[Sample, ...]) -> float | None:
     """Mean service time of ``samples``: busy requests over completions (None without completions)."""
     completed = sum(s.completed for s in samples)
     if completed <= 0:
@@ -28,13 +27,14 @@ def service_s(samples: tuple[Sample, ...]) -> Optional[float]:
     return sum(max(0.0, s.in_flight - s.queue_depth) for s in samples) / completed
 
 
-def recent_service_s(config: ScalingConfig, signals: Signals, now: float) -> Optional[float]:
+def recent_service_s(config: ScalingConfig, signals: Signals, now: float) -> float | None:
     """The service time over the last decision interval (it moves with batch sizes), else the last 20 s."""
-    return (service_s(signals.since(now - config.decision_interval_s))
-            or service_s(signals.since(now - config.scale_up_window_s)))
+    return service_s(signals.since(now - config.decision_interval_s)) or service_s(
+        signals.since(now - config.scale_up_window_s)
+    )
 
 
-def load(s: Sample, service: Optional[float]) -> float:
+def load(s: Sample, service: float | None) -> float:
     """A second's concurrency: in service, or its arrivals x ``service`` when more; without a measured
     service time, the in-flight count (queued included)."""
     if service is None:
@@ -42,13 +42,13 @@ def load(s: Sample, service: Optional[float]) -> float:
     return max(max(0.0, s.in_flight - s.queue_depth), s.requests * service)
 
 
-def max_load(signals: Signals, now: float, window_s: float, service: Optional[float]) -> Optional[float]:
+def max_load(signals: Signals, now: float, window_s: float, service: float | None) -> float | None:
     """The largest :func:`load` of the samples of the last ``window_s`` (None without samples)."""
     values = [load(s, service) for s in signals.since(now - window_s)]
     return max(values) if values else None
 
 
-def forecast(samples: tuple[Sample, ...], service: Optional[float], lead_s: float) -> Optional[float]:
+def forecast(samples: tuple[Sample, ...], service: float | None, lead_s: float) -> float | None:
     """The load ``lead_s`` seconds after the last of ``samples`` (one a second, at least three): the last
     second's load plus the trend's rise over the lead time. The trend is the median slope over every pair of
     seconds (Theil-Sen), counted only when the seconds rise more consistently than noise would (Mann-Kendall:
@@ -66,12 +66,14 @@ def forecast(samples: tuple[Sample, ...], service: Optional[float], lead_s: floa
     return loads[-1] + max(0.0, trend) * max(0.0, lead_s)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kendall_critical(n: int, p: float) -> int:
     """The smallest Mann-Kendall S (pairs rising less pairs falling) that ``n`` exchangeable values reach with
     probability at most ``p``: exact, over the ``n!`` orders (``n`` is a handful of seconds)."""
-    counts = collections.Counter(sum((b > a) - (b < a) for a, b in itertools.combinations(order, 2))
-                                 for order in itertools.permutations(range(n)))
+    counts = collections.Counter(
+        sum((b > a) - (b < a) for a, b in itertools.combinations(order, 2))
+        for order in itertools.permutations(range(n))
+    )
     total, tail, critical = math.factorial(n), 0, n * (n - 1) // 2 + 1
     for value in sorted(counts, reverse=True):
         tail += counts[value]

@@ -28,17 +28,18 @@ The ablation rows of the rules, and which rules have none and why, are in benchm
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Optional
+from typing import Any
 
 from serving.autoscaler.config import ScalingConfig
 from serving.autoscaler.load import forecast, max_load, queue_bound, recent_service_s
 from serving.autoscaler.signals import Signals
 from serving.autoscaler.vertical import LATENCY_GOAL, retune
 
-FORECAST_S = 5                # the trend of the load, and a standing queue, are read over this many last seconds
-CORES_BUSY = 0.9              # a machine whose cores were this busy over its last HOLD_WINDOW_S has none to spare
-HOLD_WINDOW_S = 1.0           # the machine's busy share is read over its last second: a scale-up is decided at any second
+FORECAST_S = 5  # the trend of the load, and a standing queue, are read over this many last seconds
+CORES_BUSY = 0.9  # a machine whose cores were this busy over its last HOLD_WINDOW_S has none to spare
+HOLD_WINDOW_S = 1.0  # the machine's busy share is read over its last second: a scale-up is decided at any second
 
 _DEFAULT_TARGET = ScalingConfig().initial_target
 
@@ -49,19 +50,18 @@ class PolicyState:
 
     replicas: int
     target: float
-    started_at: Optional[float] = None
-    last_horizontal: Optional[float] = None
-    last_vertical: Optional[float] = None
-    last_busy: Optional[float] = None     # last time a request arrived or was in flight
+    started_at: float | None = None
+    last_horizontal: float | None = None
+    last_vertical: float | None = None
+    last_busy: float | None = None  # last time a request arrived or was in flight
     latency_stressed: bool = False
     queue_stressed: bool = False
     utilisation_high: bool = False
-    ceiling: Optional[float] = None       # a target that caused stress: increases stay below it
-    serves: Optional[float] = None        # what one replica predicts at once, as measured (None: unknown)
+    ceiling: float | None = None  # a target that caused stress: increases stay below it
+    serves: float | None = None  # what one replica predicts at once, as measured (None: unknown)
 
     @classmethod
-    def initial(cls, config: ScalingConfig, replicas: Optional[int] = None,
-                serves: Optional[float] = None) -> "PolicyState":
+    def initial(cls, config: ScalingConfig, replicas: int | None = None, serves: float | None = None) -> PolicyState:
         start = config.min_replicas if replicas is None else replicas
         return cls(replicas=start, target=config.initial_target, serves=serves)
 
@@ -72,10 +72,10 @@ class Decision:
 
     replicas: int
     target_concurrency: float
-    max_concurrency: int                  # per-replica admission limit for the gateway
-    queue_limit: int                      # gateway queue bound: what can wait without missing the SLO
-    horizontal: bool                      # a horizontal decision was taken in this call
-    vertical: bool                        # a vertical decision was taken in this call
+    max_concurrency: int  # per-replica admission limit for the gateway
+    queue_limit: int  # gateway queue bound: what can wait without missing the SLO
+    horizontal: bool  # a horizontal decision was taken in this call
+    vertical: bool  # a vertical decision was taken in this call
     reason: str
     inputs: Mapping[str, Any] = field(default_factory=dict)
 
@@ -117,28 +117,32 @@ def decide(config: ScalingConfig, signals: Signals, state: PolicyState, now: flo
         inputs.update(vinputs)
     due = _due(state.last_horizontal, state.started_at, config.decision_interval_s, now)
     desired, reason, hinputs = _horizontal(config, signals, state, now, due)
-    horizontal = due or desired != state.replicas   # a boundary, or a scale-up (an activation) between them
+    horizontal = due or desired != state.replicas  # a boundary, or a scale-up (an activation) between them
     if horizontal:
         inputs.update(hinputs)
         state = replace(state, replicas=desired, last_horizontal=now if due else state.last_horizontal)
     else:
         reason = "hold"
     decision = Decision(
-        replicas=state.replicas, target_concurrency=state.target,
+        replicas=state.replicas,
+        target_concurrency=state.target,
         max_concurrency=max_concurrency_for(config, state.target),
         queue_limit=queue_bound(config, signals, now, LATENCY_GOAL),
-        horizontal=horizontal, vertical=vertical, reason=reason, inputs=inputs,
+        horizontal=horizontal,
+        vertical=vertical,
+        reason=reason,
+        inputs=inputs,
     )
     return decision, state
 
 
-def _due(last: Optional[float], started: Optional[float], interval: float, now: float) -> bool:
+def _due(last: float | None, started: float | None, interval: float, now: float) -> bool:
     """An axis acts once ``interval`` has passed since it last acted (or since the policy started)."""
     ref = last if last is not None else started
     return ref is not None and now - ref >= interval - 1e-9
 
 
-def _standing_queue(config: ScalingConfig, signals: Signals, service_s: Optional[float]) -> float:
+def _standing_queue(config: ScalingConfig, signals: Signals, service_s: float | None) -> float:
     """The concurrency that serves, within the latency goal, a queue that stood through each of the last
     ``FORECAST_S`` seconds (its smallest) with nothing starting and not draining: the demand of clients that
     wait for their answer before they send again (a closed loop), whose arrivals never exceed the throughput.
@@ -152,7 +156,7 @@ def _standing_queue(config: ScalingConfig, signals: Signals, service_s: Optional
     return min(s.queue_depth for s in recent) * service_s / (LATENCY_GOAL * config.latency_slo_ms / 1000.0)
 
 
-def _held_at_cores(signals: Signals, now: float, current: int, desired: int) -> Optional[tuple[int, float]]:
+def _held_at_cores(signals: Signals, now: float, current: int, desired: int) -> tuple[int, float] | None:
     """For replicas sharing one machine: the most replicas worth having, ``max(current, cores)`` while the
     cores were at least ``CORES_BUSY`` busy over the last ``HOLD_WINDOW_S`` (else ``desired``), with that busy
     share; None when the samples say nothing of a machine. The last second, not the decision interval: a scale-up
@@ -167,8 +171,9 @@ def _held_at_cores(signals: Signals, now: float, current: int, desired: int) -> 
     return (min(desired, cap) if busy >= CORES_BUSY else desired), round(busy, 3)
 
 
-def _horizontal(config: ScalingConfig, signals: Signals, state: PolicyState, now: float,
-                due: bool) -> tuple[int, str, dict]:
+def _horizontal(
+    config: ScalingConfig, signals: Signals, state: PolicyState, now: float, due: bool
+) -> tuple[int, str, dict]:
     """The replica count the model asks for at ``now`` (scale-down only when ``due``), why, and its inputs."""
     target, current, last = state.target, state.replicas, signals.last
     floor = floor_replicas(config, target)
@@ -182,9 +187,19 @@ def _horizontal(config: ScalingConfig, signals: Signals, state: PolicyState, now
     backlog = max((s.stream_backlog_per_s for s in recent), default=0.0) * (service_s or 0.0)
     standing = _standing_queue(config, signals, service_s)
     need_up = max(peak, ahead if ahead is not None else 0.0, standing) + backlog
-    inputs: dict[str, Any] = {"load_up": need_up, "peak": peak, "forecast": ahead, "lead_s": lead_s,
-                              "standing_queue": standing, "stream_backlog": backlog, "target": target,
-                              "per_replica": per_replica, "current": current, "service_s": service_s, "boundary": due}
+    inputs: dict[str, Any] = {
+        "load_up": need_up,
+        "peak": peak,
+        "forecast": ahead,
+        "lead_s": lead_s,
+        "standing_queue": standing,
+        "stream_backlog": backlog,
+        "target": target,
+        "per_replica": per_replica,
+        "current": current,
+        "service_s": service_s,
+        "boundary": due,
+    }
     desired, reason = current, "within tolerance"
     if current == 0:
         if need_up > 0:

@@ -8,8 +8,9 @@ another machine, has another monotonic clock). Pure.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, fields, replace
-from typing import Any, Mapping
+from typing import Any
 
 from serving.autoscaler.config import ScalingConfig
 from serving.autoscaler.policy import PolicyState

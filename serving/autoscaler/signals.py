@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Optional
 
 
 @dataclass(frozen=True)
@@ -42,12 +41,12 @@ class Sample:
     queue_depth: float = 0.0
     requests: int = 0
     completed: int = 0
-    latency_p50_ms: Optional[float] = None
-    latency_p99_ms: Optional[float] = None
-    utilisation: Optional[float] = None
+    latency_p50_ms: float | None = None
+    latency_p99_ms: float | None = None
+    utilisation: float | None = None
     stream_backlog_per_s: float = 0.0
     cores: int = 0
-    cores_busy: Optional[float] = None
+    cores_busy: float | None = None
     ready_in_s: float = 0.0
 
 
@@ -68,7 +67,7 @@ class Signals:
         return tuple(out)
 
     @property
-    def last(self) -> Optional[Sample]:
+    def last(self) -> Sample | None:
         return self.samples[-1] if self.samples else None
 
 

@@ -95,7 +95,11 @@ def _resources(home: str, tracking_uri: str, model_uri: str, service_name: str) 
     service = feature_store.feature_service(store, service_name)
     model = mlflow.pyfunc.load_model(model_uri)
     schema = model.metadata.get_input_schema()
-    names = schema.input_names() if schema is not None and schema.has_input_names() else feature_store.feature_names(service)
+    names = (
+        schema.input_names()
+        if schema is not None and schema.has_input_names()
+        else feature_store.feature_names(service)
+    )
     return store, service, model, list(names)
 
 
@@ -179,7 +183,9 @@ def finish_chunk(ctx: ScoringContext, chunk: Chunk, joined: JoinedChunk) -> Chun
     _, _, model, names = _resources(ctx.home, ctx.tracking_uri, ctx.model_uri, ctx.service_name)
     features = retrieval.with_on_demand_features(joined.views)
     if len(features) != joined.entities:
-        raise RuntimeError(f"feature retrieval returned {len(features)} rows for {joined.entities} in chunk {chunk.index}")
+        raise RuntimeError(
+            f"feature retrieval returned {len(features)} rows for {joined.entities} in chunk {chunk.index}"
+        )
     features = features.sort_values(ROW_POSITION, kind="stable").reset_index(drop=True)
     joined_at = time.perf_counter()
 
@@ -189,12 +195,21 @@ def finish_chunk(ctx: ScoringContext, chunk: Chunk, joined: JoinedChunk) -> Chun
         scores[complete] = _positive_scores(model.predict(features.loc[complete, names]))
     predicted = time.perf_counter()
 
-    files = _write_by_date(features[ctx.spec.key].to_numpy(), _timestamps(features[TIMESTAMP]), scores, ctx, chunk.index)
+    files = _write_by_date(
+        features[ctx.spec.key].to_numpy(), _timestamps(features[TIMESTAMP]), scores, ctx, chunk.index
+    )
     done = time.perf_counter()
     return ChunkResult(
-        chunk.index, len(scores), int((~complete).sum()), files,
-        {"read": joined.seconds["read"], "features": joined.seconds["features"] + joined_at - started,
-         "predict": predicted - joined_at, "write": done - predicted},
+        chunk.index,
+        len(scores),
+        int((~complete).sum()),
+        files,
+        {
+            "read": joined.seconds["read"],
+            "features": joined.seconds["features"] + joined_at - started,
+            "predict": predicted - joined_at,
+            "write": done - predicted,
+        },
     )
 
 
@@ -226,8 +241,13 @@ def finish_given(ctx: ScoringContext, chunk: Chunk, given: GivenChunk) -> ChunkR
 
     files = _write_by_date(rows[ctx.spec.key].to_numpy(), timestamps, scores, ctx, chunk.index)
     done = time.perf_counter()
-    return ChunkResult(chunk.index, len(scores), 0, files,
-                       {"read": given.read_s, "features": 0.0, "predict": predicted - read, "write": done - predicted})
+    return ChunkResult(
+        chunk.index,
+        len(scores),
+        0,
+        files,
+        {"read": given.read_s, "features": 0.0, "predict": predicted - read, "write": done - predicted},
+    )
 
 
 def _timestamps(column: pd.Series) -> Any:
@@ -248,18 +268,31 @@ def _positive_scores(raw: Any) -> np.ndarray:
     raise ValueError(f"batch scoring writes one score per row; the model returned shape {values.shape}")
 
 
-def _write_by_date(keys: Any, timestamps: Any, scores: np.ndarray, ctx: ScoringContext,
-                   chunk_index: int) -> tuple[tuple[str, int], ...]:
+def _write_by_date(
+    keys: Any, timestamps: Any, scores: np.ndarray, ctx: ScoringContext, chunk_index: int
+) -> tuple[tuple[str, int], ...]:
     """One parquet file per day of ``timestamps`` (rows in input order), each fsynced. The table is built in
     Arrow: the run's constant columns are one value taken ``n`` times, not ``n`` Python strings (through
     pandas, the two string columns were half of the write's time)."""
     staging = Path(ctx.staging)
     n = len(scores)
     first = pa.array(np.zeros(n, dtype=np.int32))
-    table = pa.table({ctx.spec.key: keys, TIMESTAMP: pa.array(timestamps), PREDICTION: pa.array(scores, from_pandas=True),  # NaN (no features) -> null
-                      "model_version": pa.array([ctx.model_version]).take(first), "run_id": pa.array([ctx.run_id]).take(first)})
-    table = table.replace_schema_metadata({b"tollfree.run_id": ctx.run_id.encode(), b"tollfree.model_uri": ctx.model_uri.encode(),
-                                           b"tollfree.model_version": ctx.model_version.encode()})
+    table = pa.table(
+        {
+            ctx.spec.key: keys,
+            TIMESTAMP: pa.array(timestamps),
+            PREDICTION: pa.array(scores, from_pandas=True),  # NaN (no features) -> null
+            "model_version": pa.array([ctx.model_version]).take(first),
+            "run_id": pa.array([ctx.run_id]).take(first),
+        }
+    )
+    table = table.replace_schema_metadata(
+        {
+            b"tollfree.run_id": ctx.run_id.encode(),
+            b"tollfree.model_uri": ctx.model_uri.encode(),
+            b"tollfree.model_version": ctx.model_version.encode(),
+        }
+    )
     codes, days = pd.factorize(pd.Series(timestamps).dt.floor("D"), sort=True)  # a missing time: code -1, no file
     order = np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[order], np.arange(len(days) + 1))
@@ -267,7 +300,7 @@ def _write_by_date(keys: Any, timestamps: Any, scores: np.ndarray, ctx: ScoringC
     for i, day in enumerate(days):
         path = output_layout.part_path(staging, ctx.model_version, day.strftime("%Y-%m-%d"), chunk_index)
         path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(table.take(pa.array(order[bounds[i]:bounds[i + 1]])), path)
+        pq.write_table(table.take(pa.array(order[bounds[i] : bounds[i + 1]])), path)
         _fsync_file(path)
         written.append((str(path.relative_to(staging)), int(bounds[i + 1] - bounds[i])))
     return tuple(written)

@@ -36,8 +36,13 @@ class DaskOptions:
     memory_limit: str = "auto"  # LocalCluster only: per worker
 
 
-def run(engine: str, ctx: ScoringContext, chunks: Sequence[Chunk], on_done: Callable[[ChunkResult], None],
-        dask: DaskOptions | None = None) -> list[ChunkResult]:
+def run(
+    engine: str,
+    ctx: ScoringContext,
+    chunks: Sequence[Chunk],
+    on_done: Callable[[ChunkResult], None],
+    dask: DaskOptions | None = None,
+) -> list[ChunkResult]:
     if engine == "local":
         return run_local(ctx, chunks, on_done)
     if engine == "dask":
@@ -45,7 +50,9 @@ def run(engine: str, ctx: ScoringContext, chunks: Sequence[Chunk], on_done: Call
     raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
 
 
-def run_local(ctx: ScoringContext, chunks: Sequence[Chunk], on_done: Callable[[ChunkResult], None]) -> list[ChunkResult]:
+def run_local(
+    ctx: ScoringContext, chunks: Sequence[Chunk], on_done: Callable[[ChunkResult], None]
+) -> list[ChunkResult]:
     """Chunks in order, one ahead: a worker thread prepares chunk N+1 while this thread finishes chunk N;
     at most two chunks are held at once. With a feature store, preparing is the join (the offline store's
     query, which releases the GIL and leaves part of a core idle) and finishing is on-demand features,
@@ -74,8 +81,9 @@ def run_local(ctx: ScoringContext, chunks: Sequence[Chunk], on_done: Callable[[C
     return results
 
 
-def run_dask(ctx: ScoringContext, chunks: Sequence[Chunk], on_done: Callable[[ChunkResult], None],
-             options: DaskOptions) -> list[ChunkResult]:
+def run_dask(
+    ctx: ScoringContext, chunks: Sequence[Chunk], on_done: Callable[[ChunkResult], None], options: DaskOptions
+) -> list[ChunkResult]:
     """Submit one task per chunk; results arrive as tasks finish; the first failure cancels the rest."""
     from dask.distributed import Client, LocalCluster, as_completed
 
@@ -83,13 +91,24 @@ def run_dask(ctx: ScoringContext, chunks: Sequence[Chunk], on_done: Callable[[Ch
     if options.address:
         client = Client(options.address)
     else:
-        cluster = LocalCluster(n_workers=options.workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                               dashboard_address=None, memory_limit=options.memory_limit)
+        cluster = LocalCluster(
+            n_workers=options.workers,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+            memory_limit=options.memory_limit,
+        )
         client = Client(cluster)
     try:
         log.info("dask: %d chunks on %s", len(chunks), options.address or f"LocalCluster({options.workers} workers)")
-        futures = client.map(score_chunk, [ctx] * len(chunks), chunks, pure=False,
-                             key=[f"score-chunk-{ctx.run_id}-{c.index}" for c in chunks])
+        futures = client.map(
+            score_chunk,
+            [ctx] * len(chunks),
+            chunks,
+            pure=False,
+            key=[f"score-chunk-{ctx.run_id}-{c.index}" for c in chunks],
+        )
         results = []
         try:
             for future in as_completed(futures):

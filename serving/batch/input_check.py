@@ -59,14 +59,21 @@ class InputSpec:
 
     @property
     def columns(self) -> list[str]:
-        return list(dict.fromkeys([self.key, *self.join_keys, *self.request_fields,
-                                   *(c.name for c in self.model_columns), TIMESTAMP]))
+        return list(
+            dict.fromkeys(
+                [self.key, *self.join_keys, *self.request_fields, *(c.name for c in self.model_columns), TIMESTAMP]
+            )
+        )
 
     @property
     def not_null(self) -> list[str]:
         """Columns that may hold no null: all of them but optional float model inputs (NaN reaches the model)."""
-        nullable = {c.name for c in self.model_columns if c.nullable} - {self.key, *self.join_keys, *self.request_fields,
-                                                                          TIMESTAMP}
+        nullable = {c.name for c in self.model_columns if c.nullable} - {
+            self.key,
+            *self.join_keys,
+            *self.request_fields,
+            TIMESTAMP,
+        }
         return [c for c in self.columns if c not in nullable]
 
 
@@ -143,7 +150,9 @@ def stream_batches(plan: InputPlan, columns: list[str], batch_rows: int) -> Iter
     for file in plan.files:
         source = pq.ParquetFile(file.path)
         for group in range(source.metadata.num_row_groups):
-            yield from source.iter_batches(batch_size=batch_rows, row_groups=[group], columns=columns, use_threads=False)
+            yield from source.iter_batches(
+                batch_size=batch_rows, row_groups=[group], columns=columns, use_threads=False
+            )
 
 
 def input_suite(spec: InputSpec) -> list:
@@ -172,17 +181,25 @@ def validate_values(plan: InputPlan, spec: InputSpec, batch_rows: int = VALIDATI
     for batch in stream_batches(plan, spec.columns, batch_rows):
         if batch.num_rows == 0:
             continue
-        result = definition.get_batch(batch_parameters={"dataframe": batch.to_pandas()}).validate(suite, result_format="BASIC")
+        result = definition.get_batch(batch_parameters={"dataframe": batch.to_pandas()}).validate(
+            suite, result_format="BASIC"
+        )
         if not result.success:
             problems = []
             for r in result.results:
                 if not r.success:
                     res = r.result or {}
-                    problems.append(f"{r.expectation_config.kwargs.get('column')}: "
-                                    f"{res.get('unexpected_count', '?')} row(s) fail {r.expectation_config.type}")
-            raise BatchInputError(f"batch input {plan.root} fails validation in rows {seen}..{seen + batch.num_rows - 1}: "
-                                  + "; ".join(sorted(problems)))
+                    problems.append(
+                        f"{r.expectation_config.kwargs.get('column')}: "
+                        f"{res.get('unexpected_count', '?')} row(s) fail {r.expectation_config.type}"
+                    )
+            raise BatchInputError(
+                f"batch input {plan.root} fails validation in rows {seen}..{seen + batch.num_rows - 1}: "
+                + "; ".join(sorted(problems))
+            )
         seen += batch.num_rows
     seconds = time.perf_counter() - started
-    log.info("batch input %s: %d rows passed %d expectations in %.2f s", plan.root, seen, len(suite.expectations), seconds)
+    log.info(
+        "batch input %s: %d rows passed %d expectations in %.2f s", plan.root, seen, len(suite.expectations), seconds
+    )
     return seconds

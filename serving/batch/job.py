@@ -23,7 +23,7 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from serving.batch import engines, input_check, model_columns, output_layout, partition, validation_process
@@ -35,7 +35,9 @@ from serving.registry.errors import answering
 
 log = logging.getLogger(__name__)
 
-FEATURE_SERVICE_KEY = "feature_service"  # the model metadata key the train flow writes (as serving.replica.runtime reads)
+FEATURE_SERVICE_KEY = (
+    "feature_service"  # the model metadata key the train flow writes (as serving.replica.runtime reads)
+)
 DEFAULT_CHUNK_ROWS = 200_000  # measured: joins of 200k-row chunks took 13-30 % less than 100k (benchmarks/README.md)
 WORK_DIR = "_work"  # inside the staging directory: the regrouped input, deleted before publishing
 
@@ -83,7 +85,7 @@ def resolve_model(model_uri: str, tracking_uri: str) -> ModelRef:
 
     if not model_uri.startswith("models:/") or len(model_uri) <= len("models:/"):
         raise ValueError(f"model URI must be models:/NAME@ALIAS or models:/NAME/VERSION, got {model_uri[:100]!r}")
-    rest = model_uri[len("models:/"):]
+    rest = model_uri[len("models:/") :]
     by_alias = "@" in rest
     name, ref = rest.split("@", 1) if by_alias else rest.rsplit("/", 1) if "/" in rest else (rest, "")
     if not by_alias and not ref.isdigit():
@@ -101,8 +103,9 @@ def resolve_model(model_uri: str, tracking_uri: str) -> ModelRef:
     service = (info.metadata or {}).get(FEATURE_SERVICE_KEY)
     if service:
         return ModelRef(model_uri, pinned, str(version.version), service)
-    columns = model_columns.from_signature(info.signature.inputs if info.signature else None,
-                                           f"{model_uri} (version {version.version})")
+    columns = model_columns.from_signature(
+        info.signature.inputs if info.signature else None, f"{model_uri} (version {version.version})"
+    )
     return ModelRef(model_uri, pinned, str(version.version), None, columns)
 
 
@@ -118,8 +121,11 @@ def input_spec(home: Path, service_name: str, key_column: str) -> InputSpec:
 
     store = feature_store.open_store(home)
     service = feature_store.feature_service(store, service_name)
-    return InputSpec(key_column, tuple(feature_store.entity_join_keys(store, service)),
-                     tuple(feature_store.request_fields(store, service)))
+    return InputSpec(
+        key_column,
+        tuple(feature_store.entity_join_keys(store, service)),
+        tuple(feature_store.request_fields(store, service)),
+    )
 
 
 def score_dataset(
@@ -160,11 +166,28 @@ def score_dataset(
         staging = output_layout.new_staging(root, run_id)
         try:
             chunks = _chunks(plan, spec, chunk_rows, staging / WORK_DIR if regroup else None)
-            log.info("batch %s: %d rows in %d file(s), %d chunk(s)%s, %s -> version %s, engine %s%s", run_id, plan.rows,
-                     len(plan.files), len(chunks), f" by {spec.join_keys[0]} range" if regroup and spec.join_keys else "",
-                     model_uri, model.version, engine, ", features given (no feature service)" if spec.features_given else "")
-            ctx = ScoringContext(str(Path(home).resolve()), tracking_uri, model.pinned, model.version,
-                                 model.feature_service, spec, run_id, str(staging))
+            log.info(
+                "batch %s: %d rows in %d file(s), %d chunk(s)%s, %s -> version %s, engine %s%s",
+                run_id,
+                plan.rows,
+                len(plan.files),
+                len(chunks),
+                f" by {spec.join_keys[0]} range" if regroup and spec.join_keys else "",
+                model_uri,
+                model.version,
+                engine,
+                ", features given (no feature service)" if spec.features_given else "",
+            )
+            ctx = ScoringContext(
+                str(Path(home).resolve()),
+                tracking_uri,
+                model.pinned,
+                model.version,
+                model.feature_service,
+                spec,
+                run_id,
+                str(staging),
+            )
             chunked = time.perf_counter()
             results, waited = _run_chunks(engine, ctx, chunks, dask, plan, validator, on_progress, checked)
             rows = sum(r.rows for r in results)
@@ -172,13 +195,16 @@ def score_dataset(
                 raise RuntimeError(f"scored {rows} rows of {plan.rows}: refusing to publish an incomplete run")
             shutil.rmtree(staging / WORK_DIR, ignore_errors=True)
             manifest = _manifest(run_id, model_uri, model, input_path, results, engine, chunk_rows, spec, regroup)
-            manifest.update({
-                "seconds": round(time.perf_counter() - started, 3),
-                # before the first chunk: the model resolved and loaded, the input planned (and the suite's verdict
-                # when it ran inline); after the chunks: what the run still waited for its child's verdict
-                "check_seconds": round(checked - started, 3), "chunks_seconds": round(time.perf_counter() - chunked, 3),
-                "verdict_wait_seconds": round(waited, 3),
-            })
+            manifest.update(
+                {
+                    "seconds": round(time.perf_counter() - started, 3),
+                    # before the first chunk: the model resolved and loaded, the input planned (and the suite's verdict
+                    # when it ran inline); after the chunks: what the run still waited for its child's verdict
+                    "check_seconds": round(checked - started, 3),
+                    "chunks_seconds": round(time.perf_counter() - chunked, 3),
+                    "verdict_wait_seconds": round(waited, 3),
+                }
+            )
             output_layout.write_manifest(staging, manifest)
             output_layout.publish(staging, final)
         except BaseException:
@@ -187,16 +213,36 @@ def score_dataset(
     seconds = time.perf_counter() - started
     missing = manifest["rows_without_features"]
     if missing:
-        log.warning("batch %s: %d of %d rows had no features in the store (prediction left null)", run_id, missing, rows)
-    log.info("batch %s: published %d rows in %d files to %s in %.1f s", run_id, rows, len(manifest["files"]), final,
-             seconds)
-    return BatchResult(rows, final, model_uri, model.version, seconds, missing, len(manifest["files"]), len(chunks),
-                       engine, manifest["stage_seconds"])
+        log.warning(
+            "batch %s: %d of %d rows had no features in the store (prediction left null)", run_id, missing, rows
+        )
+    log.info(
+        "batch %s: published %d rows in %d files to %s in %.1f s", run_id, rows, len(manifest["files"]), final, seconds
+    )
+    return BatchResult(
+        rows,
+        final,
+        model_uri,
+        model.version,
+        seconds,
+        missing,
+        len(manifest["files"]),
+        len(chunks),
+        engine,
+        manifest["stage_seconds"],
+    )
 
 
-def _run_chunks(engine: str, ctx: ScoringContext, chunks: list[Chunk], dask: DaskOptions | None,
-                plan: input_check.InputPlan, validator: validation_process.ValidationProcess | None,
-                on_progress: Callable[[Progress], None] | None, checked: float) -> tuple[list[ChunkResult], float]:
+def _run_chunks(
+    engine: str,
+    ctx: ScoringContext,
+    chunks: list[Chunk],
+    dask: DaskOptions | None,
+    plan: input_check.InputPlan,
+    validator: validation_process.ValidationProcess | None,
+    on_progress: Callable[[Progress], None] | None,
+    checked: float,
+) -> tuple[list[ChunkResult], float]:
     """Score every chunk into the staging directory. With the suite still running in its child, its verdict is
     taken as soon as it is there (between chunks: a refused input stops the run) and at the latest after the
     last chunk; a chunk that fails on an input the suite refuses raises the suite's error, which names the
@@ -225,22 +271,48 @@ def _run_chunks(engine: str, ctx: ScoringContext, chunks: list[Chunk], dask: Das
     return results, time.perf_counter() - waiting
 
 
-def _manifest(run_id: str, model_uri: str, model: ModelRef, input_path: Path, results: list[ChunkResult], engine: str,
-              chunk_rows: int, spec: InputSpec, regroup: bool) -> dict:
+def _manifest(
+    run_id: str,
+    model_uri: str,
+    model: ModelRef,
+    input_path: Path,
+    results: list[ChunkResult],
+    engine: str,
+    chunk_rows: int,
+    spec: InputSpec,
+    regroup: bool,
+) -> dict:
     rows = sum(r.rows for r in results)
     return {
-        "run_id": run_id, "model_uri": model_uri, "model_version": model.version, "pinned_model_uri": model.pinned,
-        "feature_service": model.feature_service, "input": str(Path(input_path).resolve()), "rows": rows,
+        "run_id": run_id,
+        "model_uri": model_uri,
+        "model_version": model.version,
+        "pinned_model_uri": model.pinned,
+        "feature_service": model.feature_service,
+        "input": str(Path(input_path).resolve()),
+        "rows": rows,
         "rows_without_features": sum(r.rows_without_features for r in results),
-        "files": [{"path": path, "rows": n} for r in results for path, n in r.files], "engine": engine,
-        "chunk_rows": chunk_rows, "finished_at": datetime.now(timezone.utc).isoformat(), "user": _user(),
-        "stage_seconds": {k: round(sum(r.seconds[k] for r in results), 3) for k in ("read", "features", "predict", "write")},
+        "files": [{"path": path, "rows": n} for r in results for path, n in r.files],
+        "engine": engine,
+        "chunk_rows": chunk_rows,
+        "finished_at": datetime.now(UTC).isoformat(),
+        "user": _user(),
+        "stage_seconds": {
+            k: round(sum(r.seconds[k] for r in results), 3) for k in ("read", "features", "predict", "write")
+        },
         "regrouped_by": spec.join_keys[0] if regroup and spec.join_keys else None,
     }
 
 
-def _check_input(input_path: Path, model_uri: str, home: Path, tracking_uri: str, key_column: str, engine: str,
-                 validator: validation_process.ValidationProcess | None) -> tuple[ModelRef, InputSpec, input_check.InputPlan]:
+def _check_input(
+    input_path: Path,
+    model_uri: str,
+    home: Path,
+    tracking_uri: str,
+    key_column: str,
+    engine: str,
+    validator: validation_process.ValidationProcess | None,
+) -> tuple[ModelRef, InputSpec, input_check.InputPlan]:
     """The model, what it needs of the input, and the input checked against that: its values validated here, or
     handed to ``validator``'s child process (whose verdict the caller takes) while this process loads the model
     it scores with."""

@@ -32,17 +32,23 @@ class ModelColumn:
 def from_signature(schema: Any, model: str) -> tuple[ModelColumn, ...]:
     """The named, flat input columns of an MLflow input schema (``signature.inputs``); ``model`` names it in errors."""
     if schema is None:
-        raise ValueError(f"{model} has neither a feature service nor a signature: batch scoring cannot tell "
-                         "which input columns the model reads (log it with a signature, or with a feature service)")
+        raise ValueError(
+            f"{model} has neither a feature service nor a signature: batch scoring cannot tell "
+            "which input columns the model reads (log it with a signature, or with a feature service)"
+        )
     if schema.is_tensor_spec() or not schema.has_input_names():
-        raise ValueError(f"{model} has no feature service and its signature is not one of named columns: "
-                         "batch scoring without a feature service reads named parquet columns")
+        raise ValueError(
+            f"{model} has no feature service and its signature is not one of named columns: "
+            "batch scoring without a feature service reads named parquet columns"
+        )
     columns = []
     for spec in schema.inputs:
         kind = getattr(spec.type, "name", None)
         if kind not in ACCEPTED:
-            raise ValueError(f"{model}: signature input {spec.name} has type {spec.type}; batch scoring reads flat "
-                             f"columns of type {', '.join(ACCEPTED)}")
+            raise ValueError(
+                f"{model}: signature input {spec.name} has type {spec.type}; batch scoring reads flat "
+                f"columns of type {', '.join(ACCEPTED)}"
+            )
         columns.append(ModelColumn(spec.name, kind, bool(getattr(spec, "required", True))))
     if not columns:
         raise ValueError(f"{model} has no feature service and its signature names no input column")
@@ -52,7 +58,9 @@ def from_signature(schema: Any, model: str) -> tuple[ModelColumn, ...]:
 def _integer(bits: int, unsigned_bits: int):
     def accepts(t: pa.DataType) -> bool:
         return (pa.types.is_signed_integer(t) and t.bit_width <= bits) or (
-            pa.types.is_unsigned_integer(t) and t.bit_width <= unsigned_bits)
+            pa.types.is_unsigned_integer(t) and t.bit_width <= unsigned_bits
+        )
+
     return accepts
 
 
@@ -62,8 +70,10 @@ ACCEPTED: dict[str, tuple[str, Any]] = {
     "integer": ("an integer of at most 32 bits", _integer(32, 16)),
     "long": ("an integer of at most 64 bits (unsigned: 32)", _integer(64, 32)),
     "float": ("a float of at most 32 bits", lambda t: pa.types.is_floating(t) and t.bit_width <= 32),
-    "double": ("a float, or an integer of at most 32 bits",
-               lambda t: pa.types.is_floating(t) or (pa.types.is_integer(t) and t.bit_width <= 32)),
+    "double": (
+        "a float, or an integer of at most 32 bits",
+        lambda t: pa.types.is_floating(t) or (pa.types.is_integer(t) and t.bit_width <= 32),
+    ),
     "string": ("a string", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)),
     "binary": ("binary", lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t)),
     "datetime": ("a timestamp without time zone", lambda t: pa.types.is_timestamp(t) and t.tz is None),

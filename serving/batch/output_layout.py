@@ -128,7 +128,9 @@ def _exchange(a: Path, b: Path) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     renameat2 = getattr(libc, "renameat2", None)
     if renameat2 is None:
-        raise OSError(errno.ENOSYS, "renameat2 is not available: replacing a published run needs Linux with glibc >= 2.28")
+        raise OSError(
+            errno.ENOSYS, "renameat2 is not available: replacing a published run needs Linux with glibc >= 2.28"
+        )
     if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"atomic exchange of {a} and {b} failed: {os.strerror(err)}")

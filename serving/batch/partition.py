@@ -96,4 +96,3 @@ def write_buckets(plan: InputPlan, spec: InputSpec, buckets: Buckets, folder: Pa
         path = folder / f"bucket-{bucket:05d}.parquet"
         files.append(InputFile(str(path), (pq.ParquetFile(path).metadata.num_rows,), whole=True))
     return InputPlan(str(folder), tuple(files))
-

@@ -22,7 +22,7 @@ import os
 import pickle
 import subprocess
 import sys
-from typing import BinaryIO, Optional
+from typing import BinaryIO
 
 from serving.batch.input_check import BatchInputError, InputPlan, InputSpec, validate_values
 
@@ -43,12 +43,13 @@ class ValidationProcess:
     leaving it stops a child whose verdict was never asked for (a run refused before validation)."""
 
     def __init__(self) -> None:
-        self._child: Optional[subprocess.Popen[bytes]] = None
+        self._child: subprocess.Popen[bytes] | None = None
         self._settled = False  # the input passed: later verdict() calls return at once
-        self._refused: Optional[BatchInputError] = None  # the input failed: later calls raise it again
+        self._refused: BatchInputError | None = None  # the input failed: later calls raise it again
         try:
-            self._child = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
-                                           stdout=subprocess.PIPE)
+            self._child = subprocess.Popen(
+                [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            )
         except OSError as exc:
             log.warning("could not start the input validation process (%s): validating inline", exc)
 
@@ -66,8 +67,7 @@ class ValidationProcess:
     def ready(self) -> bool:
         """Whether a verdict not taken yet can be taken without waiting for the child (it has exited, or there
         is no child: then ``verdict`` validates inline). Never blocks."""
-        return (not self._settled and self._refused is None
-                and (self._child is None or self._child.poll() is not None))
+        return not self._settled and self._refused is None and (self._child is None or self._child.poll() is not None)
 
     def verdict(self, plan: InputPlan, spec: InputSpec) -> None:
         """Wait for the child's verdict: return if the input passes, raise ``BatchInputError`` naming the
@@ -115,7 +115,7 @@ class ValidationProcess:
         if child is not None:
             _stop(child)
 
-    def __enter__(self) -> "ValidationProcess":
+    def __enter__(self) -> ValidationProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -143,7 +143,7 @@ def _serve(source: BinaryIO, sink: BinaryIO) -> None:
         outcome = ("passed", f"{plan.rows} rows passed the input suite in {seconds:.2f} s")
     except BatchInputError as exc:
         outcome = ("failed", str(exc))
-    except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the run with it
+    except Exception as exc:
         outcome = ("error", f"{type(exc).__name__}: {str(exc)[:300]}")
     sink.write(pickle.dumps(outcome))
     sink.flush()

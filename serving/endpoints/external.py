@@ -31,7 +31,7 @@ class OpenAiConfigInput(BaseModel):
 
 class ExternalModelInput(BaseModel):
     model_config = _FORBID
-    name: str = Field(min_length=1, max_length=256)          # the upstream's model name
+    name: str = Field(min_length=1, max_length=256)  # the upstream's model name
     provider: Literal["openai"]
     task: Literal["llm/v1/chat"]
     openai_config: OpenAiConfigInput
@@ -46,10 +46,14 @@ def check_external(where: str, model: ExternalModelInput) -> None:
     not http(s)."""
     config = model.openai_config
     if config.openai_api_key_plaintext is not None:
-        raise invalid_parameter(f"{where}.openai_config.openai_api_key_plaintext is not accepted: store the key as a "
-                                "secret and set openai_api_key to {{secrets/scope/key}}")
+        raise invalid_parameter(
+            f"{where}.openai_config.openai_api_key_plaintext is not accepted: store the key as a "
+            "secret and set openai_api_key to {{secrets/scope/key}}"
+        )
     if config.openai_api_key is None or not is_reference(config.openai_api_key):
-        raise invalid_parameter(f"{where}.openai_config.openai_api_key must be a secret reference {{{{secrets/scope/key}}}}")
+        raise invalid_parameter(
+            f"{where}.openai_config.openai_api_key must be a secret reference {{{{secrets/scope/key}}}}"
+        )
     base = urlsplit(model.base_url)
     if base.scheme not in ("http", "https") or not base.hostname or base.query or base.fragment:
         raise invalid_parameter(f"{where}.openai_config.openai_api_base must be an http(s) URL without query")

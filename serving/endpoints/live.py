@@ -25,8 +25,9 @@ class LiveEndpoint:
     @classmethod
     def of(cls, entities: dict[str, ReplicaSet], config: spec.EndpointCoreConfig) -> LiveEndpoint:
         """``entities`` served as ``config`` says."""
-        return cls(entities, spec.traffic_weights(config), cache_for(config), stream_inputs(config),
-                   external_models(config))
+        return cls(
+            entities, spec.traffic_weights(config), cache_for(config), stream_inputs(config), external_models(config)
+        )
 
 
 def cache_for(config: spec.EndpointCoreConfig) -> ResponseCache | None:

@@ -46,7 +46,9 @@ log = logging.getLogger(__name__)
 def superseded(record: spec.EndpointRecord, version: int) -> bool:
     """The record waits for a config later than ``version`` (a change written while that rollout ran): its
     outcome is not the endpoint's. Ending the update there would say READY for a config nobody serves yet."""
-    return record.config_update == "IN_PROGRESS" and record.pending_config is not None and version <= record.config_version
+    return (
+        record.config_update == "IN_PROGRESS" and record.pending_config is not None and version <= record.config_version
+    )
 
 
 class EndpointManager:
@@ -61,14 +63,14 @@ class EndpointManager:
         ready_timeout_s: float = 180.0,
         replica_client=None,  # type: ignore[no-untyped-def]  # has start/close/send; default: ReplicaClient
         request_timeout_s: float = 30.0,
-        cluster: Cluster | None = None,   # replicas as Kubernetes pods (TOLLFREE_BACKEND=kubernetes)
+        cluster: Cluster | None = None,  # replicas as Kubernetes pods (TOLLFREE_BACKEND=kubernetes)
     ) -> None:
         self.store = store
         self._resolve = resolver
         self._home = home or log_dir.parent
         self.launcher = Launcher.for_gateway(replica_env, log_dir, token_file=self._home / "replica.token")
         self.book = ReplicaBook(ReplicaRegistry(store.database), self.launcher)
-        self.backend = LocalBackend(self.launcher)   # its warm pool comes with the autoscaler (gateway.app)
+        self.backend = LocalBackend(self.launcher)  # its warm pool comes with the autoscaler (gateway.app)
         self.cluster = cluster
         self.placement = Placement(self.backend, self.book, cluster)
         if replica_client is None:
@@ -79,14 +81,14 @@ class EndpointManager:
         self.request_timeout_s = request_timeout_s
         self._ready_timeout_s = ready_timeout_s
         self.live: dict[str, LiveEndpoint] = {}
-        self.ai_gateways: dict[str, AiGatewayConfig] = {}   # each endpoint's, as its record has it
-        self.secrets = Secrets(self._home / "secrets")      # external models' API keys
+        self.ai_gateways: dict[str, AiGatewayConfig] = {}  # each endpoint's, as its record has it
+        self.secrets = Secrets(self._home / "secrets")  # external models' API keys
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._restoring: dict[str, asyncio.Event] = {}  # set once the restored endpoint is live (or failed)
         # Several gateways on one store: only the leader runs rollouts, replicas and the autoscaler; the others
         # write their control-plane changes to the store (the leader picks them up) and route to its replicas.
         self.leading = True
-        self._closing = False   # the gateway is stopping: a cancelled rollout leaves a cluster's Deployments be
+        self._closing = False  # the gateway is stopping: a cancelled rollout leaves a cluster's Deployments be
 
     # ---- control plane -------------------------------------------------------------------------
     async def create(self, request: spec.CreateEndpointRequest, creator: str) -> spec.EndpointRecord:
@@ -94,9 +96,18 @@ class EndpointManager:
         config = await self._resolved(self._with_secrets(spec.normalize_config(request.config, name)))
         now = int(time.time() * 1000)
         record = spec.EndpointRecord(
-            name=name, id=uuid.uuid4().hex, creator=creator, created_ms=now, updated_ms=now,
-            config=config, config_version=1, ready="NOT_READY", config_update="IN_PROGRESS",
-            pending_config=None, ai_gateway=None, state_message=None,
+            name=name,
+            id=uuid.uuid4().hex,
+            creator=creator,
+            created_ms=now,
+            updated_ms=now,
+            config=config,
+            config_version=1,
+            ready="NOT_READY",
+            config_update="IN_PROGRESS",
+            pending_config=None,
+            ai_gateway=None,
+            state_message=None,
         )
         await run_in_threadpool(self.store.create, record)
         if self.leading:
@@ -108,7 +119,9 @@ class EndpointManager:
         if record.config_update == "IN_PROGRESS":
             # what Databricks answers while an update is in progress: 409, so clients and SDKs treat it as a conflict
             raise conflict(f"endpoint {name} has a config update in progress; retry when it ends")
-        config = await self._resolved(self._with_secrets(spec.normalize_config(keep_extensions(raw, record.config), name)))
+        config = await self._resolved(
+            self._with_secrets(spec.normalize_config(keep_extensions(raw, record.config), name))
+        )
         record.pending_config = config
         record.config_update = "IN_PROGRESS"
         record.updated_ms = int(time.time() * 1000)
@@ -142,7 +155,7 @@ class EndpointManager:
         """The AI gateway an endpoint's record holds, for its requests (records another gateway wrote too)."""
         try:
             self.ai_gateways[record.name] = parse_ai_gateway(record.ai_gateway or {})
-        except Exception:  # noqa: BLE001 - stored before the field was checked: served without one, and said
+        except Exception:
             log.error("endpoint %s: its stored ai_gateway is not valid any more; serving without it", record.name)
             self.ai_gateways[record.name] = AiGatewayConfig()
 
@@ -153,7 +166,9 @@ class EndpointManager:
                 try:
                     self.secrets.read(str(entity.external_model.openai_config.openai_api_key))
                 except SecretMissing as exc:
-                    raise invalid_parameter(f"served_entities[{i}].external_model.openai_config.openai_api_key: {exc}") from None
+                    raise invalid_parameter(
+                        f"served_entities[{i}].external_model.openai_config.openai_api_key: {exc}"
+                    ) from None
         return config
 
     async def openapi(self, name: str) -> dict:
@@ -192,7 +207,7 @@ class EndpointManager:
         """A follower's data plane, refreshed from the store: every endpoint's config routed to the replicas
         the registry lists for it (run by the leader). Replicas kept across refreshes keep their counts."""
         records = await run_in_threadpool(self.store.list)
-        rows = await self.book.routes() if self.cluster is None else {}   # a cluster's sets follow its watch
+        rows = await self.book.routes() if self.cluster is None else {}  # a cluster's sets follow its watch
         for record in records:
             self._remember(record)
             live = self.live.get(record.name)
@@ -204,11 +219,17 @@ class EndpointManager:
                     served = self.placement.follow(record.name, entity)
                     served.attach(self.replica_client.send, self.request_timeout_s)
                 if self.cluster is None:
-                    served.route_to([RemoteReplica(r.host, r.port, r.pid) for r in rows.get((record.name, entity.name, uri), [])])
+                    served.route_to(
+                        [RemoteReplica(r.host, r.port, r.pid) for r in rows.get((record.name, entity.name, uri), [])]
+                    )
                 entities[entity.name] = served
             weights, external = spec.traffic_weights(record.config), external_models(record.config)
             if live is None or (live.entities, live.weights, live.streams, live.external) != (
-                    entities, weights, stream_inputs(record.config), external):
+                entities,
+                weights,
+                stream_inputs(record.config),
+                external,
+            ):
                 self.live[record.name] = LiveEndpoint.of(entities, record.config)
                 if live is not None:
                     self.placement.forget([e for e in live.entities.values() if e not in entities.values()])
@@ -269,11 +290,11 @@ class EndpointManager:
         await asyncio.gather(*rollouts, return_exceptions=True)
         entities = [e for live in self.live.values() for e in live.entities.values()]
         self.live.clear()
-        if not keep_replicas or self.cluster is not None:   # a cluster's sets stop routing; its Deployments stay
+        if not keep_replicas or self.cluster is not None:  # a cluster's sets stop routing; its Deployments stay
             await self._stop_all(entities, cancel_starts=True)
         await self.book.flush()  # the registry is up to date
         await self.backend.close()
-        await run_in_threadpool(self.launcher.close)   # the fork server; the replicas it forked are handled above
+        await run_in_threadpool(self.launcher.close)  # the fork server; the replicas it forked are handled above
         await self.replica_client.close()
 
     async def wait_settled(self, name: str) -> None:
@@ -314,8 +335,13 @@ class EndpointManager:
             )
         return config
 
-    def _spawn(self, name: str, config: spec.EndpointCoreConfig, version: int,
-               left: Mapping[tuple[str, str, str], list[ReplicaRow]] | None = None) -> None:
+    def _spawn(
+        self,
+        name: str,
+        config: spec.EndpointCoreConfig,
+        version: int,
+        left: Mapping[tuple[str, str, str], list[ReplicaRow]] | None = None,
+    ) -> None:
         """Roll ``config`` out in the background. One rollout at a time per endpoint: one asked for while another
         runs (a change sent while a new leader adopts what it found) waits for it and starts from what it left
         live. Two at once would each stop only the sets live when it began, so the sets of the one that ended
@@ -325,11 +351,16 @@ class EndpointManager:
         self._tasks[name] = task
         task.add_done_callback(lambda t, n=name: self._tasks.pop(n, None) if self._tasks.get(n) is t else None)
 
-    async def _deploy(self, name: str, config: spec.EndpointCoreConfig, version: int,
-                      left: Mapping[tuple[str, str, str], list[ReplicaRow]] | None = None,
-                      after: asyncio.Task[None] | None = None) -> None:
+    async def _deploy(
+        self,
+        name: str,
+        config: spec.EndpointCoreConfig,
+        version: int,
+        left: Mapping[tuple[str, str, str], list[ReplicaRow]] | None = None,
+        after: asyncio.Task[None] | None = None,
+    ) -> None:
         try:
-            if after is not None:   # cancelled with this one (a delete, a shutdown)
+            if after is not None:  # cancelled with this one (a delete, a shutdown)
                 await asyncio.gather(after, return_exceptions=True)
             await self._roll_out(name, config, version, left or {})
         finally:
@@ -337,8 +368,13 @@ class EndpointManager:
             if restoring is not None:
                 restoring.set()  # requests waiting for the restored endpoint go on (or get 503 if it failed)
 
-    async def _roll_out(self, name: str, config: spec.EndpointCoreConfig, version: int,
-                        left: Mapping[tuple[str, str, str], list[ReplicaRow]]) -> None:
+    async def _roll_out(
+        self,
+        name: str,
+        config: spec.EndpointCoreConfig,
+        version: int,
+        left: Mapping[tuple[str, str, str], list[ReplicaRow]],
+    ) -> None:
         old = self.live.get(name)
         keep: dict[str, ReplicaSet] = {}
         started: list[ReplicaSet] = []
@@ -346,8 +382,11 @@ class EndpointManager:
             for entity in spec.registry_entities(config):
                 limit = entity.max_concurrency or DEFAULT_MAX_CONCURRENCY
                 current = old.entities.get(entity.name) if old else None
-                if (current and not current.followed
-                        and (current.model_name, current.version) == (entity.entity_name, entity.resolved_version)):
+                if (
+                    current
+                    and not current.followed
+                    and (current.model_name, current.version) == (entity.entity_name, entity.resolved_version)
+                ):
                     current.configure(limit, spec.scaling_config(entity, stored=True))  # applies at once
                     keep[entity.name] = current
                     continue
@@ -372,8 +411,16 @@ class EndpointManager:
             await self._stop_all([e for n, e in old.entities.items() if keep.get(n) is not e])
         await self._finish(name, version, ready=True, update="NOT_UPDATING", config=config)
 
-    async def _finish(self, name: str, version: int, *, ready: bool, update: str, message: str | None = None,
-                      config: spec.EndpointCoreConfig | None = None) -> None:
+    async def _finish(
+        self,
+        name: str,
+        version: int,
+        *,
+        ready: bool,
+        update: str,
+        message: str | None = None,
+        config: spec.EndpointCoreConfig | None = None,
+    ) -> None:
         """Write the outcome of the rollout of config ``version`` (``config`` once it serves). Only once the
         registry lists its replicas: a follower that reads READY routes to them at once. Nothing when a change
         written since waits for a later version (:func:`superseded`): that rollout writes the outcome."""

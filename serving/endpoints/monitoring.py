@@ -35,8 +35,21 @@ T = TypeVar("T")
 
 CORRECTIONS = ("holm", "bonferroni", "none")
 # Evidently's methods whose score is a p-value (drift below the threshold), and ``chi2_contingency`` (monitoring/drift.py)
-P_VALUE_METHODS = frozenset({"ks", "chisquare", "z", "t_test", "mannw", "anderson", "cramer_von_mises", "fisher_exact",
-                             "epps_singleton", "g_test", "chi2_contingency"})
+P_VALUE_METHODS = frozenset(
+    {
+        "ks",
+        "chisquare",
+        "z",
+        "t_test",
+        "mannw",
+        "anderson",
+        "cramer_von_mises",
+        "fisher_exact",
+        "epps_singleton",
+        "g_test",
+        "chi2_contingency",
+    }
+)
 MAX_P_VALUE_THRESHOLD = 0.1  # above it, a threshold given for a p-value method is taken for a distance and refused
 
 
@@ -64,9 +77,11 @@ class DriftConfig:
         for kind in ("numeric", "categorical"):
             method, threshold = getattr(self, f"{kind}_method"), getattr(self, f"{kind}_threshold")
             if method in P_VALUE_METHODS and not 0.0 < threshold <= MAX_P_VALUE_THRESHOLD:
-                raise ValueError(f"drift setting {kind}_threshold {threshold} is the false-alarm rate of {method} (a p-value "
-                                 f"method): between 0 and {MAX_P_VALUE_THRESHOLD}; for a distance set {kind}_method too, "
-                                 "e.g. psi")
+                raise ValueError(
+                    f"drift setting {kind}_threshold {threshold} is the false-alarm rate of {method} (a p-value "
+                    f"method): between 0 and {MAX_P_VALUE_THRESHOLD}; for a distance set {kind}_method too, "
+                    "e.g. psi"
+                )
 
 
 @dataclass(frozen=True)

@@ -33,17 +33,30 @@ class Placement:
         """The leader's set for ``entity``: it starts, scales and stops the replicas."""
         if self.cluster is not None:
             return self._pods(endpoint, entity, lead=True)
-        return ReplicaSet(str(entity.name), entity.entity_name, str(entity.resolved_version), self.backend,
-                          endpoint=endpoint, max_concurrency=_limit(entity), scaling=spec.scaling_config(entity, stored=True),
-                          on_change=self.book.changed)
+        return ReplicaSet(
+            str(entity.name),
+            entity.entity_name,
+            str(entity.resolved_version),
+            self.backend,
+            endpoint=endpoint,
+            max_concurrency=_limit(entity),
+            scaling=spec.scaling_config(entity, stored=True),
+            on_change=self.book.changed,
+        )
 
     def follow(self, endpoint: str, entity: spec.ServedEntityInput) -> ReplicaSet:
         """A follower's set for ``entity``: it routes to the replicas the leader runs (``manager.follow`` gives a
         local one its replicas from the registry; a cluster's follows the EndpointSlices by itself)."""
         if self.cluster is not None:
             return self._pods(endpoint, entity, lead=False)
-        served = ReplicaSet(str(entity.name), entity.entity_name, str(entity.resolved_version), None,
-                            endpoint=endpoint, max_concurrency=_limit(entity))
+        served = ReplicaSet(
+            str(entity.name),
+            entity.entity_name,
+            str(entity.resolved_version),
+            None,
+            endpoint=endpoint,
+            max_concurrency=_limit(entity),
+        )
         served.followed = True
         return served
 
@@ -60,13 +73,17 @@ class Placement:
             return
         from serving.replicas.cluster.objects import Wanted
 
-        needed = {Wanted(r.name, str(e.name), f"models:/{e.entity_name}/{e.resolved_version}").name
-                  for r in records for config in (r.config, r.pending_config) if config is not None
-                  for e in spec.registry_entities(config)}
+        needed = {
+            Wanted(r.name, str(e.name), f"models:/{e.entity_name}/{e.resolved_version}").name
+            for r in records
+            for config in (r.config, r.pending_config)
+            if config is not None
+            for e in spec.registry_entities(config)
+        }
         try:
             for name in set(await run_in_threadpool(self.cluster.backend.managed)) - needed:
                 await run_in_threadpool(self.cluster.backend.delete, name)
-        except Exception as exc:  # noqa: BLE001 - a leftover costs pods, not correctness: the next leader sweeps again
+        except Exception as exc:
             log.error("left-over Deployments not removed: %s", exc)
 
     def _pods(self, endpoint: str, entity: spec.ServedEntityInput, *, lead: bool) -> ReplicaSet:
@@ -74,11 +91,18 @@ class Placement:
         from serving.replicas.cluster.pod_set import PodSet
 
         assert self.cluster is not None
-        wanted = Wanted(endpoint, str(entity.name), f"models:/{entity.entity_name}/{entity.resolved_version}",
-                        entity.workload_size)
-        return PodSet(wanted, entity.entity_name, str(entity.resolved_version), self.cluster.routes,
-                      self.cluster.backend if lead else None, max_concurrency=_limit(entity),
-                      scaling=spec.scaling_config(entity, stored=True) if lead else None)
+        wanted = Wanted(
+            endpoint, str(entity.name), f"models:/{entity.entity_name}/{entity.resolved_version}", entity.workload_size
+        )
+        return PodSet(
+            wanted,
+            entity.entity_name,
+            str(entity.resolved_version),
+            self.cluster.routes,
+            self.cluster.backend if lead else None,
+            max_concurrency=_limit(entity),
+            scaling=spec.scaling_config(entity, stored=True) if lead else None,
+        )
 
 
 def _limit(entity: spec.ServedEntityInput) -> int:

@@ -44,11 +44,14 @@ class ReplicaBook:
         adopt; those of anything else (an endpoint deleted or changed meanwhile) are stopped and forgotten."""
         try:
             rows = await run_in_threadpool(self.registry.all)
-        except Exception as exc:  # noqa: BLE001 - start without adopting: every replica starts anew
+        except Exception as exc:
             log.warning("replica registry unreadable (%s): no replica adopted", type(exc).__name__)
             return {}
-        wanted = {(r.name, str(e.name), f"models:/{e.entity_name}/{e.resolved_version}")
-                  for r in records for e in spec.registry_entities(r.config)}
+        wanted = {
+            (r.name, str(e.name), f"models:/{e.entity_name}/{e.resolved_version}")
+            for r in records
+            for e in spec.registry_entities(r.config)
+        }
         by_entity: dict[tuple[str, str, str], list[ReplicaRow]] = {}
         strays = []
         for row in rows:
@@ -64,7 +67,7 @@ class ReplicaBook:
             log.info("stopped %d replica(s) left running that no endpoint needs", len(strays))
             try:
                 await run_in_threadpool(self.registry.forget, strays)
-            except Exception as exc:  # noqa: BLE001 - a stale row is harmless: the next start checks it again
+            except Exception as exc:
                 log.warning("replica registry not updated: %s", type(exc).__name__)
         return by_entity
 
@@ -74,8 +77,15 @@ class ReplicaBook:
         gone = []
         for row in rows:
             try:
-                taken = await run_in_threadpool(adopt_replica, row.host, row.port, row.pid, row.model_uri,
-                                                self.launcher.token, self.launcher.log_dir)
+                taken = await run_in_threadpool(
+                    adopt_replica,
+                    row.host,
+                    row.port,
+                    row.pid,
+                    row.model_uri,
+                    self.launcher.token,
+                    self.launcher.log_dir,
+                )
             except ReplicaOwned as exc:
                 log.info("not adopted: %s", exc)
                 continue
@@ -90,7 +100,7 @@ class ReplicaBook:
         if gone:
             try:
                 await run_in_threadpool(self.registry.forget, gone)
-            except Exception as exc:  # noqa: BLE001 - a stale row is harmless: the next start checks it again
+            except Exception as exc:
                 log.warning("replica registry not updated: %s", type(exc).__name__)
         return adopted
 
@@ -103,11 +113,23 @@ class ReplicaBook:
     async def _record(self, served: ReplicaSet) -> None:
         key = (served.endpoint, served.name, served.model_uri)
         async with self._recording.setdefault(key, asyncio.Lock()):
-            rows = [ReplicaRow(host=r.host, port=r.port, pid=r.pid, endpoint=served.endpoint, entity=served.name,
-                               model_uri=served.model_uri, backend="local", started_at=r.started_at,
-                               owner_pid=os.getpid())
-                    for r in served.replicas]
+            rows = [
+                ReplicaRow(
+                    host=r.host,
+                    port=r.port,
+                    pid=r.pid,
+                    endpoint=served.endpoint,
+                    entity=served.name,
+                    model_uri=served.model_uri,
+                    backend="local",
+                    started_at=r.started_at,
+                    owner_pid=os.getpid(),
+                )
+                for r in served.replicas
+            ]
             try:
                 await run_in_threadpool(self.registry.replace, *key, os.getpid(), rows)
-            except Exception as exc:  # noqa: BLE001 - serving goes on; a restart then adopts fewer replicas
-                log.warning("replica registry not updated for %s/%s: %s", served.endpoint, served.name, type(exc).__name__)
+            except Exception as exc:
+                log.warning(
+                    "replica registry not updated for %s/%s: %s", served.endpoint, served.name, type(exc).__name__
+                )

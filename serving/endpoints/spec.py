@@ -47,8 +47,8 @@ def quote_name(name: str) -> str:
 class ServedEntityInput(BaseModel):
     model_config = _FORBID
     name: str | None = Field(default=None, max_length=128)
-    entity_name: str | None = Field(default=None, max_length=256)   # a registry model, or:
-    external_model: ExternalModelInput | None = None                 # a model another server runs
+    entity_name: str | None = Field(default=None, max_length=256)  # a registry model, or:
+    external_model: ExternalModelInput | None = None  # a model another server runs
     entity_version: str | None = Field(default=None, max_length=18)
     entity_alias: str | None = Field(default=None, max_length=255)
     workload_size: Literal["Small", "Medium", "Large"] = "Small"
@@ -139,8 +139,6 @@ def validate_endpoint_name(name: str) -> str:
     return name
 
 
-
-
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise invalid_parameter(message)
@@ -157,11 +155,15 @@ def registry_entities(config: EndpointCoreConfig) -> list[ServedEntityInput]:
 
 def _normalize_external(p: str, e: ServedEntityInput) -> ServedEntityInput:
     assert e.external_model is not None
-    _check(e.entity_name is None and e.entity_version is None and e.entity_alias is None,
-           f"{p}: set either external_model or entity_name, not both")
+    _check(
+        e.entity_name is None and e.entity_version is None and e.entity_alias is None,
+        f"{p}: set either external_model or entity_name, not both",
+    )
     replicas = ("min_replicas", "max_replicas", "max_concurrency", "autoscaling", "environment_vars")
-    _check(all(getattr(e, k) is None for k in replicas) and not e.scale_to_zero_enabled,
-           f"{p}: an external model runs no replicas here: remove {', '.join(replicas)} and scale_to_zero_enabled")
+    _check(
+        all(getattr(e, k) is None for k in replicas) and not e.scale_to_zero_enabled,
+        f"{p}: an external model runs no replicas here: remove {', '.join(replicas)} and scale_to_zero_enabled",
+    )
     check_external(f"{p}.external_model", e.external_model)
     name = e.name if e.name is not None else e.external_model.name
     _check(bool(_SERVED_NAME_RE.match(name)), f"{p}.name must be 1 to 128 letters, digits, '_', '-' or '.'")
@@ -174,29 +176,41 @@ def _normalize_entity(i: int, e: ServedEntityInput) -> ServedEntityInput:
         return _normalize_external(p, e)
     _check(e.entity_name is not None, f"{p}: set entity_name (a registry model) or external_model")
     assert e.entity_name is not None
-    _check(bool(_MODEL_NAME_RE.match(e.entity_name)),
-           f"{p}.entity_name must name a registered model (letters, digits, '_', '-', '.'), not a path or URI")
-    _check((e.entity_version is None) != (e.entity_alias is None),
-           f"{p}: set exactly one of entity_version or entity_alias")
+    _check(
+        bool(_MODEL_NAME_RE.match(e.entity_name)),
+        f"{p}.entity_name must name a registered model (letters, digits, '_', '-', '.'), not a path or URI",
+    )
+    _check(
+        (e.entity_version is None) != (e.entity_alias is None),
+        f"{p}: set exactly one of entity_version or entity_alias",
+    )
     version, alias, resolved = e.entity_version, e.entity_alias, e.resolved_version
     if version is not None:
-        _check(bool(_VERSION_RE.match(version)) and int(version) >= 1,
-               f"{p}.entity_version must be a model version number (digits only)")
+        _check(
+            bool(_VERSION_RE.match(version)) and int(version) >= 1,
+            f"{p}.entity_version must be a model version number (digits only)",
+        )
         version = resolved = str(int(version))
     if alias is not None:
-        _check(bool(_ALIAS_RE.match(alias)) and not _RESERVED_ALIAS_RE.match(alias),
-               f"{p}.entity_alias must be a registry alias (letters, digits, '_', '-'; not reserved)")
+        _check(
+            bool(_ALIAS_RE.match(alias)) and not _RESERVED_ALIAS_RE.match(alias),
+            f"{p}.entity_alias must be a registry alias (letters, digits, '_', '-'; not reserved)",
+        )
     name = e.name if e.name is not None else f"{e.entity_name}-{version or alias}"
     hint = "" if e.name is not None else " (the default name is too long: set name)"
     _check(bool(_SERVED_NAME_RE.match(name)), f"{p}.name must be 1 to 128 letters, digits, '_', '-' or '.'{hint}")
-    _check(all(_ENV_NAME_RE.match(k) for k in e.environment_vars or {}),
-           f"{p}.environment_vars has a key that is not a valid variable name")
+    _check(
+        all(_ENV_NAME_RE.match(k) for k in e.environment_vars or {}),
+        f"{p}.environment_vars has a key that is not a valid variable name",
+    )
     lo, hi = e.min_replicas, e.max_replicas
     _check(lo is None or lo >= 0, f"{p}.min_replicas must be >= 0")
     _check(hi is None or hi >= 1, f"{p}.max_replicas must be >= 1")
     _check(lo is None or hi is None or lo <= hi, f"{p}.min_replicas ({lo}) must be <= max_replicas ({hi})")
-    _check(lo is None or (lo == 0) == e.scale_to_zero_enabled,
-           f"{p}.min_replicas must be 0 exactly when scale_to_zero_enabled is true")
+    _check(
+        lo is None or (lo == 0) == e.scale_to_zero_enabled,
+        f"{p}.min_replicas must be 0 exactly when scale_to_zero_enabled is true",
+    )
     _check(e.max_concurrency is None or e.max_concurrency >= 1, f"{p}.max_concurrency must be >= 1")
     try:
         scaling_config(e)
@@ -233,8 +247,10 @@ def normalize_config(config: EndpointCoreConfig, endpoint_name: str | None = Non
     Pinned entities get ``resolved_version = entity_version``; alias entities keep theirs (None until resolved).
     """
     _check(endpoint_name is None or config.name in (None, endpoint_name), "config.name must be the endpoint name")
-    _check(1 <= len(config.served_entities) <= MAX_SERVED_ENTITIES,
-           f"served_entities must list 1 to {MAX_SERVED_ENTITIES} entities")
+    _check(
+        1 <= len(config.served_entities) <= MAX_SERVED_ENTITIES,
+        f"served_entities must list 1 to {MAX_SERVED_ENTITIES} entities",
+    )
     entities = [_normalize_entity(i, e) for i, e in enumerate(config.served_entities)]
     first: dict[str, int] = {}
     for i, e in enumerate(entities):
@@ -247,8 +263,7 @@ def normalize_config(config: EndpointCoreConfig, endpoint_name: str | None = Non
     if config.stream_inputs is not None:
         check_stream_inputs(config.stream_inputs)
     streams = config.stream_inputs or None  # an empty list is no stream input
-    return config.model_copy(update={"served_entities": entities, "traffic_config": traffic,
-                                     "stream_inputs": streams})
+    return config.model_copy(update={"served_entities": entities, "traffic_config": traffic, "stream_inputs": streams})
 
 
 DEFAULT_MAX_REPLICAS = 4  # local processes on one machine; set max_replicas for more
@@ -270,14 +285,20 @@ def scaling_config(e: ServedEntityInput, *, stored: bool = False) -> ScalingConf
             raise ScalingConfigError(key, "set it on the served entity, not in autoscaling")
     base: dict[str, Any] = {
         "min_replicas": e.min_replicas if e.min_replicas is not None else (0 if e.scale_to_zero_enabled else 1),
-        "max_replicas": e.max_replicas if e.max_replicas is not None else max(DEFAULT_MAX_REPLICAS, e.min_replicas or 0),
+        "max_replicas": e.max_replicas
+        if e.max_replicas is not None
+        else max(DEFAULT_MAX_REPLICAS, e.min_replicas or 0),
         "scale_to_zero": e.scale_to_zero_enabled,
     }
     if e.max_concurrency is not None and "initial_target" not in extra:
         headroom = float(extra.get("admission_headroom", 1.5))
         target = max(1.0, e.max_concurrency / headroom)
-        base.update(vertical=False, initial_target=target, min_target=min(target, float(extra.get("min_target", 1.0))),
-                    max_target=max(target, float(extra.get("max_target", 1024.0))))
+        base.update(
+            vertical=False,
+            initial_target=target,
+            min_target=min(target, float(extra.get("min_target", 1.0))),
+            max_target=max(target, float(extra.get("max_target", 1024.0))),
+        )
     return ScalingConfig.from_mapping({**base, **extra})
 
 
@@ -347,8 +368,12 @@ def _deployment(record: EndpointRecord, pending: bool) -> dict[str, str]:
 
 def _entity_views(e: ServedEntityInput, state: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """One served entity in ``ServedEntityOutput`` and in legacy ``ServedModelOutput`` shape."""
-    common: dict[str, Any] = {"name": e.name, "workload_size": e.workload_size,
-                              "scale_to_zero_enabled": e.scale_to_zero_enabled, "state": dict(state)}
+    common: dict[str, Any] = {
+        "name": e.name,
+        "workload_size": e.workload_size,
+        "scale_to_zero_enabled": e.scale_to_zero_enabled,
+        "state": dict(state),
+    }
     common.update({k: getattr(e, k) for k in ("workload_type", "environment_vars") if getattr(e, k) is not None})
     if e.external_model is not None:
         external = {"external_model": external_view(e.external_model)}
@@ -364,10 +389,16 @@ def _entity_views(e: ServedEntityInput, state: dict[str, str]) -> tuple[dict[str
 
 def _config_view(config: EndpointCoreConfig, version: int, state: dict[str, str]) -> dict[str, Any]:
     views = [_entity_views(e, state) for e in config.served_entities]
-    routes = [{"served_entity_name": n, "served_model_name": n, "traffic_percentage": pct}
-              for n, pct in traffic_weights(config)]
-    out: dict[str, Any] = {"served_entities": [v[0] for v in views], "served_models": [v[1] for v in views],
-                           "traffic_config": {"routes": routes}, "config_version": version}
+    routes = [
+        {"served_entity_name": n, "served_model_name": n, "traffic_percentage": pct}
+        for n, pct in traffic_weights(config)
+    ]
+    out: dict[str, Any] = {
+        "served_entities": [v[0] for v in views],
+        "served_models": [v[1] for v in views],
+        "traffic_config": {"routes": routes},
+        "config_version": version,
+    }
     if config.auto_capture_config is not None:
         out["auto_capture_config"] = config.auto_capture_config.model_dump(exclude_none=True)
     if config.response_cache is not None:
@@ -382,7 +413,9 @@ def _config_view(config: EndpointCoreConfig, version: int, state: dict[str, str]
 def endpoint_view(record: EndpointRecord) -> dict[str, Any]:
     """The endpoint as Databricks returns it: ``ServingEndpointDetailed`` JSON."""
     view: dict[str, Any] = {
-        "name": record.name, "id": record.id, "creator": record.creator,
+        "name": record.name,
+        "id": record.id,
+        "creator": record.creator,
         "creation_timestamp": record.created_ms,
         "last_updated_timestamp": record.updated_ms,
         "state": {"ready": record.ready, "config_update": record.config_update},

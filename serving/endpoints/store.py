@@ -84,8 +84,11 @@ class EndpointStore:
         text = record.to_json()
         try:
             with self._transaction() as db:
-                db.execute(insert(endpoints).values(name=record.name, config_version=record.config_version,
-                                                    revision=1, record=text))
+                db.execute(
+                    insert(endpoints).values(
+                        name=record.name, config_version=record.config_version, revision=1, record=text
+                    )
+                )
                 notify(db)
         except IntegrityError:
             raise already_exists(f"serving endpoint {quote_name(record.name)} already exists") from None
@@ -94,8 +97,11 @@ class EndpointStore:
         return record
 
     def get(self, name: str) -> EndpointRecord:
-        row = self._read(lambda db: db.execute(
-            select(endpoints.c.record, endpoints.c.revision).where(endpoints.c.name == name)).first())
+        row = self._read(
+            lambda db: db.execute(
+                select(endpoints.c.record, endpoints.c.revision).where(endpoints.c.name == name)
+            ).first()
+        )
         if row is None:
             raise _missing(name)
         return EndpointRecord.from_json(row[0], revision=row[1])
@@ -109,9 +115,12 @@ class EndpointStore:
     def put(self, record: EndpointRecord) -> EndpointRecord:
         """Overwrite an existing endpoint unconditionally; 404 if it does not exist."""
         text = record.to_json()
-        statement = (update(endpoints).where(endpoints.c.name == record.name)
-                     .values(record=text, config_version=record.config_version, revision=endpoints.c.revision + 1)
-                     .returning(endpoints.c.revision))
+        statement = (
+            update(endpoints)
+            .where(endpoints.c.name == record.name)
+            .values(record=text, config_version=record.config_version, revision=endpoints.c.revision + 1)
+            .returning(endpoints.c.revision)
+        )
         row = self._read(lambda db: _notified(db, db.execute(statement).first()))
         if row is None:
             raise _missing(record.name)
@@ -131,31 +140,38 @@ class EndpointStore:
         condition = (endpoints.c.name == name) & (endpoints.c.config_version == expected_config_version)
         if record.revision:
             condition = condition & (endpoints.c.revision == record.revision)
-        statement = (update(endpoints).where(condition)
-                     .values(record=text, config_version=record.config_version, revision=endpoints.c.revision + 1)
-                     .returning(endpoints.c.revision))
+        statement = (
+            update(endpoints)
+            .where(condition)
+            .values(record=text, config_version=record.config_version, revision=endpoints.c.revision + 1)
+            .returning(endpoints.c.revision)
+        )
 
         def attempt(db: Connection) -> tuple[int | None, tuple[int, int] | None]:
             row = db.execute(statement).first()
             if row is not None:
                 notify(db)
                 return row[0], None
-            found = db.execute(select(endpoints.c.config_version, endpoints.c.revision)
-                               .where(endpoints.c.name == name)).first()
+            found = db.execute(
+                select(endpoints.c.config_version, endpoints.c.revision).where(endpoints.c.name == name)
+            ).first()
             return None, (found[0], found[1]) if found is not None else None
 
         revision, found = self._read(attempt)
         if revision is None:
             if found is None:
                 raise _missing(name)
-            raise conflict(f"serving endpoint {quote_name(name)} was changed concurrently"
-                           f" (config version {found[0]}, expected {expected_config_version}); reload it and retry")
+            raise conflict(
+                f"serving endpoint {quote_name(name)} was changed concurrently"
+                f" (config version {found[0]}, expected {expected_config_version}); reload it and retry"
+            )
         record.revision = revision
         return record
 
     def delete(self, name: str) -> None:
         """Remove an endpoint, and with it its autoscaler's recorded state (an endpoint created again under the
         name starts afresh, as a new endpoint); 404 if it does not exist."""
+
         def work(db: Connection) -> int:
             gone = db.execute(delete(endpoints).where(endpoints.c.name == name)).rowcount
             db.execute(delete(autoscaler_state).where(autoscaler_state.c.endpoint == name))

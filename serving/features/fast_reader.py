@@ -33,7 +33,6 @@ from serving.features.store_reader import (
     open_online_store_reader,
 )
 
-
 _INT64_RANGE = (-(2**63), 2**63 - 1)
 
 
@@ -95,7 +94,9 @@ class FastServiceReader:
         self._prefix = (*join_keys, *request_fields)
 
     @classmethod
-    def build(cls, store: FeatureStore, service: FeatureService, join_keys: Sequence[str], request_fields: Sequence[str]) -> FastServiceReader:
+    def build(
+        cls, store: FeatureStore, service: FeatureService, join_keys: Sequence[str], request_fields: Sequence[str]
+    ) -> FastServiceReader:
         """The reader for ``service`` on ``store``'s online store; ``UnsupportedOnlineStore`` if it cannot be."""
         check_supported(store.config)  # before touching the registry: the cheap, common refusal
         wanted: dict[str, list[str]] = {}  # every batch view read, with its features, in Feast's order
@@ -123,7 +124,10 @@ class FastServiceReader:
                 raise UnsupportedOnlineStore(f"feature view {view.name} needs join keys outside the service's")
         reader = open_online_store_reader(store.config, views)
         extras = reader.empty_response_columns
-        steps = [cls._step(odfv, names, views, service_features, odfvs, [*join_keys, *request_fields], extras) for odfv, names in odfvs]
+        steps = [
+            cls._step(odfv, names, views, service_features, odfvs, [*join_keys, *request_fields], extras)
+            for odfv, names in odfvs
+        ]
         return cls(reader, steps, join_keys, request_fields)
 
     @staticmethod

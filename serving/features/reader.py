@@ -127,14 +127,21 @@ class OnlineFeatureReader:
 
     def _fast_reader(self) -> FastServiceReader | None:
         try:
-            reader = FastServiceReader.build(self._store, self._service, self.layout.join_keys, list(self.layout.request_fields))
+            reader = FastServiceReader.build(
+                self._store, self._service, self.layout.join_keys, list(self.layout.request_fields)
+            )
             log.info("feature service %s: reading the online store directly", self.layout.service_name)
             return reader
         except UnsupportedOnlineStore as exc:
-            log.info("feature service %s: reading through Feast's get_online_features (%s)", self.layout.service_name, exc)
+            log.info(
+                "feature service %s: reading through Feast's get_online_features (%s)", self.layout.service_name, exc
+            )
             return None
         except Exception:  # a bug in the fast path must not take serving down: Feast's path still works
-            log.exception("feature service %s: the direct online store reader failed to build; using Feast's", self.layout.service_name)
+            log.exception(
+                "feature service %s: the direct online store reader failed to build; using Feast's",
+                self.layout.service_name,
+            )
             return None
 
     @classmethod

@@ -18,7 +18,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -105,9 +105,13 @@ def decode_value(blob: bytes | None, value_type: ValueType) -> Any:
 def check_supported(config: RepoConfig) -> str:
     """The store kind (``sqlite`` or ``redis``) when this reader knows its layout; raises otherwise."""
     if not feast.__version__.startswith(SUPPORTED_FEAST):
-        raise UnsupportedOnlineStore(f"feast {feast.__version__} is not the release this reader was checked against ({SUPPORTED_FEAST}x)")
+        raise UnsupportedOnlineStore(
+            f"feast {feast.__version__} is not the release this reader was checked against ({SUPPORTED_FEAST}x)"
+        )
     if config.entity_key_serialization_version != KEY_SERIALIZATION_VERSION:
-        raise UnsupportedOnlineStore(f"entity_key_serialization_version {config.entity_key_serialization_version} is not supported")
+        raise UnsupportedOnlineStore(
+            f"entity_key_serialization_version {config.entity_key_serialization_version} is not supported"
+        )
     if getattr(config.registry, "enable_online_feature_view_versioning", False):
         raise UnsupportedOnlineStore("online feature view versioning changes table and field names; not supported")
     from feast.infra.online_stores.sqlite import SqliteOnlineStoreConfig
@@ -119,7 +123,9 @@ def check_supported(config: RepoConfig) -> str:
         if online.redis_type.value != "redis":  # RedisType.redis
             raise UnsupportedOnlineStore(f"redis_type {online.redis_type.value} is not supported (only a single redis)")
         return "redis"
-    raise UnsupportedOnlineStore(f"online store type {getattr(online, 'type', type(online).__name__)!r} is not supported")
+    raise UnsupportedOnlineStore(
+        f"online store type {getattr(online, 'type', type(online).__name__)!r} is not supported"
+    )
 
 
 def open_online_store_reader(config: RepoConfig, views: Sequence[ViewSpec]) -> OnlineStoreReader:
@@ -128,7 +134,9 @@ def open_online_store_reader(config: RepoConfig, views: Sequence[ViewSpec]) -> O
     for view in views:
         bad = [k for k, t in zip(view.join_keys, view.key_types) if t not in KEY_TYPES]
         if bad or not view.join_keys:
-            raise UnsupportedOnlineStore(f"feature view {view.name}: join key(s) {bad or 'none'} cannot be read directly")
+            raise UnsupportedOnlineStore(
+                f"feature view {view.name}: join key(s) {bad or 'none'} cannot be read directly"
+            )
     return SqliteStoreReader(config, views) if kind == "sqlite" else RedisStoreReader(config, views)
 
 
@@ -176,7 +184,9 @@ class OnlineStoreReader(ABC):
     def _entity_keys(self, view: ViewSpec, unique: list[Key]) -> list[EntityKeyProto]:
         """Entity key protos exactly as Feast builds them for ``online_read`` (values typed by the view)."""
         columns = [python_values_to_proto_values([key[i] for key in unique], t) for i, t in enumerate(view.key_types)]
-        return [EntityKeyProto(join_keys=view.join_keys, entity_values=[c[j] for c in columns]) for j in range(len(unique))]
+        return [
+            EntityKeyProto(join_keys=view.join_keys, entity_values=[c[j] for c in columns]) for j in range(len(unique))
+        ]
 
     @abstractmethod
     def _store_key(self, entity_key: EntityKeyProto) -> bytes:
@@ -242,8 +252,10 @@ class SqliteStoreReader(OnlineStoreReader):
             when: dict[Any, datetime] = {}  # a batch holds few distinct snapshot times: convert each once
             for raw in set(stamps.values()):
                 # SqliteOnlineStore.online_read: the converter Feast registers for "timestamp", then UTC
-                when[raw] = self._convert_timestamp(raw).replace(tzinfo=timezone.utc)
-            out.append([_Found(values.get(k) or [None] * width, when[stamps[k]]) if k in stamps else None for k in keys])
+                when[raw] = self._convert_timestamp(raw).replace(tzinfo=UTC)
+            out.append(
+                [_Found(values.get(k) or [None] * width, when[stamps[k]]) if k in stamps else None for k in keys]
+            )
         return out
 
     def close(self) -> None:
@@ -302,5 +314,5 @@ def _redis_found(view: ViewSpec, reply: list[bytes | None]) -> _Found | None:
     stamp = None
     if ts_blob:  # converted as RedisOnlineStore._get_features_for_entity does
         ts = Timestamp.FromString(ts_blob)
-        stamp = datetime.fromtimestamp(ts.seconds + ts.nanos / 1_000_000_000.0, tz=timezone.utc)
+        stamp = datetime.fromtimestamp(ts.seconds + ts.nanos / 1_000_000_000.0, tz=UTC)
     return _Found([decode_value(b, t) for b, t in zip(blobs, view.feature_types)], stamp)

@@ -32,8 +32,14 @@ from serving.gateway.rate_limit import TokenBuckets
 from serving.gateway.shared_scaling import SharedScaling
 from serving.gateway.streaming import StreamSupervisor
 from serving.inference_log import InferenceLogWriter
-from serving.protocol.errors import (ApiError, error_body, install_error_handlers, not_found, payload_too_large,
-                                     permission_denied)
+from serving.protocol.errors import (
+    ApiError,
+    error_body,
+    install_error_handlers,
+    not_found,
+    payload_too_large,
+    permission_denied,
+)
 from serving.replicas.warm_pool import WarmPool
 from serving.state.scaling import LoadBoard, ScalerRecords
 
@@ -69,28 +75,38 @@ def create_gateway_app(
     metrics.registry.register(streams.collector())
     rng = rng or random.Random()
     chat = ChatPlane(manager, inference_log, metrics, rng=rng, timeout_s=manager.request_timeout_s)
-    app = FastAPI(title="tollfree gateway", lifespan=_lifespan(manager, inference_log, metrics, autoscaling, streams, chat),
-                  docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="tollfree gateway",
+        lifespan=_lifespan(manager, inference_log, metrics, autoscaling, streams, chat),
+        docs_url=None,
+        redoc_url=None,
+    )
     install_error_handlers(app)
     app.state.manager = manager
     app.state.metrics = metrics
     app.state.tokens = tokens
     app.state.streams = streams
     control_plane.install(app)
-    data_plane = InvocationsHandler(manager, tokens, inference_log, metrics, rng=rng,
-                                    max_body_bytes=max_body_bytes, limiter=limiter, chat=chat)
+    data_plane = InvocationsHandler(
+        manager, tokens, inference_log, metrics, rng=rng, max_body_bytes=max_body_bytes, limiter=limiter, chat=chat
+    )
     return Gateway(app, data_plane, tokens, limiter, max_body_bytes)
 
 
 @dataclass(frozen=True)
 class AutoscalerSettings:
-    warm_pool_size: int   # standby replica processes kept ready
-    interval_s: float     # between two autoscaler steps
+    warm_pool_size: int  # standby replica processes kept ready
+    interval_s: float  # between two autoscaler steps
 
 
-def _lifespan(manager: EndpointManager, inference_log: InferenceLogWriter, metrics: GatewayMetrics,
-              autoscaling: AutoscalerSettings | None,
-              streams: StreamSupervisor, chat: ChatPlane) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+def _lifespan(
+    manager: EndpointManager,
+    inference_log: InferenceLogWriter,
+    metrics: GatewayMetrics,
+    autoscaling: AutoscalerSettings | None,
+    streams: StreamSupervisor,
+    chat: ChatPlane,
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """Start: the inference log, the replica client, every stored endpoint, the autoscaler, the stream
     consumers. Stop: the reverse (the consumers first: what they hold stays pending in the broker), every
     replica stopped and the log flushed before the process ends."""
@@ -99,7 +115,7 @@ def _lifespan(manager: EndpointManager, inference_log: InferenceLogWriter, metri
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         inference_log.start()
         await manager.open()
-        if manager.cluster is not None:   # the routing first: a restored endpoint finds its pods at once
+        if manager.cluster is not None:  # the routing first: a restored endpoint finds its pods at once
             await run_in_threadpool(_watch_cluster, manager)
         pool = _WarmPoolSwitch(manager, autoscaling.warm_pool_size if autoscaling is not None else 0)
         leadership = None if manager.store.database.is_sqlite else Leadership(manager, on_role=pool.switch)
@@ -111,8 +127,12 @@ def _lifespan(manager: EndpointManager, inference_log: InferenceLogWriter, metri
         tasks = []
         if autoscaling is not None:
             database = manager.store.database
-            shared = SharedScaling(LoadBoard(database), ScalerRecords(database),
-                                   leadership.me if leadership is not None else holder_id(), lambda: manager.leading)
+            shared = SharedScaling(
+                LoadBoard(database),
+                ScalerRecords(database),
+                leadership.me if leadership is not None else holder_id(),
+                lambda: manager.leading,
+            )
             await run_in_threadpool(shared.start)
             pool.switch(manager.leading)  # a follower starts no replica, so needs no standby
             tasks.append(_start_autoscaler(app, manager, metrics, autoscaling, shared, streams))
@@ -147,18 +167,27 @@ def _watch_cluster(manager: EndpointManager) -> None:
     assert manager.cluster is not None
     manager.cluster.start()
     if not manager.cluster.routes.synced.wait(CLUSTER_SYNC_S):
-        log.warning("no EndpointSlice list from the Kubernetes API after %.0f s: starting without routes", CLUSTER_SYNC_S)
+        log.warning(
+            "no EndpointSlice list from the Kubernetes API after %.0f s: starting without routes", CLUSTER_SYNC_S
+        )
 
 
-def _start_autoscaler(app: FastAPI, manager: EndpointManager, metrics: GatewayMetrics,
-                      settings: AutoscalerSettings, shared: SharedScaling, streams: StreamSupervisor) -> asyncio.Task[None]:
+def _start_autoscaler(
+    app: FastAPI,
+    manager: EndpointManager,
+    metrics: GatewayMetrics,
+    settings: AutoscalerSettings,
+    shared: SharedScaling,
+    streams: StreamSupervisor,
+) -> asyncio.Task[None]:
     """The autoscaler over the live replica sets, stepped on this event loop (its scale-ups take standbys from
     the leader's warm pool, ``_WarmPoolSwitch``)."""
     loop = asyncio.get_running_loop()
     # local replicas share this machine's cores; a cluster's pods run on nodes the gateway does not see
     machine = MachineCpu() if manager.cluster is None else None
-    scaler = LiveAutoscaler(manager, interval_s=settings.interval_s, shared=shared, backlog=streams.backlog_per_s,
-                            machine=machine)
+    scaler = LiveAutoscaler(
+        manager, interval_s=settings.interval_s, shared=shared, backlog=streams.backlog_per_s, machine=machine
+    )
     app.state.autoscaler = scaler
     metrics.registry.register(scaler.controller.collector())
     return loop.create_task(scaler.run())
@@ -189,8 +218,14 @@ class Gateway:
 
     ``state`` is the FastAPI app's, so ``app.state.manager`` works on either."""
 
-    def __init__(self, control: FastAPI, data_plane: InvocationsHandler, tokens: TokenRegistry, limiter: TokenBuckets,
-                 max_body_bytes: int = 4 * 1024 * 1024) -> None:
+    def __init__(
+        self,
+        control: FastAPI,
+        data_plane: InvocationsHandler,
+        tokens: TokenRegistry,
+        limiter: TokenBuckets,
+        max_body_bytes: int = 4 * 1024 * 1024,
+    ) -> None:
         self.control = control
         self.data_plane = data_plane
         self.tokens = tokens
@@ -224,7 +259,9 @@ class Gateway:
                 if scope["method"] not in _READS:  # control-plane bodies are small: read them here, within the limit
                     body, whole = await _read_bounded(receive, self.max_body_bytes)
                     if not whole:
-                        await _send_error(send, payload_too_large(f"request body over the limit of {self.max_body_bytes} bytes"))
+                        await _send_error(
+                            send, payload_too_large(f"request body over the limit of {self.max_body_bytes} bytes")
+                        )
                         return
                     receive = _replay(body, receive)
         await self.control(scope, receive, send)
@@ -242,8 +279,13 @@ class PublicGateway:
         self.state = gateway.state
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and not (scope["path"] in PUBLIC_PATHS or (scope["method"] == "POST" and (
-                INVOCATIONS.match(scope["path"]) is not None or scope["path"] == OPENAI_ROUTE))):
+        if scope["type"] == "http" and not (
+            scope["path"] in PUBLIC_PATHS
+            or (
+                scope["method"] == "POST"
+                and (INVOCATIONS.match(scope["path"]) is not None or scope["path"] == OPENAI_ROUTE)
+            )
+        ):
             await _send_error(send, not_found("no such route on this port (the admin API listens on its own port)"))
             return
         await self.gateway(scope, receive, send)
@@ -288,7 +330,10 @@ def _header(scope: dict, name: bytes) -> str | None:
 
 async def _send_error(send: Any, err: ApiError) -> None:
     body = orjson.dumps(error_body(err))
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-               *((k.lower().encode(), v.encode()) for k, v in err.headers.items())]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        *((k.lower().encode(), v.encode()) for k, v in err.headers.items()),
+    ]
     await send({"type": "http.response.start", "status": err.status_code, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -80,12 +80,9 @@ class TokenRegistry:
         admin_token = (environ.get(ADMIN_TOKEN_ENV) or "").strip()
         if len(admin_token) < MIN_TOKEN_LENGTH:
             raise ValueError(
-                f"set {ADMIN_TOKEN_ENV} to the admin bearer token "
-                f"(at least {MIN_TOKEN_LENGTH} characters)"
+                f"set {ADMIN_TOKEN_ENV} to the admin bearer token (at least {MIN_TOKEN_LENGTH} characters)"
             )
-        tokens: dict[str, Principal] = {
-            admin_token: Principal(name=ADMIN_PRINCIPAL_NAME, admin=True)
-        }
+        tokens: dict[str, Principal] = {admin_token: Principal(name=ADMIN_PRINCIPAL_NAME, admin=True)}
         path = (environ.get(TOKENS_FILE_ENV) or "").strip()
         if path:
             for token, principal in _load_tokens_file(Path(path), tokens):
@@ -93,9 +90,7 @@ class TokenRegistry:
         return cls(tokens)
 
 
-def _load_tokens_file(
-    path: Path, existing: Mapping[str, Principal]
-) -> Iterable[tuple[str, Principal]]:
+def _load_tokens_file(path: Path, existing: Mapping[str, Principal]) -> Iterable[tuple[str, Principal]]:
     """Validate the scoped-token file; messages name the file and entry, never a token."""
     where = f"{TOKENS_FILE_ENV} {path}"
     try:
@@ -106,9 +101,7 @@ def _load_tokens_file(
         doc: Any = json.loads(text)
     except json.JSONDecodeError as exc:
         # Only the position: the parser's message is safe but the document is not.
-        raise ValueError(
-            f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno})"
-        ) from None
+        raise ValueError(f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno})") from None
     except (ValueError, RecursionError):
         raise ValueError(f"{where}: not valid JSON") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("tokens"), list):
@@ -129,17 +122,11 @@ def _load_tokens_file(
         if name in seen_names:
             raise ValueError(f"{at}: name {name!r} is already used")
         if not isinstance(token, str) or len(token.strip()) < MIN_TOKEN_LENGTH:
-            raise ValueError(
-                f"{at}: 'token' must be a string of at least {MIN_TOKEN_LENGTH} characters"
-            )
+            raise ValueError(f"{at}: 'token' must be a string of at least {MIN_TOKEN_LENGTH} characters")
         token = token.strip()
         if token in seen_tokens:
             raise ValueError(f"{at}: 'token' duplicates another token")
-        if (
-            not isinstance(endpoints, list)
-            or not endpoints
-            or not all(isinstance(e, str) and e for e in endpoints)
-        ):
+        if not isinstance(endpoints, list) or not endpoints or not all(isinstance(e, str) and e for e in endpoints):
             raise ValueError(f"{at}: 'endpoints' must be a non-empty list of endpoint names")
         limit = RateLimit.parse(entry["rate_limit"], at) if "rate_limit" in entry else None
         seen_names.add(name)
@@ -172,9 +159,7 @@ def authenticate(registry: TokenRegistry, authorization_header: str | None) -> P
     return principal
 
 
-def authorize(
-    registry: TokenRegistry, authorization_header: str | None, endpoint: str | None
-) -> Principal:
+def authorize(registry: TokenRegistry, authorization_header: str | None, endpoint: str | None) -> Principal:
     """Authenticate the caller; ``endpoint=None`` marks an admin-only operation."""
     principal = authenticate(registry, authorization_header)
     if endpoint is None:
@@ -184,16 +169,14 @@ def authorize(
         return principal
     if not principal.can_access(endpoint):
         logger.info("denied endpoint access to principal %s", principal.name)
-        raise permission_denied(
-            f"token {principal.name!r} may not access serving endpoint {endpoint[:100]!r}"
-        )
+        raise permission_denied(f"token {principal.name!r} may not access serving endpoint {endpoint[:100]!r}")
     return principal
 
 
 __all__ = [
     "ADMIN_TOKEN_ENV",
-    "Principal",
     "TOKENS_FILE_ENV",
+    "Principal",
     "TokenRegistry",
     "authenticate",
     "authorize",

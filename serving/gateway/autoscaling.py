@@ -87,16 +87,21 @@ class GatewaySignals:
     (``shared``: see ``serving.gateway.shared_scaling``). With ``machine`` (local replicas, which share this
     machine's cores) each sample carries the cores and how busy they were."""
 
-    def __init__(self, manager: EndpointManager, shared: SharedScaling | None = None,
-                 wall: Callable[[], float] = time.time, backlog: Backlog | None = None,
-                 machine: MachineCpu | None = None) -> None:
+    def __init__(
+        self,
+        manager: EndpointManager,
+        shared: SharedScaling | None = None,
+        wall: Callable[[], float] = time.time,
+        backlog: Backlog | None = None,
+        machine: MachineCpu | None = None,
+    ) -> None:
         self.manager = manager
         self.backlog = backlog
         self.shared = shared
         self.wall = wall
         self.remote = RemoteLoad()
         self.machine = machine
-        self._cpu: dict[int, tuple[float, float]] = {}   # pid -> (cpu seconds, when)
+        self._cpu: dict[int, tuple[float, float]] = {}  # pid -> (cpu seconds, when)
         self._busy: dict[int, tuple[float, float]] = {}  # pid -> (busy clock, when)
         self._totals: dict[EntityKey, tuple[int, int]] = {}  # a follower's arrivals and completions so far
 
@@ -140,18 +145,27 @@ class GatewaySignals:
                 reading = entity.dispatcher.meter.read(now)
                 ready = sum(r.alive() for r in entity.replicas)
                 own = Sample(
-                    t=now, in_flight=reading.in_flight, ready_replicas=ready,
-                    replicas=ready + entity.starting, queue_depth=reading.queue_depth,
-                    requests=reading.arrivals, completed=reading.completed,
-                    latency_p50_ms=reading.latency_p50_ms, latency_p99_ms=reading.latency_p99_ms,
+                    t=now,
+                    in_flight=reading.in_flight,
+                    ready_replicas=ready,
+                    replicas=ready + entity.starting,
+                    queue_depth=reading.queue_depth,
+                    requests=reading.arrivals,
+                    completed=reading.completed,
+                    latency_p50_ms=reading.latency_p50_ms,
+                    latency_p99_ms=reading.latency_p99_ms,
                     utilisation=self._utilisation(entity, now, seen),
                     stream_backlog_per_s=self.backlog(endpoint, name) if self.backlog is not None else 0.0,
-                    cores=cores, cores_busy=cores_busy, ready_in_s=entity.ready_in_s(),
+                    cores=cores,
+                    cores_busy=cores_busy,
+                    ready_in_s=entity.ready_in_s(),
                 )
                 mine = [r for r in others if r.key == (endpoint, name)]
-                out[(endpoint, name)] = self.remote.merged(own, entity.model_uri, mine, reading.seconds) if mine else own
+                out[(endpoint, name)] = (
+                    self.remote.merged(own, entity.model_uri, mine, reading.seconds) if mine else own
+                )
                 pids.update(r.pid for r in entity.replicas)
-        for gone in (self._cpu.keys() | self._busy.keys()) - pids:   # stopped replicas' readings
+        for gone in (self._cpu.keys() | self._busy.keys()) - pids:  # stopped replicas' readings
             self._cpu.pop(gone, None)
             self._busy.pop(gone, None)
         return out
@@ -168,8 +182,16 @@ class GatewaySignals:
                 totals = self._totals[(endpoint, name)] = (before[0] + load.arrivals, before[1] + load.completed)
                 clocks = entity.dispatcher.busy_clocks()
                 busy = {r.pid: clocks[id(r)] for r in entity.replicas if id(r) in clocks}
-                out.append(Reading(self.shared.me if self.shared else "", endpoint, name, entity.model_uri,
-                                   self.wall(), reading(load, totals, busy)))
+                out.append(
+                    Reading(
+                        self.shared.me if self.shared else "",
+                        endpoint,
+                        name,
+                        entity.model_uri,
+                        self.wall(),
+                        reading(load, totals, busy),
+                    )
+                )
         return out
 
 
@@ -209,7 +231,7 @@ class ReplicaSets:
         return self._set(endpoint, entity).ready_count()
 
 
-POKE_GAP_S = 0.05    # a poked step runs at least this long after the one before
+POKE_GAP_S = 0.05  # a poked step runs at least this long after the one before
 
 
 RECORD_EVERY_S = 5.0  # the leader records its state this often (what a new leader may lose at most)
@@ -220,18 +242,31 @@ class LiveAutoscaler:
     ``serving.gateway.shared_scaling``) a follower publishes its load instead, and the leader records its
     state and continues from the recorded one for an entity it did not decide for before."""
 
-    def __init__(self, manager: EndpointManager, backend: Backend | None = None, *, interval_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
-                 shared: SharedScaling | None = None, backlog: Backlog | None = None,
-                 machine: MachineCpu | None = None) -> None:
+    def __init__(
+        self,
+        manager: EndpointManager,
+        backend: Backend | None = None,
+        *,
+        interval_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        shared: SharedScaling | None = None,
+        backlog: Backlog | None = None,
+        machine: MachineCpu | None = None,
+    ) -> None:
         self.manager = manager
         self.interval_s = interval_s
         self.clock = clock
         self.wall = wall
         self.shared = shared
         self.signals = GatewaySignals(manager, shared, wall, backlog, machine)
-        self.controller = Controller(self.signals, backend or ReplicaSets(manager), {},
-                                     concurrency_sink=self._set_limit, queue_sink=self._set_queue)
+        self.controller = Controller(
+            self.signals,
+            backend or ReplicaSets(manager),
+            {},
+            concurrency_sink=self._set_limit,
+            queue_sink=self._set_queue,
+        )
         self._configs: dict[EntityKey, tuple[int, ScalingConfig]] = {}  # key -> (id of the entity, its config)
         self._last_step = 0.0
         self._last_record: float | None = None
@@ -249,8 +284,14 @@ class LiveAutoscaler:
             log.warning("autoscaler record of %s/%s not used: %s", key[0], key[1], type(exc).__name__)
             return
         self.controller.resume(key, state, samples, now)
-        log.info("autoscaler for %s/%s continues from its record: %d replicas, target %.1f, %d samples",
-                 key[0], key[1], state.replicas, state.target, len(samples))
+        log.info(
+            "autoscaler for %s/%s continues from its record: %d replicas, target %.1f, %d samples",
+            key[0],
+            key[1],
+            state.replicas,
+            state.target,
+            len(samples),
+        )
 
     def _record(self, now: float) -> None:
         if self.shared is None or (self._last_record is not None and now - self._last_record < RECORD_EVERY_S):

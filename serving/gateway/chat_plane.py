@@ -42,7 +42,7 @@ from serving.traffic.router import choose_entity, pick_replica
 log = logging.getLogger(__name__)
 
 OPENAI_ROUTE = "/serving-endpoints/chat/completions"
-DEFAULT_COMPLETION_BUDGET = 256   # tokens a request without max_tokens is charged up front (settled after)
+DEFAULT_COMPLETION_BUDGET = 256  # tokens a request without max_tokens is charged up front (settled after)
 NO_AI_GATEWAY = AiGatewayConfig()
 
 
@@ -50,15 +50,23 @@ NO_AI_GATEWAY = AiGatewayConfig()
 class _Attempt:
     target: Target
     response: Any
-    replica: Any | None       # a local replica's slot, held until the answer ends
-    entity: Any | None        # its ReplicaSet (for the load meter)
+    replica: Any | None  # a local replica's slot, held until the answer ends
+    entity: Any | None  # its ReplicaSet (for the load meter)
     version: str | None
 
 
 class ChatPlane:
-    def __init__(self, manager: EndpointManager, inference_log: InferenceLogWriter, metrics: GatewayMetrics, *,
-                 budgets: UsageBudgets | None = None, upstreams: Upstreams | None = None,
-                 rng: random.Random | None = None, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        manager: EndpointManager,
+        inference_log: InferenceLogWriter,
+        metrics: GatewayMetrics,
+        *,
+        budgets: UsageBudgets | None = None,
+        upstreams: Upstreams | None = None,
+        rng: random.Random | None = None,
+        timeout_s: float = 30.0,
+    ) -> None:
         self.manager = manager
         self.inference_log = inference_log
         self.metrics = metrics
@@ -67,8 +75,18 @@ class ChatPlane:
         self.rng = rng or random.Random()
         self.timeout_s = timeout_s
 
-    async def handle(self, receive: Any, send: Any, name: str, who: Principal, data: dict[str, Any], request_id: str,
-                     started: float, *, openai: bool = False) -> None:
+    async def handle(
+        self,
+        receive: Any,
+        send: Any,
+        name: str,
+        who: Principal,
+        data: dict[str, Any],
+        request_id: str,
+        started: float,
+        *,
+        openai: bool = False,
+    ) -> None:
         outcome = Outcome(started)
         request: ChatRequest | None = None
         ai = NO_AI_GATEWAY
@@ -77,7 +95,9 @@ class ChatPlane:
             ai = self.manager.ai_gateways.get(name) or NO_AI_GATEWAY
             request = guard_input(request, ai)
             if request.stream and ai.output_pii != "NONE":
-                raise invalid_parameter("stream: this endpoint's output guardrail checks whole answers; send stream: false")
+                raise invalid_parameter(
+                    "stream: this endpoint's output guardrail checks whole answers; send stream: false"
+                )
             live = self.manager.live.get(name) or await self.manager.served(name)
             await self._serve(receive, send, name, who, live, request, ai, request_id, outcome)
         except ApiError as err:
@@ -87,8 +107,18 @@ class ChatPlane:
         finally:
             self._record(name, request, ai, request_id, outcome)
 
-    async def _serve(self, receive: Any, send: Any, name: str, who: Principal, live: LiveEndpoint, request: ChatRequest,
-                     ai: AiGatewayConfig, request_id: str, outcome: Outcome) -> None:
+    async def _serve(
+        self,
+        receive: Any,
+        send: Any,
+        name: str,
+        who: Principal,
+        live: LiveEndpoint,
+        request: ChatRequest,
+        ai: AiGatewayConfig,
+        request_id: str,
+        outcome: Outcome,
+    ) -> None:
         charge = request.prompt_tokens() + (request.max_tokens or DEFAULT_COMPLETION_BUDGET)
         reservation = self.budgets.reserve(name, who.name, ai.rate_limits, charge)
         try:
@@ -99,13 +129,24 @@ class ChatPlane:
                 outcome.cached = True
                 self._observe_whole(outcome, body, request)
                 outcome.prompt_tokens = outcome.completion_tokens = 0  # the model was not asked
-                await send_json(send, 200, body, request_id, {"served-model-name": outcome.entity, "x-tollfree-cache": "hit"})
+                await send_json(
+                    send, 200, body, request_id, {"served-model-name": outcome.entity, "x-tollfree-cache": "hit"}
+                )
                 return
             attempt = await self._open(name, live, request, ai, request_id, outcome)
             try:
                 if request.stream:
-                    await relay_stream(receive, send, attempt.response, attempt.target, request, request_id, outcome,
-                                       self.metrics, name)
+                    await relay_stream(
+                        receive,
+                        send,
+                        attempt.response,
+                        attempt.target,
+                        request,
+                        request_id,
+                        outcome,
+                        self.metrics,
+                        name,
+                    )
                 else:
                     body = await read_whole(attempt.target, attempt.response)
                     body = guard_output(body, ai)
@@ -121,8 +162,15 @@ class ChatPlane:
         finally:
             self.budgets.settle(reservation, outcome.prompt_tokens + outcome.completion_tokens)
 
-    async def _open(self, name: str, live: LiveEndpoint, request: ChatRequest, ai: AiGatewayConfig, request_id: str,
-                    outcome: Outcome) -> _Attempt:
+    async def _open(
+        self,
+        name: str,
+        live: LiveEndpoint,
+        request: ChatRequest,
+        ai: AiGatewayConfig,
+        request_id: str,
+        outcome: Outcome,
+    ) -> _Attempt:
         """The first served entity (in fallback order) that takes the request."""
         order = attempt_order(live.weights, choose_entity(live.weights, self.rng), ai.fallbacks)
         failure: UpstreamFailed | None = None
@@ -136,15 +184,23 @@ class ChatPlane:
             except UpstreamFailed as exc:
                 self._release(attempt, outcome)
                 failure = exc
-                log.warning("endpoint %s: served entity %s failed (%s)%s", name, entity_name, exc.reason,
-                            "; trying the next one" if entity_name != order[-1] else "")
+                log.warning(
+                    "endpoint %s: served entity %s failed (%s)%s",
+                    name,
+                    entity_name,
+                    exc.reason,
+                    "; trying the next one" if entity_name != order[-1] else "",
+                )
                 if entity_name != order[-1]:
                     self.metrics.fallbacks.labels(name, entity_name).inc()
             except UpstreamRefused as refused:
                 self._release(attempt, outcome)
                 if attempt.target.external:
-                    raise ApiError(400 if refused.status < 500 else 502, "BAD_REQUEST",
-                                   f"served entity {entity_name}: the upstream refused the request (HTTP {refused.status})") from None
+                    raise ApiError(
+                        400 if refused.status < 500 else 502,
+                        "BAD_REQUEST",
+                        f"served entity {entity_name}: the upstream refused the request (HTTP {refused.status})",
+                    ) from None
                 raise _replica_error(refused) from None
         assert failure is not None
         raise failure.to_api_error(self.timeout_s)
@@ -159,8 +215,13 @@ class ChatPlane:
             headers = {"authorization": f"Bearer {key}"}
             if external.openai_config.openai_organization:
                 headers["openai-organization"] = external.openai_config.openai_organization
-            return _Attempt(Target(entity_name, external.base_url + "/chat/completions", headers, True), None, None, None,
-                            external.name)
+            return _Attempt(
+                Target(entity_name, external.base_url + "/chat/completions", headers, True),
+                None,
+                None,
+                None,
+                external.name,
+            )
         entity = live.entities[entity_name]
         replica = await self._replica(entity)
         replica.outstanding += 1
@@ -171,8 +232,9 @@ class ChatPlane:
         headers = {"x-request-id": request_id}
         if self.manager.launcher.token:
             headers["authorization"] = f"Bearer {self.manager.launcher.token}"
-        return _Attempt(Target(entity_name, replica.url + "/invocations", headers, False), None, replica, entity,
-                        entity.version)
+        return _Attempt(
+            Target(entity_name, replica.url + "/invocations", headers, False), None, replica, entity, entity.version
+        )
 
     async def _replica(self, entity: Any) -> Any:
         """The entity's replica with the fewest answers in progress; from zero, the first that starts."""
@@ -184,8 +246,12 @@ class ChatPlane:
             if entity.dispatcher is not None and entity.dispatcher.on_starved is not None and not entity.replicas:
                 entity.dispatcher.on_starved()
             if time.monotonic() > deadline:
-                raise ApiError(429, "REQUEST_LIMIT_EXCEEDED", f"served entity {entity.name} has no free slot; retry shortly",
-                               {"Retry-After": "1"})
+                raise ApiError(
+                    429,
+                    "REQUEST_LIMIT_EXCEEDED",
+                    f"served entity {entity.name} has no free slot; retry shortly",
+                    {"Retry-After": "1"},
+                )
             await asyncio.sleep(0.05)  # a replica starting or a slot freeing: polled until the deadline
 
     def _release(self, attempt: _Attempt, outcome: Outcome) -> None:
@@ -208,7 +274,9 @@ class ChatPlane:
         outcome.prompt_tokens, outcome.completion_tokens = reported or (request.prompt_tokens(), estimate_tokens(text))
         outcome.text.append(text)
 
-    def _record(self, name: str, request: ChatRequest | None, ai: AiGatewayConfig, request_id: str, outcome: Outcome) -> None:
+    def _record(
+        self, name: str, request: ChatRequest | None, ai: AiGatewayConfig, request_id: str, outcome: Outcome
+    ) -> None:
         elapsed = time.perf_counter() - outcome.started
         entity = outcome.entity or ""
         self.metrics.requests.labels(name, entity, str(outcome.status)).inc()
@@ -221,13 +289,24 @@ class ChatPlane:
         if ai.redact:
             inputs = redact(inputs, ai.redact) if inputs else inputs
             outputs = redact(outputs, ai.redact) if outputs else outputs
-        self.inference_log.record(InferenceRecord(
-            request_id=request_id, timestamp=utc_now(), endpoint=name, served_entity=outcome.entity,
-            model_version=outcome.version, status_code=outcome.status, latency_ms=elapsed * 1000, inputs=inputs,
-            served_features=None, outputs=outputs, error_code=outcome.error_code, rows=1 if outcome.status == 200 else 0,
-            input_tokens=outcome.prompt_tokens if outcome.status == 200 else None,
-            output_tokens=outcome.completion_tokens if outcome.status == 200 else None,
-        ))
+        self.inference_log.record(
+            InferenceRecord(
+                request_id=request_id,
+                timestamp=utc_now(),
+                endpoint=name,
+                served_entity=outcome.entity,
+                model_version=outcome.version,
+                status_code=outcome.status,
+                latency_ms=elapsed * 1000,
+                inputs=inputs,
+                served_features=None,
+                outputs=outputs,
+                error_code=outcome.error_code,
+                rows=1 if outcome.status == 200 else 0,
+                input_tokens=outcome.prompt_tokens if outcome.status == 200 else None,
+                output_tokens=outcome.completion_tokens if outcome.status == 200 else None,
+            )
+        )
 
 
 def attempt_order(weights: list[tuple[str, int]], first: str, fallbacks: bool) -> list[str]:

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 class Outcome:
     """What became of one chat request, for its record and metrics."""
 
-    started: float                       # perf_counter at arrival
+    started: float  # perf_counter at arrival
     status: int = 200
     error_code: str | None = None
     entity: str | None = None
@@ -43,14 +43,24 @@ class Outcome:
     completion_tokens: int = 0
     text: list[str] = field(default_factory=list)
     cached: bool = False
-    started_response: bool = False       # headers sent: errors now go in the stream
+    started_response: bool = False  # headers sent: errors now go in the stream
 
 
-async def send_json(send: Any, status: int, body: bytes, request_id: str, headers: Mapping[str, str] | None = None) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-        (REQUEST_ID_HEADER.encode(), request_id.encode()),
-        *((k.lower().encode(), v.encode()) for k, v in (headers or {}).items())]})
+async def send_json(
+    send: Any, status: int, body: bytes, request_id: str, headers: Mapping[str, str] | None = None
+) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (REQUEST_ID_HEADER.encode(), request_id.encode()),
+                *((k.lower().encode(), v.encode()) for k, v in (headers or {}).items()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -65,8 +75,12 @@ def guard_input(request: ChatRequest, ai: AiGatewayConfig) -> ChatRequest:
         return request
     if ai.input_pii == "BLOCK":
         raise invalid_parameter(f"messages: the endpoint's guardrail blocks personal data ({', '.join(found)})")
-    return request.with_messages(tuple({**m, "content": redact.redact(m["content"])} if isinstance(m.get("content"), str)
-                                       else m for m in request.messages))
+    return request.with_messages(
+        tuple(
+            {**m, "content": redact.redact(m["content"])} if isinstance(m.get("content"), str) else m
+            for m in request.messages
+        )
+    )
 
 
 def guard_output(body: bytes, ai: AiGatewayConfig) -> bytes:
@@ -87,12 +101,30 @@ def guard_output(body: bytes, ai: AiGatewayConfig) -> bytes:
     return orjson.dumps(answer)
 
 
-async def relay_stream(receive: Any, send: Any, response: aiohttp.ClientResponse, target: Target, request: ChatRequest,
-                       request_id: str, outcome: Outcome, metrics: GatewayMetrics, endpoint: str) -> None:
+async def relay_stream(
+    receive: Any,
+    send: Any,
+    response: aiohttp.ClientResponse,
+    target: Target,
+    request: ChatRequest,
+    request_id: str,
+    outcome: Outcome,
+    metrics: GatewayMetrics,
+    endpoint: str,
+) -> None:
     """Relay the upstream's events until ``[DONE]``, an error, or the client leaving (which cancels it)."""
-    await send({"type": "http.response.start", "status": 200, "headers": [
-        (b"content-type", sse.CONTENT_TYPE.encode()), (b"cache-control", b"no-cache"),
-        (REQUEST_ID_HEADER.encode(), request_id.encode()), (b"served-model-name", target.entity.encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", sse.CONTENT_TYPE.encode()),
+                (b"cache-control", b"no-cache"),
+                (REQUEST_ID_HEADER.encode(), request_id.encode()),
+                (b"served-model-name", target.entity.encode()),
+            ],
+        }
+    )
     outcome.started_response = True
     gauge = metrics.streams.labels(endpoint, target.entity)
     gauge.inc()
@@ -114,8 +146,15 @@ async def _disconnected(receive: Any) -> None:
         pass
 
 
-async def _relay(send: Any, response: aiohttp.ClientResponse, target: Target, request: ChatRequest, outcome: Outcome,
-                 metrics: GatewayMetrics, endpoint: str) -> None:
+async def _relay(
+    send: Any,
+    response: aiohttp.ClientResponse,
+    target: Target,
+    request: ChatRequest,
+    outcome: Outcome,
+    metrics: GatewayMetrics,
+    endpoint: str,
+) -> None:
     splitter = sse.SseSplitter()
     clock = _TokenClock(outcome.started, metrics, endpoint, target.entity)
     try:
@@ -125,8 +164,15 @@ async def _relay(send: Any, response: aiohttp.ClientResponse, target: Target, re
         clock.finish()
 
 
-async def _pass_on(send: Any, response: aiohttp.ClientResponse, target: Target, request: ChatRequest, outcome: Outcome,
-                   splitter: sse.SseSplitter, clock: _TokenClock) -> None:
+async def _pass_on(
+    send: Any,
+    response: aiohttp.ClientResponse,
+    target: Target,
+    request: ChatRequest,
+    outcome: Outcome,
+    splitter: sse.SseSplitter,
+    clock: _TokenClock,
+) -> None:
     done = False
     try:
         async for piece in chunks(response):
@@ -146,12 +192,19 @@ async def _pass_on(send: Any, response: aiohttp.ClientResponse, target: Target, 
                 await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
             if done:
                 break
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, sse.SseError) as exc:
+    except (TimeoutError, aiohttp.ClientError, OSError, sse.SseError) as exc:
         log.warning("stream from served entity %s broke off: %s", target.entity, type(exc).__name__)
     if not done and outcome.status == 200:
         outcome.status, outcome.error_code = 502, "TEMPORARILY_UNAVAILABLE"
-        await send({"type": "http.response.body", "more_body": True, "body": sse.error_event(
-            "TEMPORARILY_UNAVAILABLE", f"served entity {target.entity}: the answer broke off before its end")})
+        await send(
+            {
+                "type": "http.response.body",
+                "more_body": True,
+                "body": sse.error_event(
+                    "TEMPORARILY_UNAVAILABLE", f"served entity {target.entity}: the answer broke off before its end"
+                ),
+            }
+        )
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
@@ -181,7 +234,7 @@ class _TokenClock:
         self.first: float | None = None
         self.last: float | None = None
         self.tokens = 0
-        self.reported: tuple[int, int] | None = None   # the usage the upstream reported, if it did
+        self.reported: tuple[int, int] | None = None  # the usage the upstream reported, if it did
         self._ttft = metrics.time_to_first_token.labels(endpoint, entity)
         self._itl = metrics.inter_token.labels(endpoint, entity)
         self._rate = metrics.output_tokens_per_s.labels(endpoint, entity)

@@ -22,6 +22,7 @@ from serving.replicas.local import rss_mb
 
 API = "/api/2.0/serving-endpoints"
 
+
 def _principal(request: Request, endpoint: str | None) -> Principal:
     """The caller, with the right to ``endpoint`` (None: an admin)."""
     return authorize(request.app.state.tokens, request.headers.get("authorization"), endpoint)
@@ -90,11 +91,16 @@ async def autoscaler_decisions(name: str, request: Request, limit: int = 500) ->
     scaler = getattr(request.app.state, "autoscaler", None)
     if scaler is None:
         return {"enabled": False, "decisions": []}
-    decisions = [d for d in scaler.controller.export() if d["endpoint"] == name][-max(1, min(limit, 5000)):]
+    decisions = [d for d in scaler.controller.export() if d["endpoint"] == name][-max(1, min(limit, 5000)) :]
     backend = _manager(request).backend
     pool = backend.pool.idle if backend.pool is not None else 0
-    return {"enabled": True, "warm_pool_idle": pool, "warm_starts": backend.warm_starts,
-            "cold_starts": backend.cold_starts, "decisions": decisions}
+    return {
+        "enabled": True,
+        "warm_pool_idle": pool,
+        "warm_starts": backend.warm_starts,
+        "cold_starts": backend.cold_starts,
+        "decisions": decisions,
+    }
 
 
 async def endpoint_replicas(name: str, request: Request) -> dict[str, Any]:
@@ -104,11 +110,18 @@ async def endpoint_replicas(name: str, request: Request) -> dict[str, Any]:
     manager.store.get(name)
     live = manager.live.get(name)
     replicas = []
-    for entity in (live.entities.values() if live else ()):
+    for entity in live.entities.values() if live else ():
         for replica in entity.replicas:
-            replicas.append({"served_entity": entity.name, "model_version": entity.version, "pid": replica.pid,
-                             "alive": replica.alive(), "outstanding": replica.outstanding,
-                             "rss_mb": rss_mb(replica.pid)})
+            replicas.append(
+                {
+                    "served_entity": entity.name,
+                    "model_version": entity.version,
+                    "pid": replica.pid,
+                    "alive": replica.alive(),
+                    "outstanding": replica.outstanding,
+                    "rss_mb": rss_mb(replica.pid),
+                }
+            )
     return {"replicas": replicas}
 
 

@@ -24,10 +24,18 @@ from serving.gateway.auth import TokenRegistry, authenticate, authorize
 from serving.gateway.chat_plane import ChatPlane
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.rate_limit import TokenBuckets
-from serving.inference_log import InferenceLogWriter, InferenceRecord, utc_now
 from serving.generative.chat import is_chat_body, parse_chat_request
-from serving.protocol.errors import (REQUEST_ID_HEADER, ApiError, error_body, invalid_parameter, payload_too_large,
-                                     permission_denied, resolve_request_id, unavailable)
+from serving.inference_log import InferenceLogWriter, InferenceRecord, utc_now
+from serving.protocol.errors import (
+    REQUEST_ID_HEADER,
+    ApiError,
+    error_body,
+    invalid_parameter,
+    payload_too_large,
+    permission_denied,
+    resolve_request_id,
+    unavailable,
+)
 from serving.protocol.scoring import canonical_payload_key
 from serving.protocol.wire import WireAnswer, WireRequest
 from serving.traffic.dispatcher import AdmissionRefused
@@ -42,9 +50,18 @@ _REQUEST_ID = REQUEST_ID_HEADER.encode()
 
 
 class InvocationsHandler:
-    def __init__(self, manager: EndpointManager, tokens: TokenRegistry, inference_log: InferenceLogWriter,
-                 metrics: GatewayMetrics, *, rng: random.Random | None = None, max_body_bytes: int = 4 * 1024 * 1024,
-                 limiter: TokenBuckets | None = None, chat: ChatPlane | None = None) -> None:
+    def __init__(
+        self,
+        manager: EndpointManager,
+        tokens: TokenRegistry,
+        inference_log: InferenceLogWriter,
+        metrics: GatewayMetrics,
+        *,
+        rng: random.Random | None = None,
+        max_body_bytes: int = 4 * 1024 * 1024,
+        limiter: TokenBuckets | None = None,
+        chat: ChatPlane | None = None,
+    ) -> None:
         self.manager = manager
         self.tokens = tokens
         self.inference_log = inference_log
@@ -81,8 +98,9 @@ class InvocationsHandler:
             entity = live.entities.get(entity_name)
             if entity is None:  # an external chat model: what the chat parser says is wrong with the body
                 parse_chat_request(body)
-                raise invalid_parameter(f"served entity {entity_name} is an external chat model: send a chat request "
-                                        "(messages)")
+                raise invalid_parameter(
+                    f"served entity {entity_name} is an external chat model: send a chat request (messages)"
+                )
             version = entity.version
             if entity.dispatcher is None:
                 raise unavailable(f"served entity {entity_name} is not ready yet")
@@ -101,8 +119,12 @@ class InvocationsHandler:
                 try:
                     answer = await entity.dispatcher.submit(WireRequest(request_id, content_type, body))
                 except AdmissionRefused as refused:
-                    raise ApiError(429, "REQUEST_LIMIT_EXCEEDED", f"endpoint {name} is at capacity ({refused.reason}); retry shortly",
-                                   headers={"Retry-After": str(refused.retry_after_s)}) from refused
+                    raise ApiError(
+                        429,
+                        "REQUEST_LIMIT_EXCEEDED",
+                        f"endpoint {name} is at capacity ({refused.reason}); retry shortly",
+                        headers={"Retry-After": str(refused.retry_after_s)},
+                    ) from refused
                 if cache_key is not None and answer.status == 200:
                     live.cache.put(cache_key, answer)  # type: ignore[union-attr]
                 if live.cache is not None:
@@ -117,21 +139,39 @@ class InvocationsHandler:
             answer = None
         finally:
             in_flight.dec()
-        await send({"type": "http.response.start", "status": status, "headers": [
-            (b"content-type", b"application/json"), (b"content-length", str(len(out)).encode()),
-            (_REQUEST_ID, request_id.encode()), *extra]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(out)).encode()),
+                    (_REQUEST_ID, request_id.encode()),
+                    *extra,
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": out})
         elapsed = time.perf_counter() - started
         self.metrics.requests.labels(name, entity_name or "", str(status)).inc()
         self.metrics.latency.labels(name, entity_name or "").observe(elapsed)
         ok = answer is not None and answer.status == 200
-        self.inference_log.record(InferenceRecord(
-            request_id=request_id, timestamp=utc_now(), endpoint=name, served_entity=entity_name, model_version=version,
-            status_code=status, latency_ms=elapsed * 1000, inputs=body.decode("utf-8", "replace") if body else None,
-            served_features=answer.second.decode() if ok and answer.second else None,  # type: ignore[union-attr]
-            outputs=answer.first.decode() if ok else None,  # type: ignore[union-attr]
-            error_code=error_code, rows=answer.rows if ok else 0,  # type: ignore[union-attr]
-        ))
+        self.inference_log.record(
+            InferenceRecord(
+                request_id=request_id,
+                timestamp=utc_now(),
+                endpoint=name,
+                served_entity=entity_name,
+                model_version=version,
+                status_code=status,
+                latency_ms=elapsed * 1000,
+                inputs=body.decode("utf-8", "replace") if body else None,
+                served_features=answer.second.decode() if ok and answer.second else None,  # type: ignore[union-attr]
+                outputs=answer.first.decode() if ok else None,  # type: ignore[union-attr]
+                error_code=error_code,
+                rows=answer.rows if ok else 0,  # type: ignore[union-attr]
+            )
+        )
 
     async def openai(self, scope: dict, receive: Any, send: Any) -> None:
         """``POST /serving-endpoints/chat/completions``: a chat request whose ``model`` names the endpoint. A request
@@ -157,9 +197,18 @@ class InvocationsHandler:
                 raise permission_denied(f"token {who.name!r} may not access serving endpoint {model[:100]!r}")
         except ApiError as err:
             out = orjson.dumps(error_body(err))
-            await send({"type": "http.response.start", "status": err.status_code, "headers": [
-                (b"content-type", b"application/json"), (b"content-length", str(len(out)).encode()),
-                (_REQUEST_ID, request_id.encode()), *((k.lower().encode(), v.encode()) for k, v in err.headers.items())]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": err.status_code,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(out)).encode()),
+                        (_REQUEST_ID, request_id.encode()),
+                        *((k.lower().encode(), v.encode()) for k, v in err.headers.items()),
+                    ],
+                }
+            )
             await send({"type": "http.response.body", "body": out})
             return
         await self.chat.handle(receive, send, model, who, data, request_id, started, openai=True)

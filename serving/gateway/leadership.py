@@ -57,8 +57,14 @@ async def _exited(holder: str, timeout_s: float = 5.0) -> None:
 
 
 class Leadership:
-    def __init__(self, manager: EndpointManager, *, ttl_s: float = 10.0, interval_s: float = 0.5,
-                 on_role: Callable[[bool], None] = lambda leading: None) -> None:
+    def __init__(
+        self,
+        manager: EndpointManager,
+        *,
+        ttl_s: float = 10.0,
+        interval_s: float = 0.5,
+        on_role: Callable[[bool], None] = lambda leading: None,
+    ) -> None:
         self.manager = manager
         self.on_role = on_role  # told True when this gateway starts leading, False when it stops (its warm pool)
         self.me = holder_id()
@@ -70,7 +76,7 @@ class Leadership:
     async def _hold(self) -> bool:
         try:
             return await run_in_threadpool(self.lease.hold, self.me) is not None
-        except Exception as exc:  # noqa: BLE001 - store unreachable: a leader keeps going until its lease is lost
+        except Exception as exc:
             log.warning("leader lease not renewed: %s", type(exc).__name__)
             return self.manager.leading
 
@@ -86,7 +92,9 @@ class Leadership:
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        self._listener = ChangeListener(self.manager.store.database.url, lambda: loop.call_soon_threadsafe(self._changed.set))
+        self._listener = ChangeListener(
+            self.manager.store.database.url, lambda: loop.call_soon_threadsafe(self._changed.set)
+        )
         self._listener.start()
         while True:
             try:
@@ -124,5 +132,5 @@ class Leadership:
             await run_in_threadpool(self._listener.stop)
         try:
             await run_in_threadpool(self.lease.release, self.me)
-        except Exception as exc:  # noqa: BLE001 - it expires by itself
+        except Exception as exc:
             log.warning("leader lease not released: %s", type(exc).__name__)

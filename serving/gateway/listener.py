@@ -45,7 +45,12 @@ class RecordingServer(uvicorn.Server):
         try:
             self._written = write_record(self._records, url)
         except OSError as exc:
-            log.warning("could not record the gateway's URL in %s (%s): clients on this state folder need %s=%s",
-                        self._records, exc, URL_ENV, url)
+            log.warning(
+                "could not record the gateway's URL in %s (%s): clients on this state folder need %s=%s",
+                self._records,
+                exc,
+                URL_ENV,
+                url,
+            )
             return
         log.info("listening at %s, recorded in %s", url, self._written[0])

@@ -35,14 +35,18 @@ class GatewayProcess:
         return int(self.process.returncode)
 
 
-def start_gateway(env: Mapping[str, str], log_path: Path, host: str = "127.0.0.1", port: int | None = None,
-                  timeout_s: float = 60.0) -> GatewayProcess:
+def start_gateway(
+    env: Mapping[str, str], log_path: Path, host: str = "127.0.0.1", port: int | None = None, timeout_s: float = 60.0
+) -> GatewayProcess:
     port = port or free_port(host)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "serving", "--host", host, "--port", str(port)],
-            stdout=out, stderr=subprocess.STDOUT, env=dict(env), cwd=str(PROJECT_DIR),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            cwd=str(PROJECT_DIR),
         )
     gateway = GatewayProcess(process, f"http://{host}:{port}", log_path)
     deadline = time.monotonic() + timeout_s
@@ -59,7 +63,9 @@ def start_gateway(env: Mapping[str, str], log_path: Path, host: str = "127.0.0.1
     raise RuntimeError(f"gateway not healthy after {timeout_s:.0f}s; see {log_path}")
 
 
-def _poll_endpoint(url: str, token: str, name: str, done: Callable[[dict], bool], timeout_s: float, waiting: str) -> dict:
+def _poll_endpoint(
+    url: str, token: str, name: str, done: Callable[[dict], bool], timeout_s: float, waiting: str
+) -> dict:
     """The endpoint's view once ``done(view)``; TimeoutError naming what it was still ``waiting`` for."""
     deadline = time.monotonic() + timeout_s
     headers = {"Authorization": f"Bearer {token}"}
@@ -86,8 +92,14 @@ def wait_endpoint_ready(url: str, token: str, name: str, timeout_s: float = 180.
 def wait_endpoint_settled(url: str, token: str, name: str, timeout_s: float = 180.0) -> dict:
     """Poll the endpoint until no config update is in progress (a gateway that restarts on existing state restores
     each endpoint as an update, and a config change sent meanwhile is a 409, as Databricks answers)."""
-    return _poll_endpoint(url, token, name, lambda view: view.get("state", {}).get("config_update") != "IN_PROGRESS",
-                          timeout_s, "still updating")
+    return _poll_endpoint(
+        url,
+        token,
+        name,
+        lambda view: view.get("state", {}).get("config_update") != "IN_PROGRESS",
+        timeout_s,
+        "still updating",
+    )
 
 
 def environ_with(overrides: Mapping[str, str]) -> dict[str, str]:

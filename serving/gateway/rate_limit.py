@@ -33,7 +33,9 @@ class RateLimit:
             raise ValueError(f"{where}: 'rate_limit' must be an object with requests_per_second and optional burst")
         unknown = sorted(str(k)[:64] for k in value if k not in _KEYS)
         if unknown:
-            raise ValueError(f"{where}: 'rate_limit' has unknown key(s) {unknown}; accepted: requests_per_second, burst")
+            raise ValueError(
+                f"{where}: 'rate_limit' has unknown key(s) {unknown}; accepted: requests_per_second, burst"
+            )
         rate, burst = value.get("requests_per_second"), value.get("burst")
         if not _positive(rate):
             raise ValueError(f"{where}: 'rate_limit.requests_per_second' must be a positive number")
@@ -75,6 +77,10 @@ class TokenBuckets:
         wait = self.take(name, limit)
         if wait > 0:
             retry_after = max(1, math.ceil(wait))
-            raise ApiError(429, "REQUEST_LIMIT_EXCEEDED",
-                           f"token {name[:100]!r} is over its rate limit of {limit.requests_per_second:g} requests/s; "
-                           f"retry in {retry_after}s", headers={"Retry-After": str(retry_after)})
+            raise ApiError(
+                429,
+                "REQUEST_LIMIT_EXCEEDED",
+                f"token {name[:100]!r} is over its rate limit of {limit.requests_per_second:g} requests/s; "
+                f"retry in {retry_after}s",
+                headers={"Retry-After": str(retry_after)},
+            )

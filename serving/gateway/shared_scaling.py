@@ -39,9 +39,15 @@ KEEP_RECORDS_S = 3600.0  # a record not saved again for this long is of an entit
 def reading(load: LoadReading, totals: tuple[int, int], busy: Mapping[int, float]) -> dict[str, Any]:
     """A follower's reading of one entity: ``load`` over its last second, ``totals`` (arrivals, completed)
     since it started, ``busy`` the latest busy clock of each replica by pid."""
-    return {"in_flight": load.in_flight, "queue_depth": load.queue_depth, "arrivals_total": totals[0],
-            "completed_total": totals[1], "latency_p50_ms": load.latency_p50_ms,
-            "latency_p99_ms": load.latency_p99_ms, "busy": {str(pid): clock for pid, clock in busy.items()}}
+    return {
+        "in_flight": load.in_flight,
+        "queue_depth": load.queue_depth,
+        "arrivals_total": totals[0],
+        "completed_total": totals[1],
+        "latency_p50_ms": load.latency_p50_ms,
+        "latency_p99_ms": load.latency_p99_ms,
+        "busy": {str(pid): clock for pid, clock in busy.items()},
+    }
 
 
 class RemoteLoad:
@@ -87,8 +93,15 @@ class RemoteLoad:
             if r.values.get("latency_p99_ms") is not None:
                 p99s.append(float(r.values["latency_p99_ms"]))
         p50 = p50_weighted / completed if completed else sample.latency_p50_ms
-        return replace(sample, in_flight=in_flight, queue_depth=queue, requests=round(arrivals),
-                       completed=round(completed), latency_p50_ms=p50, latency_p99_ms=max(p99s) if p99s else None)
+        return replace(
+            sample,
+            in_flight=in_flight,
+            queue_depth=queue,
+            requests=round(arrivals),
+            completed=round(completed),
+            latency_p50_ms=p50,
+            latency_p99_ms=max(p99s) if p99s else None,
+        )
 
     @staticmethod
     def busy_clocks(readings: Iterable[Reading]) -> dict[int, float]:
@@ -103,8 +116,16 @@ class RemoteLoad:
 class SharedScaling:
     """This gateway's side of the autoscaler's shared state, kept by a background thread (see the module)."""
 
-    def __init__(self, board: LoadBoard, records: ScalerRecords, me: str, leading: Callable[[], bool], *,
-                 interval_s: float = 1.0, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        board: LoadBoard,
+        records: ScalerRecords,
+        me: str,
+        leading: Callable[[], bool],
+        *,
+        interval_s: float = 1.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.board = board
         self.records = records
         self.me = me
@@ -138,7 +159,7 @@ class SharedScaling:
     def load_records(self) -> None:
         try:
             self.recorded = self.records.load()
-        except Exception as exc:  # noqa: BLE001 - the autoscaler then starts from scratch
+        except Exception as exc:
             log.warning("autoscaler records not read: %s", type(exc).__name__)
 
     def tick(self) -> None:
@@ -167,7 +188,7 @@ class SharedScaling:
         while not self._stop.wait(self.interval_s):
             try:
                 self.tick()
-            except Exception as exc:  # noqa: BLE001 - the store may be away for a while
+            except Exception as exc:
                 log.warning("autoscaler's shared state not exchanged: %s", type(exc).__name__)
 
     def stop(self) -> None:
@@ -176,5 +197,5 @@ class SharedScaling:
             self._thread.join(timeout=5)
         try:
             self.board.forget(self.me)
-        except Exception as exc:  # noqa: BLE001 - its readings go stale by themselves
+        except Exception as exc:
             log.warning("load readings not removed: %s", type(exc).__name__)

@@ -39,8 +39,13 @@ RETRY_STATUSES = frozenset({429, 503, 504})  # no capacity now: the event is sco
 class StreamFrontDoor:
     """Scores an endpoint's stream events as its HTTP requests are scored (see the module docstring)."""
 
-    def __init__(self, manager: EndpointManager, endpoint: str, inference_log: InferenceLogWriter,
-                 rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        manager: EndpointManager,
+        endpoint: str,
+        inference_log: InferenceLogWriter,
+        rng: random.Random | None = None,
+    ) -> None:
         self.manager = manager
         self.endpoint = endpoint
         self.inference_log = inference_log
@@ -65,13 +70,20 @@ class StreamFrontDoor:
         await asyncio.gather(*(self._share(live, name, share, out, started) for name, share in shares.items()))
         return out
 
-    async def _share(self, live: LiveEndpoint, name: str, share: list[tuple[int, Entry, dict[str, str]]],
-                     out: list[Output | None], started: float) -> None:
+    async def _share(
+        self,
+        live: LiveEndpoint,
+        name: str,
+        share: list[tuple[int, Entry, dict[str, str]]],
+        out: list[Output | None],
+        started: float,
+    ) -> None:
         entity = live.entities.get(name)
         if entity is None or entity.dispatcher is None:
             return  # not started yet: scored again after a back-off
         answers = await entity.dispatcher.submit_many(
-            [WireRequest(entry.id, EVENT_CONTENT_TYPE, orjson.dumps(fields)) for _, entry, fields in share])
+            [WireRequest(entry.id, EVENT_CONTENT_TYPE, orjson.dumps(fields)) for _, entry, fields in share]
+        )
         elapsed = time.perf_counter() - started
         for (at, entry, fields), answer in zip(share, answers):
             if isinstance(answer, ApiError):
@@ -79,20 +91,40 @@ class StreamFrontDoor:
             if not isinstance(answer, WireAnswer) or answer.status in RETRY_STATUSES:
                 continue  # no capacity now (AdmissionRefused, 429, 503, 504): scored again after a back-off
             self._record(entry, fields, name, entity.version, answer, elapsed)
-            out[at] = _dead(entry, _reason(answer.first)) if answer.status != 200 else Output(entry.id, {
-                b"event_id": entry.id.encode(), b"prediction": _one_prediction(answer.first),
-                b"model_version": entity.version.encode(), b"served_entity": name.encode()})
+            out[at] = (
+                _dead(entry, _reason(answer.first))
+                if answer.status != 200
+                else Output(
+                    entry.id,
+                    {
+                        b"event_id": entry.id.encode(),
+                        b"prediction": _one_prediction(answer.first),
+                        b"model_version": entity.version.encode(),
+                        b"served_entity": name.encode(),
+                    },
+                )
+            )
 
-    def _record(self, entry: Entry, fields: dict[str, str], entity: str, version: str, answer: WireAnswer,
-                elapsed: float) -> None:
+    def _record(
+        self, entry: Entry, fields: dict[str, str], entity: str, version: str, answer: WireAnswer, elapsed: float
+    ) -> None:
         ok = answer.status == 200
-        self.inference_log.record(InferenceRecord(
-            request_id=entry.id, timestamp=utc_now(), endpoint=self.endpoint, served_entity=entity, model_version=version,
-            status_code=answer.status, latency_ms=elapsed * 1000, inputs=logged_inputs(fields),
-            served_features=answer.second.decode() if ok and answer.second else None,
-            outputs=answer.first.decode() if ok else None, error_code=None if ok else _code(answer.first),
-            rows=answer.rows if ok else 0,
-        ))
+        self.inference_log.record(
+            InferenceRecord(
+                request_id=entry.id,
+                timestamp=utc_now(),
+                endpoint=self.endpoint,
+                served_entity=entity,
+                model_version=version,
+                status_code=answer.status,
+                latency_ms=elapsed * 1000,
+                inputs=logged_inputs(fields),
+                served_features=answer.second.decode() if ok and answer.second else None,
+                outputs=answer.first.decode() if ok else None,
+                error_code=None if ok else _code(answer.first),
+                rows=answer.rows if ok else 0,
+            )
+        )
 
 
 def logged_inputs(fields: dict[str, str]) -> str:
@@ -142,9 +174,16 @@ def _dead(entry: Entry, reason: str) -> Output:
 class StreamSupervisor:
     """The consumers of this gateway's stream inputs; the leader's only (see the module docstring)."""
 
-    def __init__(self, manager: EndpointManager, inference_log: InferenceLogWriter, *, interval_s: float = 1.0,
-                 claim_idle_s: float = 30.0, consumer: str | None = None,
-                 wall: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        manager: EndpointManager,
+        inference_log: InferenceLogWriter,
+        *,
+        interval_s: float = 1.0,
+        claim_idle_s: float = 30.0,
+        consumer: str | None = None,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         self.manager = manager
         self.inference_log = inference_log
         self.interval_s = interval_s
@@ -175,8 +214,12 @@ class StreamSupervisor:
                     wanted[(endpoint, stream.source_address.url, stream.group)] = stream
         for key, (config, _, task) in list(self.consumers.items()):
             if task.done() and not task.cancelled() and task.exception() is not None:
-                log.error("the consumer of %s for endpoint %s stopped (%r); starting it again", key[1], key[0],
-                          task.exception())
+                log.error(
+                    "the consumer of %s for endpoint %s stopped (%r); starting it again",
+                    key[1],
+                    key[0],
+                    task.exception(),
+                )
             if wanted.get(key) != config or task.done():
                 task.cancel()
                 del self.consumers[key]
@@ -186,9 +229,15 @@ class StreamSupervisor:
 
     def _start(self, endpoint: str, config: StreamInput) -> tuple[StreamInput, StreamConsumer, asyncio.Task[None]]:
         door = StreamFrontDoor(self.manager, endpoint, self.inference_log)
-        consumer = StreamConsumer(endpoint, config, self._broker(config.source_address.server),
-                                  self._broker(config.sink_address.server), door.score, consumer=self.consumer,
-                                  claim_idle_s=self.claim_idle_s)
+        consumer = StreamConsumer(
+            endpoint,
+            config,
+            self._broker(config.source_address.server),
+            self._broker(config.sink_address.server),
+            door.score,
+            consumer=self.consumer,
+            claim_idle_s=self.claim_idle_s,
+        )
         log.info("endpoint %s: consuming %s (group %s)", endpoint, config.source_address.url, config.group)
         return config, consumer, asyncio.get_running_loop().create_task(consumer.run())
 
@@ -223,8 +272,14 @@ class StreamSupervisor:
         if live is None:
             return 0.0
         share = dict(live.weights).get(entity, 0) / 100
-        return max((share * consumer.stats.lag.unread / config.max_lag_s
-                    for (name, _, _), (config, consumer, _) in self.consumers.items() if name == endpoint), default=0.0)
+        return max(
+            (
+                share * consumer.stats.lag.unread / config.max_lag_s
+                for (name, _, _), (config, consumer, _) in self.consumers.items()
+                if name == endpoint
+            ),
+            default=0.0,
+        )
 
     def collector(self) -> Collector:
         return _StreamCollector(self)
@@ -236,20 +291,32 @@ class _StreamCollector(Collector):
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         labels = ["endpoint", "stream", "group"]
-        events = CounterMetricFamily("tollfree_stream_events", "Stream events by outcome (result, dead_letter, "
-                                     "duplicate: already in the sink when delivered again; retry: scored again).",
-                                     labels=[*labels, "outcome"])
-        lag = GaugeMetricFamily("tollfree_stream_lag_entries", "Entries of the consumer group not yet acknowledged "
-                                "(not yet read, or read and in flight).", labels=labels)
-        age = GaugeMetricFamily("tollfree_stream_oldest_age_seconds", "Age of the oldest entry not yet acknowledged.",
-                                labels=labels)
-        in_flight = GaugeMetricFamily("tollfree_stream_in_flight_events", "Events being scored by this gateway.",
-                                      labels=labels)
+        events = CounterMetricFamily(
+            "tollfree_stream_events",
+            "Stream events by outcome (result, dead_letter, "
+            "duplicate: already in the sink when delivered again; retry: scored again).",
+            labels=[*labels, "outcome"],
+        )
+        lag = GaugeMetricFamily(
+            "tollfree_stream_lag_entries",
+            "Entries of the consumer group not yet acknowledged (not yet read, or read and in flight).",
+            labels=labels,
+        )
+        age = GaugeMetricFamily(
+            "tollfree_stream_oldest_age_seconds", "Age of the oldest entry not yet acknowledged.", labels=labels
+        )
+        in_flight = GaugeMetricFamily(
+            "tollfree_stream_in_flight_events", "Events being scored by this gateway.", labels=labels
+        )
         for (endpoint, url, group), (_, consumer, _) in list(self.supervisor.consumers.items()):
             key = [endpoint, url, group]
             stats = consumer.stats
-            for outcome, value in (("result", stats.results), ("dead_letter", stats.dead_letters),
-                                   ("duplicate", stats.duplicates), ("retry", stats.retries)):
+            for outcome, value in (
+                ("result", stats.results),
+                ("dead_letter", stats.dead_letters),
+                ("duplicate", stats.duplicates),
+                ("retry", stats.retries),
+            ):
                 events.add_metric([*key, outcome], value)
             lag.add_metric(key, stats.lag.entries)
             age.add_metric(key, stats.lag.oldest_age_s)

@@ -9,7 +9,6 @@ fallback entity. Nothing here reads a secret or logs a body.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
@@ -23,18 +22,24 @@ from serving.protocol.wire import POOL_KEEP_ALIVE_S
 class Target:
     """Where one attempt goes: the URL of a chat-completions route and the headers it needs."""
 
-    entity: str            # the served entity's name (what errors name; never the key)
+    entity: str  # the served entity's name (what errors name; never the key)
     url: str
     headers: Mapping[str, str]
-    external: bool         # an external model: its error bodies are not ours to pass on
+    external: bool  # an external model: its error bodies are not ours to pass on
 
 
 class UpstreamFailed(Exception):
     """The upstream did not take the request: unreachable, 5xx, 429 or silent. ``status`` is its HTTP status
     (None when there was none); ``retry_after`` is its Retry-After, if it sent one."""
 
-    def __init__(self, target: Target, reason: str, status: int | None = None, retry_after: str | None = None,
-                 timed_out: bool = False) -> None:
+    def __init__(
+        self,
+        target: Target,
+        reason: str,
+        status: int | None = None,
+        retry_after: str | None = None,
+        timed_out: bool = False,
+    ) -> None:
         super().__init__(reason)
         self.target = target
         self.reason = reason
@@ -48,8 +53,14 @@ class UpstreamFailed(Exception):
         if self.timed_out:
             return ApiError(504, "DEADLINE_EXCEEDED", f"{who}: the upstream did not answer within {timeout_s:.0f}s")
         if self.status == 429:
-            headers = {"Retry-After": self.retry_after} if self.retry_after and self.retry_after.isdigit() else {"Retry-After": "1"}
-            return ApiError(429, "REQUEST_LIMIT_EXCEEDED", f"{who}: the upstream is over its rate limit (HTTP 429)", headers)
+            headers = (
+                {"Retry-After": self.retry_after}
+                if self.retry_after and self.retry_after.isdigit()
+                else {"Retry-After": "1"}
+            )
+            return ApiError(
+                429, "REQUEST_LIMIT_EXCEEDED", f"{who}: the upstream is over its rate limit (HTTP 429)", headers
+            )
         if self.status is not None:
             return ApiError(502, "BAD_GATEWAY", f"{who}: the upstream answered HTTP {self.status}")
         return ApiError(502, "BAD_GATEWAY", f"{who}: the upstream could not be reached ({self.reason})")
@@ -73,8 +84,12 @@ class Upstreams:
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=POOL_KEEP_ALIVE_S, enable_cleanup_closed=True)
         self._session = aiohttp.ClientSession(
-            connector=connector, skip_auto_headers=("User-Agent",),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s, sock_read=self.idle_timeout_s))
+            connector=connector,
+            skip_auto_headers=("User-Agent",),
+            timeout=aiohttp.ClientTimeout(
+                total=None, sock_connect=self.connect_timeout_s, sock_read=self.idle_timeout_s
+            ),
+        )
 
     async def close(self) -> None:
         if self._session is not None:
@@ -87,12 +102,16 @@ class Upstreams:
         if self._session is None:
             await self.start()
         assert self._session is not None
-        headers = {"content-type": "application/json", "accept": "application/json, text/event-stream", **target.headers}
+        headers = {
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+            **target.headers,
+        }
         for attempt in (1, 2):
             try:
                 response = await self._session.post(target.url, data=body, headers=headers)
                 break
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise UpstreamFailed(target, "timeout", timed_out=True) from None
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
                 # a pooled connection the server closed (or reset) as it went idle, before any answer: once more, on a
@@ -105,12 +124,14 @@ class Upstreams:
             return response
         try:
             error_body = await response.read() if not target.external else b""
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        except (TimeoutError, aiohttp.ClientError, OSError):
             error_body = b""
         finally:
             response.release()
         if response.status >= 500 or response.status == 429:
-            raise UpstreamFailed(target, f"HTTP {response.status}", response.status, response.headers.get("Retry-After"))
+            raise UpstreamFailed(
+                target, f"HTTP {response.status}", response.status, response.headers.get("Retry-After")
+            )
         raise UpstreamRefused(response.status, error_body)
 
 
@@ -118,7 +139,7 @@ async def read_whole(target: Target, response: aiohttp.ClientResponse) -> bytes:
     """A non-streamed answer's body; UpstreamFailed if the upstream goes quiet or away first."""
     try:
         return await response.read()
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise UpstreamFailed(target, "timeout", timed_out=True) from None
     except (aiohttp.ClientError, OSError) as exc:
         raise UpstreamFailed(target, type(exc).__name__) from None

@@ -39,10 +39,10 @@ _TABLE_FIELDS = ("enabled", "catalog_name", "schema_name", "table_name_prefix", 
 class RateLimitRule:
     """One per-minute limit on calls and/or tokens."""
 
-    key: str                 # "endpoint" (one budget for the endpoint) | "user" / "service_principal" (one per token name)
-    calls: int | None        # requests per minute
-    tokens: int | None       # input + output tokens per minute
-    principal: str | None    # the rule applies to this token name only
+    key: str  # "endpoint" (one budget for the endpoint) | "user" / "service_principal" (one per token name)
+    calls: int | None  # requests per minute
+    tokens: int | None  # input + output tokens per minute
+    principal: str | None  # the rule applies to this token name only
     renewal_period: str = "minute"
 
 
@@ -53,10 +53,12 @@ class AiGatewayConfig:
     rate_limits: tuple[RateLimitRule, ...] = ()
     usage_tracking: bool = False
     fallbacks: bool = False
-    input_pii: str = "NONE"      # NONE | BLOCK | MASK
+    input_pii: str = "NONE"  # NONE | BLOCK | MASK
     output_pii: str = "NONE"
     redact: tuple[str, ...] = ()
-    inference_table: tuple[tuple[str, Any], ...] = ()  # its Unity Catalog fields as given (returned, not used)  # pattern names applied to payloads before the inference-log record is written
+    inference_table: tuple[
+        tuple[str, Any], ...
+    ] = ()  # its Unity Catalog fields as given (returned, not used)  # pattern names applied to payloads before the inference-log record is written
 
 
 def _object(value: Any, path: str, accepted: tuple[str, ...]) -> Mapping[str, Any]:
@@ -203,8 +205,11 @@ def _table_fields(value: Any) -> tuple[tuple[str, Any], ...]:
     """The checked Unity Catalog fields of ``inference_table_config`` that were set, in a fixed order."""
     if not isinstance(value, Mapping):
         return ()
-    return tuple((k, value[k]) for k in ("enabled", "catalog_name", "schema_name", "table_name_prefix")
-                 if value.get(k) is not None)
+    return tuple(
+        (k, value[k])
+        for k in ("enabled", "catalog_name", "schema_name", "table_name_prefix")
+        if value.get(k) is not None
+    )
 
 
 def _rule_view(rule: RateLimitRule) -> dict[str, Any]:
@@ -226,13 +231,18 @@ def ai_gateway_view(config: AiGatewayConfig) -> dict[str, Any]:
         out["usage_tracking_config"] = {"enabled": True}
     if config.rate_limits:
         out["rate_limits"] = [_rule_view(rule) for rule in config.rate_limits]
-    guardrails = {side: {"pii": {"behavior": behavior}}
-                  for side, behavior in (("input", config.input_pii), ("output", config.output_pii))
-                  if behavior != "NONE"}
+    guardrails = {
+        side: {"pii": {"behavior": behavior}}
+        for side, behavior in (("input", config.input_pii), ("output", config.output_pii))
+        if behavior != "NONE"
+    }
     if guardrails:
         out["guardrails"] = guardrails
     if config.redact or config.inference_table:
-        out["inference_table_config"] = {**dict(config.inference_table), **({"redact": list(config.redact)} if config.redact else {})}
+        out["inference_table_config"] = {
+            **dict(config.inference_table),
+            **({"redact": list(config.redact)} if config.redact else {}),
+        }
     if config.fallbacks:
         out["fallback_config"] = {"enabled": True}
     return out

@@ -27,7 +27,7 @@ from serving.protocol.errors import ApiError, invalid_parameter
 MAX_BUCKETS = 10_000
 IDLE_SECONDS = 600.0
 _PRUNE_EVERY = 60.0
-_EPSILON = 1e-9              # float slack: a bucket refilled to 0.9999999999 has room for 1
+_EPSILON = 1e-9  # float slack: a bucket refilled to 0.9999999999 has room for 1
 _MAX_NAME = 100
 _WHO = {"endpoint": "endpoint", "user": "per-user", "service_principal": "per-service-principal"}
 
@@ -36,7 +36,7 @@ _WHO = {"endpoint": "endpoint", "user": "per-user", "service_principal": "per-se
 class Reservation:
     """What ``reserve`` took from the token buckets, for ``settle`` to correct."""
 
-    entries: tuple[tuple[str, int], ...]   # (bucket key, tokens reserved) for each token bucket charged
+    entries: tuple[tuple[str, int], ...]  # (bucket key, tokens reserved) for each token bucket charged
     tokens: int
 
 
@@ -55,7 +55,7 @@ class _Bucket:
 class _Charge:
     key: str
     rule: RateLimitRule
-    kind: str        # "calls" | "tokens"
+    kind: str  # "calls" | "tokens"
     limit: int
     amount: int
 
@@ -74,7 +74,7 @@ def _applies(rule: RateLimitRule, principal: str) -> bool:
 
 
 def _charges(endpoint: str, principal: str, rules: Sequence[RateLimitRule], tokens: int) -> list[_Charge]:
-    out: dict[str, _Charge] = {}   # keyed by bucket: a rule given twice is one limit, charged once
+    out: dict[str, _Charge] = {}  # keyed by bucket: a rule given twice is one limit, charged once
     for rule in rules:
         if not _applies(rule, principal):
             continue
@@ -95,8 +95,9 @@ class UsageBudgets:
         self._lock = threading.Lock()
         self._last_prune = -math.inf
 
-    def reserve(self, endpoint: str, principal: str, rules: Sequence[RateLimitRule], tokens: int,
-                now: float | None = None) -> Reservation:
+    def reserve(
+        self, endpoint: str, principal: str, rules: Sequence[RateLimitRule], tokens: int, now: float | None = None
+    ) -> Reservation:
         """Take one call and ``tokens`` from every applicable bucket, or nothing.
 
         A 400 when ``tokens`` exceeds a tokens rule's whole per-minute limit (it could never pass);
@@ -109,12 +110,16 @@ class UsageBudgets:
             if charge.amount > charge.limit:
                 raise invalid_parameter(
                     f"this request may use up to {tokens} tokens (prompt estimate + max_tokens), more than the "
-                    f"{_describe(charge.rule, charge.kind, charge.limit)}: lower max_tokens")
+                    f"{_describe(charge.rule, charge.kind, charge.limit)}: lower max_tokens"
+                )
         now = self._clock() if now is None else now
         with self._lock:
             buckets = [self._bucket(charge, now) for charge in charges]
-            short = [(charge, (charge.amount - bucket.level) * 60.0 / charge.limit)
-                     for charge, bucket in zip(charges, buckets) if bucket.level + _EPSILON < charge.amount]
+            short = [
+                (charge, (charge.amount - bucket.level) * 60.0 / charge.limit)
+                for charge, bucket in zip(charges, buckets)
+                if bucket.level + _EPSILON < charge.amount
+            ]
             if short:
                 raise _too_many(principal, short)
             for charge, bucket in zip(charges, buckets):
@@ -132,7 +137,7 @@ class UsageBudgets:
         with self._lock:
             for key, reserved in reservation.entries:
                 bucket = self._buckets.get(key)
-                if bucket is None:   # dropped while full and idle: nothing to correct
+                if bucket is None:  # dropped while full and idle: nothing to correct
                     continue
                 bucket.refill(now)
                 bucket.level = min(bucket.capacity, bucket.level + reserved - used_tokens)
@@ -166,7 +171,8 @@ def _too_many(principal: str, short: list[tuple[_Charge, float]]) -> ApiError:
     seconds = max(1, math.ceil(max(wait for _, wait in short) - _EPSILON))
     charge = max(short, key=lambda item: item[1])[0]
     return ApiError(
-        429, "REQUEST_LIMIT_EXCEEDED",
+        429,
+        "REQUEST_LIMIT_EXCEEDED",
         f"{_describe(charge.rule, charge.kind, charge.limit)} reached for token {principal[:_MAX_NAME]!r}; "
         f"retry in {seconds}s",
         headers={"Retry-After": str(seconds)},

@@ -24,12 +24,35 @@ ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_TOKENS_LIMIT = 32_768
 MAX_MESSAGES = 2_000
 MAX_STOP = 4
-_MAX_NAMES = 5                    # unknown keys named in an error, each cut to 64 characters
+_MAX_NAMES = 5  # unknown keys named in an error, each cut to 64 characters
 # Passed to the model as they come (after their checks below); anything else is a 400 naming it.
-_PARAMS = ("temperature", "top_p", "top_k", "stop", "n", "frequency_penalty", "presence_penalty", "tools",
-           "tool_choice", "custom_inputs", "user")
-_ACCEPTED = frozenset({"messages", "max_tokens", "max_completion_tokens", "stream", "stream_options", "model",
-                       "client_request_id", "usage_context", "extra_params", *_PARAMS})
+_PARAMS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "stop",
+    "n",
+    "frequency_penalty",
+    "presence_penalty",
+    "tools",
+    "tool_choice",
+    "custom_inputs",
+    "user",
+)
+_ACCEPTED = frozenset(
+    {
+        "messages",
+        "max_tokens",
+        "max_completion_tokens",
+        "stream",
+        "stream_options",
+        "model",
+        "client_request_id",
+        "usage_context",
+        "extra_params",
+        *_PARAMS,
+    }
+)
 _MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "refusal"})
 
 
@@ -43,9 +66,9 @@ class ChatRequest:
     messages: tuple[dict[str, Any], ...]
     max_tokens: int | None
     stream: bool
-    include_usage: bool                       # stream_options.include_usage: a last chunk with the usage
-    params: dict[str, Any] = field(default_factory=dict)   # temperature, top_p, stop, ... as given
-    model: str | None = None                  # the OpenAI route's endpoint name
+    include_usage: bool  # stream_options.include_usage: a last chunk with the usage
+    params: dict[str, Any] = field(default_factory=dict)  # temperature, top_p, stop, ... as given
+    model: str | None = None  # the OpenAI route's endpoint name
 
     @property
     def temperature(self) -> float | None:
@@ -100,8 +123,9 @@ def is_chat_body(body: bytes) -> dict[str, Any] | None:
     return parsed if isinstance(parsed, dict) and "messages" in parsed else None
 
 
-def parse_chat_request(body: bytes | Mapping[str, Any], *, require_model: bool = False,
-                       max_tokens_limit: int = MAX_TOKENS_LIMIT) -> ChatRequest:
+def parse_chat_request(
+    body: bytes | Mapping[str, Any], *, require_model: bool = False, max_tokens_limit: int = MAX_TOKENS_LIMIT
+) -> ChatRequest:
     """A checked chat request; a 400 naming the first field that is wrong."""
     if isinstance(body, (bytes, bytearray)):
         try:
@@ -118,24 +142,37 @@ def parse_chat_request(body: bytes | Mapping[str, Any], *, require_model: bool =
     _check(not require_model or model is not None, "model is required: the name of the serving endpoint")
     # a body without messages is not a chat request at all (a dataframe_split sent to a chat endpoint, say):
     # that is the error to name first, with the fields that do not belong in one
-    _check("messages" in data, f"messages is required: a chat request is {{\"messages\": [{{\"role\": ..., "
-                               f"\"content\": ...}}], ...}}" + (f"; it takes no field(s) {unknown}" if unknown else ""))
+    _check(
+        "messages" in data,
+        'messages is required: a chat request is {"messages": [{"role": ..., '
+        '"content": ...}], ...}' + (f"; it takes no field(s) {unknown}" if unknown else ""),
+    )
     _check(not unknown, f"unknown field(s) {unknown}; a chat request takes {sorted(_ACCEPTED)}")
     messages = _messages(data.get("messages"))
     limits = {k: data[k] for k in ("max_tokens", "max_completion_tokens") if data.get(k) is not None}
     for key, value in limits.items():
-        _check(_is_int(value) and 1 <= value <= max_tokens_limit, f"{key} must be an integer from 1 to {max_tokens_limit}")
+        _check(
+            _is_int(value) and 1 <= value <= max_tokens_limit, f"{key} must be an integer from 1 to {max_tokens_limit}"
+        )
     _check(len(set(limits.values())) <= 1, "max_tokens and max_completion_tokens differ: send one of them")
     limit = next(iter(limits.values()), None)
     stream = data.get("stream", False)
     _check(isinstance(stream, bool), "stream must be true or false")
     options = data.get("stream_options")
-    _check(options is None or (isinstance(options, Mapping) and set(options) <= {"include_usage"}
-                               and isinstance(options.get("include_usage", False), bool)),
-           "stream_options must be {\"include_usage\": true|false}")
+    _check(
+        options is None
+        or (
+            isinstance(options, Mapping)
+            and set(options) <= {"include_usage"}
+            and isinstance(options.get("include_usage", False), bool)
+        ),
+        'stream_options must be {"include_usage": true|false}',
+    )
     # taken for Databricks' query and then dropped: checked all the same, so a wrong one is named, not ignored
-    _check(data.get("client_request_id") is None or isinstance(data["client_request_id"], str),
-           "client_request_id must be a string")
+    _check(
+        data.get("client_request_id") is None or isinstance(data["client_request_id"], str),
+        "client_request_id must be a string",
+    )
     for key in ("usage_context", "extra_params"):
         _check(data.get(key) is None or isinstance(data[key], Mapping), f"{key} must be an object")
     params = {k: data[k] for k in _PARAMS if k in data and data[k] is not None}
@@ -144,8 +181,10 @@ def parse_chat_request(body: bytes | Mapping[str, Any], *, require_model: bool =
 
 
 def _messages(value: Any) -> tuple[dict[str, Any], ...]:
-    _check(isinstance(value, list) and 1 <= len(value) <= MAX_MESSAGES,
-           f"messages must be a list of 1 to {MAX_MESSAGES} messages")
+    _check(
+        isinstance(value, list) and 1 <= len(value) <= MAX_MESSAGES,
+        f"messages must be a list of 1 to {MAX_MESSAGES} messages",
+    )
     out = []
     for i, message in enumerate(value):
         p = f"messages[{i}]"
@@ -155,13 +194,20 @@ def _messages(value: Any) -> tuple[dict[str, Any], ...]:
         _check(message.get("role") in ROLES, f"{p}.role must be one of {list(ROLES)}")
         content = message.get("content")
         if isinstance(content, list):  # OpenAI's content parts: text parts only here
-            _check(all(isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str)
-                       for part in content), f"{p}.content parts must be {{\"type\": \"text\", \"text\": ...}}")
+            _check(
+                all(
+                    isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str)
+                    for part in content
+                ),
+                f'{p}.content parts must be {{"type": "text", "text": ...}}',
+            )
             content = "".join(part["text"] for part in content)
         has_calls = message.get("role") == "assistant" and isinstance(message.get("tool_calls"), list)
         _check(isinstance(content, str) or (content is None and has_calls), f"{p}.content must be a string")
-        _check(message.get("role") != "tool" or isinstance(message.get("tool_call_id"), str),
-               f"{p}.tool_call_id is required for a tool message")
+        _check(
+            message.get("role") != "tool" or isinstance(message.get("tool_call_id"), str),
+            f"{p}.tool_call_id is required for a tool message",
+        )
         for key in ("name", "tool_call_id"):
             _check(message.get(key) is None or isinstance(message.get(key), str), f"{p}.{key} must be a string")
         out.append({k: v for k, v in {**message, "content": content}.items() if v is not None})
@@ -171,26 +217,43 @@ def _messages(value: Any) -> tuple[dict[str, Any], ...]:
 def _check_params(params: Mapping[str, Any]) -> None:
     number = (int, float)
     t = params.get("temperature")
-    _check(t is None or (isinstance(t, number) and not isinstance(t, bool) and 0 <= t <= 2),
-           "temperature must be a number from 0 to 2")
+    _check(
+        t is None or (isinstance(t, number) and not isinstance(t, bool) and 0 <= t <= 2),
+        "temperature must be a number from 0 to 2",
+    )
     top_p = params.get("top_p")
-    _check(top_p is None or (isinstance(top_p, number) and not isinstance(top_p, bool) and 0 < top_p <= 1),
-           "top_p must be a number above 0 and at most 1")
-    _check(params.get("n") is None or (_is_int(params["n"]) and params["n"] == 1), "n must be 1: one choice is served a request")
+    _check(
+        top_p is None or (isinstance(top_p, number) and not isinstance(top_p, bool) and 0 < top_p <= 1),
+        "top_p must be a number above 0 and at most 1",
+    )
+    _check(
+        params.get("n") is None or (_is_int(params["n"]) and params["n"] == 1),
+        "n must be 1: one choice is served a request",
+    )
     top_k = params.get("top_k")
     _check(top_k is None or (_is_int(top_k) and top_k >= 1), "top_k must be a positive integer")
     for key in ("frequency_penalty", "presence_penalty"):
         v = params.get(key)
-        _check(v is None or (isinstance(v, number) and not isinstance(v, bool) and -2 <= v <= 2),
-               f"{key} must be a number from -2 to 2")
+        _check(
+            v is None or (isinstance(v, number) and not isinstance(v, bool) and -2 <= v <= 2),
+            f"{key} must be a number from -2 to 2",
+        )
     stop = params.get("stop")
-    _check(stop is None or isinstance(stop, str) or (isinstance(stop, list) and len(stop) <= MAX_STOP
-                                                      and all(isinstance(s, str) for s in stop)),
-           f"stop must be a string or a list of up to {MAX_STOP} strings")
+    _check(
+        stop is None
+        or isinstance(stop, str)
+        or (isinstance(stop, list) and len(stop) <= MAX_STOP and all(isinstance(s, str) for s in stop)),
+        f"stop must be a string or a list of up to {MAX_STOP} strings",
+    )
     _check(params.get("tools") is None or isinstance(params["tools"], list), "tools must be a list")
-    _check(params.get("tool_choice") is None or isinstance(params["tool_choice"], (str, Mapping)),
-           "tool_choice must be a string or an object")
-    _check(params.get("custom_inputs") is None or isinstance(params["custom_inputs"], Mapping), "custom_inputs must be an object")
+    _check(
+        params.get("tool_choice") is None or isinstance(params["tool_choice"], (str, Mapping)),
+        "tool_choice must be a string or an object",
+    )
+    _check(
+        params.get("custom_inputs") is None or isinstance(params["custom_inputs"], Mapping),
+        "custom_inputs must be an object",
+    )
     _check(params.get("user") is None or isinstance(params["user"], str), "user must be a string")
 
 

@@ -34,7 +34,7 @@ _EMAIL = re.compile(
 )
 
 
-_DOUBLED = (0, 2, 4, 6, 8, 1, 3, 5, 7, 9)   # a digit doubled, its digits summed (Luhn)
+_DOUBLED = (0, 2, 4, 6, 8, 1, 3, 5, 7, 9)  # a digit doubled, its digits summed (Luhn)
 
 
 def _luhn_sums(digits: str) -> tuple[list[int], list[int]]:
@@ -62,7 +62,7 @@ def _card_spans(text: str) -> list[tuple[int, int]]:
         if len(digits) < _CARD_MIN_DIGITS:
             continue
         even, odd = _luhn_sums(digits)
-        bounds = [0]   # bounds[i]: index in ``digits`` where group i starts; bounds[i + 1], where it ends
+        bounds = [0]  # bounds[i]: index in ``digits`` where group i starts; bounds[i + 1], where it ends
         for start, end in groups:
             bounds.append(bounds[-1] + end - start)
         i = 0
@@ -87,10 +87,7 @@ def _email_spans(text: str) -> list[tuple[int, int]]:
     return [m.span() for m in _EMAIL.finditer(text)]
 
 
-_FINDERS: dict[str, Callable[[str], list[tuple[int, int]]]] = {
-    "card_number": _card_spans,
-    "email": _email_spans,
-}
+_FINDERS: dict[str, Callable[[str], list[tuple[int, int]]]] = {"card_number": _card_spans, "email": _email_spans}
 
 
 def _selected(patterns: Iterable[str]) -> list[str]:
@@ -116,7 +113,7 @@ def redact(text: str, patterns: Iterable[str] = PATTERNS) -> str:
     longer) wins, so the result does not depend on the order the patterns are given in.
     """
     matches = sorted(
-        ((start, -(end - start), name) for name in _selected(patterns) for start, end in _FINDERS[name](text)),
+        ((start, -(end - start), name) for name in _selected(patterns) for start, end in _FINDERS[name](text))
     )
     out: list[str] = []
     position = 0

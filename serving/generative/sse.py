@@ -65,7 +65,9 @@ def _boundary(buffer: bytes, start: int) -> tuple[int, int]:
 
 
 def _data(block: bytes) -> bytes | None:
-    lines = [line[5:].lstrip(b" ") if line.startswith(b"data:") else None
-             for line in block.replace(b"\r\n", b"\n").split(b"\n")]
+    lines = [
+        line[5:].lstrip(b" ") if line.startswith(b"data:") else None
+        for line in block.replace(b"\r\n", b"\n").split(b"\n")
+    ]
     data = [line for line in lines if line is not None]
     return b"\n".join(data) if data else None

@@ -45,11 +45,7 @@ class ApiError(Exception):
     """An error with a Databricks error code, safe to show to the caller as-is."""
 
     def __init__(
-        self,
-        status_code: int,
-        error_code: str,
-        message: str,
-        headers: Mapping[str, str] | None = None,
+        self, status_code: int, error_code: str, message: str, headers: Mapping[str, str] | None = None
     ) -> None:
         super().__init__(message)
         self.status_code = status_code
@@ -203,16 +199,9 @@ async def _http_exception_handler(request: Request, exc: Exception) -> Response:
 async def _unhandled_exception_handler(request: Request, exc: Exception) -> Response:
     request_id = resolve_request_id(request.headers.get(REQUEST_ID_HEADER))
     # Only method, route path and id: body and headers may carry secrets or PII.
-    logger.exception(
-        "unhandled error request_id=%s method=%s path=%s",
-        request_id,
-        request.method,
-        request.url.path,
-    )
+    logger.exception("unhandled error request_id=%s method=%s path=%s", request_id, request.method, request.url.path)
     err = internal(f"internal error; request id {request_id}")
-    return JSONResponse(
-        error_body(err), status_code=err.status_code, headers={REQUEST_ID_HEADER: request_id}
-    )
+    return JSONResponse(error_body(err), status_code=err.status_code, headers={REQUEST_ID_HEADER: request_id})
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -67,7 +67,7 @@ def _timestamp(text: str) -> pd.Timestamp | None:
     try:
         moment = dt.datetime.fromisoformat(text.strip())
         if moment.tzinfo is not None:
-            moment = moment.astimezone(dt.timezone.utc).replace(tzinfo=None)
+            moment = moment.astimezone(dt.UTC).replace(tzinfo=None)
         return pd.Timestamp(moment).as_unit("ns")
     except (ValueError, OverflowError):  # not ISO 8601, or outside pandas' nanosecond range
         return None
@@ -129,7 +129,9 @@ def parse_event(body: bytes, fields: dict[str, str] | None) -> ScoringRequest:
     for name, kind in fields.items():
         converter = _CONVERTERS.get(kind)
         if converter is None:
-            raise invalid_parameter(f"model input {_quoted(name)} has type {_quoted(kind)}, which a stream event cannot carry")
+            raise invalid_parameter(
+                f"model input {_quoted(name)} has type {_quoted(kind)}, which a stream event cannot carry"
+            )
         value = converter[0](event[name])
         if value is None:
             raise invalid_parameter(f"event field {_quoted(name)} must be {converter[1]}")

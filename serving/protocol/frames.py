@@ -28,9 +28,9 @@ from dataclasses import dataclass
 HELLO, CALL, ANSWER, FAILED = 1, 2, 3, 4
 HEADER = struct.Struct("!BII")
 BUSY = struct.Struct("!d")
-MAX_CALL = 64 * 1024 * 1024          # the replica's HTTP body limit: a larger envelope goes over HTTP (and gets its 413)
-MAX_ANSWER = 2**32 - 1               # what a frame's length can say: the replica's answer has no limit over HTTP either
-MAX_HELLO = 4096                     # before the token is checked, a replica reads no more than this
+MAX_CALL = 64 * 1024 * 1024  # the replica's HTTP body limit: a larger envelope goes over HTTP (and gets its 413)
+MAX_ANSWER = 2**32 - 1  # what a frame's length can say: the replica's answer has no limit over HTTP either
+MAX_HELLO = 4096  # before the token is checked, a replica reads no more than this
 ADDRESS_HEADER = "x-tollfree-frames"
 _KINDS = (HELLO, CALL, ANSWER, FAILED)
 
@@ -58,7 +58,7 @@ def split_answer(payload: bytes) -> tuple[float, bytes]:
     """An ``ANSWER`` payload's busy clock and answer envelope."""
     if len(payload) < BUSY.size:
         raise FrameError("answer frame shorter than its busy clock")
-    return BUSY.unpack_from(payload)[0], payload[BUSY.size:]
+    return BUSY.unpack_from(payload)[0], payload[BUSY.size :]
 
 
 class FrameReader:
@@ -84,10 +84,10 @@ class FrameReader:
             end = at + HEADER.size + length
             if end > size:
                 break
-            frames.append(Frame(kind, call_id, bytes(self._buffer[at + HEADER.size:end])))
+            frames.append(Frame(kind, call_id, bytes(self._buffer[at + HEADER.size : end])))
             at = end
             if kind == HELLO:
-                break   # the owner checks it (and may raise the limit) before it reads on
+                break  # the owner checks it (and may raise the limit) before it reads on
         if at:
             del self._buffer[:at]
         return frames
@@ -96,7 +96,7 @@ class FrameReader:
 def unix_path(address: str) -> str:
     """The socket path of a ``unix:@NAME`` address: a name in Linux's abstract namespace, which belongs to the
     network namespace as a loopback port does (no file to leave behind or to point at); FrameError otherwise."""
-    name = address[len("unix:@"):] if address.startswith("unix:@") else ""
+    name = address[len("unix:@") :] if address.startswith("unix:@") else ""
     if not name or len(name.encode()) > 106:
         raise FrameError(f"frame address must be unix:@NAME (a name of at most 106 bytes), not {address[:100]!r}")
     return "\0" + name

@@ -24,12 +24,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from serving.protocol.errors import (
-    invalid_parameter,
-    malformed_request,
-    payload_too_large,
-    unsupported_media_type,
-)
+from serving.protocol.errors import invalid_parameter, malformed_request, payload_too_large, unsupported_media_type
 
 JSON_CONTENT_TYPE = "application/json"
 CSV_CONTENT_TYPE = "text/csv"
@@ -48,9 +43,17 @@ class ScoringRequest:
     pays for pandas. Either way the frame is the one MLflow's scoring server would build.
     """
 
-    def __init__(self, *, params: dict[str, Any] | None, input_format: str, frame: pd.DataFrame | None = None,
-                 columns: list[Any] | None = None, rows: list[list[Any]] | None = None,
-                 by_column: dict[str, list[Any]] | None = None, index: list[Any] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        params: dict[str, Any] | None,
+        input_format: str,
+        frame: pd.DataFrame | None = None,
+        columns: list[Any] | None = None,
+        rows: list[list[Any]] | None = None,
+        by_column: dict[str, list[Any]] | None = None,
+        index: list[Any] | None = None,
+    ) -> None:
         self.params = params
         self.input_format = input_format
         self._frame = frame
@@ -104,10 +107,13 @@ def joined_frame(requests: list[ScoringRequest]) -> pd.DataFrame:
     under the same columns (a frame per request and ``pd.concat`` cost more than the predict of a
     batch), else concatenated."""
     first = requests[0]
-    if all(r._rows is not None and r._frame is None and r._index is None and r.columns == first.columns
-           for r in requests):
-        return _table(lambda: pd.DataFrame([row for r in requests for row in r._rows or ()], columns=first.columns),
-                      first.input_format)
+    if all(
+        r._rows is not None and r._frame is None and r._index is None and r.columns == first.columns for r in requests
+    ):
+        return _table(
+            lambda: pd.DataFrame([row for r in requests for row in r._rows or ()], columns=first.columns),
+            first.input_format,
+        )
     return pd.concat([r.frame for r in requests], ignore_index=True)
 
 
@@ -150,8 +156,7 @@ def _parse_split(value: Any, max_rows: int) -> dict[str, Any]:
     unknown = [k for k in value if k not in _SPLIT_KEYS]
     if unknown:
         raise invalid_parameter(
-            f"dataframe_split has unknown key(s) {_names(unknown)}; "
-            "accepted: 'columns', 'data', 'index'"
+            f"dataframe_split has unknown key(s) {_names(unknown)}; accepted: 'columns', 'data', 'index'"
         )
     columns, data, index = value.get("columns"), value.get("data"), value.get("index")
     if not isinstance(columns, list) or not columns:
@@ -171,14 +176,11 @@ def _parse_split(value: Any, max_rows: int) -> dict[str, Any]:
             raise invalid_parameter(f"dataframe_split.data row {i} must be a list")
         if len(row) != len(columns):
             raise invalid_parameter(
-                f"dataframe_split.data row {i} has {len(row)} values, "
-                f"expected {len(columns)} columns"
+                f"dataframe_split.data row {i} has {len(row)} values, expected {len(columns)} columns"
             )
     if index is not None:
         if not isinstance(index, list) or len(index) != len(data):
-            raise invalid_parameter(
-                f"dataframe_split.index must be a list with one label per row ({len(data)})"
-            )
+            raise invalid_parameter(f"dataframe_split.index must be a list with one label per row ({len(data)})")
         for i, label in enumerate(index):
             if not _is_label(label) and not isinstance(label, float):
                 raise invalid_parameter(f"dataframe_split.index[{i}] must be a string or number")
@@ -199,8 +201,7 @@ def _parse_rows(value: list[Any], where: str, max_rows: int) -> pd.DataFrame:
     for i, item in enumerate(value):
         if kind(item) != first:
             raise invalid_parameter(
-                f"{where}[{i}] is {kind(item)} but {where}[0] is {first}; "
-                "all elements must have the same shape"
+                f"{where}[{i}] is {kind(item)} but {where}[0] is {first}; all elements must have the same shape"
             )
         if first == "a list" and len(item) != width:
             raise invalid_parameter(f"{where}[{i}] has {len(item)} values, expected {width}")
@@ -252,9 +253,7 @@ def _parse_inputs(value: Any, max_rows: int) -> dict[str, Any]:
             n_rows = len(values)
             _check_row_count(n_rows, "inputs", max_rows)
         elif len(values) != n_rows:
-            raise invalid_parameter(
-                f"inputs column {_name(col)} has {len(values)} values, expected {n_rows}"
-            )
+            raise invalid_parameter(f"inputs column {_name(col)} has {len(values)} values, expected {n_rows}")
     return {"by_column": value}
 
 
@@ -273,15 +272,12 @@ def _parse_json(body: bytes, max_rows: int) -> ScoringRequest:
     unknown = [k for k in doc if k not in _PARSERS and k != "params"]
     if unknown:
         raise invalid_parameter(
-            f"unknown top-level key(s) {_names(unknown)}; accepted: "
-            f"{', '.join(INPUT_KEYS)} and optional params"
+            f"unknown top-level key(s) {_names(unknown)}; accepted: {', '.join(INPUT_KEYS)} and optional params"
         )
     present = [k for k in INPUT_KEYS if k in doc]
     if len(present) != 1:
         got = "none" if not present else ", ".join(present)
-        raise invalid_parameter(
-            f"request must contain exactly one of {', '.join(INPUT_KEYS)} (got {got})"
-        )
+        raise invalid_parameter(f"request must contain exactly one of {', '.join(INPUT_KEYS)} (got {got})")
     params = doc.get("params")
     if params is not None and not isinstance(params, dict):
         raise invalid_parameter("params must be an object")
@@ -308,9 +304,7 @@ def _media_type(content_type: str | None) -> str:
     return content_type.split(";", 1)[0].strip().lower()
 
 
-def parse_scoring_request(
-    body: bytes, content_type: str | None, *, max_rows: int = 10_000
-) -> ScoringRequest:
+def parse_scoring_request(body: bytes, content_type: str | None, *, max_rows: int = 10_000) -> ScoringRequest:
     """Parse an invocations body; raises ``ApiError`` (400/413/415) on bad input."""
     media_type = _media_type(content_type)
     if media_type not in (JSON_CONTENT_TYPE, CSV_CONTENT_TYPE):

@@ -95,7 +95,7 @@ def _split(envelope: bytes) -> tuple[list, memoryview]:
     items = header.get("items") if isinstance(header, dict) else None
     if not isinstance(items, list) or len(items) > MAX_ITEMS:
         raise WireError(f"envelope header needs an 'items' list of at most {MAX_ITEMS}")
-    return items, memoryview(envelope)[cut + 1:]
+    return items, memoryview(envelope)[cut + 1 :]
 
 
 def single_request(envelope: bytes) -> bool:
@@ -114,8 +114,14 @@ def decode_requests(envelope: bytes) -> list[WireRequest]:
     out: list[WireRequest] = []
     at = 0
     for item in items:
-        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str) and isinstance(item[1], str)
-                and isinstance(item[2], int) and item[2] >= 0):
+        if not (
+            isinstance(item, list)
+            and len(item) == 3
+            and isinstance(item[0], str)
+            and isinstance(item[1], str)
+            and isinstance(item[2], int)
+            and item[2] >= 0
+        ):
             raise WireError("envelope item must be [request_id, content_type, length]")
         end = at + item[2]
         if end > len(rest):

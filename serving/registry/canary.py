@@ -21,14 +21,24 @@ import fcntl
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
 from serving.registry import lifecycle, versions
 from serving.registry.canary_steps import (
-    ACTIVE, FAILED, HOLD, PROMOTE, PROMOTED, ROLLBACK, ROLLED_BACK, Action, CanaryPlan, CanaryState, drained,
+    ACTIVE,
+    FAILED,
+    HOLD,
+    PROMOTE,
+    PROMOTED,
+    ROLLBACK,
+    ROLLED_BACK,
+    Action,
+    CanaryPlan,
+    CanaryState,
+    drained,
     next_action,
 )
 from serving.settings import Settings
@@ -61,7 +71,7 @@ Judge = Callable[[CanaryState, datetime], tuple[CanaryState, Verdict]]
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 # ---- durable state -------------------------------------------------------------------------------
@@ -108,18 +118,36 @@ def _tag(client: MlflowClient, state: CanaryState, **tags: Any) -> None:
 Outcome = dict  # what a run did: ``action``, ``reason`` and the figures; reported as an artifact and an event
 
 
-def outcome(endpoint: str, action: str, reason: str, state: CanaryState | None = None,
-            verdict: Verdict | None = None) -> Outcome:
-    return Outcome(endpoint=endpoint, action=action, reason=reason, decision=verdict.decision if verdict else None,
-                   traffic=state.traffic if state else None, status=state.status if state else None,
-                   model=state.model if state else None, challenger_version=state.challenger_version if state else None,
-                   champion_version=state.champion_version if state else None,
-                   checks=verdict.table() if verdict else [])
+def outcome(
+    endpoint: str, action: str, reason: str, state: CanaryState | None = None, verdict: Verdict | None = None
+) -> Outcome:
+    return Outcome(
+        endpoint=endpoint,
+        action=action,
+        reason=reason,
+        decision=verdict.decision if verdict else None,
+        traffic=state.traffic if state else None,
+        status=state.status if state else None,
+        model=state.model if state else None,
+        challenger_version=state.challenger_version if state else None,
+        champion_version=state.champion_version if state else None,
+        checks=verdict.table() if verdict else [],
+    )
 
 
 # ---- endpoint configs ----------------------------------------------------------------------------
-_ENTITY_KEYS = ("name", "entity_name", "workload_size", "workload_type", "scale_to_zero_enabled", "environment_vars",
-                "min_replicas", "max_replicas", "max_concurrency", "autoscaling")
+_ENTITY_KEYS = (
+    "name",
+    "entity_name",
+    "workload_size",
+    "workload_type",
+    "scale_to_zero_enabled",
+    "environment_vars",
+    "min_replicas",
+    "max_replicas",
+    "max_concurrency",
+    "autoscaling",
+)
 
 
 def entity_input(view_entity: Mapping[str, Any]) -> dict[str, Any]:
@@ -142,8 +170,11 @@ def config_body(view: Mapping[str, Any], entities: list[dict[str, Any]], routes:
     settings, so a traffic change resends every entity exactly as it was (an alias stays an alias)."""
     body: dict[str, Any] = {
         "served_entities": entities,
-        "traffic_config": {"routes": [{"served_entity_name": e["name"], "traffic_percentage": int(routes.get(e["name"], 0))}
-                                      for e in entities]},
+        "traffic_config": {
+            "routes": [
+                {"served_entity_name": e["name"], "traffic_percentage": int(routes.get(e["name"], 0))} for e in entities
+            ]
+        },
     }
     for key in ("response_cache", "auto_capture_config", "monitoring"):
         if key in view["config"]:
@@ -155,23 +186,32 @@ def _entity(view: dict[str, Any], name: str) -> dict[str, Any] | None:
     return next((e for e in view["config"]["served_entities"] if e["name"] == name), None)
 
 
-def _set_traffic(api: EndpointApi, endpoint: str, view: dict[str, Any], routes: dict[str, int], timeout_s: float) -> dict[str, Any]:
+def _set_traffic(
+    api: EndpointApi, endpoint: str, view: dict[str, Any], routes: dict[str, int], timeout_s: float
+) -> dict[str, Any]:
     entities = [entity_input(e) for e in view["config"]["served_entities"]]
     settled = api.apply(endpoint, config_body(view, entities, routes), timeout_s)
     if settled["state"]["config_update"] != "NOT_UPDATING" or routes_of(settled) != {**routes_of(view), **routes}:
-        raise RuntimeError(f"endpoint {endpoint}: traffic change did not apply ({settled.get('state_message', settled['state'])})")
+        raise RuntimeError(
+            f"endpoint {endpoint}: traffic change did not apply ({settled.get('state_message', settled['state'])})"
+        )
     return settled
 
 
 # ---- starting ------------------------------------------------------------------------------------
-def _start(api: EndpointApi, client: MlflowClient, endpoint: str, view: dict[str, Any], plan: CanaryPlan,
-           timeout_s: float) -> tuple[Outcome, CanaryState | None]:
+def _start(
+    api: EndpointApi, client: MlflowClient, endpoint: str, view: dict[str, Any], plan: CanaryPlan, timeout_s: float
+) -> tuple[Outcome, CanaryState | None]:
     entities = view["config"]["served_entities"]
     if len(entities) == 2:
         return _adopt(client, endpoint, view)
     if len(entities) != 1:
-        return outcome(endpoint, "idle", f"endpoint serves {len(entities)} entities; a canary starts from one champion "
-                                         "entity or adopts a split between two versions of one model"), None
+        return outcome(
+            endpoint,
+            "idle",
+            f"endpoint serves {len(entities)} entities; a canary starts from one champion "
+            "entity or adopts a split between two versions of one model",
+        ), None
     champion = entities[0]
     model, champion_version = champion["entity_name"], str(champion["entity_version"])
     try:
@@ -183,27 +223,55 @@ def _start(api: EndpointApi, client: MlflowClient, endpoint: str, view: dict[str
     name = f"{model}-{challenger_version}"
     if name == champion["name"]:
         name = f"{name}-canary"
-    challenger = {"name": name, "entity_name": model, "entity_version": challenger_version,
-                  **{k: champion[k] for k in ("workload_size", "max_concurrency", "min_replicas", "max_replicas", "scale_to_zero_enabled",
-                                              "autoscaling") if k in champion}}
+    challenger = {
+        "name": name,
+        "entity_name": model,
+        "entity_version": challenger_version,
+        **{
+            k: champion[k]
+            for k in (
+                "workload_size",
+                "max_concurrency",
+                "min_replicas",
+                "max_replicas",
+                "scale_to_zero_enabled",
+                "autoscaling",
+            )
+            if k in champion
+        },
+    }
     first = plan.steps[0]
     body = config_body(view, [entity_input(champion), challenger], {champion["name"]: 100 - first, name: first})
     settled = api.apply(endpoint, body, timeout_s)
     now = utc_now()
-    state = CanaryState(endpoint=endpoint, model=model, champion_entity=champion["name"], champion_version=champion_version,
-                        challenger_entity=name, challenger_version=challenger_version, status=ACTIVE, traffic=first,
-                        step_started=now.isoformat(), started=now.isoformat())
+    state = CanaryState(
+        endpoint=endpoint,
+        model=model,
+        champion_entity=champion["name"],
+        champion_version=champion_version,
+        challenger_entity=name,
+        challenger_version=challenger_version,
+        status=ACTIVE,
+        traffic=first,
+        step_started=now.isoformat(),
+        started=now.isoformat(),
+    )
     if settled["state"]["config_update"] != "NOT_UPDATING":
         why = f"challenger {model} v{challenger_version} failed to deploy: {settled.get('state_message', '')}"
         lifecycle.drop(client, state.model, lifecycle.CHALLENGER, state.challenger_version)
-        state = state.moved(now, status=FAILED, traffic=0, ended=now.isoformat(), cleaned=True, last_decision=ROLLBACK,
-                            last_reason=why)
+        state = state.moved(
+            now, status=FAILED, traffic=0, ended=now.isoformat(), cleaned=True, last_decision=ROLLBACK, last_reason=why
+        )
         _tag(client, state, status=FAILED, reason=why)
         return outcome(endpoint, ROLLBACK, why, state), state
     state = state.moved(now, status=ACTIVE, traffic=first, last_reason="canary started")
     _tag(client, state, endpoint=endpoint, status=ACTIVE, traffic=first, started=now.isoformat())
-    return outcome(endpoint, "started", f"{model} v{challenger_version} takes {first} % of {endpoint} beside "
-                                        f"v{champion_version}", state), state
+    return outcome(
+        endpoint,
+        "started",
+        f"{model} v{challenger_version} takes {first} % of {endpoint} beside v{champion_version}",
+        state,
+    ), state
 
 
 def _adopt(client: MlflowClient, endpoint: str, view: dict[str, Any]) -> tuple[Outcome, CanaryState | None]:
@@ -225,27 +293,50 @@ def _adopt(client: MlflowClient, endpoint: str, view: dict[str, Any]) -> tuple[O
     elif routes.get(first["name"], 0) != routes.get(second["name"], 0):
         challenger = min((first, second), key=lambda e: routes.get(e["name"], 0))
     else:
-        return outcome(endpoint, "idle", f"{names} share the traffic equally and neither holds the "
-                                         f"{lifecycle.CHALLENGER!r} alias: no side to judge as the challenger"), None
+        return outcome(
+            endpoint,
+            "idle",
+            f"{names} share the traffic equally and neither holds the "
+            f"{lifecycle.CHALLENGER!r} alias: no side to judge as the challenger",
+        ), None
     champion = second if challenger is first else first
     share = routes.get(challenger["name"], 0)
     if share == 0 or share == 100:
-        return outcome(endpoint, "idle", f"the challenger {challenger['name']} has {share} % of the traffic: nothing to judge"), None
+        return outcome(
+            endpoint, "idle", f"the challenger {challenger['name']} has {share} % of the traffic: nothing to judge"
+        ), None
     now = utc_now()
-    state = CanaryState(endpoint=endpoint, model=model, champion_entity=champion["name"],
-                        champion_version=str(champion["entity_version"]), challenger_entity=challenger["name"],
-                        challenger_version=str(challenger["entity_version"]), status=ACTIVE, traffic=share,
-                        step_started=now.isoformat(), started=now.isoformat())
-    why = (f"split set by hand adopted: {model} v{state.challenger_version} ({challenger['name']}) at {share} % beside "
-           f"v{state.champion_version} ({champion['name']}); judged from now on")
+    state = CanaryState(
+        endpoint=endpoint,
+        model=model,
+        champion_entity=champion["name"],
+        champion_version=str(champion["entity_version"]),
+        challenger_entity=challenger["name"],
+        challenger_version=str(challenger["entity_version"]),
+        status=ACTIVE,
+        traffic=share,
+        step_started=now.isoformat(),
+        started=now.isoformat(),
+    )
+    why = (
+        f"split set by hand adopted: {model} v{state.challenger_version} ({challenger['name']}) at {share} % beside "
+        f"v{state.champion_version} ({champion['name']}); judged from now on"
+    )
     state = state.moved(now, status=ACTIVE, traffic=share, last_reason=why)
     _tag(client, state, endpoint=endpoint, status=ACTIVE, traffic=share, started=now.isoformat(), adopted="true")
     return outcome(endpoint, "adopted", why, state), state
 
 
 # ---- evaluating and acting -----------------------------------------------------------------------
-def _evaluate(api: EndpointApi, client: MlflowClient, state: CanaryState, view: dict[str, Any], plan: CanaryPlan,
-              judge: Judge, timeout_s: float) -> tuple[Outcome, CanaryState]:
+def _evaluate(
+    api: EndpointApi,
+    client: MlflowClient,
+    state: CanaryState,
+    view: dict[str, Any],
+    plan: CanaryPlan,
+    judge: Judge,
+    timeout_s: float,
+) -> tuple[Outcome, CanaryState]:
     endpoint, now = state.endpoint, utc_now()
     if _entity(view, state.champion_entity) is None or _entity(view, state.challenger_entity) is None:
         why = "the endpoint's config no longer serves both the champion and the challenger; canary abandoned"
@@ -257,8 +348,9 @@ def _evaluate(api: EndpointApi, client: MlflowClient, state: CanaryState, view: 
     return outcome(endpoint, action.kind, action.reason, state, verdict), state
 
 
-def _act(api: EndpointApi, client: MlflowClient, state: CanaryState, view: dict[str, Any], action: Action,
-         timeout_s: float) -> CanaryState:
+def _act(
+    api: EndpointApi, client: MlflowClient, state: CanaryState, view: dict[str, Any], action: Action, timeout_s: float
+) -> CanaryState:
     endpoint = state.endpoint
     if action.kind == HOLD:
         return state.moved(utc_now(), last_decision=HOLD, last_reason=action.reason)
@@ -267,24 +359,35 @@ def _act(api: EndpointApi, client: MlflowClient, state: CanaryState, view: dict[
     now = utc_now()
     if action.kind == ROLLBACK:
         lifecycle.drop(client, state.model, lifecycle.CHALLENGER, state.challenger_version)
-        state = state.moved(now, status=ROLLED_BACK, traffic=0, ended=now.isoformat(), last_decision=ROLLBACK,
-                            last_reason=action.reason)
+        state = state.moved(
+            now, status=ROLLED_BACK, traffic=0, ended=now.isoformat(), last_decision=ROLLBACK, last_reason=action.reason
+        )
         _tag(client, state, status=ROLLED_BACK, traffic=0, reason=action.reason, ended=now.isoformat())
         return state
     if action.kind == PROMOTE:
-        lifecycle.make_champion(client, state.model, state.challenger_version, who="canary",
-                                why=f"canary on {endpoint}: {action.reason}", now=now)
-        state = state.moved(now, status=PROMOTED, traffic=100, ended=now.isoformat(), last_decision=PROMOTE,
-                            last_reason=action.reason)
+        lifecycle.make_champion(
+            client,
+            state.model,
+            state.challenger_version,
+            who="canary",
+            why=f"canary on {endpoint}: {action.reason}",
+            now=now,
+        )
+        state = state.moved(
+            now, status=PROMOTED, traffic=100, ended=now.isoformat(), last_decision=PROMOTE, last_reason=action.reason
+        )
         _tag(client, state, status=PROMOTED, traffic=100, ended=now.isoformat())
         return state
-    state = state.moved(now, traffic=action.traffic, step_started=now.isoformat(), last_decision=action.kind,
-                        last_reason=action.reason)
+    state = state.moved(
+        now, traffic=action.traffic, step_started=now.isoformat(), last_decision=action.kind, last_reason=action.reason
+    )
     _tag(client, state, traffic=action.traffic)
     return state
 
 
-def _clean_up(api: EndpointApi, state: CanaryState, view: dict[str, Any], plan: CanaryPlan, timeout_s: float) -> CanaryState | None:
+def _clean_up(
+    api: EndpointApi, state: CanaryState, view: dict[str, Any], plan: CanaryPlan, timeout_s: float
+) -> CanaryState | None:
     """Remove the losing entity once drained; None when there is nothing (yet) to do."""
     if not drained(plan, state, utc_now()):
         return None
@@ -294,13 +397,22 @@ def _clean_up(api: EndpointApi, state: CanaryState, view: dict[str, Any], plan: 
     if len(keep) != len(view["config"]["served_entities"]) and keep and routes.get(loser, 0) == 0:
         settled = api.apply(state.endpoint, config_body(view, [entity_input(e) for e in keep], routes), timeout_s)
         if settled["state"]["config_update"] != "NOT_UPDATING":
-            raise RuntimeError(f"endpoint {state.endpoint}: removing {loser} failed: {settled.get('state_message', '')}")
+            raise RuntimeError(
+                f"endpoint {state.endpoint}: removing {loser} failed: {settled.get('state_message', '')}"
+            )
     return state.moved(utc_now(), cleaned=True, last_reason=f"{loser} removed from {state.endpoint}")
 
 
 # ---- one run -------------------------------------------------------------------------------------
-def run_once(api: EndpointApi, client: MlflowClient, settings: Settings, endpoint: str, plan: CanaryPlan, judge: Judge,
-             timeout_s: float) -> Outcome:
+def run_once(
+    api: EndpointApi,
+    client: MlflowClient,
+    settings: Settings,
+    endpoint: str,
+    plan: CanaryPlan,
+    judge: Judge,
+    timeout_s: float,
+) -> Outcome:
     """Start, evaluate and act, or clean up: one step of the endpoint's canary, its state saved. Hold the
     endpoint's ``exclusive`` lock around it."""
     view = api.get(endpoint)
@@ -314,8 +426,12 @@ def run_once(api: EndpointApi, client: MlflowClient, settings: Settings, endpoin
     if state is not None and not state.cleaned:
         cleaned = _clean_up(api, state, view, plan, timeout_s)
         if cleaned is None:
-            return outcome(endpoint, "draining", f"waiting {plan.drain_s:.0f} s after the canary ended before "
-                                                 "removing the losing entity", state)
+            return outcome(
+                endpoint,
+                "draining",
+                f"waiting {plan.drain_s:.0f} s after the canary ended before removing the losing entity",
+                state,
+            )
         save_state(settings, cleaned)
         view = api.get(endpoint)
         done, started = _start(api, client, endpoint, view, plan, timeout_s)

@@ -76,7 +76,10 @@ class CanaryState:
 
     def moved(self, now: datetime, **changes: Any) -> CanaryState:
         """A copy with ``changes`` and an entry in the history."""
-        entry = {"at": now.isoformat(), **{k: v for k, v in changes.items() if k in ("status", "traffic", "last_decision", "last_reason")}}
+        entry = {
+            "at": now.isoformat(),
+            **{k: v for k, v in changes.items() if k in ("status", "traffic", "last_decision", "last_reason")},
+        }
         return replace(self, **changes, history=(*self.history, entry))
 
 
@@ -97,12 +100,22 @@ def next_action(plan: CanaryPlan, state: CanaryState, decision: str, reason: str
     if decision == "warn":
         hold_s = max(plan.min_dwell_s, plan.max_warn_hold_s)
         if dwelt < hold_s:
-            return Action(HOLD, state.traffic, f"warning, held {dwelt:.0f} s of at most {hold_s:.0f} s at {state.traffic} %: {reason}")
-        return _next_step(plan, state, f"warned for {dwelt:.0f} s at {state.traffic} %, moving on (not a rollback): {reason}")
+            return Action(
+                HOLD,
+                state.traffic,
+                f"warning, held {dwelt:.0f} s of at most {hold_s:.0f} s at {state.traffic} %: {reason}",
+            )
+        return _next_step(
+            plan, state, f"warned for {dwelt:.0f} s at {state.traffic} %, moving on (not a rollback): {reason}"
+        )
     if decision != "ok":
         return Action(HOLD, state.traffic, reason)
     if dwelt < plan.min_dwell_s:
-        return Action(HOLD, state.traffic, f"clean so far; {dwelt:.0f} s of the {plan.min_dwell_s:.0f} s dwell at {state.traffic} %")
+        return Action(
+            HOLD,
+            state.traffic,
+            f"clean so far; {dwelt:.0f} s of the {plan.min_dwell_s:.0f} s dwell at {state.traffic} %",
+        )
     return _next_step(plan, state, f"clean for {dwelt:.0f} s at {state.traffic} %: {reason}")
 
 
@@ -121,5 +134,5 @@ def drained(plan: CanaryPlan, state: CanaryState, now: datetime) -> bool:
 
 def with_memory(plan: CanaryPlan, state: CanaryState, samples: list[dict[str, Any]]) -> CanaryState:
     """The state with new memory samples appended, keeping the last ``max_memory_samples``."""
-    kept = (*state.memory, *samples)[-plan.max_memory_samples:]
+    kept = (*state.memory, *samples)[-plan.max_memory_samples :]
     return replace(state, memory=kept)

@@ -22,13 +22,17 @@ def unreachable(exc: BaseException) -> bool:
     if isinstance(cause, requests.exceptions.RequestException):
         return True
     message = str(exc.message)
-    return message.startswith("API request to") and ("failed with exception" in message or "failed with timeout" in message)
+    return message.startswith("API request to") and (
+        "failed with exception" in message or "failed with timeout" in message
+    )
 
 
 def server_address(tracking_uri: str) -> str:
     """The URI without credentials or path, fit for a message."""
     parts = urlsplit(tracking_uri)
-    return f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}" if parts.hostname else parts.scheme
+    return (
+        f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}" if parts.hostname else parts.scheme
+    )
 
 
 @contextmanager
@@ -41,4 +45,6 @@ def answering(tracking_uri: str, doing: str) -> Iterator[None]:
     except MlflowException as exc:
         if not unreachable(exc):
             raise
-        raise RegistryUnavailable(f"the MLflow registry at {server_address(tracking_uri)} did not answer while {doing}") from exc
+        raise RegistryUnavailable(
+            f"the MLflow registry at {server_address(tracking_uri)} did not answer while {doing}"
+        ) from exc

@@ -48,8 +48,9 @@ def make_challenger(client: MlflowClient, model: str, version: str) -> None:
     drop(client, model, CANDIDATE, version)
 
 
-def make_champion(client: MlflowClient, model: str, version: str, *, who: str, why: str, now: datetime,
-                  after_step: Step = _noop) -> str | None:
+def make_champion(
+    client: MlflowClient, model: str, version: str, *, who: str, why: str, now: datetime, after_step: Step = _noop
+) -> str | None:
     """Move ``champion`` to ``version``; the old champion becomes ``previous``. Returns the old one."""
     current = aliases(client, model).get(CHAMPION)
     if current == version:
@@ -65,8 +66,9 @@ def make_champion(client: MlflowClient, model: str, version: str, *, who: str, w
     return current
 
 
-def record_gates(client: MlflowClient, model: str, version: str, results: Iterable[GateResult], policy: str,
-                 now: datetime) -> None:
+def record_gates(
+    client: MlflowClient, model: str, version: str, results: Iterable[GateResult], policy: str, now: datetime
+) -> None:
     """Each gate's result on the version as tags (``gate.NAME`` pass/fail, its value, threshold and reason),
     with the policy file's name and the time."""
     for r in results:
@@ -88,7 +90,9 @@ def admit(client: MlflowClient, model: str, version: str, *, bootstrap: bool, wh
     return CHALLENGER
 
 
-def rollback(client: MlflowClient, model: str, *, who: str, why: str, now: datetime, after_step: Step = _noop) -> tuple[str, str]:
+def rollback(
+    client: MlflowClient, model: str, *, who: str, why: str, now: datetime, after_step: Step = _noop
+) -> tuple[str, str]:
     """Move ``champion`` back to ``previous`` in one update; returns (from version, to version)."""
     held = aliases(client, model)
     target, current = held.get(PREVIOUS), held.get(CHAMPION)

@@ -22,8 +22,19 @@ GATE_KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "compatibility": (frozenset(), frozenset({"require_signature"})),
 }
 TOP_KEYS = frozenset({"model", "endpoint", "feature_service", "bootstrap_champion", "gates"})
-NUMERIC = {"p50_ms", "p99_ms", "requests", "concurrency", "probes", "max_gap", "score_threshold", "min_group_rows",
-           "artifact_mb", "peak_rss_mb", "cpu_ms_per_prediction"}
+NUMERIC = {
+    "p50_ms",
+    "p99_ms",
+    "requests",
+    "concurrency",
+    "probes",
+    "max_gap",
+    "score_threshold",
+    "min_group_rows",
+    "artifact_mb",
+    "peak_rss_mb",
+    "cpu_ms_per_prediction",
+}
 RATES = frozenset({"false_positive_rate", "true_positive_rate", "flag_rate"})
 
 
@@ -62,10 +73,16 @@ def _check_gate(path: Path, name: str, key_node: yaml.Node, node: yaml.Node) -> 
     if name not in GATE_KEYS:
         raise _fail(path, key_node, f"unknown gate {name!r} (known: {', '.join(sorted(GATE_KEYS))})")
     required, optional = GATE_KEYS[name]
-    entries = _mapping(path, node, f"gate {name}") if not (isinstance(node, yaml.ScalarNode) and node.value in ("", "null")) else {}
+    entries = (
+        _mapping(path, node, f"gate {name}")
+        if not (isinstance(node, yaml.ScalarNode) and node.value in ("", "null"))
+        else {}
+    )
     for key, (k, _) in entries.items():
         if key not in required | optional:
-            raise _fail(path, k, f"gate {name} has unknown setting {key!r} (allowed: {', '.join(sorted(required | optional))})")
+            raise _fail(
+                path, k, f"gate {name} has unknown setting {key!r} (allowed: {', '.join(sorted(required | optional))})"
+            )
     for key in sorted(required - entries.keys()):
         raise _fail(path, key_node, f"gate {name} is missing its threshold {key!r}")
     for key, (k, v) in entries.items():
@@ -108,8 +125,14 @@ def load_policy(path: Path) -> Policy:
     if not gates:
         raise _fail(path, top["gates"][1], "no gates declared")
     plain = yaml.safe_load(yaml.serialize(root))
-    return Policy(path, str(plain["model"]), plain.get("endpoint"), plain.get("feature_service"),
-                  bool(plain.get("bootstrap_champion", False)), gates)
+    return Policy(
+        path,
+        str(plain["model"]),
+        plain.get("endpoint"),
+        plain.get("feature_service"),
+        bool(plain.get("bootstrap_champion", False)),
+        gates,
+    )
 
 
 def policy_for(model_name: str, folder: Path) -> Policy:

@@ -19,9 +19,9 @@ skip_feast_type_checks()  # before anything below imports Feast
 
 from serving.protocol.wire import REPLICA_KEEP_ALIVE_S, REPLICA_TOKEN_ENV  # noqa: E402
 from serving.replica.app import StandbyApp, create_replica_app  # noqa: E402
-from serving.replica.owner import DEFAULT_ORPHAN_S, ORPHAN_ENV, Adoptable, OwnerWatch, first_owner, watch  # noqa: E402
 from serving.replica.chat import load_runtime  # noqa: E402
 from serving.replica.frames_server import FrameListener  # noqa: E402
+from serving.replica.owner import DEFAULT_ORPHAN_S, ORPHAN_ENV, Adoptable, OwnerWatch, first_owner, watch  # noqa: E402
 from serving.replica.runtime import settle_heap  # noqa: E402
 
 log = logging.getLogger("serving.replica")
@@ -60,13 +60,13 @@ class ReplicaServer(uvicorn.Server):
 
     def __init__(self, config: uvicorn.Config, app: Any, token: str | None) -> None:
         super().__init__(config)
-        self.app = app   # ReplicaApp or StandbyApp: it names its frame socket in its batch answers
+        self.app = app  # ReplicaApp or StandbyApp: it names its frame socket in its batch answers
         self.frames = FrameListener(lambda: getattr(app, "inner", app), token)
 
     async def serve(self, sockets: Any = None) -> None:
         try:
             await self.frames.start(self.app.frames_address)
-        except OSError as exc:   # the gateway then keeps to HTTP: no answer names the socket
+        except OSError as exc:  # the gateway then keeps to HTTP: no answer names the socket
             log.warning("no frame socket at %s (%s): HTTP only", self.app.frames_address, exc)
             self.app.frames_address = None
         await super().serve(sockets)
@@ -79,8 +79,9 @@ class ReplicaServer(uvicorn.Server):
 def main(argv: list[str] | None = None) -> int:
     from serving.settings import export_defaults
 
-    parser = argparse.ArgumentParser(prog="python -m serving.replica",
-                                     description="Serve one MLflow model as a tollfree replica.")
+    parser = argparse.ArgumentParser(
+        prog="python -m serving.replica", description="Serve one MLflow model as a tollfree replica."
+    )
     parser.add_argument("--model-uri", help="the model to serve (required unless --standby)")
     parser.add_argument("--standby", action="store_true", help="warm pool: import the runtime, wait for POST /load")
     parser.add_argument("--host", default="127.0.0.1")
@@ -88,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.standby and not args.model_uri:
         parser.error("--model-uri is required (or --standby)")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s replica[%(process)d] %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s replica[%(process)d] %(name)s: %(message)s"
+    )
     settings = export_defaults(os.environ)
     # MLflow traces every call of a ResponsesAgent by default: in a replica that is a registry write per request,
     # into the default experiment (its artifacts in ./mlruns). Sampled at 0 here, unless the environment asks
@@ -102,8 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     token = os.environ.get(REPLICA_TOKEN_ENV) or None
     loaded: list[Any] = []  # the app, once a model can serve: only then may a new gateway adopt us
     # watched from the start: a replica still loading when its gateway dies stops at once (nobody knows of it)
-    owner = OwnerWatch(first_owner(os.environ), _orphan_grace_s(os.environ),
-                       adoptable=lambda: bool(loaded) and getattr(loaded[0], "inner", True) is not None)
+    owner = OwnerWatch(
+        first_owner(os.environ),
+        _orphan_grace_s(os.environ),
+        adoptable=lambda: bool(loaded) and getattr(loaded[0], "inner", True) is not None,
+    )
     watch(owner)
     app: Any
     if args.standby:
@@ -116,17 +122,26 @@ def main(argv: list[str] | None = None) -> int:
         runtime.warm()
         runtime.profile()
         settle_heap()
-        app = create_replica_app(runtime, token=token, model_uri=args.model_uri, load_seconds=time.perf_counter() - started)
+        app = create_replica_app(
+            runtime, token=token, model_uri=args.model_uri, load_seconds=time.perf_counter() - started
+        )
     loaded.append(app)
     app.frames_address = f"unix:@tollfree/replica/{os.getpid()}/{args.port}"
-    config = uvicorn.Config(Adoptable(app, owner, token), host=args.host, port=args.port, log_level="warning",
-                            access_log=False, loop="uvloop", http="httptools", lifespan="on",
-                            timeout_keep_alive=REPLICA_KEEP_ALIVE_S)
+    config = uvicorn.Config(
+        Adoptable(app, owner, token),
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        timeout_keep_alive=REPLICA_KEEP_ALIVE_S,
+    )
     server = ReplicaServer(config, app, token)
     with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
         runner.run(server.serve())
     return 0
-
 
 
 if __name__ == "__main__":

@@ -25,8 +25,8 @@ import asyncio
 import hmac
 import logging
 import time
-from contextlib import nullcontext
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,15 @@ import orjson
 import pandas as pd
 
 from serving.protocol import frames, wire
-from serving.protocol.errors import REQUEST_ID_HEADER, ApiError, error_body, internal, not_found, resolve_request_id, unauthenticated
+from serving.protocol.errors import (
+    REQUEST_ID_HEADER,
+    ApiError,
+    error_body,
+    internal,
+    not_found,
+    resolve_request_id,
+    unauthenticated,
+)
 from serving.protocol.events import is_event_content_type, parse_event
 from serving.protocol.scoring import JSON_CONTENT_TYPE, ScoringRequest, parse_scoring_request, to_jsonable
 from serving.replica.metrics import ReplicaMetrics
@@ -76,7 +84,9 @@ def parse_request(runtime: ModelRuntime, body: bytes, content_type: str | None, 
     return parse_scoring_request(body, content_type, max_rows=max_rows)
 
 
-def score_envelope(runtime: ModelRuntime, envelope: bytes, max_rows: int, metrics: ReplicaMetrics | None = None) -> bytes:
+def score_envelope(
+    runtime: ModelRuntime, envelope: bytes, max_rows: int, metrics: ReplicaMetrics | None = None
+) -> bytes:
     """Parse every request in the envelope, predict those that parsed as one batch, answer each (the
     whole call counted on the replica's busy clock)."""
     with metrics.busy if metrics is not None else nullcontext():
@@ -107,14 +117,28 @@ def _score_envelope(runtime: ModelRuntime, envelope: bytes, max_rows: int, metri
     return wire.encode_answers(answers)
 
 
-def score_one(runtime: ModelRuntime, body: bytes, content_type: str | None, request_id: str, want_features: bool,
-              max_rows: int, metrics: ReplicaMetrics | None = None) -> tuple[int, bytes]:
+def score_one(
+    runtime: ModelRuntime,
+    body: bytes,
+    content_type: str | None,
+    request_id: str,
+    want_features: bool,
+    max_rows: int,
+    metrics: ReplicaMetrics | None = None,
+) -> tuple[int, bytes]:
     with metrics.busy if metrics is not None else nullcontext():
         return _score_one(runtime, body, content_type, request_id, want_features, max_rows, metrics)
 
 
-def _score_one(runtime: ModelRuntime, body: bytes, content_type: str | None, request_id: str, want_features: bool,
-               max_rows: int, metrics: ReplicaMetrics | None) -> tuple[int, bytes]:
+def _score_one(
+    runtime: ModelRuntime,
+    body: bytes,
+    content_type: str | None,
+    request_id: str,
+    want_features: bool,
+    max_rows: int,
+    metrics: ReplicaMetrics | None,
+) -> tuple[int, bytes]:
     started = time.perf_counter()
     try:
         parsed = parse_request(runtime, body, content_type, max_rows)
@@ -134,8 +158,14 @@ def _score_one(runtime: ModelRuntime, body: bytes, content_type: str | None, req
 class ReplicaApp:
     """The ASGI application."""
 
-    def __init__(self, runtime: ModelRuntime, *, token: str | None = None, max_rows: int = 10_000,
-                 metrics: ReplicaMetrics | None = None) -> None:
+    def __init__(
+        self,
+        runtime: ModelRuntime,
+        *,
+        token: str | None = None,
+        max_rows: int = 10_000,
+        metrics: ReplicaMetrics | None = None,
+    ) -> None:
         self.runtime = runtime
         self.max_rows = max_rows
         self.metrics = metrics or ReplicaMetrics.create("unknown")
@@ -143,8 +173,14 @@ class ReplicaApp:
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="predict")
         self.frames_address: str | None = None  # where it takes framed calls (``frames_server``), if it does
         plan = runtime.plan.to_json() if runtime.plan is not None else None
-        self._ready = orjson.dumps({"status": "ready", "batching": plan, "numpy_path": runtime.numpy_path is not None,
-                                    "model_uri": self.metrics.model_uri})
+        self._ready = orjson.dumps(
+            {
+                "status": "ready",
+                "batching": plan,
+                "numpy_path": runtime.numpy_path is not None,
+                "model_uri": self.metrics.model_uri,
+            }
+        )
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -171,19 +207,37 @@ class ReplicaApp:
                 else:
                     content_type = headers.get(b"content-type", b"").decode("latin-1") or None
                     want = headers.get(RETURN_FEATURES_HEADER.encode()) == b"1"
-                    status, out = await loop.run_in_executor(self._worker, score_one, self.runtime, body, content_type,
-                                                             request_id, want, self.max_rows, self.metrics)
+                    status, out = await loop.run_in_executor(
+                        self._worker,
+                        score_one,
+                        self.runtime,
+                        body,
+                        content_type,
+                        request_id,
+                        want,
+                        self.max_rows,
+                        self.metrics,
+                    )
                     await _respond(send, status, out, request_id)
             else:
                 raise not_found(f"no route {method} {path[:100]}")
         except ApiError as err:
-            await _respond(send, err.status_code, orjson.dumps(error_body(err)), request_id,
-                           extra=[(k.lower().encode(), v.encode()) for k, v in err.headers.items()])
+            await _respond(
+                send,
+                err.status_code,
+                orjson.dumps(error_body(err)),
+                request_id,
+                extra=[(k.lower().encode(), v.encode()) for k, v in err.headers.items()],
+            )
         except wire.WireError as exc:
-            await _respond(send, 400, orjson.dumps({"error_code": "MALFORMED_REQUEST", "message": str(exc)}), request_id)
+            await _respond(
+                send, 400, orjson.dumps({"error_code": "MALFORMED_REQUEST", "message": str(exc)}), request_id
+            )
         except Exception:
             log.exception("unhandled error request_id=%s path=%s", request_id, path[:100])
-            await _respond(send, 500, orjson.dumps(error_body(internal(f"internal error; request id {request_id}"))), request_id)
+            await _respond(
+                send, 500, orjson.dumps(error_body(internal(f"internal error; request id {request_id}"))), request_id
+            )
 
     def score_inline(self, envelope: bytes) -> bytes:
         """A batch envelope scored on the calling thread (a lone request: no hop to the predict thread)."""
@@ -191,15 +245,18 @@ class ReplicaApp:
 
     async def score_threaded(self, envelope: bytes) -> bytes:
         """A batch envelope scored on the predict thread, while the event loop reads the next calls."""
-        return await asyncio.get_running_loop().run_in_executor(self._worker, score_envelope, self.runtime, envelope,
-                                                                self.max_rows, self.metrics)
+        return await asyncio.get_running_loop().run_in_executor(
+            self._worker, score_envelope, self.runtime, envelope, self.max_rows, self.metrics
+        )
 
     def _authorize(self, headers: dict[bytes, bytes]) -> None:
         if self._token is not None and not hmac.compare_digest(headers.get(b"authorization", b""), self._token):
             raise unauthenticated("a valid bearer token is required")
 
 
-async def answer_probe(app: Any, path: str, method: str, headers: dict[bytes, bytes], send: Any, request_id: str) -> bool:
+async def answer_probe(
+    app: Any, path: str, method: str, headers: dict[bytes, bytes], send: Any, request_id: str
+) -> bool:
     """The routes every replica app has (its ``_ready`` answer, liveness, its metrics behind the token);
     True if ``path`` was one of them and is answered."""
     if method != "GET" or path not in ("/health/ready", "/health/live", "/metrics"):
@@ -239,18 +296,33 @@ async def _read_body(receive: Any) -> bytes:
             return b"".join(chunks)
 
 
-async def _respond(send: Any, status: int, body: bytes, request_id: str, content_type: str = "application/json",
-                   extra: list[tuple[bytes, bytes]] | None = None) -> None:
-    headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode()),
-               (REQUEST_ID_HEADER.encode(), request_id.encode())]
+async def _respond(
+    send: Any,
+    status: int,
+    body: bytes,
+    request_id: str,
+    content_type: str = "application/json",
+    extra: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    headers = [
+        (b"content-type", content_type.encode()),
+        (b"content-length", str(len(body)).encode()),
+        (REQUEST_ID_HEADER.encode(), request_id.encode()),
+    ]
     if extra:
         headers.extend(extra)
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
-def create_replica_app(runtime: Any, *, token: str | None = None, max_rows: int = 10_000,
-                       model_uri: str = "unknown", load_seconds: float | None = None) -> Any:
+def create_replica_app(
+    runtime: Any,
+    *,
+    token: str | None = None,
+    max_rows: int = 10_000,
+    model_uri: str = "unknown",
+    load_seconds: float | None = None,
+) -> Any:
     """The app for a loaded runtime: ``ReplicaApp`` for scoring, ``ChatReplicaApp`` for a chat model."""
     metrics = ReplicaMetrics.create(model_uri, load_seconds)
     if not isinstance(runtime, ModelRuntime):
@@ -292,13 +364,17 @@ class StandbyApp:
             elif path == "/health/ready" and method == "GET":
                 await _respond(send, 503, b'{"status":"standby"}', request_id)
             elif path == "/load" and method == "POST":
-                if self.token is not None and not hmac.compare_digest(headers.get(b"authorization", b""), f"Bearer {self.token}".encode()):
+                if self.token is not None and not hmac.compare_digest(
+                    headers.get(b"authorization", b""), f"Bearer {self.token}".encode()
+                ):
                     raise unauthenticated("a valid bearer token is required")
                 try:
                     model_uri = orjson.loads(await _read_body(receive))["model_uri"]
                     assert isinstance(model_uri, str) and model_uri.startswith("models:/")
                 except Exception:
-                    raise ApiError(400, "INVALID_PARAMETER_VALUE", "body must be {\"model_uri\": \"models:/NAME/VERSION\"}") from None
+                    raise ApiError(
+                        400, "INVALID_PARAMETER_VALUE", 'body must be {"model_uri": "models:/NAME/VERSION"}'
+                    ) from None
                 async with self._loading:
                     if self.inner is None:
                         self.inner = await asyncio.get_running_loop().run_in_executor(None, self._load, model_uri)

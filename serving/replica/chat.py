@@ -95,12 +95,23 @@ class ChatRuntime:
         except Exception as exc:
             raise ChatModelError(type(exc).__name__) from exc
         if self.responses and isinstance(answer, Mapping):
-            answer = {"choices": [{"index": 0, "finish_reason": "stop",
-                                   "message": {"role": "assistant", "content": _output_text(answer)}}]}
+            answer = {
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": _output_text(answer)},
+                    }
+                ]
+            }
         answer = dict(answer) if isinstance(answer, Mapping) else {"choices": []}
         prompt, completion = usage_of(answer) or (request.prompt_tokens(), estimate_tokens(completion_text(answer)))
-        answer.update(id=f"chatcmpl-{request_id}", object="chat.completion", model=request.model or self.model_name,
-                      usage=usage_body(prompt, completion))
+        answer.update(
+            id=f"chatcmpl-{request_id}",
+            object="chat.completion",
+            model=request.model or self.model_name,
+            usage=usage_body(prompt, completion),
+        )
         answer.setdefault("created", int(time.time()))
         return orjson.dumps(answer)
 
@@ -136,16 +147,19 @@ class ChatRuntime:
                 close()  # a generator left early (cancelled) runs its clean-up now
         if request.include_usage:
             prompt, completion = reported or (request.prompt_tokens(), completion)
-            yield sse.event(orjson.dumps({**head, "created": created, "choices": [],
-                                          "usage": usage_body(prompt, completion)}))
+            yield sse.event(
+                orjson.dumps({**head, "created": created, "choices": [], "usage": usage_body(prompt, completion)})
+            )
         yield sse.DONE_EVENT
 
     def _whole(self, request: ChatRequest) -> dict[str, Any]:
         """A model without ``predict_stream``: its whole answer as one chunk."""
         answer = orjson.loads(self.complete(request, "whole"))
         choice = (answer.get("choices") or [{}])[0]
-        return {"choices": [{"index": 0, "delta": choice.get("message", {}), "finish_reason": choice.get("finish_reason")}],
-                "usage": answer.get("usage")}
+        return {
+            "choices": [{"index": 0, "delta": choice.get("message", {}), "finish_reason": choice.get("finish_reason")}],
+            "usage": answer.get("usage"),
+        }
 
 
 def _responses_input(request: ChatRequest) -> dict[str, Any]:
@@ -156,8 +170,12 @@ def _responses_input(request: ChatRequest) -> dict[str, Any]:
 
         raise invalid_parameter("messages: tool calls are not taken by this model (a ResponsesAgent) through chat")
     body: dict[str, Any] = {"input": [{"role": m["role"], "content": m.get("content") or ""} for m in request.messages]}
-    for ours, theirs in (("temperature", "temperature"), ("top_p", "top_p"), ("custom_inputs", "custom_inputs"),
-                         ("user", "user")):
+    for ours, theirs in (
+        ("temperature", "temperature"),
+        ("top_p", "top_p"),
+        ("custom_inputs", "custom_inputs"),
+        ("user", "user"),
+    ):
         if ours in request.params:
             body[theirs] = request.params[ours]
     if request.max_tokens is not None:
@@ -167,9 +185,13 @@ def _responses_input(request: ChatRequest) -> dict[str, Any]:
 
 def _output_text(answer: Mapping[str, Any]) -> str:
     """The text of a ResponsesAgent's output: its message items' ``output_text`` parts, in order."""
-    return "".join(part.get("text", "") for item in answer.get("output") or [] if isinstance(item, Mapping)
-                   and item.get("type") == "message" for part in item.get("content") or []
-                   if isinstance(part, Mapping) and part.get("type") == "output_text")
+    return "".join(
+        part.get("text", "")
+        for item in answer.get("output") or []
+        if isinstance(item, Mapping) and item.get("type") == "message"
+        for part in item.get("content") or []
+        if isinstance(part, Mapping) and part.get("type") == "output_text"
+    )
 
 
 def _deltas(events: Iterator[Any]) -> Iterator[dict[str, Any]]:

@@ -29,8 +29,17 @@ import orjson
 from serving.generative import sse
 from serving.generative.chat import parse_chat_request
 from serving.protocol import wire
-from serving.protocol.errors import (REQUEST_ID_HEADER, ApiError, error_body, internal, invalid_parameter, malformed_request,
-                                     not_found, resolve_request_id, unauthenticated)
+from serving.protocol.errors import (
+    REQUEST_ID_HEADER,
+    ApiError,
+    error_body,
+    internal,
+    invalid_parameter,
+    malformed_request,
+    not_found,
+    resolve_request_id,
+    unauthenticated,
+)
 from serving.replica.app import _lifespan, _read_body, _respond, answer_probe
 from serving.replica.chat import ChatModelError, ChatRuntime
 from serving.replica.metrics import ReplicaMetrics
@@ -41,14 +50,28 @@ DEFAULT_MAX_STREAMS = 1024
 
 
 class ChatReplicaApp:
-    def __init__(self, runtime: ChatRuntime, *, token: str | None = None, metrics: ReplicaMetrics | None = None,
-                 max_streams: int = DEFAULT_MAX_STREAMS) -> None:
+    def __init__(
+        self,
+        runtime: ChatRuntime,
+        *,
+        token: str | None = None,
+        metrics: ReplicaMetrics | None = None,
+        max_streams: int = DEFAULT_MAX_STREAMS,
+    ) -> None:
         self.runtime = runtime
         self.metrics = metrics or ReplicaMetrics.create("unknown")
         self._token = f"Bearer {token}".encode() if token else None
         self._pool = ThreadPoolExecutor(max_streams, thread_name_prefix="chat")
-        self._ready = orjson.dumps({"status": "ready", "kind": "chat", "batching": None, "numpy_path": False,
-                                    "streaming": runtime.streams, "model_uri": self.metrics.model_uri})
+        self._ready = orjson.dumps(
+            {
+                "status": "ready",
+                "kind": "chat",
+                "batching": None,
+                "numpy_path": False,
+                "streaming": runtime.streams,
+                "model_uri": self.metrics.model_uri,
+            }
+        )
         self._worker = self._pool  # StandbyApp shuts ``_worker`` down on stop
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
@@ -104,7 +127,7 @@ class ChatReplicaApp:
             try:
                 for event in self.runtime.stream(request, request_id, cancelled):
                     loop.call_soon_threadsafe(queue.put_nowait, event)
-            except Exception as exc:  # noqa: BLE001 - the stream ends with an error event, never hangs
+            except Exception as exc:
                 log.error("stream of request %s failed: %s", request_id, type(exc).__name__)
                 loop.call_soon_threadsafe(queue.put_nowait, sse.error_event("INTERNAL_ERROR", "the stream failed"))
             finally:
@@ -116,9 +139,17 @@ class ChatReplicaApp:
             cancelled.set()
             queue.put_nowait(None)
 
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", sse.CONTENT_TYPE.encode()), (b"cache-control", b"no-cache"),
-            (REQUEST_ID_HEADER.encode(), request_id.encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", sse.CONTENT_TYPE.encode()),
+                    (b"cache-control", b"no-cache"),
+                    (REQUEST_ID_HEADER.encode(), request_id.encode()),
+                ],
+            }
+        )
         watcher = loop.create_task(watch())
         loop.run_in_executor(self._pool, produce)
         try:

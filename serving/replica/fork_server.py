@@ -53,7 +53,7 @@ def _retitle(title: str) -> None:
     import setproctitle
 
     setproctitle.setproctitle(title)
-    os.environ.pop("SPT_NOENV", None)   # not the replica's own setting
+    os.environ.pop("SPT_NOENV", None)  # not the replica's own setting
 
 
 def _child(run: Callable[[list[str]], int], args: list[str], log_path: str, protocol: tuple[int, int]) -> None:
@@ -61,7 +61,7 @@ def _child(run: Callable[[list[str]], int], args: list[str], log_path: str, prot
     code = 1
     try:
         os.setsid()  # its own process group: a gateway stops it with killpg, as one it spawned
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)   # the fork server's own handlers are not the replica's
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the fork server's own handlers are not the replica's
         signal.signal(signal.SIGINT, signal.default_int_handler)
         for fd in protocol:
             os.close(fd)
@@ -73,11 +73,11 @@ def _child(run: Callable[[list[str]], int], args: list[str], log_path: str, prot
         os.close(out)
         os.close(devnull)
         _retitle(" ".join([sys.executable, "-m", "serving.replica", *args]))
-        logging.root.handlers.clear()   # the replica configures its own logging
+        logging.root.handlers.clear()  # the replica configures its own logging
         code = run(args)
-    except SystemExit as exc:   # argparse's errors, or a sys.exit in the replica
+    except SystemExit as exc:  # argparse's errors, or a sys.exit in the replica
         code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:  # noqa: BLE001  (whatever it is, it goes to the replica's log, and the child exits)
+    except BaseException:
         import traceback
 
         traceback.print_exc()
@@ -108,7 +108,7 @@ def _serve(run: Callable[[list[str]], int], requests: IO[bytes], answers: IO[byt
                 answer = {"error": f"fork failed: {exc.strerror}"}
             else:
                 if pid == 0:
-                    _child(run, args, log_path, protocol)   # never returns
+                    _child(run, args, log_path, protocol)  # never returns
                 answer = {"pid": pid}
                 log.info("forked replica pid %d: %s", pid, " ".join(args))
         answers.write(json.dumps(answer).encode() + b"\n")
@@ -116,7 +116,9 @@ def _serve(run: Callable[[list[str]], int], requests: IO[bytes], answers: IO[byt
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s fork-server[%(process)d] %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s fork-server[%(process)d] %(name)s: %(message)s"
+    )
     # the protocol keeps stdin and stdout; anything else a library prints goes to the log (stderr)
     requests = os.fdopen(os.dup(0), "rb")
     answers = os.fdopen(os.dup(1), "wb")
@@ -125,7 +127,7 @@ def main() -> int:
     os.close(devnull)
     os.dup2(2, 1)
     signal.signal(signal.SIGCHLD, _reap)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # it ends with its gateway's pipe, not with a terminal's ^C
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # it ends with its gateway's pipe, not with a terminal's ^C
     # setproctitle keeps to the argument area (Feast's import of gunicorn sets it up before any child retitles)
     os.environ["SPT_NOENV"] = "1"
     skip_feast_type_checks()

@@ -64,7 +64,9 @@ class FrameServer(asyncio.Protocol):
                 return
             for frame in received:
                 if not self._greeted:
-                    if frame.kind != frames.HELLO or self._token and not hmac.compare_digest(frame.payload, self._token):
+                    if frame.kind != frames.HELLO or (
+                        self._token and not hmac.compare_digest(frame.payload, self._token)
+                    ):
                         self._refuse("a hello with the replica token must come first")
                         return
                     self._greeted = True
@@ -76,7 +78,7 @@ class FrameServer(asyncio.Protocol):
                     self._call(frame.call_id, frame.payload)
             if not received or received[-1].kind != frames.HELLO:
                 return
-            data = b""   # the reader stops after a hello: read on, with the limit for calls
+            data = b""  # the reader stops after a hello: read on, with the limit for calls
 
     def _call(self, call_id: int, envelope: bytes) -> None:
         app = self._target()
@@ -94,7 +96,7 @@ class FrameServer(asyncio.Protocol):
     async def _threaded(self, app: Any, call_id: int, envelope: bytes) -> None:
         try:
             out: bytes | Exception = await app.score_threaded(envelope)
-        except Exception as exc:  # noqa: BLE001  (answered below, as the inline path answers it)
+        except Exception as exc:
             out = exc
         self._write(self._answer(app, call_id, lambda: _raise_or_return(out)))
 

@@ -37,12 +37,12 @@ def import_runtime() -> None:
     connection or file is opened and no thread of ours started, so a process that forks afterwards hands its
     children no live connection (the native libraries' own threads, OpenBLAS's and pyarrow's jemalloc's, come
     with fork handlers). Call ``skip_feast_type_checks`` first."""
-    import mlflow.pyfunc  # noqa: F401
-    import mlflow.sklearn  # noqa: F401
-    import mlflow.store.model_registry.sqlalchemy_store  # noqa: F401  (the registry a model is loaded from)
+    import mlflow.pyfunc
+    import mlflow.sklearn
+    import mlflow.store.model_registry.sqlalchemy_store
     import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
-    import skops.io  # noqa: F401  (how scikit-learn models are stored by default; it imports all of sklearn)
     import sklearn.ensemble  # noqa: F401
+    import skops.io  # noqa: F401  (how scikit-learn models are stored by default; it imports all of sklearn)
     import uvicorn  # noqa: F401
     from mlflow.utils import requirements_utils
 
@@ -54,5 +54,5 @@ def import_runtime() -> None:
         # MLflow checks a model's requirements against the installed packages on load; the package map
         # it builds for that takes seconds the first time (private API: a failure only costs the time)
         requirements_utils._init_packages_to_modules_map()
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass

@@ -41,15 +41,16 @@ class BusyClock:
         self._since = 0.0
         self._total = 0.0
 
-    def __enter__(self) -> "BusyClock":
+    def __enter__(self) -> BusyClock:
         with self._lock:
             if self._active == 0:
                 self._since = self._clock()
             self._active += 1
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         with self._lock:
             self._active -= 1
             if self._active == 0:
@@ -67,11 +68,14 @@ class _BusyCollector(Collector):
         self._busy = busy
 
     def collect(self) -> Iterator[CounterMetricFamily]:
-        family = CounterMetricFamily("tollfree_replica_busy_seconds",
-                                     "Seconds at least one predict call was running (its rate is the busy share).",
-                                     labels=["model_uri"])
+        family = CounterMetricFamily(
+            "tollfree_replica_busy_seconds",
+            "Seconds at least one predict call was running (its rate is the busy share).",
+            labels=["model_uri"],
+        )
         family.add_metric([self._model_uri], self._busy.total())
         yield family
+
 
 PREDICT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -94,15 +98,32 @@ class ReplicaMetrics:
         metrics = cls(
             model_uri=model_uri,
             registry=registry,
-            answers=Counter("tollfree_replica_answers_total", "Requests answered by this replica, by HTTP status.",
-                            ["model_uri", "status"], registry=registry),
-            predict_seconds=Histogram("tollfree_replica_predict_seconds",
-                                      "Wall time of one predict call (a micro-batch or a single request).",
-                                      ["model_uri"], buckets=PREDICT_BUCKETS, registry=registry),
-            batch_requests=Histogram("tollfree_replica_batch_requests", "Requests carried by one predict call.",
-                                     ["model_uri"], buckets=BATCH_BUCKETS, registry=registry),
-            load_seconds=Gauge("tollfree_replica_model_load_seconds", "Seconds to load, warm and profile the model.",
-                               ["model_uri"], registry=registry),
+            answers=Counter(
+                "tollfree_replica_answers_total",
+                "Requests answered by this replica, by HTTP status.",
+                ["model_uri", "status"],
+                registry=registry,
+            ),
+            predict_seconds=Histogram(
+                "tollfree_replica_predict_seconds",
+                "Wall time of one predict call (a micro-batch or a single request).",
+                ["model_uri"],
+                buckets=PREDICT_BUCKETS,
+                registry=registry,
+            ),
+            batch_requests=Histogram(
+                "tollfree_replica_batch_requests",
+                "Requests carried by one predict call.",
+                ["model_uri"],
+                buckets=BATCH_BUCKETS,
+                registry=registry,
+            ),
+            load_seconds=Gauge(
+                "tollfree_replica_model_load_seconds",
+                "Seconds to load, warm and profile the model.",
+                ["model_uri"],
+                registry=registry,
+            ),
         )
         registry.register(_BusyCollector(model_uri, metrics.busy))
         if load_seconds is not None:

@@ -43,7 +43,7 @@ def pid_alive(pid: int) -> bool:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
     except FileNotFoundError:
-        return not os.path.isdir("/proc/self")   # gone meanwhile; or no /proc here: the signal said it exists
+        return not os.path.isdir("/proc/self")  # gone meanwhile; or no /proc here: the signal said it exists
     except (OSError, IndexError):
         return True
 
@@ -51,8 +51,15 @@ def pid_alive(pid: int) -> bool:
 class OwnerWatch:
     """Whether the replica has been without an owner for longer than ``grace_s``."""
 
-    def __init__(self, owner_pid: int, grace_s: float, *, alive: Callable[[int], bool] = pid_alive,
-                 clock: Callable[[], float] = time.monotonic, adoptable: Callable[[], bool] = lambda: True) -> None:
+    def __init__(
+        self,
+        owner_pid: int,
+        grace_s: float,
+        *,
+        alive: Callable[[int], bool] = pid_alive,
+        clock: Callable[[], float] = time.monotonic,
+        adoptable: Callable[[], bool] = lambda: True,
+    ) -> None:
         self.owner_pid = owner_pid
         self.grace_s = grace_s
         self._alive = alive
@@ -123,8 +130,13 @@ class Adoptable:
             await self.app(scope, receive, send)
             return
         status, body = self._adopt(dict(scope["headers"]), await _body(receive))
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     def _adopt(self, headers: dict[bytes, bytes], body: bytes) -> tuple[int, bytes]:

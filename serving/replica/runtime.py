@@ -71,8 +71,13 @@ _NUMERIC_TYPES = frozenset({"double", "float", "long", "integer"})
 _FEAST_EVENT_KINDS = {"Float64": "double", "Float32": "double", "Int64": "long", "Int32": "long"}
 # signature column type -> (the value of a built sample row, its pandas dtype)
 _SAMPLE_VALUES: dict[str, tuple[Any, str]] = {
-    "double": (0.0, "float64"), "float": (0.0, "float32"), "long": (0, "int64"), "integer": (0, "int32"),
-    "boolean": (False, "bool"), "string": ("", "object"), "binary": (b"", "object"),
+    "double": (0.0, "float64"),
+    "float": (0.0, "float32"),
+    "long": (0, "int64"),
+    "integer": (0, "int32"),
+    "boolean": (False, "bool"),
+    "string": ("", "object"),
+    "binary": (b"", "object"),
     "datetime": (pd.Timestamp(0), "datetime64[ns]"),
 }
 
@@ -135,16 +140,26 @@ class FramePath:
         # the types from ``frame.dtypes`` in one go: a fresh frame makes a Series for each column it is asked
         # for, which cost 0.2 ms on a 20-column row (2026-12-05); only a string column's values are read
         for (name, kind), dtype in zip(self.types.items(), frame.dtypes):
-            if kind == "double" and dtype != np.float64 or kind == "float" and dtype != np.float32:
-                return None  # MLflow refuses an int64 column for a double (it could lose precision): so does pyfunc here
-            if kind == "string" and (dtype != object or pd.api.types.infer_dtype(frame[name], skipna=False) != "string"):
+            if (kind == "double" and dtype != np.float64) or (kind == "float" and dtype != np.float32):
+                return (
+                    None  # MLflow refuses an int64 column for a double (it could lose precision): so does pyfunc here
+                )
+            if kind == "string" and (
+                dtype != object or pd.api.types.infer_dtype(frame[name], skipna=False) != "string"
+            ):
                 return None
         return frame
 
 
 class ModelRuntime:
-    def __init__(self, model: Any, feature_reader: OnlineFeatureReader | None, input_columns: list[str] | None,
-                 numpy_path: NumpyPath | None = None, frame_path: FramePath | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        feature_reader: OnlineFeatureReader | None,
+        input_columns: list[str] | None,
+        numpy_path: NumpyPath | None = None,
+        frame_path: FramePath | None = None,
+    ) -> None:
         self._model = model
         self.feature_reader = feature_reader
         self.input_columns = input_columns
@@ -173,8 +188,13 @@ class ModelRuntime:
         schema = model.metadata.get_input_schema()
         columns = schema.input_names() if schema is not None and schema.has_input_names() else None
         fast, direct = NumpyPath.for_model(model), FramePath.for_model(model)
-        log.info("loaded %s (feature service: %s; numpy path: %s; frame path: %s)", model_uri, service or "none",
-                 "yes" if fast else "no", "yes" if direct else "no")
+        log.info(
+            "loaded %s (feature service: %s; numpy path: %s; frame path: %s)",
+            model_uri,
+            service or "none",
+            "yes" if fast else "no",
+            "yes" if direct else "no",
+        )
         return cls(model, reader, columns, fast, direct)
 
     @cached_property
@@ -184,8 +204,10 @@ class ModelRuntime:
         double), else the signature's columns and types, else None (no named columns: all strings)."""
         if self.feature_reader is not None:
             layout = self.feature_reader.layout
-            return {**{key: "long" for key in layout.join_keys},
-                    **{name: _FEAST_EVENT_KINDS.get(dtype, "double") for name, dtype in layout.request_fields.items()}}
+            return {
+                **dict.fromkeys(layout.join_keys, "long"),
+                **{name: _FEAST_EVENT_KINDS.get(dtype, "double") for name, dtype in layout.request_fields.items()},
+            }
         schema = self._model.metadata.get_input_schema()
         if schema is None or schema.is_tensor_spec() or not schema.has_input_names():
             return None
@@ -202,7 +224,9 @@ class ModelRuntime:
         if self.input_columns:
             missing = [c for c in self.input_columns if c not in frame.columns]
             if missing:
-                raise invalid_parameter(f"input is missing column(s) required by the model's signature: {', '.join(missing[:10])}")
+                raise invalid_parameter(
+                    f"input is missing column(s) required by the model's signature: {', '.join(missing[:10])}"
+                )
             return frame if list(frame.columns) == self.input_columns else frame.loc[:, self.input_columns]
         return frame
 
@@ -240,8 +264,11 @@ class ModelRuntime:
         if any(r.params for r in requests):
             return None
         counts = [r.n_rows for r in requests]
-        matrices = ([r.numeric_matrix(self.numpy_path.columns) for r in requests]
-                    if self.numpy_path is not None and self.feature_reader is None else [None])  # only read if used
+        matrices = (
+            [r.numeric_matrix(self.numpy_path.columns) for r in requests]
+            if self.numpy_path is not None and self.feature_reader is None
+            else [None]
+        )  # only read if used
         try:
             if self.feature_reader is not None:
                 features = self.feature_reader.read(joined_frame(list(requests)))
@@ -259,8 +286,8 @@ class ModelRuntime:
         results: list[Prediction | Exception] = []
         start = 0
         for n in counts:
-            part = output[start:start + n] if isinstance(output, np.ndarray) else output.iloc[start:start + n]
-            results.append(Prediction(part, features.iloc[start:start + n] if features is not None else None))
+            part = output[start : start + n] if isinstance(output, np.ndarray) else output.iloc[start : start + n]
+            results.append(Prediction(part, features.iloc[start : start + n] if features is not None else None))
             start += n
         return results
 

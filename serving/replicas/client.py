@@ -34,15 +34,16 @@ class ReplicaClient:
             self._headers["authorization"] = f"Bearer {token}"
         self._connect_timeout_s = connect_timeout_s
         self._session: aiohttp.ClientSession | None = None
-        self._addresses: dict[str, str] = {}        # replica URL -> the frame socket it named
+        self._addresses: dict[str, str] = {}  # replica URL -> the frame socket it named
         self._connections: dict[str, FrameConnection] = {}
-        self._connecting: dict[str, asyncio.Future[FrameConnection | None]] = {}   # connects under way
-        self._unreachable: set[str] = set()         # frame sockets that could not be reached: HTTP for good
+        self._connecting: dict[str, asyncio.Future[FrameConnection | None]] = {}  # connects under way
+        self._unreachable: set[str] = set()  # frame sockets that could not be reached: HTTP for good
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=wire.POOL_KEEP_ALIVE_S, enable_cleanup_closed=True)
         self._session = aiohttp.ClientSession(
-            connector=connector, skip_auto_headers=("User-Agent", "Accept-Encoding"),
+            connector=connector,
+            skip_auto_headers=("User-Agent", "Accept-Encoding"),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout_s),
         )
 
@@ -103,15 +104,16 @@ class ReplicaClient:
     async def _connect(self, url: str, address: str) -> FrameConnection | None:
         try:
             connection = await connect(address, self._token, self._connect_timeout_s, lambda c: self._lost(url, c))
-        except (OSError, asyncio.TimeoutError, frames.FrameError) as exc:
-            log.info("replica %s: its frame socket %s cannot be reached (%s): HTTP instead", url, address,
-                     type(exc).__name__)
+        except (TimeoutError, OSError, frames.FrameError) as exc:
+            log.info(
+                "replica %s: its frame socket %s cannot be reached (%s): HTTP instead", url, address, type(exc).__name__
+            )
             self._addresses.pop(url, None)
             self._connections.pop(url, None)
-            if len(self._unreachable) < 10_000:   # each address names one replica process (its pid and port)
+            if len(self._unreachable) < 10_000:  # each address names one replica process (its pid and port)
                 self._unreachable.add(address)
             return None
-        if self._session is None:   # the client was closed while this connected
+        if self._session is None:  # the client was closed while this connected
             connection.close()
             return None
         self._connections[url] = connection

@@ -33,7 +33,7 @@ class ForkServer:
         self._ready_timeout_s = ready_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
-        self._failed = False   # it could not start: every start spawns from here on
+        self._failed = False  # it could not start: every start spawns from here on
         self._closed = False
 
     @property
@@ -50,7 +50,7 @@ class ForkServer:
         """The pid of a replica forked with ``args`` (those of ``python -m serving.replica``) and its output
         appended to ``log_path``; None when the fork server cannot fork one (start it another way)."""
         with self._lock:
-            for _ in range(2):   # one that died since the last start is replaced once
+            for _ in range(2):  # one that died since the last start is replaced once
                 if not self._running():
                     return None
                 answer = self._ask({"args": args, "log": str(log_path)})
@@ -58,8 +58,10 @@ class ForkServer:
                     break
                 self._wait_exited()
         if answer is None or "pid" not in answer:
-            log.warning("the fork server did not fork a replica (%s): starting one on its own",
-                        "it died" if answer is None else answer.get("error"))
+            log.warning(
+                "the fork server did not fork a replica (%s): starting one on its own",
+                "it died" if answer is None else answer.get("error"),
+            )
             return None
         return int(answer["pid"])
 
@@ -86,19 +88,27 @@ class ForkServer:
         if self._process is not None and self._process.poll() is None:
             return True
         if self._process is not None:
-            log.warning("the fork server (pid %d) exited with code %s: starting another", self._process.pid,
-                        self._process.returncode)
+            log.warning(
+                "the fork server (pid %d) exited with code %s: starting another",
+                self._process.pid,
+                self._process.returncode,
+            )
         self._log_dir.mkdir(parents=True, exist_ok=True)
         with open(self._log_dir / "fork-server.log", "ab") as out:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "serving.replica.fork_server", " " * 2048],   # room for its children's titles
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=out, env={**self._env, OWNER_ENV: str(os.getpid())},   # its replicas' owner: this gateway
-                cwd=str(PROJECT_DIR), start_new_session=True)
+                [sys.executable, "-m", "serving.replica.fork_server", " " * 2048],  # room for its children's titles
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=out,
+                env={**self._env, OWNER_ENV: str(os.getpid())},  # its replicas' owner: this gateway
+                cwd=str(PROJECT_DIR),
+                start_new_session=True,
+            )
         ready = self._read(self._ready_timeout_s)
         if ready is None or not ready.get("ready"):
-            log.warning("the fork server did not start (see %s): replicas start on their own",
-                        self._log_dir / "fork-server.log")
+            log.warning(
+                "the fork server did not start (see %s): replicas start on their own", self._log_dir / "fork-server.log"
+            )
             self._failed = True
             self._process.kill()
             self._process.wait(timeout=5)
@@ -128,7 +138,7 @@ class ForkServer:
         """Its next answer line; None if it ended, or said nothing within ``timeout_s`` (then it is killed)."""
         assert self._process is not None and self._process.stdout is not None
         process = self._process
-        timer = threading.Timer(timeout_s, process.kill)   # a hung fork server must not hang the gateway
+        timer = threading.Timer(timeout_s, process.kill)  # a hung fork server must not hang the gateway
         timer.start()
         try:
             line = process.stdout.readline()

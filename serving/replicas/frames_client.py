@@ -38,7 +38,9 @@ class FrameConnection(asyncio.Protocol):
             return
         for frame in received:
             if frame.call_id == 0:  # the replica refused the connection: it closes it
-                self._fail_all(f"replica refused the frame connection: {frame.payload[:200].decode('utf-8', 'replace')}")
+                self._fail_all(
+                    f"replica refused the frame connection: {frame.payload[:200].decode('utf-8', 'replace')}"
+                )
                 return
             waiter = self._waiting.pop(frame.call_id, None)
             if waiter is not None and not waiter.done():
@@ -87,8 +89,9 @@ class FrameConnection(asyncio.Protocol):
             self._transport.close()
 
 
-async def connect(address: str, token: str | None, timeout_s: float,
-                  on_lost: Callable[[FrameConnection], None]) -> FrameConnection:
+async def connect(
+    address: str, token: str | None, timeout_s: float, on_lost: Callable[[FrameConnection], None]
+) -> FrameConnection:
     """A connection to the replica's frame socket (its hello sent), which calls ``on_lost(itself)`` when it closes;
     OSError, TimeoutError or FrameError (not a frame address) if none. The socket is connected here and handed
     to the loop: uvloop's ``create_unix_connection`` cannot connect to an abstract name itself (EINVAL)."""

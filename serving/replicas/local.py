@@ -119,8 +119,9 @@ def is_replica_process(pid: int, port: int) -> bool:
     return b"serving.replica" in args and b"--port" in args and str(port).encode() in args
 
 
-def adopt_replica(host: str, port: int, pid: int, model_uri: str, token: str | None, log_dir: Path,
-                  timeout_s: float = 2.0) -> tuple[LocalReplica, dict] | None:
+def adopt_replica(
+    host: str, port: int, pid: int, model_uri: str, token: str | None, log_dir: Path, timeout_s: float = 2.0
+) -> tuple[LocalReplica, dict] | None:
     """Take over a live replica a previous gateway started: it must be a replica process on that port, answer
     ready for ``model_uri`` and accept this gateway (its pid) as its owner with the replica token. None if not;
     ReplicaOwned if its owner is alive (it refuses: a replica is never taken from a living gateway)."""
@@ -139,8 +140,9 @@ def adopt_replica(host: str, port: int, pid: int, model_uri: str, token: str | N
             return None
     except (httpx.HTTPError, ValueError):
         return None
-    replica = LocalReplica(model_uri=model_uri, host=host, port=port, process=ForeignProcess(pid),
-                           log_path=log_dir / f"replica-{port}.log")
+    replica = LocalReplica(
+        model_uri=model_uri, host=host, port=port, process=ForeignProcess(pid), log_path=log_dir / f"replica-{port}.log"
+    )
     log.info("adopted replica pid %d for %s on port %d", pid, model_uri, port)
     return replica, ready.json()
 
@@ -228,8 +230,13 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
-def start_replica(model_uri: str, log_dir: Path, env: Mapping[str, str], host: str = "127.0.0.1",
-                  fork_server: ForkServer | None = None) -> LocalReplica:
+def start_replica(
+    model_uri: str,
+    log_dir: Path,
+    env: Mapping[str, str],
+    host: str = "127.0.0.1",
+    fork_server: ForkServer | None = None,
+) -> LocalReplica:
     """Start one replica process, forked by ``fork_server`` if it can, else spawned; returns at once (use
     ``wait_ready``). A forked one has the fork server's environment (``Launcher`` builds that one from the same
     ``env``), a spawned one ``env``.
@@ -258,7 +265,7 @@ def start_replica(model_uri: str, log_dir: Path, env: Mapping[str, str], host: s
 
 
 def _exited(replica: LocalReplica) -> str:
-    if isinstance(replica.process, ForeignProcess):   # not our child: the fork server's log has its code
+    if isinstance(replica.process, ForeignProcess):  # not our child: the fork server's log has its code
         return "exited"
     return f"exited with code {replica.process.returncode}"
 
@@ -270,9 +277,7 @@ def wait_ready(replica: LocalReplica, timeout_s: float = 120.0, poll_s: float = 
     with httpx.Client(timeout=2.0) as client:
         while time.monotonic() < deadline:
             if not replica.alive():
-                raise ReplicaStartError(
-                    f"replica for {replica.model_uri} {_exited(replica)}; see {replica.log_path}"
-                )
+                raise ReplicaStartError(f"replica for {replica.model_uri} {_exited(replica)}; see {replica.log_path}")
             try:
                 answer = client.get(f"{replica.url}/health/ready")
                 if answer.status_code == 200:
@@ -306,9 +311,13 @@ def activate(replica: LocalReplica, model_uri: str, token: str | None, timeout_s
     try:
         answer = httpx.post(f"{replica.url}/load", json={"model_uri": model_uri}, headers=headers, timeout=timeout_s)
     except httpx.HTTPError as exc:
-        raise ReplicaStartError(f"standby replica could not load {model_uri}: {type(exc).__name__}; see {replica.log_path}") from exc
+        raise ReplicaStartError(
+            f"standby replica could not load {model_uri}: {type(exc).__name__}; see {replica.log_path}"
+        ) from exc
     if answer.status_code != 200:
-        raise ReplicaStartError(f"standby replica could not load {model_uri} (HTTP {answer.status_code}); see {replica.log_path}")
+        raise ReplicaStartError(
+            f"standby replica could not load {model_uri} (HTTP {answer.status_code}); see {replica.log_path}"
+        )
     replica.model_uri = model_uri
     return answer.json()
 

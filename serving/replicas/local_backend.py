@@ -27,8 +27,8 @@ class LocalBackend:
         self.pool = pool
         self.cold_starts = 0
         self.warm_starts = 0
-        self.warm_start_s = 0.0   # how long the last start from a standby took to answer ready (0: none yet)
-        self.cold_start_s = 0.0   # ... and the last start of a new process
+        self.warm_start_s = 0.0  # how long the last start from a standby took to answer ready (0: none yet)
+        self.cold_start_s = 0.0  # ... and the last start of a new process
 
     def ready_in_s(self) -> float:
         """Seconds a replica asked for now needs to answer ready: the last warm start's while a standby is idle,
@@ -62,7 +62,7 @@ class LocalBackend:
                 self.warm_starts += 1
                 self.warm_start_s = time.monotonic() - began
             else:
-                await run_in_threadpool(self.prepare)   # the fork server's imports, the first time
+                await run_in_threadpool(self.prepare)  # the fork server's imports, the first time
                 # started here, not in a thread: a cancelled start must always know its process, to stop it
                 replica = self.spawn(model_uri)
                 ready = await run_in_threadpool(wait_ready, replica)

@@ -189,10 +189,12 @@ def probe_model(
         stop_replica(replica)
 
     if len(outcomes) < requests:
-        log.warning("probe of %s hit its %.0fs cap after %d of %d requests", model_uri, timeout_s, len(outcomes), requests)
+        log.warning(
+            "probe of %s hit its %.0fs cap after %d of %d requests", model_uri, timeout_s, len(outcomes), requests
+        )
     latencies = [o.latency_ms for o in outcomes if o.ok]
     rows = sum(o.rows for o in outcomes if o.ok)
-    p50, p99 = (np.percentile(latencies, [50, 99], method="linear") if latencies else (math.nan, math.nan))
+    p50, p99 = np.percentile(latencies, [50, 99], method="linear") if latencies else (math.nan, math.nan)
     result = ProbeResult(
         requests=len(outcomes),
         errors=sum(1 for o in outcomes if not o.ok),

@@ -37,26 +37,36 @@ DRAIN_POLL_S = 0.1
 class ReplicaSet:
     """A served entity's replicas, their concurrency limit, its dispatcher and its scaling config."""
 
-    def __init__(self, name: str, model_name: str, version: str, backend: LocalBackend | None = None, *,
-                 endpoint: str = "", replicas: tuple[Any, ...] | list[Any] = (),
-                 max_concurrency: int = DEFAULT_MAX_CONCURRENCY, scaling: ScalingConfig | None = None,
-                 drain_timeout_s: float = 30.0, on_change: Callable[[ReplicaSet], None] | None = None) -> None:
-        self.endpoint = endpoint            # for its log lines ("endpoint/entity")
+    def __init__(
+        self,
+        name: str,
+        model_name: str,
+        version: str,
+        backend: LocalBackend | None = None,
+        *,
+        endpoint: str = "",
+        replicas: tuple[Any, ...] | list[Any] = (),
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+        scaling: ScalingConfig | None = None,
+        drain_timeout_s: float = 30.0,
+        on_change: Callable[[ReplicaSet], None] | None = None,
+    ) -> None:
+        self.endpoint = endpoint  # for its log lines ("endpoint/entity")
         self.name = name
         self.model_name = model_name
         self.version = version
-        self.backend = backend              # None: replicas handed in (tests, fakes); no start or scale
-        self.dispatcher: Dispatcher | None = None   # set by ``attach`` before traffic reaches the entity
+        self.backend = backend  # None: replicas handed in (tests, fakes); no start or scale
+        self.dispatcher: Dispatcher | None = None  # set by ``attach`` before traffic reaches the entity
         self.drain_timeout_s = drain_timeout_s
-        self.wanted: int | None = None      # the count ``scale_to`` last asked for
+        self.wanted: int | None = None  # the count ``scale_to`` last asked for
         self._replicas: list[Any] = list(replicas)
         self._max_concurrency = max_concurrency
         self._scaling = scaling
         self._starting = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
-        self._on_change = on_change         # told whenever ``replicas`` changes (the replica registry)
-        self.followed = False               # routing only, to replicas another gateway runs (``route_to``)
+        self._on_change = on_change  # told whenever ``replicas`` changes (the replica registry)
+        self.followed = False  # routing only, to replicas another gateway runs (``route_to``)
 
     # ---- what others read ----------------------------------------------------------------------
     @property
@@ -85,8 +95,9 @@ class ReplicaSet:
     # ---- limits --------------------------------------------------------------------------------
     def attach(self, send: SendBatch, timeout_s: float = 30.0) -> Dispatcher:
         """Give the entity its dispatcher: requests queue here and go to its replicas in batches."""
-        self.dispatcher = Dispatcher(send, lambda: self._replicas, limit=lambda: self._max_concurrency,
-                                     timeout_s=timeout_s)
+        self.dispatcher = Dispatcher(
+            send, lambda: self._replicas, limit=lambda: self._max_concurrency, timeout_s=timeout_s
+        )
         return self.dispatcher
 
     def configure(self, max_concurrency: int, scaling: ScalingConfig | None) -> None:
@@ -157,8 +168,13 @@ class ReplicaSet:
         dead = [r for r in self._replicas if not r.alive()]
         for replica in dead:
             self._replicas.remove(replica)
-            log.warning("replica pid %d of %s/%s died (code %s)", replica.pid, self.endpoint, self.name,
-                        replica.process.returncode)
+            log.warning(
+                "replica pid %d of %s/%s died (code %s)",
+                replica.pid,
+                self.endpoint,
+                self.name,
+                replica.process.returncode,
+            )
         if dead:
             self._changed()
         return len(self._replicas)
@@ -220,8 +236,13 @@ class ReplicaSet:
             if self._closed:  # the entity left the routing meanwhile
                 await self._backend().stop(replica)
             elif len(self._replicas) >= (self.wanted if self.wanted is not None else len(self._replicas) + 1):
-                log.info("replica pid %d of %s/%s came up after a scale-down to %d: stopped", replica.pid,
-                         self.endpoint, self.name, self.wanted)
+                log.info(
+                    "replica pid %d of %s/%s came up after a scale-down to %d: stopped",
+                    replica.pid,
+                    self.endpoint,
+                    self.name,
+                    self.wanted,
+                )
                 await self._backend().stop(replica)
             else:
                 self._replicas.append(replica)
@@ -229,8 +250,9 @@ class ReplicaSet:
                 if self.dispatcher is not None:
                     self.dispatcher.capacity_changed()
                 self._changed()
-                log.info("replica pid %d added to %s/%s (%d now)", replica.pid, self.endpoint, self.name,
-                         len(self._replicas))
+                log.info(
+                    "replica pid %d added to %s/%s (%d now)", replica.pid, self.endpoint, self.name, len(self._replicas)
+                )
         except (ReplicaStartError, OSError) as exc:
             log.error("could not add a replica to %s/%s: %s", self.endpoint, self.name, exc)
         finally:

@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     except StateStoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # noqa: BLE001 - the driver's error, shown without the password
+    except Exception as exc:
         print(f"error: the state store did not answer: {database.reason(exc)}", file=sys.stderr)
         return 2
     print(f"{database.shown}: revision {before or 'none'} -> {after}")

@@ -23,8 +23,10 @@ def parse(location: str | Path) -> URL:
     try:
         url = make_url(location)
     except ArgumentError:
-        raise StateStoreError(f"{STATE_URL_ENV} is not a database URL (expected sqlite:///PATH or "
-                              "postgresql://USER:PASSWORD@HOST:PORT/DB)") from None
+        raise StateStoreError(
+            f"{STATE_URL_ENV} is not a database URL (expected sqlite:///PATH or "
+            "postgresql://USER:PASSWORD@HOST:PORT/DB)"
+        ) from None
     if url.drivername in ("postgresql", "postgres"):
         url = url.set(drivername="postgresql+psycopg")
     if url.get_backend_name() not in ("sqlite", "postgresql"):
@@ -75,6 +77,11 @@ def open_database(location: str | Path, timeout_s: float = 30.0) -> Database:
             cursor.close()
     else:
         # pool_pre_ping: a connection the server dropped (restart, failover) is replaced before it is used.
-        engine = create_engine(url, pool_pre_ping=True, pool_size=4, max_overflow=4,
-                               connect_args={"connect_timeout": max(1, int(min(timeout_s, 10)))})
+        engine = create_engine(
+            url,
+            pool_pre_ping=True,
+            pool_size=4,
+            max_overflow=4,
+            connect_args={"connect_timeout": max(1, int(min(timeout_s, 10)))},
+        )
     return Database(url, engine)

@@ -19,8 +19,15 @@ from serving.state.schema import leases
 
 
 class Lease:
-    def __init__(self, database: Database, name: str = "leader", ttl_s: float = 10.0, *,
-                 clock: Callable[[], float] = time.time, is_gone: Callable[[str], bool] = lambda holder: False) -> None:
+    def __init__(
+        self,
+        database: Database,
+        name: str = "leader",
+        ttl_s: float = 10.0,
+        *,
+        clock: Callable[[], float] = time.time,
+        is_gone: Callable[[str], bool] = lambda holder: False,
+    ) -> None:
         self.database = database
         self.name = name
         self.ttl_s = ttl_s
@@ -30,8 +37,9 @@ class Lease:
     def holder(self) -> tuple[str, float, int] | None:
         """(holder, expires_at, term) as stored, expired or not."""
         with self.database.engine.connect() as db:
-            row = db.execute(select(leases.c.holder, leases.c.expires_at, leases.c.term)
-                             .where(leases.c.name == self.name)).first()
+            row = db.execute(
+                select(leases.c.holder, leases.c.expires_at, leases.c.term).where(leases.c.name == self.name)
+            ).first()
         return (row[0], row[1], row[2]) if row is not None else None
 
     def hold(self, holder: str) -> int | None:
@@ -41,10 +49,16 @@ class Lease:
         if current is not None and current[0] != holder and current[1] >= now and self._is_gone(current[0]):
             free = or_(free, leases.c.holder == current[0])  # its holder died: take it now, not at expiry
         with self.database.engine.begin() as db:
-            row = db.execute(update(leases).where(and_(leases.c.name == self.name, free))
-                             .values(holder=holder, expires_at=now + self.ttl_s,
-                                     term=case((leases.c.holder == holder, leases.c.term), else_=leases.c.term + 1))
-                             .returning(leases.c.term)).first()
+            row = db.execute(
+                update(leases)
+                .where(and_(leases.c.name == self.name, free))
+                .values(
+                    holder=holder,
+                    expires_at=now + self.ttl_s,
+                    term=case((leases.c.holder == holder, leases.c.term), else_=leases.c.term + 1),
+                )
+                .returning(leases.c.term)
+            ).first()
             if row is not None:
                 return int(row[0])
         if current is not None:
@@ -59,5 +73,6 @@ class Lease:
     def release(self, holder: str) -> None:
         """Give it up at once (a graceful stop), if ``holder`` still has it."""
         with self.database.engine.begin() as db:
-            db.execute(update(leases).where(and_(leases.c.name == self.name, leases.c.holder == holder))
-                       .values(expires_at=0.0))
+            db.execute(
+                update(leases).where(and_(leases.c.name == self.name, leases.c.holder == holder)).values(expires_at=0.0)
+            )

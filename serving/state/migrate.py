@@ -92,9 +92,13 @@ def ensure_schema(database: Database, *, migrate: bool = True) -> None:
         return
     known = {script.revision for script in _scripts().walk_revisions()}
     if found not in (None, "pre-alembic") and found not in known:
-        raise StateStoreError(f"the state store {database.shown} has schema revision {found}, which this version "
-                              f"of tollfree does not know (its newest is {target}): run a newer tollfree")
+        raise StateStoreError(
+            f"the state store {database.shown} has schema revision {found}, which this version "
+            f"of tollfree does not know (its newest is {target}): run a newer tollfree"
+        )
     if not migrate:
-        raise StateStoreError(f"the state store {database.shown} has schema revision {found or 'none'}, this "
-                              f"tollfree needs {target}: run `{UPGRADE_COMMAND}` with the same TOLLFREE_STATE_URL")
+        raise StateStoreError(
+            f"the state store {database.shown} has schema revision {found or 'none'}, this "
+            f"tollfree needs {target}: run `{UPGRADE_COMMAND}` with the same TOLLFREE_STATE_URL"
+        )
     upgrade(database)

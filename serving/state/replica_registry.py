@@ -51,12 +51,22 @@ class ReplicaRegistry:
         addresses, left by a gateway that is gone, is replaced)."""
         rows = list(rows)
         with self.database.engine.begin() as db:
-            db.execute(delete(replicas).where(and_(replicas.c.endpoint == endpoint, replicas.c.entity == entity,
-                                                   replicas.c.model_uri == model_uri,
-                                                   replicas.c.owner_pid == owner_pid)))
+            db.execute(
+                delete(replicas).where(
+                    and_(
+                        replicas.c.endpoint == endpoint,
+                        replicas.c.entity == entity,
+                        replicas.c.model_uri == model_uri,
+                        replicas.c.owner_pid == owner_pid,
+                    )
+                )
+            )
             if rows:
-                db.execute(delete(replicas).where(tuple_(replicas.c.host, replicas.c.port).in_(
-                    [(r.host, r.port) for r in rows])))
+                db.execute(
+                    delete(replicas).where(
+                        tuple_(replicas.c.host, replicas.c.port).in_([(r.host, r.port) for r in rows])
+                    )
+                )
                 db.execute(insert(replicas), [asdict(r) for r in rows])
             notify(db)
 

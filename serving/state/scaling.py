@@ -46,8 +46,17 @@ class LoadBoard:
 
     def publish(self, gateway: str, readings: Iterable[Reading]) -> None:
         """``gateway``'s readings are now exactly these (an entity it no longer serves loses its row)."""
-        rows = [{"gateway": gateway, "endpoint": r.endpoint, "entity": r.entity, "model_uri": r.model_uri,
-                 "at": r.at, "reading": json.dumps(dict(r.values))} for r in readings]
+        rows = [
+            {
+                "gateway": gateway,
+                "endpoint": r.endpoint,
+                "entity": r.entity,
+                "model_uri": r.model_uri,
+                "at": r.at,
+                "reading": json.dumps(dict(r.values)),
+            }
+            for r in readings
+        ]
         with self.database.engine.begin() as db:
             db.execute(delete(gateway_load).where(gateway_load.c.gateway == gateway))
             if rows:
@@ -57,8 +66,10 @@ class LoadBoard:
         """The other gateways' readings taken after ``since`` (older ones are from gateways gone or stuck)."""
         query = select(gateway_load).where(and_(gateway_load.c.gateway != gateway, gateway_load.c.at > since))
         with self.database.engine.connect() as db:
-            return [Reading(row.gateway, row.endpoint, row.entity, row.model_uri, row.at, json.loads(row.reading))
-                    for row in db.execute(query)]
+            return [
+                Reading(row.gateway, row.endpoint, row.entity, row.model_uri, row.at, json.loads(row.reading))
+                for row in db.execute(query)
+            ]
 
     def forget(self, gateway: str) -> None:
         with self.database.engine.begin() as db:
@@ -89,22 +100,42 @@ class ScalerRecords:
         if not records:
             return
         with self.database.engine.begin() as db:
-            stored = set(db.execute(select(endpoints.c.name).where(endpoints.c.name.in_({r.endpoint for r in records})))
-                         .scalars())
+            stored = set(
+                db.execute(
+                    select(endpoints.c.name).where(endpoints.c.name.in_({r.endpoint for r in records}))
+                ).scalars()
+            )
             records = [r for r in records if r.endpoint in stored]
             if not records:
                 return
             for r in records:
-                db.execute(delete(autoscaler_state).where(and_(autoscaler_state.c.endpoint == r.endpoint,
-                                                               autoscaler_state.c.entity == r.entity)))
-            db.execute(insert(autoscaler_state), [{"endpoint": r.endpoint, "entity": r.entity, "model_uri": r.model_uri,
-                                                   "at": r.at, "state": json.dumps(dict(r.state))} for r in records])
+                db.execute(
+                    delete(autoscaler_state).where(
+                        and_(autoscaler_state.c.endpoint == r.endpoint, autoscaler_state.c.entity == r.entity)
+                    )
+                )
+            db.execute(
+                insert(autoscaler_state),
+                [
+                    {
+                        "endpoint": r.endpoint,
+                        "entity": r.entity,
+                        "model_uri": r.model_uri,
+                        "at": r.at,
+                        "state": json.dumps(dict(r.state)),
+                    }
+                    for r in records
+                ],
+            )
 
     def load(self) -> dict[EntityKey, ScalerRecord]:
         with self.database.engine.connect() as db:
-            return {(row.endpoint, row.entity): ScalerRecord(row.endpoint, row.entity, row.model_uri, row.at,
-                                                             json.loads(row.state))
-                    for row in db.execute(select(autoscaler_state))}
+            return {
+                (row.endpoint, row.entity): ScalerRecord(
+                    row.endpoint, row.entity, row.model_uri, row.at, json.loads(row.state)
+                )
+                for row in db.execute(select(autoscaler_state))
+            }
 
     def forget(self, before: float) -> None:
         """Drop the records last saved before ``before`` (endpoints deleted, entities replaced long ago); the

@@ -57,8 +57,9 @@ class Lag:
 
 class Source(Protocol):
     async def ensure_group(self, stream: str, group: str) -> None: ...
-    async def read(self, stream: str, group: str, consumer: str, count: int, block_ms: int | None,
-                   pending: bool = False) -> list[Entry]: ...
+    async def read(
+        self, stream: str, group: str, consumer: str, count: int, block_ms: int | None, pending: bool = False
+    ) -> list[Entry]: ...
     async def claim(self, stream: str, group: str, consumer: str, min_idle_ms: int, count: int) -> list[Entry]: ...
     async def ack(self, stream: str, group: str, ids: Sequence[str]) -> None: ...
     async def lag(self, stream: str, group: str, now_ms: int) -> Lag: ...
@@ -101,8 +102,9 @@ class RedisStreams:
     """The streams of one Redis server, as a source and as a sink."""
 
     def __init__(self, host: str, port: int, *, timeout_s: float = 5.0) -> None:
-        self.client = aioredis.Redis(host=host, port=port, socket_timeout=None, socket_connect_timeout=timeout_s,
-                                     health_check_interval=30)
+        self.client = aioredis.Redis(
+            host=host, port=port, socket_timeout=None, socket_connect_timeout=timeout_s, health_check_interval=30
+        )
         self._write = self.client.register_script(_WRITE)
 
     async def close(self) -> None:
@@ -117,12 +119,14 @@ class RedisStreams:
             if "BUSYGROUP" not in str(exc):
                 raise
 
-    async def read(self, stream: str, group: str, consumer: str, count: int, block_ms: int | None,
-                   pending: bool = False) -> list[Entry]:
+    async def read(
+        self, stream: str, group: str, consumer: str, count: int, block_ms: int | None, pending: bool = False
+    ) -> list[Entry]:
         """New entries for ``consumer`` (waiting up to ``block_ms``), or with ``pending`` the ones already
         delivered to it and not acknowledged (what it held when its process died)."""
-        reply = await self.client.xreadgroup(group, consumer, {stream: "0" if pending else ">"}, count=count,
-                                             block=None if pending else block_ms)
+        reply = await self.client.xreadgroup(
+            group, consumer, {stream: "0" if pending else ">"}, count=count, block=None if pending else block_ms
+        )
         return [Entry(_text(i), f) for _, entries in reply or () for i, f in entries if f is not None]
 
     async def claim(self, stream: str, group: str, consumer: str, min_idle_ms: int, count: int) -> list[Entry]:

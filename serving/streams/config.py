@@ -73,7 +73,7 @@ class StreamAddress:
             refuse("the scheme must be redis")
         if "?" in url or "#" in url:
             refuse("no query or fragment")
-        netloc, slash, path = url[len(_SCHEME):].partition("/")
+        netloc, slash, path = url[len(_SCHEME) :].partition("/")
         if "@" in netloc:
             refuse("no user or password: the server's password is not part of a stream's address")
         text, colon, port = netloc.rpartition(":")
@@ -133,11 +133,14 @@ def _addresses(i: int, s: StreamInput) -> dict[str, StreamAddress]:
     found = {role: StreamAddress.parse(getattr(s, role), f"{p}.{role}") for role in _ROLES}
     for a, b in (("source", "sink"), ("source", "dead_letter"), ("sink", "dead_letter")):
         if found[a].url == found[b].url:
-            raise invalid_parameter(f"{p}.{b} is the same stream as {p}.{a}: source, sink and dead_letter "
-                                    "must be three different streams")
+            raise invalid_parameter(
+                f"{p}.{b} is the same stream as {p}.{a}: source, sink and dead_letter must be three different streams"
+            )
     if found["sink"].server != found["dead_letter"].server:
-        raise invalid_parameter(f"{p}.dead_letter must be on the same Redis server (host:port) as {p}.sink: "
-                                "the consumer writes both in one atomic script")
+        raise invalid_parameter(
+            f"{p}.dead_letter must be on the same Redis server (host:port) as {p}.sink: "
+            "the consumer writes both in one atomic script"
+        )
     return found
 
 
@@ -151,13 +154,17 @@ def check_stream_inputs(inputs: list[StreamInput]) -> None:
     for i, (s, found) in enumerate(zip(inputs, addresses)):
         key = (found["source"].url, s.group)
         if key in readers:
-            raise invalid_parameter(f"stream_inputs[{i}] reads the same source with the same group as "
-                                    f"stream_inputs[{readers[key]}]: give it another group or drop it")
+            raise invalid_parameter(
+                f"stream_inputs[{i}] reads the same source with the same group as "
+                f"stream_inputs[{readers[key]}]: give it another group or drop it"
+            )
         readers[key] = i
     sources = {found["source"].url: i for i, found in reversed(list(enumerate(addresses)))}
     for i, found in enumerate(addresses):
         for role in ("sink", "dead_letter"):
             j = sources.get(found[role].url)
             if j is not None:
-                raise invalid_parameter(f"stream_inputs[{i}].{role} is the stream stream_inputs[{j}].source reads: "
-                                        "the endpoint would read its own output (a loop)")
+                raise invalid_parameter(
+                    f"stream_inputs[{i}].{role} is the stream stream_inputs[{j}].source reads: "
+                    "the endpoint would read its own output (a loop)"
+                )

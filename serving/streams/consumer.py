@@ -43,18 +43,29 @@ class ConsumerStats:
 
     results: int = 0
     dead_letters: int = 0
-    duplicates: int = 0      # entries delivered again whose output was already in the sink
-    retries: int = 0         # entries scored again after no capacity
+    duplicates: int = 0  # entries delivered again whose output was already in the sink
+    retries: int = 0  # entries scored again after no capacity
     broker_errors: int = 0
     in_flight: int = 0
     lag: Lag = field(default_factory=lambda: Lag(0, 0, 0.0))
-    lag_at: float = 0.0      # when ``lag`` was read (the clock's time; 0: never)
+    lag_at: float = 0.0  # when ``lag`` was read (the clock's time; 0: never)
 
 
 class StreamConsumer:
-    def __init__(self, endpoint: str, config: StreamInput, source: Source, sink: Sink, score: Score, *,
-                 consumer: str, claim_idle_s: float = 30.0, max_batches: int = 4, retry_s: float = 0.05,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        config: StreamInput,
+        source: Source,
+        sink: Sink,
+        score: Score,
+        *,
+        consumer: str,
+        claim_idle_s: float = 30.0,
+        max_batches: int = 4,
+        retry_s: float = 0.05,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.endpoint = endpoint
         self.config = config
         self.source = source
@@ -85,8 +96,13 @@ class StreamConsumer:
                 await self._session(tasks)
             except (RedisError, OSError) as exc:
                 self.stats.broker_errors += 1
-                log.warning("stream %s of endpoint %s: broker error (%s); again in %.1f s", self.name, self.endpoint,
-                            type(exc).__name__, backoff)
+                log.warning(
+                    "stream %s of endpoint %s: broker error (%s); again in %.1f s",
+                    self.name,
+                    self.endpoint,
+                    type(exc).__name__,
+                    backoff,
+                )
             finally:
                 for task in tasks:
                     task.cancel()
@@ -136,8 +152,9 @@ class StreamConsumer:
         group = self.config.group
         entries = await self.source.read(self._stream, group, self.consumer, size, 1000)
         if entries and len(entries) < size and self.config.max_wait_ms > 0:
-            entries += await self.source.read(self._stream, group, self.consumer, size - len(entries),
-                                              self.config.max_wait_ms)
+            entries += await self.source.read(
+                self._stream, group, self.consumer, size - len(entries), self.config.max_wait_ms
+            )
         return entries
 
     def _finished(self, task: asyncio.Task[None], tasks: set[asyncio.Task[None]], slots: asyncio.Semaphore) -> None:

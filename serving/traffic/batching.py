@@ -30,8 +30,13 @@ class BatchPlan:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BatchPlan:
-        plan = cls(bool(data["enabled"]), int(data["max_batch"]), float(data["max_wait_ms"]), float(data["single_ms"]),
-                   float(data["gain"]))
+        plan = cls(
+            bool(data["enabled"]),
+            int(data["max_batch"]),
+            float(data["max_wait_ms"]),
+            float(data["single_ms"]),
+            float(data["gain"]),
+        )
         if plan.max_batch < 1 or plan.max_wait_ms < 0:
             raise ValueError("a batch plan needs max_batch >= 1 and max_wait_ms >= 0")
         return plan

@@ -204,8 +204,11 @@ class Dispatcher:
     def _pick(self, exclude: Replica | None = None) -> Replica | None:
         depth = PIPELINE_DEPTH if self.plan.enabled else None
         batches = self.stats.inflight_batches
-        candidates = [r for r in self._replicas() if r is not exclude and r.alive()
-                      and (depth is None or batches.get(id(r), 0) < depth)]
+        candidates = [
+            r
+            for r in self._replicas()
+            if r is not exclude and r.alive() and (depth is None or batches.get(id(r), 0) < depth)
+        ]
         return pick_replica(candidates, self._limit())
 
     def _pump(self) -> None:
@@ -245,6 +248,7 @@ class Dispatcher:
         if left <= 0:
             return False
         if self._gather is None:
+
             def again() -> None:
                 self._gather = None
                 self._pump()
@@ -289,7 +293,7 @@ class Dispatcher:
                 reply = await asyncio.wait_for(self._send(replica, [p.request for p in batch]), self.timeout_s)
             finally:
                 self._call_ended(replica, call)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._fail(batch, lambda: timeout(f"the model did not answer within {self.timeout_s:.0f}s"))
         except ReplicaUnreachable:
             retry = [p for p in batch if not p.retried and not p.future.done()]

@@ -25,8 +25,13 @@ def gateway(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     live = LiveGateway(process, admin, scoped, [])
     try:
         with live.client(admin) as client:
-            created = client.post("/api/2.0/serving-endpoints", json={
-                "name": ENDPOINT, "config": {"served_entities": [{"entity_name": MODEL_NAME, "entity_alias": "champion"}]}})
+            created = client.post(
+                "/api/2.0/serving-endpoints",
+                json={
+                    "name": ENDPOINT,
+                    "config": {"served_entities": [{"entity_name": MODEL_NAME, "entity_alias": "champion"}]},
+                },
+            )
             assert created.status_code == 200, created.text
         wait_endpoint_ready(live.url, admin, ENDPOINT)
         yield live

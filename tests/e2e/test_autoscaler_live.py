@@ -45,7 +45,9 @@ SCALE_DOWN_WINDOW_S = 20
 @pytest.fixture(scope="module")
 def live(world: World) -> Iterator[tuple[GatewayProcess, dict[str, str]]]:
     token = os.environ["TOLLFREE_TOKEN"]
-    process = start_gateway(environ_with({"TOLLFREE_WARM_POOL": str(WARM_POOL)}), world.home / "logs" / "gateway-autoscaler.log")
+    process = start_gateway(
+        environ_with({"TOLLFREE_WARM_POOL": str(WARM_POOL)}), world.home / "logs" / "gateway-autoscaler.log"
+    )
     try:
         yield process, {"Authorization": f"Bearer {token}"}
     finally:
@@ -54,7 +56,9 @@ def live(world: World) -> Iterator[tuple[GatewayProcess, dict[str, str]]]:
 
 def ready_replicas(client: httpx.Client, endpoint: str) -> int | None:
     text = client.get("/metrics").text
-    found = re.search(r'tollfree_autoscaler_ready_replicas\{endpoint="%s",served_entity="[^"]+"\} (\d+)' % endpoint, text)
+    found = re.search(
+        r'tollfree_autoscaler_ready_replicas\{endpoint="%s",served_entity="[^"]+"\} (\d+)' % endpoint, text
+    )
     return int(found.group(1)) if found else None
 
 
@@ -80,13 +84,18 @@ def register_row_cost_model(world: World) -> str:
     champion = client.get_model_version_by_alias(MODEL_NAME, "champion")
     frame = pd.DataFrame({"x": [1.0]})
     with mlflow.start_run(experiment_id=client.get_run(champion.run_id).info.experiment_id):
-        info = mlflow.pyfunc.log_model(name="model", python_model=RowCostModel(PER_ROW_S), pip_requirements=["mlflow"],
-                                       signature=infer_signature(frame, [2.0]), input_example=frame,
-                                       registered_model_name="rowcost")
+        info = mlflow.pyfunc.log_model(
+            name="model",
+            python_model=RowCostModel(PER_ROW_S),
+            pip_requirements=["mlflow"],
+            signature=infer_signature(frame, [2.0]),
+            input_example=frame,
+            registered_model_name="rowcost",
+        )
     return str(info.registered_model_version)
 
 
-CLIENT_ERRORS: Counter[str] = Counter()   # 599s of open_loop by exception type, for the failure message
+CLIENT_ERRORS: Counter[str] = Counter()  # 599s of open_loop by exception type, for the failure message
 
 
 async def open_loop(url: str, headers: dict[str, str], phases: list[tuple[float, float]]) -> list[tuple[float, int]]:
@@ -95,6 +104,7 @@ async def open_loop(url: str, headers: dict[str, str], phases: list[tuple[float,
     start = time.monotonic()
     limits = httpx.Limits(max_connections=400, max_keepalive_connections=400)
     async with httpx.AsyncClient(headers=headers, timeout=30, limits=limits) as client:
+
         async def one(sent: float) -> None:
             try:
                 answer = await client.post(url, json={"dataframe_split": {"columns": ["x"], "data": [[1.0]]}})
@@ -119,15 +129,32 @@ def test_a_10x_step_adds_replicas_within_10s_without_errors_and_they_leave_after
     process, auth = live
     version = register_row_cost_model(world)
     with httpx.Client(base_url=process.url, headers=auth, timeout=30) as api:
-        created = api.post("/api/2.0/serving-endpoints", json={"name": "steps", "config": {"served_entities": [{
-            "entity_name": "rowcost", "entity_version": version, "max_replicas": 4,
-            # the model serves one request at a time (as KServe's containerConcurrency 1): with the default
-            # target of 4 in flight, the step's 2 in flight (80/s x 25 ms) needs one replica once its start-up
-            # queue has left the window, so replicas could go before the window after the load; the vertical
-            # axis is off, this test is the horizontal's. It holds the step's excess (shed_load false) rather than
-            # refuse it, as the default does: no request may be refused beyond 1 % (benchmarks/fidelity.py measures both)
-            "autoscaling": {"scale_down_window_s": SCALE_DOWN_WINDOW_S, "initial_target": 1, "vertical": False,
-                            "shed_load": False}}]}})
+        created = api.post(
+            "/api/2.0/serving-endpoints",
+            json={
+                "name": "steps",
+                "config": {
+                    "served_entities": [
+                        {
+                            "entity_name": "rowcost",
+                            "entity_version": version,
+                            "max_replicas": 4,
+                            # the model serves one request at a time (as KServe's containerConcurrency 1): with the default
+                            # target of 4 in flight, the step's 2 in flight (80/s x 25 ms) needs one replica once its start-up
+                            # queue has left the window, so replicas could go before the window after the load; the vertical
+                            # axis is off, this test is the horizontal's. It holds the step's excess (shed_load false) rather than
+                            # refuse it, as the default does: no request may be refused beyond 1 % (benchmarks/fidelity.py measures both)
+                            "autoscaling": {
+                                "scale_down_window_s": SCALE_DOWN_WINDOW_S,
+                                "initial_target": 1,
+                                "vertical": False,
+                                "shed_load": False,
+                            },
+                        }
+                    ]
+                },
+            },
+        )
         assert created.status_code == 200, created.text
         wait_endpoint_ready(process.url, auth["Authorization"].split()[1], "steps")
         wait_pool_full(api, "steps")
@@ -144,13 +171,18 @@ def test_a_10x_step_adds_replicas_within_10s_without_errors_and_they_leave_after
         watcher.start()
         started = time.monotonic()
         base_s, step_s = 6.0, 14.0
-        results = asyncio.run(open_loop(f"{process.url}/serving-endpoints/steps/invocations", auth,
-                                        [(BASE_RPS, base_s), (STEP_RPS, step_s)]))
+        results = asyncio.run(
+            open_loop(
+                f"{process.url}/serving-endpoints/steps/invocations", auth, [(BASE_RPS, base_s), (STEP_RPS, step_s)]
+            )
+        )
         load_ended = started + base_s + step_s
         # until the watcher sees one replica again after the window (which counts from the last busy second,
         # the queue draining after the load, plus a 5 s cycle), or the deadline the assertion below names
         deadline = load_ended + SCALE_DOWN_WINDOW_S + 60
-        while time.monotonic() < deadline and not [n for t, n in observed[-3:] if t >= load_ended + SCALE_DOWN_WINDOW_S - 5 and n == 1]:
+        while time.monotonic() < deadline and not [
+            n for t, n in observed[-3:] if t >= load_ended + SCALE_DOWN_WINDOW_S - 5 and n == 1
+        ]:
             time.sleep(0.5)
         stop.set()
         watcher.join()
@@ -159,22 +191,37 @@ def test_a_10x_step_adds_replicas_within_10s_without_errors_and_they_leave_after
 
     statuses = [status for _, status in results]
     counts = {code: statuses.count(code) for code in sorted(set(statuses))}
-    assert not [s for s in statuses if s >= 500], f"no 5xx under the step: {counts}; client errors (599): {dict(CLIENT_ERRORS)}"
+    assert not [s for s in statuses if s >= 500], (
+        f"no 5xx under the step: {counts}; client errors (599): {dict(CLIENT_ERRORS)}"
+    )
     assert statuses.count(429) <= 0.01 * len(statuses), f"{statuses.count(429)} of {len(statuses)} refused: {counts}"
     step_at = started + base_s
     before = [n for t, n in observed if t < step_at and n is not None]
     assert before and max(before) == 1  # the base load needs one replica
     grown = [t for t, n in observed if t >= step_at and (n or 0) >= 2]
     print(f"10x step: replicas grew {grown[0] - step_at if grown else None} s after it; statuses {counts}")
-    assert grown and grown[0] - step_at <= 10.0, f"replicas grew {grown[0] - step_at if grown else None} s after the step"
-    trail = [(round(d["t"] - load_ended, 1), d["replicas"], d["reason"], d["ready_replicas"],
-              {k: d["inputs"].get(k) for k in ("load_down", "target", "current", "service_s", "vertical")})
-             for d in decisions["decisions"] if d["t"] >= load_ended - 5]
+    assert grown and grown[0] - step_at <= 10.0, (
+        f"replicas grew {grown[0] - step_at if grown else None} s after the step"
+    )
+    trail = [
+        (
+            round(d["t"] - load_ended, 1),
+            d["replicas"],
+            d["reason"],
+            d["ready_replicas"],
+            {k: d["inputs"].get(k) for k in ("load_down", "target", "current", "service_s", "vertical")},
+        )
+        for d in decisions["decisions"]
+        if d["t"] >= load_ended - 5
+    ]
     held = [n for t, n in observed if load_ended + 2 <= t <= load_ended + SCALE_DOWN_WINDOW_S - 5]
-    assert held and min(held) >= 2, f"replicas stay through the scale-down window: {held}; decisions after the load {trail}"
+    assert held and min(held) >= 2, (
+        f"replicas stay through the scale-down window: {held}; decisions after the load {trail}"
+    )
     final = [n for t, n in observed if t >= load_ended + SCALE_DOWN_WINDOW_S - 5]
-    assert final and final[-1] == 1, (f"back to one replica within 60 s after the window: {observed[-5:]}; "
-                                      f"decisions after the load {trail}")
+    assert final and final[-1] == 1, (
+        f"back to one replica within 60 s after the window: {observed[-5:]}; decisions after the load {trail}"
+    )
     reasons = [d["reason"] for d in decisions["decisions"]]
     assert decisions["enabled"] and len(reasons) >= 2 and all(d["inputs"] is not None for d in decisions["decisions"])
 
@@ -184,24 +231,45 @@ def test_scale_to_zero_and_the_first_request_after_idle_comes_from_the_warm_pool
     rows = synthetic.read_transactions(world.settings.data_dir).head(1)[["customer_id", "merchant_id", "amount"]]
     body = {"dataframe_records": rows.to_dict(orient="records")}
     with httpx.Client(base_url=process.url, headers=auth, timeout=60) as api:
-        created = api.post("/api/2.0/serving-endpoints", json={"name": "idle", "config": {"served_entities": [{
-            "entity_name": MODEL_NAME, "entity_alias": "champion", "scale_to_zero_enabled": True, "min_replicas": 0,
-            "autoscaling": {"idle_window_s": 5, "scale_up_window_s": 8, "scale_down_window_s": 8}}]}})
+        created = api.post(
+            "/api/2.0/serving-endpoints",
+            json={
+                "name": "idle",
+                "config": {
+                    "served_entities": [
+                        {
+                            "entity_name": MODEL_NAME,
+                            "entity_alias": "champion",
+                            "scale_to_zero_enabled": True,
+                            "min_replicas": 0,
+                            "autoscaling": {"idle_window_s": 5, "scale_up_window_s": 8, "scale_down_window_s": 8},
+                        }
+                    ]
+                },
+            },
+        )
         assert created.status_code == 200, created.text
         wait_endpoint_ready(process.url, auth["Authorization"].split()[1], "idle")
         assert api.post("/serving-endpoints/idle/invocations", json=body).status_code == 200
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (replica_processes(api, "idle") == 0
-                                                   and api.get("/api/2.0/serving-endpoints/idle/autoscaler").json()["warm_pool_idle"] >= 1):
+        while time.monotonic() < deadline and not (
+            replica_processes(api, "idle") == 0
+            and api.get("/api/2.0/serving-endpoints/idle/autoscaler").json()["warm_pool_idle"] >= 1
+        ):
             time.sleep(0.5)
         assert replica_processes(api, "idle") == 0, "scaled to zero after the idle window"
         wait_pool_full(api, "idle")
-        trail = [(d["reason"], d["replicas"]) for d in api.get("/api/2.0/serving-endpoints/idle/autoscaler").json()["decisions"]]
+        trail = [
+            (d["reason"], d["replicas"])
+            for d in api.get("/api/2.0/serving-endpoints/idle/autoscaler").json()["decisions"]
+        ]
         assert replica_processes(api, "idle") == 0 and ready_replicas(api, "idle") == 0, f"still at zero: {trail}"
         before = api.get("/api/2.0/serving-endpoints/idle/autoscaler").json()
         assert before["warm_pool_idle"] == WARM_POOL
         started = time.perf_counter()
-        first = api.post("/serving-endpoints/idle/invocations", json=body, headers={"x-request-id": secrets.token_hex(8)})
+        first = api.post(
+            "/serving-endpoints/idle/invocations", json=body, headers={"x-request-id": secrets.token_hex(8)}
+        )
         elapsed = time.perf_counter() - started
         after = api.get("/api/2.0/serving-endpoints/idle/autoscaler").json()
         api.delete("/api/2.0/serving-endpoints/idle")
@@ -220,9 +288,23 @@ def test_the_vertical_axis_reads_a_waiting_model_as_busy_and_keeps_its_serial_ta
     version = register_row_cost_model(world)
     rate, seconds = 30, 18.0
     with httpx.Client(base_url=process.url, headers=auth, timeout=30) as api:
-        created = api.post("/api/2.0/serving-endpoints", json={"name": "serial", "config": {"served_entities": [{
-            "entity_name": "rowcost", "entity_version": version, "min_replicas": 1, "max_replicas": 1,
-            "autoscaling": {"vertical_interval_s": 5}}]}})
+        created = api.post(
+            "/api/2.0/serving-endpoints",
+            json={
+                "name": "serial",
+                "config": {
+                    "served_entities": [
+                        {
+                            "entity_name": "rowcost",
+                            "entity_version": version,
+                            "min_replicas": 1,
+                            "max_replicas": 1,
+                            "autoscaling": {"vertical_interval_s": 5},
+                        }
+                    ]
+                },
+            },
+        )
         assert created.status_code == 200, created.text
         wait_endpoint_ready(process.url, auth["Authorization"].split()[1], "serial")
         started = time.monotonic()
@@ -234,8 +316,11 @@ def test_the_vertical_axis_reads_a_waiting_model_as_busy_and_keeps_its_serial_ta
     # the cycles whose 5-s window lay wholly inside the load (the cycles' clock starts with the endpoint,
     # not with the load: a cycle at started + 6 looked back to started + 1, past the first request)
     cycles = [d for d in decisions if d["inputs"].get("vertical") and started + 6 <= d["t"] <= ended]
-    trail = [(round(d["t"] - started, 1), d["inputs"]["vertical"], d["inputs"].get("utilisation"),
-              d["target_concurrency"]) for d in decisions if d["inputs"].get("vertical")]
+    trail = [
+        (round(d["t"] - started, 1), d["inputs"]["vertical"], d["inputs"].get("utilisation"), d["target_concurrency"])
+        for d in decisions
+        if d["inputs"].get("vertical")
+    ]
     assert len(cycles) >= 2, f"vertical cycles under load: {trail}"
     for d in cycles:
         busy = d["inputs"]["utilisation"]

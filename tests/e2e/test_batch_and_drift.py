@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import mlflow
 import numpy as np
@@ -33,7 +33,9 @@ def test_batch_scores_every_row_like_pyfunc_and_reruns_idempotently(world, batch
     from flows.batch_score import batch_score
 
     out = tmp_path / "scores"
-    first = batch_score(input_path=str(batch_input), output=str(out), model_uri=f"models:/{MODEL_NAME}@champion", run_id="r1")
+    first = batch_score(
+        input_path=str(batch_input), output=str(out), model_uri=f"models:/{MODEL_NAME}@champion", run_id="r1"
+    )
     source = pd.read_parquet(batch_input)
     scored = pd.read_parquet(first["output"])
     assert len(scored) == len(source) == first["rows"]
@@ -48,7 +50,9 @@ def test_batch_scores_every_row_like_pyfunc_and_reruns_idempotently(world, batch
     got = scored.set_index("transaction_id").loc[sample["transaction_id"], "prediction"].to_numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-9)
 
-    again = batch_score(input_path=str(batch_input), output=str(out), model_uri=f"models:/{MODEL_NAME}@champion", run_id="r1")
+    again = batch_score(
+        input_path=str(batch_input), output=str(out), model_uri=f"models:/{MODEL_NAME}@champion", run_id="r1"
+    )
     assert pd.read_parquet(again["output"]).shape == scored.shape
     assert sorted(p.name for p in out.iterdir()) == ["run=r1"]  # replaced in place; no staging left behind
 
@@ -61,7 +65,9 @@ def test_batch_refuses_bad_input_before_writing(world, batch_input, tmp_path):
     with pytest.raises(ValueError, match="amount"):
         batch_score(input_path=str(broken), output=str(tmp_path / "o1"), run_id="x")
     with pytest.raises(LookupError, match="nope"):
-        batch_score(input_path=str(batch_input), output=str(tmp_path / "o2"), model_uri=f"models:/{MODEL_NAME}@nope", run_id="x")
+        batch_score(
+            input_path=str(batch_input), output=str(tmp_path / "o2"), model_uri=f"models:/{MODEL_NAME}@nope", run_id="x"
+        )
     with pytest.raises(FileNotFoundError, match="missing.parquet"):
         batch_score(input_path=str(tmp_path / "missing.parquet"), output=str(tmp_path / "o3"), run_id="x")
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
@@ -73,19 +79,31 @@ def _log_served(world, endpoint: str, rows: pd.DataFrame) -> None:
     predictions = np.asarray(model.predict(rows[list(model.metadata.get_input_schema().input_names())])).tolist()
     with InferenceLogWriter(world.settings.inference_log_dir) as log:
         for i, (row, prediction) in enumerate(zip(rows.to_dict(orient="records"), predictions)):
-            log.record(InferenceRecord(
-                request_id=f"{endpoint}-{i}", timestamp=datetime.now(timezone.utc), endpoint=endpoint,
-                served_entity=f"{MODEL_NAME}-champion", model_version=world.trained["version"], status_code=200,
-                latency_ms=1.0, inputs=None, served_features=json.dumps([row]), outputs=json.dumps([prediction]),
-                error_code=None, rows=1))
+            log.record(
+                InferenceRecord(
+                    request_id=f"{endpoint}-{i}",
+                    timestamp=datetime.now(UTC),
+                    endpoint=endpoint,
+                    served_entity=f"{MODEL_NAME}-champion",
+                    model_version=world.trained["version"],
+                    status_code=200,
+                    latency_ms=1.0,
+                    inputs=None,
+                    served_features=json.dumps([row]),
+                    outputs=json.dumps([prediction]),
+                    error_code=None,
+                    rows=1,
+                )
+            )
 
 
 @pytest.fixture(scope="module")
 def reference(world, tmp_path_factory):
     from serving.registry import versions
 
-    path = versions.training_reference(world.settings.tracking_uri, MODEL_NAME, world.trained["version"],
-                                       tmp_path_factory.mktemp("ref"))
+    path = versions.training_reference(
+        world.settings.tracking_uri, MODEL_NAME, world.trained["version"], tmp_path_factory.mktemp("ref")
+    )
     return pd.read_parquet(path)
 
 
@@ -93,12 +111,28 @@ def _register_endpoint(world, name: str) -> None:
     from serving.endpoints import spec
     from serving.endpoints.store import EndpointStore
 
-    config = spec.normalize_config(spec.EndpointCoreConfig(served_entities=[
-        spec.ServedEntityInput(entity_name=MODEL_NAME, entity_alias="champion")]))
+    config = spec.normalize_config(
+        spec.EndpointCoreConfig(
+            served_entities=[spec.ServedEntityInput(entity_name=MODEL_NAME, entity_alias="champion")]
+        )
+    )
     config.served_entities[0].resolved_version = world.trained["version"]
-    EndpointStore(world.settings.state_url).create(spec.EndpointRecord(
-        name=name, id=name, creator="test", created_ms=0, updated_ms=0, config=config, config_version=1,
-        ready="READY", config_update="NOT_UPDATING", pending_config=None, ai_gateway=None, state_message=None))
+    EndpointStore(world.settings.state_url).create(
+        spec.EndpointRecord(
+            name=name,
+            id=name,
+            creator="test",
+            created_ms=0,
+            updated_ms=0,
+            config=config,
+            config_version=1,
+            ready="READY",
+            config_update="NOT_UPDATING",
+            pending_config=None,
+            ai_gateway=None,
+            state_message=None,
+        )
+    )
 
 
 @pytest.fixture

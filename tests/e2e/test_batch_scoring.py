@@ -33,8 +33,9 @@ def two_days(world, tmp_path_factory) -> Path:
 
 
 def _score(world, input_path: Path, out: Path, run_id: str, **kwargs):
-    return batch.score_dataset(input_path, out, f"models:/{MODEL_NAME}@champion", world.home,
-                               world.settings.tracking_uri, run_id, **kwargs)
+    return batch.score_dataset(
+        input_path, out, f"models:/{MODEL_NAME}@champion", world.home, world.settings.tracking_uri, run_id, **kwargs
+    )
 
 
 def _visible(out: Path) -> pd.DataFrame:
@@ -46,8 +47,9 @@ def _visible(out: Path) -> pd.DataFrame:
 
 def test_dask_engine_writes_the_same_output_as_the_local_one(world, two_days, tmp_path):
     local = _score(world, two_days, tmp_path / "local", "same", chunk_rows=700)
-    dask = _score(world, two_days, tmp_path / "dask", "same", chunk_rows=700, engine="dask",
-                  dask=batch.DaskOptions(workers=2))
+    dask = _score(
+        world, two_days, tmp_path / "dask", "same", chunk_rows=700, engine="dask", dask=batch.DaskOptions(workers=2)
+    )
     assert dask.chunks == local.chunks > 1 and dask.rows == local.rows == len(pd.read_parquet(two_days))
 
     def files(root: Path) -> list[str]:
@@ -67,9 +69,27 @@ def _cli(world, input_path: Path, out: Path, run_id: str) -> subprocess.Popen[st
 
     env = dict(os.environ) | {"PREFECT_API_URL": PREFECT_API_URL.value()}  # the session's test server
     return subprocess.Popen(
-        [sys.executable, "-m", "flows.batch_score", "--input", str(input_path), "--output", str(out),
-         "--model-uri", f"models:/{MODEL_NAME}@champion", "--run-id", run_id, "--chunk-rows", "40"],
-        cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "flows.batch_score",
+            "--input",
+            str(input_path),
+            "--output",
+            str(out),
+            "--model-uri",
+            f"models:/{MODEL_NAME}@champion",
+            "--run-id",
+            run_id,
+            "--chunk-rows",
+            "40",
+        ],
+        cwd=PROJECT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _kill_once_scoring(process: subprocess.Popen[str], out: Path, run_id: str, timeout: float = 240) -> None:
@@ -77,7 +97,9 @@ def _kill_once_scoring(process: subprocess.Popen[str], out: Path, run_id: str, t
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            pytest.fail(f"the run ended (code {process.returncode}) before it could be killed:\n{process.stdout.read()[-3000:]}")
+            pytest.fail(
+                f"the run ended (code {process.returncode}) before it could be killed:\n{process.stdout.read()[-3000:]}"
+            )
         staged = list(out.glob(f".run={run_id}.*.staging/version=*/date=*/part-*.parquet")) if out.exists() else []
         if staged:
             process.send_signal(signal.SIGKILL)
@@ -123,7 +145,10 @@ def test_other_runs_are_untouched_by_a_rerun(world, two_days, tmp_path):
     _score(world, two_days, out, "a", chunk_rows=5000)
     assert output_layout.read_manifest(other.output) == manifest_b
     seen = _visible(out)
-    assert seen.groupby("run_id").size().to_dict() == {"a": len(pd.read_parquet(two_days)), "b": len(pd.read_parquet(two_days))}
+    assert seen.groupby("run_id").size().to_dict() == {
+        "a": len(pd.read_parquet(two_days)),
+        "b": len(pd.read_parquet(two_days)),
+    }
 
 
 @pytest.mark.parametrize(
@@ -131,10 +156,16 @@ def test_other_runs_are_untouched_by_a_rerun(world, two_days, tmp_path):
     [
         (lambda f: f.assign(amount=f["amount"].astype(str)), "request field amount must be numeric"),
         (lambda f: f.assign(event_timestamp=f["event_timestamp"].astype(str)), "event_timestamp must be a timestamp"),
-        (lambda f: f.assign(customer_id=f["customer_id"].astype(float)), "entity key column customer_id must be an integer"),
+        (
+            lambda f: f.assign(customer_id=f["customer_id"].astype(float)),
+            "entity key column customer_id must be an integer",
+        ),
         (lambda f: f.drop(columns=["transaction_id", "merchant_id"]), "missing column(s): transaction_id, merchant_id"),
         (lambda f: f.head(0), "is empty"),
-        (lambda f: f.assign(amount=f["amount"].where(f.index % 7 != 0)), "amount: "),  # nulls, found by Great Expectations
+        (
+            lambda f: f.assign(amount=f["amount"].where(f.index % 7 != 0)),
+            "amount: ",
+        ),  # nulls, found by Great Expectations
     ],
     ids=["string-amount", "string-timestamp", "float-key", "missing-columns", "empty", "null-amount"],
 )
@@ -149,8 +180,9 @@ def test_bad_input_is_refused_naming_the_problem_before_any_output(world, two_da
 
 def test_unknown_version_and_bad_run_id_are_refused_before_any_output(world, two_days, tmp_path):
     with pytest.raises(LookupError, match="models:/fraud/999"):
-        batch.score_dataset(two_days, tmp_path / "out", f"models:/{MODEL_NAME}/999", world.home,
-                            world.settings.tracking_uri, "x")
+        batch.score_dataset(
+            two_days, tmp_path / "out", f"models:/{MODEL_NAME}/999", world.home, world.settings.tracking_uri, "x"
+        )
     with pytest.raises(ValueError, match="run id"):
         _score(world, two_days, tmp_path / "out", "../escape")
     with pytest.raises(ValueError, match="engine"):
@@ -163,8 +195,23 @@ def test_the_cli_exits_2_naming_an_unknown_alias(world, two_days, tmp_path):
 
     env = dict(os.environ) | {"PREFECT_API_URL": PREFECT_API_URL.value()}
     result = subprocess.run(
-        [sys.executable, "-m", "flows.batch_score", "--input", str(two_days), "--output", str(tmp_path / "out"),
-         "--model-uri", f"models:/{MODEL_NAME}@nope"], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "flows.batch_score",
+            "--input",
+            str(two_days),
+            "--output",
+            str(tmp_path / "out"),
+            "--model-uri",
+            f"models:/{MODEL_NAME}@nope",
+        ],
+        cwd=PROJECT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 2 and "models:/fraud@nope" in result.stderr
     assert not (tmp_path / "out").exists()
 
@@ -178,5 +225,7 @@ def test_the_flow_reports_progress_as_a_prefect_artifact(world, two_days, tmp_pa
     result = batch_score(input_path=str(two_days), output=str(tmp_path / "out"), run_id="Progress_1", chunk_rows=800)
     assert result["rows"] == len(pd.read_parquet(two_days))
     with get_client(sync_client=True) as client:
-        found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["batch-score-progress-1"])))
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["batch-score-progress-1"]))
+        )
     assert [a.type for a in found] == ["progress"] and float(found[0].data) == 100.0

@@ -11,7 +11,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpx
 import mlflow
@@ -62,10 +62,13 @@ class Traffic:
             while not self.stop.is_set():
                 row = self.rows[i % len(self.rows)]
                 request_id = f"cn-{i}-{time.monotonic_ns()}"
-                started = datetime.now(timezone.utc)
+                started = datetime.now(UTC)
                 try:
-                    reply = client.post(f"/serving-endpoints/{ENDPOINT}/invocations", json={"dataframe_records": [row]},
-                                        headers={"x-request-id": request_id})
+                    reply = client.post(
+                        f"/serving-endpoints/{ENDPOINT}/invocations",
+                        json={"dataframe_records": [row]},
+                        headers={"x-request-id": request_id},
+                    )
                     status, served = reply.status_code, reply.headers.get("served-model-name")
                     predictions = reply.json().get("predictions") if status == 200 else None
                 except httpx.TransportError:
@@ -117,10 +120,15 @@ def models(world, client) -> dict[str, str]:
     experiment = client.get_run(champion.run_id).info.experiment_id
     for key, python_model in (("slow", SleepyModel(0.05)), ("flaky", FlakyModel())):
         with mlflow.start_run(experiment_id=experiment):
-            info = mlflow.pyfunc.log_model(name="model", python_model=python_model, artifacts={"inner": inner},
-                                           signature=infer_signature(inputs, outputs), registered_model_name=MODEL,
-                                           pip_requirements=["mlflow", "scikit-learn"],
-                                           metadata={"feature_service": feature_service})
+            info = mlflow.pyfunc.log_model(
+                name="model",
+                python_model=python_model,
+                artifacts={"inner": inner},
+                signature=infer_signature(inputs, outputs),
+                registered_model_name=MODEL,
+                pip_requirements=["mlflow", "scikit-learn"],
+                metadata={"feature_service": feature_service},
+            )
         out[key] = str(info.registered_model_version)
         client.set_model_version_tag(MODEL, out[key], "feature_service", feature_service)
     return out
@@ -129,10 +137,17 @@ def models(world, client) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def endpoint(world, gateway, models):
     with gateway.client(gateway.admin) as api:
-        created = api.post("/api/2.0/serving-endpoints", json={"name": ENDPOINT, "config": {
-            # a fixed per-replica concurrency: the vertical autoscaler's state (it re-tunes each side from its
-            # own history) would otherwise differ between champion and challenger and confound the latency check
-            "served_entities": [{"entity_name": MODEL, "entity_alias": "champion", "max_concurrency": 32}]}})
+        created = api.post(
+            "/api/2.0/serving-endpoints",
+            json={
+                "name": ENDPOINT,
+                "config": {
+                    # a fixed per-replica concurrency: the vertical autoscaler's state (it re-tunes each side from its
+                    # own history) would otherwise differ between champion and challenger and confound the latency check
+                    "served_entities": [{"entity_name": MODEL, "entity_alias": "champion", "max_concurrency": 32}]
+                },
+            },
+        )
         assert created.status_code == 200, created.text
     wait_endpoint_ready(gateway.url, gateway.admin, ENDPOINT)
     yield ENDPOINT
@@ -152,8 +167,14 @@ def _run(gateway, **kwargs) -> dict:
     # A bad challenger's test holds a warning as long as it takes (a loaded machine sends fewer requests
     # to the 5 % side: 1 error in 35 requests is a warning, not yet a rollback, and must not move on)
     kwargs.setdefault("max_warn_hold_s", 10)
-    return canary(endpoint=ENDPOINT, thresholds=kwargs.pop("thresholds", THRESHOLDS), min_dwell_s=0, drain_s=0,
-                  gateway_url=gateway.url, **kwargs)
+    return canary(
+        endpoint=ENDPOINT,
+        thresholds=kwargs.pop("thresholds", THRESHOLDS),
+        min_dwell_s=0,
+        drain_s=0,
+        gateway_url=gateway.url,
+        **kwargs,
+    )
 
 
 def _until(gateway, done, runs: int = 90, **kwargs) -> list[dict]:
@@ -197,14 +218,16 @@ def _rolls_back(gateway, client, world, models, rows, which: str, metric: str) -
         assert started["action"] == "started" and started["traffic"] == 5, started
         challenger = load_state(world.settings, ENDPOINT).challenger_entity
         outcomes = _until(gateway, lambda o: o["action"] != "hold", max_warn_hold_s=600)
-        rolled_back_at = datetime.now(timezone.utc)
+        rolled_back_at = datetime.now(UTC)
         traffic.wait_for(lambda s: s.started > rolled_back_at, 12)  # traffic keeps flowing after the rollback
         cleaned = _run(gateway)  # the challenger leaves the endpoint while requests keep coming
-        cleaned_at = datetime.now(timezone.utc)
+        cleaned_at = datetime.now(UTC)
         traffic.wait_for(lambda s: s.started > cleaned_at, 10)
     final = outcomes[-1]
     assert final["action"] == "rollback" and final["event"] == "tollfree.canary.rollback", final
-    assert metric in final["reason"] and next(c for c in final["checks"] if c["metric"] == metric)["status"] == "rollback"
+    assert (
+        metric in final["reason"] and next(c for c in final["checks"] if c["metric"] == metric)["status"] == "rollback"
+    )
     assert cleaned["action"] == "cleaned"
     view = _view(gateway)
     assert [e["name"] for e in view["config"]["served_entities"]] == served_before
@@ -251,25 +274,31 @@ def test_a_good_challenger_walks_to_100_and_becomes_champion(world, gateway, cli
     with Traffic(gateway.url, gateway.admin, rows) as traffic:
         started = _run(gateway, thresholds=SHARED_MACHINE)
         assert started["action"] == "started", started
-        outcomes = _until(gateway, lambda o: (o["action"] == "advance" and o["traffic"] == 50)
-                          or o["action"] not in ("hold", "advance"), thresholds=SHARED_MACHINE)
+        outcomes = _until(
+            gateway,
+            lambda o: (o["action"] == "advance" and o["traffic"] == 50) or o["action"] not in ("hold", "advance"),
+            thresholds=SHARED_MACHINE,
+        )
         assert outcomes[-1]["action"] == "advance" and outcomes[-1]["traffic"] == 50, outcomes[-1]
         # delayed ground truth arrives for what was served so far (the label is the champion's answer),
         # enough of it inside the 50 % step for the accuracy check to judge (20 labelled a side)
-        at_50 = datetime.now(timezone.utc)
+        at_50 = datetime.now(UTC)
         traffic.wait_for(lambda s: s.started > at_50 and s.status == 200, 80)
         answered = [s for s in list(traffic.sent) if s.status == 200]
         logged_all(world, [s.request_id for s in answered])  # written off the request path, about every second
-        labels = pd.DataFrame([{"request_id": s.request_id, "label": int(s.predictions[0][1] > s.predictions[0][0])}
-                               for s in answered])
+        labels = pd.DataFrame(
+            [{"request_id": s.request_id, "label": int(s.predictions[0][1] > s.predictions[0][0])} for s in answered]
+        )
         labels.to_parquet(tmp_path / "labels.parquet")
         ingested = ingest_labels(endpoint=ENDPOINT, input_path=str(tmp_path / "labels.parquet"))
         assert ingested["matched"] > 0 and ingested["unmatched"] == 0
         final = _until(gateway, lambda o: o["action"] != "hold", thresholds=SHARED_MACHINE)[-1]
         cleaned = _run(gateway, thresholds=SHARED_MACHINE)
-        cleaned_at = datetime.now(timezone.utc)
+        cleaned_at = datetime.now(UTC)
         traffic.wait_for(lambda s: s.started > cleaned_at, 10)  # and it serves on after the clean-up
-    assert final["action"] == "promote" and final["event"] == "tollfree.canary.promote" and final["traffic"] == 100, final
+    assert final["action"] == "promote" and final["event"] == "tollfree.canary.promote" and final["traffic"] == 100, (
+        final
+    )
     assert next(c for c in final["checks"] if c["metric"] == "accuracy")["status"] == "ok"
     held = versions.aliases(client, MODEL)
     assert held["champion"] == models["good"] and held["previous"] == old and "challenger" not in held

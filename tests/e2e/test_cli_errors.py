@@ -14,7 +14,9 @@ PROJECT = Path(__file__).resolve().parents[2]
 
 
 def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", *args], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_the_gateway_refuses_to_start_without_an_admin_token(tmp_path):

@@ -30,19 +30,23 @@ def w(gateway):
 
 
 def entity(name: str) -> ServedEntityInput:
-    return ServedEntityInput(name=name, entity_name=MODEL_NAME, entity_version="1", workload_size="Small",
-                             scale_to_zero_enabled=False)
+    return ServedEntityInput(
+        name=name, entity_name=MODEL_NAME, entity_version="1", workload_size="Small", scale_to_zero_enabled=False
+    )
 
 
 def test_the_sdk_manages_and_queries_an_endpoint(w, world):
     created = w.serving_endpoints.create_and_wait(
-        name=NAME, config=EndpointCoreConfigInput(name=NAME, served_entities=[entity("blue")]))
+        name=NAME, config=EndpointCoreConfigInput(name=NAME, served_entities=[entity("blue")])
+    )
     assert created.state.ready == EndpointStateReady.READY
     assert created.state.config_update == EndpointStateConfigUpdate.NOT_UPDATING
     assert created.config.served_entities[0].entity_version == "1"
 
     with pytest.raises(ResourceAlreadyExists):
-        w.serving_endpoints.create(name=NAME, config=EndpointCoreConfigInput(name=NAME, served_entities=[entity("blue")]))
+        w.serving_endpoints.create(
+            name=NAME, config=EndpointCoreConfigInput(name=NAME, served_entities=[entity("blue")])
+        )
     assert NAME in [e.name for e in w.serving_endpoints.list()]
     assert w.serving_endpoints.get(NAME).name == NAME
 
@@ -52,12 +56,20 @@ def test_the_sdk_manages_and_queries_an_endpoint(w, world):
 
     # a traffic change: a second served entity, then all traffic to it; the old one keeps serving until then
     split = w.serving_endpoints.update_config_and_wait(
-        NAME, served_entities=[entity("blue"), entity("green")],
-        traffic_config=TrafficConfig(routes=[Route(served_model_name="blue", traffic_percentage=0),
-                                             Route(served_model_name="green", traffic_percentage=100)]))
+        NAME,
+        served_entities=[entity("blue"), entity("green")],
+        traffic_config=TrafficConfig(
+            routes=[
+                Route(served_model_name="blue", traffic_percentage=0),
+                Route(served_model_name="green", traffic_percentage=100),
+            ]
+        ),
+    )
     assert split.state.config_update == EndpointStateConfigUpdate.NOT_UPDATING
-    served_by = {w.serving_endpoints.query(NAME, dataframe_records=rows.to_dict(orient="records")).served_model_name
-                 for _ in range(8)}
+    served_by = {
+        w.serving_endpoints.query(NAME, dataframe_records=rows.to_dict(orient="records")).served_model_name
+        for _ in range(8)
+    }
     assert served_by == {"green"}
 
     metrics = w.serving_endpoints.export_metrics(NAME)
@@ -68,7 +80,8 @@ def test_the_sdk_manages_and_queries_an_endpoint(w, world):
     assert "customer_id" in spec and "amount" in spec and f"/serving-endpoints/{NAME}/invocations" in spec
 
     gateway_config = w.serving_endpoints.put_ai_gateway(
-        NAME, inference_table_config=AiGatewayInferenceTableConfig(enabled=True, table_name_prefix="fraud"))
+        NAME, inference_table_config=AiGatewayInferenceTableConfig(enabled=True, table_name_prefix="fraud")
+    )
     assert gateway_config.inference_table_config.enabled
 
     w.serving_endpoints.delete(NAME)

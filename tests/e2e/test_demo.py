@@ -22,7 +22,11 @@ def test_demo_runs_every_stage_and_exits_zero(tmp_path):
     env["TOLLFREE_HOME"] = str(tmp_path / "home")
     result = subprocess.run(
         [sys.executable, "-m", "flows.demo", "--customers", "600", "--days", "36", "--requests", "60"],
-        cwd=PROJECT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=PROJECT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
@@ -37,5 +41,7 @@ def test_demo_runs_every_stage_and_exits_zero(tmp_path):
     assert (home / "mlflow.db").exists() and (home / "prefect").is_dir()
     assert not (PROJECT / "mlruns").exists()
     # What a person reads: no third-party warning (deprecations, experimental notes) and no progress bars.
-    noise = [line for line in (out + result.stderr).splitlines() if "Warning" in line or "Downloading artifacts" in line]
+    noise = [
+        line for line in (out + result.stderr).splitlines() if "Warning" in line or "Downloading artifacts" in line
+    ]
     assert not noise, noise[:5]

@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC
 from pathlib import Path
 
 import httpx
@@ -33,6 +34,7 @@ from tests.world import MODEL_NAME
 
 pytestmark = pytest.mark.slow
 
+
 class Background:
     """``run_load`` in a thread, so the test can inject a fault while it runs."""
 
@@ -43,7 +45,7 @@ class Background:
         def go() -> None:
             try:
                 self.result = asyncio.run(run_load(url, os.environ["TOLLFREE_TOKEN"], body, duration_s, **kwargs))
-            except BaseException as exc:  # noqa: BLE001 - reported by join()
+            except BaseException as exc:
                 self.error = exc
 
         self.thread = threading.Thread(target=go, daemon=True)
@@ -109,8 +111,12 @@ def test_kill_9_a_replica_under_load_then_stop_and_restart_the_gateway(world, ga
             time.sleep(1.0)
         replaced_in = time.monotonic() - killed_at
         record_property("replica_replaced_s", round(replaced_in, 1))
-        after = httpx.post(url, content=body, headers={"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}",
-                                                        "content-type": "application/json"}, timeout=60)
+        after = httpx.post(
+            url,
+            content=body,
+            headers={"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}", "content-type": "application/json"},
+            timeout=60,
+        )
         assert after.status_code == 200, after.text
         refused = refused_requests(url)  # answered just before the stop: the flush must take them too
         config_before = get(gateway, f"/api/2.0/serving-endpoints/{name}").json()
@@ -140,16 +146,24 @@ def test_kill_9_a_replica_under_load_then_stop_and_restart_the_gateway(world, ga
         starting = get(restarted, f"/api/2.0/serving-endpoints/{name}").json()["state"]
         assert starting == {"ready": "NOT_READY", "config_update": "IN_PROGRESS"}, starting
         sent = time.monotonic()
-        waited = httpx.post(f"{restarted.url}/serving-endpoints/{name}/invocations", content=body, timeout=60,
-                            headers={"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}", "content-type": "application/json"})
+        waited = httpx.post(
+            f"{restarted.url}/serving-endpoints/{name}/invocations",
+            content=body,
+            timeout=60,
+            headers={"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}", "content-type": "application/json"},
+        )
         assert waited.status_code == 200, waited.text
         record_property("restart_first_request_waited_s", round(time.monotonic() - sent, 1))
         view = wait_ready(restarted.url, name)
         for key in ("name", "config", "id", "creator", "creation_timestamp"):
             if key in config_before:
                 assert view.get(key) == config_before[key], key
-        reply = httpx.post(f"{restarted.url}/serving-endpoints/{name}/invocations", content=body, timeout=60,
-                           headers={"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}", "content-type": "application/json"})
+        reply = httpx.post(
+            f"{restarted.url}/serving-endpoints/{name}/invocations",
+            content=body,
+            timeout=60,
+            headers={"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}", "content-type": "application/json"},
+        )
         assert reply.status_code == 200 and reply.headers["served-model-name"] == "fraud-champion"
         from mlflow import MlflowClient
 
@@ -163,11 +177,20 @@ def refused_requests(url: str) -> dict[str, int]:
     """A bad body (400) and a missing token (401), each with its request id: {request id: status}."""
     sent = {}
     for request_id, body, headers, status in (
-            ("faults-bad-body", b'{"dataframe_records": [{"customer_id": 1}]}',
-             {"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}"}, 400),
-            ("faults-no-token", b'{"dataframe_records": []}', {}, 401)):
-        reply = httpx.post(url, content=body, timeout=60,
-                           headers={**headers, "content-type": "application/json", "x-request-id": request_id})
+        (
+            "faults-bad-body",
+            b'{"dataframe_records": [{"customer_id": 1}]}',
+            {"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}"},
+            400,
+        ),
+        ("faults-no-token", b'{"dataframe_records": []}', {}, 401),
+    ):
+        reply = httpx.post(
+            url,
+            content=body,
+            timeout=60,
+            headers={**headers, "content-type": "application/json", "x-request-id": request_id},
+        )
         assert reply.status_code == status, reply.text
         sent[request_id] = status
     return sent
@@ -176,8 +199,11 @@ def refused_requests(url: str) -> dict[str, int]:
 def ready_replicas(gateway: GatewayProcess, name: str) -> float:
     """The gateway's own count of ready replicas in the endpoint's routing (``tollfree_replicas``)."""
     text = get(gateway, "/metrics").text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("tollfree_replicas{") and f'endpoint="{name}"' in line)
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("tollfree_replicas{") and f'endpoint="{name}"' in line
+    )
 
 
 def replicas_of_pids(pids: list[int]) -> list[int]:
@@ -185,7 +211,8 @@ def replicas_of_pids(pids: list[int]) -> list[int]:
 
 
 def test_a_crashed_gateway_loses_at_most_its_unflushed_tail_and_its_successor_adopts_the_replicas(
-        world, gateway_env, record_property):
+    world, gateway_env, record_property
+):
     """Load: 4 concurrent clients for 6 s. Fault: kill -9 of the gateway 5 s in. Holds: every request answered
     more than 2 s before the crash (two flush intervals of the inference log) is in the log; the lost tail is
     counted and reported. Its replicas, in their own sessions, outlive it. Then 4 clients that retry connection
@@ -247,8 +274,10 @@ def test_a_crashed_gateway_loses_at_most_its_unflushed_tail_and_its_successor_ad
     record_property("restart_requests", len(outcomes))
     record_property("restart_retries", clients.retries)
     record_property("restart_first_answer_s", round(first_answer_s, 3))
-    print(f"restart after kill -9: {len(outcomes)} requests, {clients.retries} connection retries, "
-          f"first answer {first_answer_s * 1000:.0f} ms after the new gateway listened")
+    print(
+        f"restart after kill -9: {len(outcomes)} requests, {clients.retries} connection retries, "
+        f"first answer {first_answer_s * 1000:.0f} ms after the new gateway listened"
+    )
     assert {o.status for o in outcomes} == {200}, sorted({o.status for o in outcomes})
     assert first_answer_s < 1.0
     assert view["state"]["ready"] == "READY"
@@ -286,9 +315,28 @@ class Redis:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
-             "--appendfsync", "always", "--dir", self.workdir, "--daemonize", "no", "--loglevel", "warning"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--dir",
+                self.workdir,
+                "--daemonize",
+                "no",
+                "--loglevel",
+                "warning",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 20
         while True:
             assert self.process.poll() is None, "redis-server exited"
@@ -319,7 +367,7 @@ class Redis:
 @pytest.fixture(scope="module")
 def redis(world) -> Iterator[Redis]:  # type: ignore[no-untyped-def]
     """A real redis-server holding the world's online features (materialised like the parity test does)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     import pandas as pd
 
@@ -330,9 +378,11 @@ def redis(world) -> Iterator[Redis]:  # type: ignore[no-untyped-def]
     try:
         store = feature_store.open_store(world.home, feature_store.OnlineStoreChoice("redis", server.address))
         feature_store.apply_definitions(store)
-        tables = {n: pd.read_parquet(world.home / p, columns=["feature_ts"]) for n, p in feature_store.TABLE_PATHS.items()}
+        tables = {
+            n: pd.read_parquet(world.home / p, columns=["feature_ts"]) for n, p in feature_store.TABLE_PATHS.items()
+        }
         start = min(t["feature_ts"].min() for t in tables.values()).to_pydatetime()
-        store.materialize(start_date=start, end_date=datetime.now(timezone.utc))
+        store.materialize(start_date=start, end_date=datetime.now(UTC))
         yield server
     finally:
         server.close()
@@ -366,13 +416,18 @@ def test_redis_down_gives_a_clear_503_and_the_endpoint_recovers_by_itself(world,
         record_property("redis_load", result.summary())
         print("redis kill -9 under load:", result.summary())
         assert during.status_code == 503, during.text
-        assert during.json() == {"error_code": "TEMPORARILY_UNAVAILABLE", "message": "the online feature store is unavailable"}
+        assert during.json() == {
+            "error_code": "TEMPORARILY_UNAVAILABLE",
+            "message": "the online feature store is unavailable",
+        }
         statuses = result.statuses()
         assert set(statuses) <= {"200", "503"}, statuses
         assert all(o.status is not None for o in result.outcomes)
         assert any(down_at < o.started < up_at for o in result.with_status(503))
         late = [o for o in result.outcomes if o.started > up_at + 2.0]
-        assert late and all(o.status == 200 for o in late), "the endpoint did not recover by itself after Redis returned"
+        assert late and all(o.status == 200 for o in late), (
+            "the endpoint did not recover by itself after Redis returned"
+        )
         assert httpx.post(url, content=body, headers=headers, timeout=60).status_code == 200
     finally:
         gateway.stop(grace_s=60)
@@ -399,8 +454,11 @@ def _fill(path: Path) -> Path:
 
 def _lost_records(gateway: GatewayProcess) -> float:
     text = get(gateway, "/metrics").text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("tollfree_inference_log_records_lost_total{") and 'reason="write_error"' in line)
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("tollfree_inference_log_records_lost_total{") and 'reason="write_error"' in line
+    )
 
 
 def test_inference_log_disk_full_still_serves_and_counts_the_loss(world, gateway_env, tmp_path, record_property):
@@ -437,7 +495,9 @@ def test_inference_log_disk_full_still_serves_and_counts_the_loss(world, gateway
             filler.unlink()
             later_ids = []
             for i in range(10):
-                reply = httpx.post(url, content=body, headers={**headers, "x-request-id": f"after-full-{i}"}, timeout=60)
+                reply = httpx.post(
+                    url, content=body, headers={**headers, "x-request-id": f"after-full-{i}"}, timeout=60
+                )
                 assert reply.status_code == 200
                 later_ids.append(f"after-full-{i}")
         finally:

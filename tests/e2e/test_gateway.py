@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import mlflow
 import numpy as np
 import pandas as pd
-import psutil
 import pytest
 
 from feature_repo import store as feature_store
@@ -33,7 +32,7 @@ def test_online_prediction_equals_pyfunc_on_offline_features(world, gateway, req
     online = np.asarray(reply.json()["predictions"])
 
     store = feature_store.open_store(world.home)
-    now = pd.Timestamp(datetime.now(timezone.utc)).floor("us")
+    now = pd.Timestamp(datetime.now(UTC)).floor("us")
     entities = request_rows.assign(event_timestamp=now, transaction_id=np.arange(len(request_rows)))
     offline = training.historical_features(store, "fraud_v1", entities)
     model = mlflow.pyfunc.load_model(f"models:/{MODEL_NAME}@champion")
@@ -47,7 +46,9 @@ def test_after_its_first_envelope_the_gateway_reaches_its_replica_through_the_fr
         assert gateway.invoke(body).status_code == 200
     (replica,) = replicas_of(gateway.process)
     on_frame_socket = [c for c in replica.net_connections(kind="unix") if c.laddr.startswith("@tollfree/replica/")]
-    assert len(on_frame_socket) >= 2, f"the frame socket's listener and the gateway's connection to it: {on_frame_socket}"
+    assert len(on_frame_socket) >= 2, (
+        f"the frame socket's listener and the gateway's connection to it: {on_frame_socket}"
+    )
 
 
 def test_every_scoring_format_gives_the_same_predictions(gateway, request_rows):
@@ -74,7 +75,10 @@ def test_tokens_are_required_and_scoped(gateway, request_rows):
     denied = gateway.invoke(body, token=gateway.scoped)
     assert denied.status_code == 403 and denied.json()["error_code"] == "PERMISSION_DENIED"
     with gateway.client(gateway.scoped) as client:
-        assert client.post("/api/2.0/serving-endpoints", json={"name": "x", "config": {"served_entities": []}}).status_code == 403
+        assert (
+            client.post("/api/2.0/serving-endpoints", json={"name": "x", "config": {"served_entities": []}}).status_code
+            == 403
+        )
         assert client.get("/api/2.0/serving-endpoints/fraud").status_code == 403
         assert client.get("/api/2.0/serving-endpoints").json() == {"endpoints": []}
     with gateway.client() as client:
@@ -85,12 +89,34 @@ def test_tokens_are_required_and_scoped(gateway, request_rows):
 @pytest.mark.parametrize(
     ("body", "content_type", "status", "code", "named"),
     [
-        ('{"dataframe_records": [{"customer_id": 1, "SECRET-VALUE-1"', "application/json", 400, "MALFORMED_REQUEST", "JSON"),
-        ({"dataframe_records": [{"customer_id": 1, "merchant_id": 1}]}, "application/json", 400, "INVALID_PARAMETER_VALUE", "amount"),
-        ({"dataframe_records": [{"customer_id": 1, "merchant_id": 1, "amount": "SECRET-VALUE-2"}]}, "application/json", 400,
-         "INVALID_PARAMETER_VALUE", "amount"),
-        ({"dataframe_records": [{"customer_id": 10**9, "merchant_id": 1, "amount": 5.0}]}, "application/json", 404,
-         "RESOURCE_DOES_NOT_EXIST", "customer_id"),
+        (
+            '{"dataframe_records": [{"customer_id": 1, "SECRET-VALUE-1"',
+            "application/json",
+            400,
+            "MALFORMED_REQUEST",
+            "JSON",
+        ),
+        (
+            {"dataframe_records": [{"customer_id": 1, "merchant_id": 1}]},
+            "application/json",
+            400,
+            "INVALID_PARAMETER_VALUE",
+            "amount",
+        ),
+        (
+            {"dataframe_records": [{"customer_id": 1, "merchant_id": 1, "amount": "SECRET-VALUE-2"}]},
+            "application/json",
+            400,
+            "INVALID_PARAMETER_VALUE",
+            "amount",
+        ),
+        (
+            {"dataframe_records": [{"customer_id": 10**9, "merchant_id": 1, "amount": 5.0}]},
+            "application/json",
+            404,
+            "RESOURCE_DOES_NOT_EXIST",
+            "customer_id",
+        ),
         ({"records": []}, "application/json", 400, "INVALID_PARAMETER_VALUE", "dataframe_split"),
         ("customer_id=1", "application/x-www-form-urlencoded", 415, "BAD_REQUEST", "content type"),
     ],
@@ -113,18 +139,40 @@ def test_unknown_endpoint_and_oversized_body(gateway):
 
 def test_control_plane_errors(gateway):
     with gateway.client(gateway.admin) as client:
-        dup = client.post("/api/2.0/serving-endpoints", json={
-            "name": "fraud", "config": {"served_entities": [{"entity_name": MODEL_NAME, "entity_alias": "champion"}]}})
+        dup = client.post(
+            "/api/2.0/serving-endpoints",
+            json={
+                "name": "fraud",
+                "config": {"served_entities": [{"entity_name": MODEL_NAME, "entity_alias": "champion"}]},
+            },
+        )
         assert dup.status_code == 409 and dup.json()["error_code"] == "RESOURCE_ALREADY_EXISTS"
-        no_alias = client.post("/api/2.0/serving-endpoints", json={
-            "name": "fraud2", "config": {"served_entities": [{"entity_name": MODEL_NAME, "entity_alias": "nope"}]}})
+        no_alias = client.post(
+            "/api/2.0/serving-endpoints",
+            json={
+                "name": "fraud2",
+                "config": {"served_entities": [{"entity_name": MODEL_NAME, "entity_alias": "nope"}]},
+            },
+        )
         assert no_alias.status_code == 400 and "nope" in no_alias.json()["message"]
-        bad_split = client.post("/api/2.0/serving-endpoints", json={
-            "name": "fraud3", "config": {"served_entities": [
-                {"entity_name": MODEL_NAME, "entity_version": "1", "name": "a"},
-                {"entity_name": MODEL_NAME, "entity_version": "1", "name": "b"}],
-                "traffic_config": {"routes": [{"served_model_name": "a", "traffic_percentage": 50},
-                                              {"served_model_name": "b", "traffic_percentage": 40}]}}})
+        bad_split = client.post(
+            "/api/2.0/serving-endpoints",
+            json={
+                "name": "fraud3",
+                "config": {
+                    "served_entities": [
+                        {"entity_name": MODEL_NAME, "entity_version": "1", "name": "a"},
+                        {"entity_name": MODEL_NAME, "entity_version": "1", "name": "b"},
+                    ],
+                    "traffic_config": {
+                        "routes": [
+                            {"served_model_name": "a", "traffic_percentage": 50},
+                            {"served_model_name": "b", "traffic_percentage": 40},
+                        ]
+                    },
+                },
+            },
+        )
         assert bad_split.status_code == 400 and "100" in bad_split.json()["message"]
         assert client.get("/api/2.0/serving-endpoints/nope").status_code == 404
         names = [e["name"] for e in client.get("/api/2.0/serving-endpoints").json()["endpoints"]]

@@ -25,12 +25,23 @@ pytestmark = pytest.mark.slow
 def start_on_any_port(home: Path, log_path: Path, timeout_s: float = 120.0) -> GatewayProcess:
     """``python -m serving --port 0`` on ``home``, once its record names it (the URL read from the record)."""
     env = {k: v for k, v in os.environ.items() if k not in ("TOLLFREE_GATEWAY_URL", "PREFECT_HOME")}
-    env.update({"TOLLFREE_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
-                "TOLLFREE_WARM_POOL": "0", "TOLLFREE_AUTOSCALE": "off"})
+    env.update(
+        {
+            "TOLLFREE_HOME": str(home),
+            "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
+            "TOLLFREE_WARM_POOL": "0",
+            "TOLLFREE_AUTOSCALE": "off",
+        }
+    )
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
-        process = subprocess.Popen([sys.executable, "-m", "serving", "--host", "127.0.0.1", "--port", "0"],
-                                   stdout=out, stderr=subprocess.STDOUT, env=env, cwd=str(PROJECT_DIR))
+        process = subprocess.Popen(
+            [sys.executable, "-m", "serving", "--host", "127.0.0.1", "--port", "0"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=str(PROJECT_DIR),
+        )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         mine = [record for _, record in read_records(home / "gateways") if record.pid == process.pid]
@@ -43,7 +54,8 @@ def start_on_any_port(home: Path, log_path: Path, timeout_s: float = 120.0) -> G
 
 
 def test_flows_find_a_gateway_on_another_port_by_its_record_and_name_the_variable_once_it_is_gone(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     home = tmp_path / "home"
     flows_env = {"TOLLFREE_HOME": str(home), "TOLLFREE_TOKEN": os.environ["TOLLFREE_TOKEN"]}  # no TOLLFREE_GATEWAY_URL
     gateway = start_on_any_port(home, tmp_path / "gateway.log")

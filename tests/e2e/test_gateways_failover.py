@@ -50,8 +50,13 @@ NAME = "fraud-shared"
 # (with single rows, 64 threads in one Python process kept fewer than 48 in flight in CI).
 TARGET = 20
 ROWS = 32
-AUTOSCALING = {"initial_target": TARGET, "vertical": False, "scale_down_window_s": 900, "shed_load": False,
-               "latency_slo_ms": 100}
+AUTOSCALING = {
+    "initial_target": TARGET,
+    "vertical": False,
+    "scale_down_window_s": 900,
+    "shed_load": False,
+    "latency_slo_ms": 100,
+}
 
 
 def _registered(database) -> list:  # type: ignore[no-untyped-def]
@@ -70,8 +75,9 @@ def _poll_replicas(database, n: int, timeout_s: float, owner: int) -> list:  # t
 
 def _wait_replicas(database, n: int, timeout_s: float, owner: int) -> list:  # type: ignore[no-untyped-def]
     rows = _poll_replicas(database, n, timeout_s, owner)
-    assert len(rows) >= n and all(r.owner_pid == owner for r in rows), \
+    assert len(rows) >= n and all(r.owner_pid == owner for r in rows), (
         f"not {n} replicas of gateway {owner} within {timeout_s:.0f}s: {rows}"
+    )
     return rows
 
 
@@ -84,8 +90,10 @@ def _decisions(url: str, admin: dict) -> str:
     for d in reply.json()["decisions"]:
         i = d["inputs"]
         if "load_up" in i:
-            lines.append(f"{d['t']:.1f} replicas={d['replicas']} ready={d['ready_replicas']} {d['reason']} "
-                         f"load_up={i['load_up']:.1f} load_down={i.get('load_down')} service_s={i['service_s']}")
+            lines.append(
+                f"{d['t']:.1f} replicas={d['replicas']} ready={d['ready_replicas']} {d['reason']} "
+                f"load_up={i['load_up']:.1f} load_down={i.get('load_down')} service_s={i['service_s']}"
+            )
     return "\n".join(lines)
 
 
@@ -108,20 +116,28 @@ def _running_replicas(gateways: list[GatewayProcess]) -> list[int]:
     out = []
     for proc in psutil.process_iter(["cmdline", "status"]):
         try:
-            if "serving.replica" in command_words(proc) \
-                    and proc.info["status"] != psutil.STATUS_ZOMBIE \
-                    and proc.environ().get(OWNER_ENV) in owners:
+            if (
+                "serving.replica" in command_words(proc)
+                and proc.info["status"] != psutil.STATUS_ZOMBIE
+                and proc.environ().get(OWNER_ENV) in owners
+            ):
                 out.append(proc.pid)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return sorted(out)
 
 
-def test_behind_haproxy_the_follower_takes_over_from_a_killed_leader_and_keeps_scaling(world, postgres, tmp_path,
-                                                                                      record_property):
+def test_behind_haproxy_the_follower_takes_over_from_a_killed_leader_and_keeps_scaling(
+    world, postgres, tmp_path, record_property
+):
     url = postgres.url(postgres.new_database())
-    env = environ_with({"TOLLFREE_STATE_URL": url, "TOLLFREE_REPLICA_TOKEN": "shared-" + os.urandom(16).hex(),
-                        "TOLLFREE_WARM_POOL": "0"})
+    env = environ_with(
+        {
+            "TOLLFREE_STATE_URL": url,
+            "TOLLFREE_REPLICA_TOKEN": "shared-" + os.urandom(16).hex(),
+            "TOLLFREE_WARM_POOL": "0",
+        }
+    )
     logs = world.home / "logs"
     leader = start_gateway(env, logs / "gateway-shared-a.log", timeout_s=240)
     follower: GatewayProcess | None = None
@@ -134,14 +150,28 @@ def test_behind_haproxy_the_follower_takes_over_from_a_killed_leader_and_keeps_s
         assert Lease(database).holder()[0].split("/")[1] == str(leader.process.pid)
         with haproxy_server([_port(leader), _port(follower)], tmp_path) as proxy:
             admin = {"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}"}
-            created = httpx.post(f"{proxy}/api/2.0/serving-endpoints", headers=admin, timeout=60, json={
-                "name": NAME, "config": {"served_entities": [{**ENTITY, "max_replicas": 2, "autoscaling": AUTOSCALING}]}})
+            created = httpx.post(
+                f"{proxy}/api/2.0/serving-endpoints",
+                headers=admin,
+                timeout=60,
+                json={
+                    "name": NAME,
+                    "config": {"served_entities": [{**ENTITY, "max_replicas": 2, "autoscaling": AUTOSCALING}]},
+                },
+            )
             assert created.status_code == 200, created.text
             wait_ready(proxy, NAME)  # rolled out by the leader
             body = rows_body(world, n=ROWS)
             deadline = time.monotonic() + 30  # the follower routes once it has read the registry
-            while httpx.post(f"{follower.url}{path}", content=body, timeout=60,
-                             headers={**admin, "content-type": "application/json"}).status_code != 200:
+            while (
+                httpx.post(
+                    f"{follower.url}{path}",
+                    content=body,
+                    timeout=60,
+                    headers={**admin, "content-type": "application/json"},
+                ).status_code
+                != 200
+            ):
                 assert time.monotonic() < deadline, "the follower never routed to the leader's replica"
                 time.sleep(0.2)
 
@@ -191,12 +221,16 @@ def test_behind_haproxy_the_follower_takes_over_from_a_killed_leader_and_keeps_s
     resumed = re.search(rf"autoscaler for {NAME}/\S+ continues from its record: (\d+) replicas", log)
     record_property("failover_requests", len(outcomes))
     record_property("failover_lease_taken_s", round(took_over_s, 2))
-    print(f"leader kill -9 behind HAProxy: {len(outcomes)} requests ({len(after)} after the kill), "
-          f"lease taken over in {took_over_s:.2f} s; the leader saw {seen_by_leader:.1f} in flight from the follower's "
-          f"12 clients; load step: {len(stepped)} requests until a second replica")
+    print(
+        f"leader kill -9 behind HAProxy: {len(outcomes)} requests ({len(after)} after the kill), "
+        f"lease taken over in {took_over_s:.2f} s; the leader saw {seen_by_leader:.1f} in flight from the follower's "
+        f"12 clients; load step: {len(stepped)} requests until a second replica"
+    )
     assert set(shared_load) == {200}, sorted(set(shared_load))
     # the leader has no client of its own: what it decided on came from the follower's readings (a busy replica)
-    assert seen_by_leader >= 0.5, f"the leader's autoscaler saw a load of {seen_by_leader} from 12 clients on the follower"
+    assert seen_by_leader >= 0.5, (
+        f"the leader's autoscaler saw a load of {seen_by_leader} from 12 clients on the follower"
+    )
     assert {o.status for o in outcomes} == {200}, sorted({o.status for o in outcomes})
     assert {o.status for o in stepped} == {200}, sorted({o.status for o in stepped})
     assert len(after) > 20 and took_over_s < 10.0
@@ -208,8 +242,13 @@ def test_behind_haproxy_the_follower_takes_over_from_a_killed_leader_and_keeps_s
         # what the new leader decided and did with its replicas, and what the adopted one said (pytest cuts a
         # long message)
         print(decisions)
-        print("\n".join(line for line in log.splitlines() if ("replica" in line or "autoscal" in line)
-                        and "HTTP Request" not in line))
+        print(
+            "\n".join(
+                line
+                for line in log.splitlines()
+                if ("replica" in line or "autoscal" in line) and "HTTP Request" not in line
+            )
+        )
         for row in adopted:
             replica_log = logs / f"replica-{row.port}.log"
             print(f"--- {replica_log.name}:", *replica_log.read_text().splitlines()[-15:], sep="\n")
@@ -226,8 +265,11 @@ def _replica_pids(token: str) -> set[int]:
     out = set()
     for proc in psutil.process_iter(["cmdline", "status"]):
         try:
-            if "serving.replica" in command_words(proc) and proc.info["status"] != psutil.STATUS_ZOMBIE \
-                    and proc.environ().get(REPLICA_TOKEN_ENV) == token:
+            if (
+                "serving.replica" in command_words(proc)
+                and proc.info["status"] != psutil.STATUS_ZOMBIE
+                and proc.environ().get(REPLICA_TOKEN_ENV) == token
+            ):
                 out.add(proc.pid)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
@@ -244,8 +286,12 @@ def _listed(url: str, admin: dict) -> tuple[set[int], set[str]]:
 
 def _served_by(url: str, body: bytes, admin: dict) -> str | None:
     """The served entity that answered a request through ``url`` (its ``served-model-name``), or the error status."""
-    reply = httpx.post(f"{url}/serving-endpoints/{CHANGED}/invocations", content=body, timeout=60,
-                       headers={**admin, "content-type": "application/json"})
+    reply = httpx.post(
+        f"{url}/serving-endpoints/{CHANGED}/invocations",
+        content=body,
+        timeout=60,
+        headers={**admin, "content-type": "application/json"},
+    )
     return reply.headers.get("served-model-name") if reply.status_code == 200 else f"HTTP {reply.status_code}"
 
 
@@ -264,14 +310,19 @@ def test_a_config_change_right_after_a_failover_leaves_only_the_replicas_the_sur
         with haproxy_server([_port(leader), _port(survivor)], tmp_path) as proxy:
             # created through the follower (the leader rolls it out): the follower has its registry client loaded,
             # so the change after the kill reaches the store at once, while the follower takes over
-            created = httpx.post(f"{survivor.url}/api/2.0/serving-endpoints", headers=admin, timeout=60, json={
-                "name": CHANGED, "config": {"served_entities": [{**ENTITY, "name": BEFORE}]}})
+            created = httpx.post(
+                f"{survivor.url}/api/2.0/serving-endpoints",
+                headers=admin,
+                timeout=60,
+                json={"name": CHANGED, "config": {"served_entities": [{**ENTITY, "name": BEFORE}]}},
+            )
             assert created.status_code == 200, created.text
             wait_ready(proxy, CHANGED)
             body = rows_body(world, n=4)
             before = _replica_pids(token)
-            clients.append(RetryingClients([proxy], f"/serving-endpoints/{CHANGED}/invocations", body, concurrency=4,
-                                           retry=False))
+            clients.append(
+                RetryingClients([proxy], f"/serving-endpoints/{CHANGED}/invocations", body, concurrency=4, retry=False)
+            )
             deadline = time.monotonic() + 30
             while len(clients[0].outcomes) < 20:  # load through HAProxy, on both gateways, before the kill
                 assert time.monotonic() < deadline, "no load reached the endpoint"
@@ -280,8 +331,12 @@ def test_a_config_change_right_after_a_failover_leaves_only_the_replicas_the_sur
             # kill -9 of the leader, then at once the change through the survivor (still following, or just leading)
             leader.process.send_signal(signal.SIGKILL)
             leader.process.wait(10)
-            put = httpx.put(f"{survivor.url}/api/2.0/serving-endpoints/{CHANGED}/config", headers=admin, timeout=60,
-                            json={"served_entities": [{**ENTITY, "name": AFTER}]})
+            put = httpx.put(
+                f"{survivor.url}/api/2.0/serving-endpoints/{CHANGED}/config",
+                headers=admin,
+                timeout=60,
+                json={"served_entities": [{**ENTITY, "name": AFTER}]},
+            )
             assert put.status_code == 200, put.text
             view = wait_ready(survivor.url, CHANGED, timeout_s=120)
             ready_at = time.monotonic()
@@ -294,8 +349,9 @@ def test_a_config_change_right_after_a_failover_leaves_only_the_replicas_the_sur
                 running = _replica_pids(token)
                 registered = {r.pid for r in ReplicaRegistry(database).all() if r.endpoint == CHANGED}
                 served = {_served_by(gateway, body, admin) for gateway in (survivor.url, proxy) for _ in range(3)}
-                if (running == listed == registered and entities == {AFTER} and served == {AFTER}) \
-                        or time.monotonic() > deadline:
+                if (
+                    running == listed == registered and entities == {AFTER} and served == {AFTER}
+                ) or time.monotonic() > deadline:
                     break
                 time.sleep(0.25)
     finally:
@@ -311,9 +367,11 @@ def test_a_config_change_right_after_a_failover_leaves_only_the_replicas_the_sur
             except ProcessLookupError:
                 pass
         database.engine.dispose()
-    print(f"config change after kill -9: {len(outcomes)} requests, statuses {sorted({o.status for o in outcomes})}; "
-          f"replicas before {sorted(before)}, after: running {sorted(running)}, listed {sorted(listed)}, "
-          f"registered {sorted(registered)}; served {served}")
+    print(
+        f"config change after kill -9: {len(outcomes)} requests, statuses {sorted({o.status for o in outcomes})}; "
+        f"replicas before {sorted(before)}, after: running {sorted(running)}, listed {sorted(listed)}, "
+        f"registered {sorted(registered)}; served {served}"
+    )
     # no request failed (0: no HTTP answer; 5xx), as when an entity stops before its successor serves. A 429 is
     # an answer ("retry shortly"): a request still queued at the replaced entity's dispatcher when the rollout
     # stops that entity waits out its 5 s for a replica (one in some runs)
@@ -321,6 +379,7 @@ def test_a_config_change_right_after_a_failover_leaves_only_the_replicas_the_sur
     assert [e["name"] for e in view["config"]["served_entities"]] == [AFTER]
     assert served == {AFTER}, f"READY, yet 10 s later requests were served by {served}"
     assert entities == {AFTER} and len(listed) == 1, (entities, listed)
-    assert running == listed == registered, \
+    assert running == listed == registered, (
         f"running {sorted(running)}, listed by the survivor {sorted(listed)}, in the registry {sorted(registered)}"
+    )
     assert not running & before  # the replaced entity's replica stopped

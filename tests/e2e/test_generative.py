@@ -48,8 +48,15 @@ def _entity(version: str, **extra: object) -> dict:
 
 
 def _external(name: str, base: str) -> dict:
-    return {"name": name, "external_model": {"name": "chat", "provider": "openai", "task": "llm/v1/chat", "openai_config": {
-        "openai_api_key": "{{secrets/" + KEY_SECRET + "}}", "openai_api_base": base}}}
+    return {
+        "name": name,
+        "external_model": {
+            "name": "chat",
+            "provider": "openai",
+            "task": "llm/v1/chat",
+            "openai_config": {"openai_api_key": "{{secrets/" + KEY_SECRET + "}}", "openai_api_base": base},
+        },
+    }
 
 
 @pytest.fixture(scope="module")
@@ -79,9 +86,15 @@ def chat_gateway(session_home: Path, trace: Path) -> Iterator[GatewayProcess]:
         "killable": {"served_entities": [_entity(killable)]},
         "ext": {"served_entities": [_external("upstream", own)]},
         "noback": {"served_entities": [_external("gone", closed)]},
-        "fallback": {"served_entities": [_external("gone", closed), {**_entity(first), "name": "local"}],
-                     "traffic_config": {"routes": [{"served_entity_name": "gone", "traffic_percentage": 100},
-                                                   {"served_entity_name": "local", "traffic_percentage": 0}]}},
+        "fallback": {
+            "served_entities": [_external("gone", closed), {**_entity(first), "name": "local"}],
+            "traffic_config": {
+                "routes": [
+                    {"served_entity_name": "gone", "traffic_percentage": 100},
+                    {"served_entity_name": "local", "traffic_percentage": 0},
+                ]
+            },
+        },
     }
     try:
         with _api(gateway) as api:
@@ -99,8 +112,9 @@ def chat_gateway(session_home: Path, trace: Path) -> Iterator[GatewayProcess]:
 
 
 def _api(gateway: GatewayProcess, token: str | None = None) -> httpx.Client:
-    return httpx.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {token or os.environ['TOLLFREE_TOKEN']}"},
-                        timeout=60)
+    return httpx.Client(
+        base_url=gateway.url, headers={"Authorization": f"Bearer {token or os.environ['TOLLFREE_TOKEN']}"}, timeout=60
+    )
 
 
 def _openai(gateway: GatewayProcess):  # type: ignore[no-untyped-def]
@@ -112,19 +126,31 @@ def _openai(gateway: GatewayProcess):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("endpoint", ["chat", "ext"])
 def test_the_openai_client_gets_whole_and_streamed_answers(chat_gateway: GatewayProcess, endpoint: str) -> None:
     client = _openai(chat_gateway)
-    whole = client.chat.completions.create(model=endpoint, messages=[{"role": "user", "content": "red green"}], max_tokens=3)
+    whole = client.chat.completions.create(
+        model=endpoint, messages=[{"role": "user", "content": "red green"}], max_tokens=3
+    )
     assert whole.choices[0].message.content == "red green red"
     assert whole.usage is not None and whole.usage.completion_tokens > 0 and whole.usage.prompt_tokens > 0
 
-    chunks = list(client.chat.completions.create(model=endpoint, messages=[{"role": "user", "content": "one two"}],
-                                                 max_tokens=5, stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model=endpoint,
+            messages=[{"role": "user", "content": "one two"}],
+            max_tokens=5,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "one two one two one"
     assert sum(1 for c in chunks if c.choices) == 5, "one chunk a token group, as the model yields them"
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens >= 5
 
-    plain = list(client.chat.completions.create(model=endpoint, messages=[{"role": "user", "content": "x"}], max_tokens=2,
-                                                stream=True))
+    plain = list(
+        client.chat.completions.create(
+            model=endpoint, messages=[{"role": "user", "content": "x"}], max_tokens=2, stream=True
+        )
+    )
     assert all(c.usage is None for c in plain), "the usage chunk only when asked for"
 
 
@@ -134,8 +160,9 @@ def test_the_databricks_sdk_queries_with_messages(chat_gateway: GatewayProcess, 
     from databricks.sdk.service.serving import ChatMessage, ChatMessageRole
 
     workspace = WorkspaceClient(host=chat_gateway.url, token=os.environ["TOLLFREE_TOKEN"], auth_type="pat")
-    answer = workspace.serving_endpoints.query(endpoint, messages=[ChatMessage(role=ChatMessageRole.USER, content="sky")],
-                                               max_tokens=2)
+    answer = workspace.serving_endpoints.query(
+        endpoint, messages=[ChatMessage(role=ChatMessageRole.USER, content="sky")], max_tokens=2
+    )
     assert answer.choices[0].message.content == "sky sky"
     assert answer.usage.total_tokens == answer.usage.prompt_tokens + answer.usage.completion_tokens
 
@@ -143,24 +170,41 @@ def test_the_databricks_sdk_queries_with_messages(chat_gateway: GatewayProcess, 
 @pytest.mark.parametrize("endpoint", ["chat", "ext"])
 def test_curl_streams_server_sent_events_as_they_come(chat_gateway: GatewayProcess, endpoint: str) -> None:
     body = json.dumps({"messages": [{"role": "user", "content": "tick"}], "max_tokens": 4, "stream": True})
-    out = subprocess.run(["curl", "-sN", "--max-time", "30", "-H", f"Authorization: Bearer {os.environ['TOLLFREE_TOKEN']}",
-                          "-H", "content-type: application/json", "-d", body,
-                          f"{chat_gateway.url}/serving-endpoints/{endpoint}/invocations"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            "curl",
+            "-sN",
+            "--max-time",
+            "30",
+            "-H",
+            f"Authorization: Bearer {os.environ['TOLLFREE_TOKEN']}",
+            "-H",
+            "content-type: application/json",
+            "-d",
+            body,
+            f"{chat_gateway.url}/serving-endpoints/{endpoint}/invocations",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     events = [line.removeprefix("data: ") for line in out.splitlines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     assert [json.loads(e)["choices"][0]["delta"]["content"] for e in events[:-1]] == ["tick", " tick", " tick", " tick"]
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({"messages": [{"role": "wizard", "content": "SECRET-ROLE-VALUE"}]}, "messages[0].role"),
-    ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 10**9}, "max_tokens"),
-    ({"messages": "SECRET-NOT-A-LIST"}, "messages must be a list"),
-    ({"messages": [{"role": "user", "content": 7}]}, "messages[0].content"),
-    ({"messages": [{"role": "user", "content": "hi"}], "temperature": 9}, "temperature"),
-    ({"max_tokens": 16}, "messages is required"),   # no chat request at all: to a replica, as a tabular body goes
-    ({"dataframe_split": {"columns": ["SECRET"], "data": [[1]]}}, "messages is required"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"messages": [{"role": "wizard", "content": "SECRET-ROLE-VALUE"}]}, "messages[0].role"),
+        ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 10**9}, "max_tokens"),
+        ({"messages": "SECRET-NOT-A-LIST"}, "messages must be a list"),
+        ({"messages": [{"role": "user", "content": 7}]}, "messages[0].content"),
+        ({"messages": [{"role": "user", "content": "hi"}], "temperature": 9}, "temperature"),
+        ({"max_tokens": 16}, "messages is required"),  # no chat request at all: to a replica, as a tabular body goes
+        ({"dataframe_split": {"columns": ["SECRET"], "data": [[1]]}}, "messages is required"),
+    ],
+)
 def test_bad_chat_requests_are_400_naming_the_field(chat_gateway: GatewayProcess, body: dict, field: str) -> None:
     with _api(chat_gateway) as api:
         answer = api.post("/serving-endpoints/chat/invocations", json=body)
@@ -175,9 +219,15 @@ def test_bad_chat_requests_are_400_naming_the_field(chat_gateway: GatewayProcess
 def test_the_openai_route_needs_a_model_the_token_may_use(chat_gateway: GatewayProcess) -> None:
     with _api(chat_gateway) as api:
         missing = api.post("/serving-endpoints/chat/completions", json={"messages": [{"role": "user", "content": "a"}]})
-        unknown = api.post("/serving-endpoints/chat/completions", json={"model": "nope", "messages": [{"role": "user", "content": "a"}]})
+        unknown = api.post(
+            "/serving-endpoints/chat/completions",
+            json={"model": "nope", "messages": [{"role": "user", "content": "a"}]},
+        )
     with _api(chat_gateway, "not-a-token") as api:
-        anonymous = api.post("/serving-endpoints/chat/completions", json={"model": "chat", "messages": [{"role": "user", "content": "a"}]})
+        anonymous = api.post(
+            "/serving-endpoints/chat/completions",
+            json={"model": "chat", "messages": [{"role": "user", "content": "a"}]},
+        )
     assert missing.status_code == 400 and "model" in missing.json()["message"]
     assert unknown.status_code == 404
     assert anonymous.status_code == 401
@@ -185,8 +235,10 @@ def test_the_openai_route_needs_a_model_the_token_may_use(chat_gateway: GatewayP
 
 def test_a_token_budget_refuses_before_the_model_is_asked(chat_gateway: GatewayProcess) -> None:
     with _api(chat_gateway) as api:
-        limits = api.put("/api/2.0/serving-endpoints/killable/ai-gateway", json={
-            "rate_limits": [{"key": "endpoint", "tokens": 200, "renewal_period": "minute"}]})
+        limits = api.put(
+            "/api/2.0/serving-endpoints/killable/ai-gateway",
+            json={"rate_limits": [{"key": "endpoint", "tokens": 200, "renewal_period": "minute"}]},
+        )
         assert limits.status_code == 200, limits.text
         try:
             ask = {"messages": [{"role": "user", "content": "a"}], "max_tokens": 50}
@@ -204,9 +256,13 @@ def test_a_token_budget_refuses_before_the_model_is_asked(chat_gateway: GatewayP
 
 def test_a_failing_external_model_falls_back_and_without_fallback_is_a_502(chat_gateway: GatewayProcess) -> None:
     with _api(chat_gateway) as api:
-        served = api.post("/serving-endpoints/fallback/invocations", json={"messages": [{"role": "user", "content": "b"}],
-                                                                          "max_tokens": 2})
-        failed = api.post("/serving-endpoints/noback/invocations", json={"messages": [{"role": "user", "content": "b"}]})
+        served = api.post(
+            "/serving-endpoints/fallback/invocations",
+            json={"messages": [{"role": "user", "content": "b"}], "max_tokens": 2},
+        )
+        failed = api.post(
+            "/serving-endpoints/noback/invocations", json={"messages": [{"role": "user", "content": "b"}]}
+        )
         metrics = api.get("/metrics").text
     assert served.status_code == 200 and served.headers["served-model-name"] == "local"
     assert served.json()["choices"][0]["message"]["content"] == "b b"
@@ -218,7 +274,9 @@ def test_a_failing_external_model_falls_back_and_without_fallback_is_a_502(chat_
 
 def test_an_upstream_5xx_is_a_502_naming_its_status(chat_gateway: GatewayProcess) -> None:
     with _api(chat_gateway) as api:
-        failed = api.post("/serving-endpoints/ext/invocations", json={"messages": [{"role": "user", "content": "fail"}]})
+        failed = api.post(
+            "/serving-endpoints/ext/invocations", json={"messages": [{"role": "user", "content": "fail"}]}
+        )
     # the upstream is this gateway's chat endpoint, whose replica failed (500): it answers 502 naming its entity,
     # and the external entity's answer names the status its upstream gave
     assert failed.status_code == 502, failed.text
@@ -229,7 +287,9 @@ def test_an_upstream_5xx_is_a_502_naming_its_status(chat_gateway: GatewayProcess
 def test_an_upstream_that_stays_silent_is_a_504(chat_gateway: GatewayProcess) -> None:
     started = time.monotonic()
     with _api(chat_gateway) as api:
-        failed = api.post("/serving-endpoints/silent/invocations", json={"messages": [{"role": "user", "content": "b"}]})
+        failed = api.post(
+            "/serving-endpoints/silent/invocations", json={"messages": [{"role": "user", "content": "b"}]}
+        )
     assert failed.status_code == 504, failed.text
     assert failed.json()["message"] == f"served entity quiet: the upstream did not answer within {TIMEOUT_S}s"
     assert time.monotonic() - started >= TIMEOUT_S - 0.5
@@ -248,11 +308,15 @@ def test_a_temperature_zero_answer_comes_from_the_cache_the_second_time(chat_gat
 
 
 @pytest.mark.parametrize("endpoint", ["chat", "ext"])
-def test_a_client_that_leaves_mid_stream_stops_the_generation(chat_gateway: GatewayProcess, trace: Path,
-                                                              endpoint: str) -> None:
+def test_a_client_that_leaves_mid_stream_stops_the_generation(
+    chat_gateway: GatewayProcess, trace: Path, endpoint: str
+) -> None:
     before = trace.read_text().splitlines() if trace.exists() else []
     body = {"messages": [{"role": "user", "content": "slow"}], "max_tokens": 20, "stream": True}
-    with _api(chat_gateway) as api, api.stream("POST", f"/serving-endpoints/{endpoint}/invocations", json=body) as response:
+    with (
+        _api(chat_gateway) as api,
+        api.stream("POST", f"/serving-endpoints/{endpoint}/invocations", json=body) as response,
+    ):
         for line in response.iter_lines():
             if line.startswith("data: "):  # the first token (a slow token comes a second)
                 with _api(chat_gateway) as other:
@@ -260,7 +324,11 @@ def test_a_client_that_leaves_mid_stream_stops_the_generation(chat_gateway: Gate
                 break  # and leave
         # the stream holds its slot: the gateway counts it in flight (the autoscaler's load signal)
         assert f'tollfree_streams_in_flight{{endpoint="{endpoint}",' in holding
-        lines = [line for line in holding.splitlines() if line.startswith(f"tollfree_streams_in_flight{{endpoint=\"{endpoint}\",")]
+        lines = [
+            line
+            for line in holding.splitlines()
+            if line.startswith(f'tollfree_streams_in_flight{{endpoint="{endpoint}",')
+        ]
         assert any(line.endswith(" 1.0") for line in lines), lines
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -268,7 +336,7 @@ def test_a_client_that_leaves_mid_stream_stops_the_generation(chat_gateway: Gate
         if len(lines) > len(before):
             break
         time.sleep(0.1)
-    ended = lines[len(before):]
+    ended = lines[len(before) :]
     assert ended and ended[0].startswith("closed "), ended
     assert int(ended[0].split()[1]) < 20, "the generation stopped before its end"
 
@@ -276,7 +344,10 @@ def test_a_client_that_leaves_mid_stream_stops_the_generation(chat_gateway: Gate
 def test_a_replica_killed_mid_stream_ends_the_stream_with_an_error_event(chat_gateway: GatewayProcess) -> None:
     body = {"messages": [{"role": "user", "content": "slow"}], "max_tokens": 20, "stream": True}
     events = []
-    with _api(chat_gateway) as api, api.stream("POST", "/serving-endpoints/killable/invocations", json=body) as response:
+    with (
+        _api(chat_gateway) as api,
+        api.stream("POST", "/serving-endpoints/killable/invocations", json=body) as response,
+    ):
         for line in response.iter_lines():
             if not line.startswith("data: "):
                 continue
@@ -290,13 +361,22 @@ def test_a_replica_killed_mid_stream_ends_the_stream_with_an_error_event(chat_ga
 
 def test_usage_is_logged_redacted_and_the_guardrail_blocks(chat_gateway: GatewayProcess, session_home: Path) -> None:
     with _api(chat_gateway) as api:
-        put = api.put("/api/2.0/serving-endpoints/ext/ai-gateway", json={
-            "inference_table_config": {"enabled": True, "redact": ["card_number", "email"]}})
+        put = api.put(
+            "/api/2.0/serving-endpoints/ext/ai-gateway",
+            json={"inference_table_config": {"enabled": True, "redact": ["card_number", "email"]}},
+        )
         assert put.status_code == 200, put.text
-        sent = api.post("/serving-endpoints/ext/invocations", headers={"x-request-id": "redact-me-1"}, json={
-            "messages": [{"role": "user", "content": f"card {CARD} mail me@example.com"}], "max_tokens": 4})
-        blocked_on = api.put("/api/2.0/serving-endpoints/ext/ai-gateway", json={"guardrails": {"input": {"pii": {"behavior": "BLOCK"}}}})
-        blocked = api.post("/serving-endpoints/ext/invocations", json={"messages": [{"role": "user", "content": f"pay {CARD}"}]})
+        sent = api.post(
+            "/serving-endpoints/ext/invocations",
+            headers={"x-request-id": "redact-me-1"},
+            json={"messages": [{"role": "user", "content": f"card {CARD} mail me@example.com"}], "max_tokens": 4},
+        )
+        blocked_on = api.put(
+            "/api/2.0/serving-endpoints/ext/ai-gateway", json={"guardrails": {"input": {"pii": {"behavior": "BLOCK"}}}}
+        )
+        blocked = api.post(
+            "/serving-endpoints/ext/invocations", json={"messages": [{"role": "user", "content": f"pay {CARD}"}]}
+        )
         api.put("/api/2.0/serving-endpoints/ext/ai-gateway", json={})
         metrics = api.get("/metrics").text
     assert sent.status_code == 200 and blocked_on.status_code == 200
@@ -322,7 +402,9 @@ def _logged(home: Path, endpoint: str, request_id: str) -> dict:
 
 def _replica_of(gateway: GatewayProcess, endpoint: str) -> psutil.Process:
     with _api(gateway) as api:
-        version = api.get(f"/api/2.0/serving-endpoints/{endpoint}").json()["config"]["served_entities"][0]["entity_version"]
+        version = api.get(f"/api/2.0/serving-endpoints/{endpoint}").json()["config"]["served_entities"][0][
+            "entity_version"
+        ]
     for child in psutil.Process(gateway.process.pid).children(recursive=True):
         if f"models:/ticker/{version}" in " ".join(child.cmdline()):
             return child
@@ -335,6 +417,9 @@ def test_the_mlflow_deployments_plugin_predicts_and_streams_chat(chat_gateway: G
     client = get_deploy_client(f"tollfree:/{chat_gateway.url}")
     whole = client.predict(endpoint="chat", inputs={"messages": [{"role": "user", "content": "up"}], "max_tokens": 2})
     assert whole["choices"][0]["message"]["content"] == "up up"
-    chunks = list(client.predict_stream(endpoint="chat", inputs={"messages": [{"role": "user", "content": "go"}],
-                                                                "max_tokens": 3}))
+    chunks = list(
+        client.predict_stream(
+            endpoint="chat", inputs={"messages": [{"role": "user", "content": "go"}], "max_tokens": 3}
+        )
+    )
     assert [c["choices"][0]["delta"]["content"] for c in chunks] == ["go", " go", " go"]

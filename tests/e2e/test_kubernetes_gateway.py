@@ -34,24 +34,46 @@ def test_a_gateway_process_on_kubernetes_serves_from_its_pods_and_a_restart_adop
     admin = {"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}"}
     with serve(fake) as api_url:
         kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "here",
-            "clusters": [{"name": "here", "cluster": {"server": api_url}}],
-            "users": [{"name": "gateway", "user": {"token": "not-checked-by-the-stand-in"}}],
-            "contexts": [{"name": "here", "context": {"cluster": "here", "user": "gateway", "namespace": "tollfree"}}]}))
-        env = environ_with({"TOLLFREE_BACKEND": "kubernetes", "KUBECONFIG": str(kubeconfig), "TOLLFREE_K8S_NAMESPACE": "tollfree",
-                            "TOLLFREE_REPLICA_TOKEN": token, "TOLLFREE_STATE_URL": f"sqlite:///{tmp_path / 'endpoints.db'}"})
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "here",
+                    "clusters": [{"name": "here", "cluster": {"server": api_url}}],
+                    "users": [{"name": "gateway", "user": {"token": "not-checked-by-the-stand-in"}}],
+                    "contexts": [
+                        {"name": "here", "context": {"cluster": "here", "user": "gateway", "namespace": "tollfree"}}
+                    ],
+                }
+            )
+        )
+        env = environ_with(
+            {
+                "TOLLFREE_BACKEND": "kubernetes",
+                "KUBECONFIG": str(kubeconfig),
+                "TOLLFREE_K8S_NAMESPACE": "tollfree",
+                "TOLLFREE_REPLICA_TOKEN": token,
+                "TOLLFREE_STATE_URL": f"sqlite:///{tmp_path / 'endpoints.db'}",
+            }
+        )
         gateway = start_gateway(env, world.home / "logs" / "gateway-k8s.log", timeout_s=240)
         try:
-            created = httpx.post(f"{gateway.url}/api/2.0/serving-endpoints", headers=admin, timeout=60,
-                                 json={"name": NAME, "config": {"served_entities": [ENTITY]}})
+            created = httpx.post(
+                f"{gateway.url}/api/2.0/serving-endpoints",
+                headers=admin,
+                timeout=60,
+                json={"name": NAME, "config": {"served_entities": [ENTITY]}},
+            )
             assert created.status_code == 200, created.text
             wait_ready(gateway.url, NAME)
             [deployment] = fake.deployments()
             assert len(pods.started) == 1
             body = rows_body(world, n=4)
             path = f"/serving-endpoints/{NAME}/invocations"
-            answer = httpx.post(gateway.url + path, content=body, timeout=60, headers={**admin, "content-type": "application/json"})
+            answer = httpx.post(
+                gateway.url + path, content=body, timeout=60, headers={**admin, "content-type": "application/json"}
+            )
             assert answer.status_code == 200, answer.text
             assert len(answer.json()["predictions"]) == 4
 
@@ -59,14 +81,16 @@ def test_a_gateway_process_on_kubernetes_serves_from_its_pods_and_a_restart_adop
             gateway.process.wait(30)
             gateway = start_gateway(env, world.home / "logs" / "gateway-k8s-2.log", timeout_s=240)
             wait_ready(gateway.url, NAME)
-            again = httpx.post(gateway.url + path, content=body, timeout=60, headers={**admin, "content-type": "application/json"})
+            again = httpx.post(
+                gateway.url + path, content=body, timeout=60, headers={**admin, "content-type": "application/json"}
+            )
             assert again.status_code == 200 and again.json() == answer.json()
-            assert fake.deployments() == {deployment: 1} and len(pods.started) == 1   # the same pod, adopted
+            assert fake.deployments() == {deployment: 1} and len(pods.started) == 1  # the same pod, adopted
 
             deleted = httpx.delete(f"{gateway.url}/api/2.0/serving-endpoints/{NAME}", headers=admin, timeout=60)
             assert deleted.status_code == 200
             assert fake.deployments() == {}
-            pods.started[0].process.wait(30)   # the kubelet stopped the pod's process
+            pods.started[0].process.wait(30)  # the kubelet stopped the pod's process
         finally:
             gateway.stop()
     assert not fake.refused

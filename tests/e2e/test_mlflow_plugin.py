@@ -64,8 +64,13 @@ def gateway_answer(live: LiveGateway, body: dict) -> list:
 
 
 def mlflow_cli(plugin_env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(MLFLOW_CLI), "deployments", *args], env=environ_with(plugin_env),
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [str(MLFLOW_CLI), "deployments", *args],
+        env=environ_with(plugin_env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_create_ends_ready_and_is_listed(client, world):
@@ -124,8 +129,9 @@ def test_refusals_are_clear(client):
         client.create_deployment(name="plugin-run", model_uri="runs:/0123456789abcdef/model")
     assert run_uri.value.error_code == "INVALID_PARAMETER_VALUE"
     with pytest.raises(MlflowException, match="'replica_count'"):
-        client.create_deployment(name="plugin-bad", model_uri=f"models:/{MODEL_NAME}@champion",
-                                 config={"replica_count": "2"})
+        client.create_deployment(
+            name="plugin-bad", model_uri=f"models:/{MODEL_NAME}@champion", config={"replica_count": "2"}
+        )
     with pytest.raises(MlflowException, match="max_replicas must be an integer"):
         client.create_deployment(name="plugin-bad", model_uri=f"models:/{MODEL_NAME}/1", config={"max_replicas": "two"})
     with pytest.raises(MlflowException, match="pin a version"):

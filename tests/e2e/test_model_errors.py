@@ -35,17 +35,36 @@ def live(world, tmp_path_factory) -> Iterator[tuple[GatewayProcess, str, Path]]:
     experiment = client.get_run(client.get_model_version_by_alias(MODEL_NAME, "champion").run_id).info.experiment_id
     frame = pd.DataFrame({"x": [1.0]})
     with mlflow.start_run(experiment_id=experiment):
-        info = mlflow.pyfunc.log_model(name="model", python_model=TrapModel(HANG_S), pip_requirements=["mlflow"],
-                                       signature=infer_signature(frame, [2.0]), registered_model_name="traps")
+        info = mlflow.pyfunc.log_model(
+            name="model",
+            python_model=TrapModel(HANG_S),
+            pip_requirements=["mlflow"],
+            signature=infer_signature(frame, [2.0]),
+            registered_model_name="traps",
+        )
     home = tmp_path_factory.mktemp("traps-home")
-    env = environ_with({"TOLLFREE_REQUEST_TIMEOUT_S": str(TIMEOUT_S), "TOLLFREE_HOME": str(home),
-                        "TOLLFREE_WARM_POOL": "0"})
+    env = environ_with(
+        {"TOLLFREE_REQUEST_TIMEOUT_S": str(TIMEOUT_S), "TOLLFREE_HOME": str(home), "TOLLFREE_WARM_POOL": "0"}
+    )
     process = start_gateway(env, home / "gateway.log")
     token = env["TOLLFREE_TOKEN"]
     try:
         with httpx.Client(base_url=process.url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as api:
-            created = api.post("/api/2.0/serving-endpoints", json={"name": ENDPOINT, "config": {"served_entities": [
-                {"entity_name": "traps", "entity_version": str(info.registered_model_version), "max_concurrency": 4}]}})
+            created = api.post(
+                "/api/2.0/serving-endpoints",
+                json={
+                    "name": ENDPOINT,
+                    "config": {
+                        "served_entities": [
+                            {
+                                "entity_name": "traps",
+                                "entity_version": str(info.registered_model_version),
+                                "max_concurrency": 4,
+                            }
+                        ]
+                    },
+                },
+            )
             assert created.status_code == 200, created.text
         wait_endpoint_ready(process.url, token, ENDPOINT)
         yield process, token, home
@@ -57,8 +76,11 @@ def _invoke(url: str, token: str, x: float) -> tuple[httpx.Response, str, float]
     request_id = "trap-" + secrets.token_hex(6)
     started = time.monotonic()
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as client:
-        reply = client.post(f"/serving-endpoints/{ENDPOINT}/invocations", json={"dataframe_split": {"columns": ["x"], "data": [[x]]}},
-                            headers={"x-request-id": request_id})
+        reply = client.post(
+            f"/serving-endpoints/{ENDPOINT}/invocations",
+            json={"dataframe_split": {"columns": ["x"], "data": [[x]]}},
+            headers={"x-request-id": request_id},
+        )
     return reply, request_id, time.monotonic() - started
 
 

@@ -60,8 +60,9 @@ def log_own_model(world, name: str) -> str:  # type: ignore[no-untyped-def]
     y = (x["a"] + x["d"] > 10).astype(int)
     model = LogisticRegression().fit(x, y)
     with mlflow.start_run(experiment_id=experiment(world)):
-        info = mlflow.sklearn.log_model(model, name="model", signature=infer_signature(x, model.predict(x)),
-                                        registered_model_name=name)
+        info = mlflow.sklearn.log_model(
+            model, name="model", signature=infer_signature(x, model.predict(x)), registered_model_name=name
+        )
     return str(info.registered_model_version)
 
 
@@ -71,8 +72,16 @@ def own(world, gateway: LiveGateway) -> dict[str, str]:
     logged_versions = {"byo": log_own_model(world, MODEL), "gone": log_own_model(world, GONE)}
     with gateway.client(gateway.admin) as api:
         for endpoint, model in (("byo", MODEL), ("byo-gone", GONE)):
-            created = api.post("/api/2.0/serving-endpoints", json={"name": endpoint, "config": {
-                "served_entities": [{"entity_name": model, "entity_version": "1"}], "monitoring": MONITORING}})
+            created = api.post(
+                "/api/2.0/serving-endpoints",
+                json={
+                    "name": endpoint,
+                    "config": {
+                        "served_entities": [{"entity_name": model, "entity_version": "1"}],
+                        "monitoring": MONITORING,
+                    },
+                },
+            )
             assert created.status_code == 200, created.text
     for endpoint in ("byo", "byo-gone"):
         wait_endpoint_ready(gateway.url, gateway.admin, endpoint)
@@ -87,9 +96,11 @@ def send(gateway: LiveGateway, endpoint: str, requests: int, seed: int, shift: f
     ids = []
     with gateway.client(gateway.admin) as client:
         for i in range(requests):
-            rows = data.iloc[i * ROWS:(i + 1) * ROWS]
-            reply = client.post(f"/serving-endpoints/{endpoint}/invocations",
-                                json={"dataframe_split": {"columns": COLUMNS, "data": rows.to_numpy().tolist()}})
+            rows = data.iloc[i * ROWS : (i + 1) * ROWS]
+            reply = client.post(
+                f"/serving-endpoints/{endpoint}/invocations",
+                json={"dataframe_split": {"columns": COLUMNS, "data": rows.to_numpy().tolist()}},
+            )
             assert reply.status_code == 200, reply.text
             ids.append(reply.headers["x-request-id"])
     return ids
@@ -105,7 +116,8 @@ def logged(world, endpoint: str, ids: list[str], timeout_s: float = 30.0) -> Non
 
 
 def test_drift_of_a_model_never_trained_here_names_the_shifted_columns_and_a_failing_endpoint_stops_no_other(
-        world, gateway, own):
+    world, gateway, own
+):
     # the first served window (60 requests), then clean traffic; byo-gone gets traffic of its own
     logged(world, "byo", send(gateway, "byo", 60, seed=1) + send(gateway, "byo", 40, seed=2))
     logged(world, "byo-gone", send(gateway, "byo-gone", 40, seed=3))
@@ -146,21 +158,37 @@ def test_a_split_set_by_hand_with_the_sdk_is_adopted_and_a_slow_challenger_rolle
     inner = f"models:/{MODEL}/1"
     sample = frame(5, 9)
     with mlflow.start_run(experiment_id=experiment(world)):
-        info = mlflow.pyfunc.log_model(name="model", python_model=SleepyModel(0.05), artifacts={"inner": inner},
-                                       signature=infer_signature(sample, mlflow.pyfunc.load_model(inner).predict(sample)),
-                                       pip_requirements=["mlflow", "scikit-learn"], registered_model_name=MODEL)
+        info = mlflow.pyfunc.log_model(
+            name="model",
+            python_model=SleepyModel(0.05),
+            artifacts={"inner": inner},
+            signature=infer_signature(sample, mlflow.pyfunc.load_model(inner).predict(sample)),
+            pip_requirements=["mlflow", "scikit-learn"],
+            registered_model_name=MODEL,
+        )
     slow = str(info.registered_model_version)
     client.set_registered_model_alias(MODEL, "champion", "1")
     client.set_registered_model_alias(MODEL, "challenger", slow)
     w = WorkspaceClient(host=gateway.url, token=gateway.admin)
-    blue = ServedEntityInput(name="blue", entity_name=MODEL, entity_version="1", workload_size="Small",
-                             scale_to_zero_enabled=False)
-    w.serving_endpoints.create_and_wait(name="byo-split", config=EndpointCoreConfigInput(name="byo-split",
-                                                                                         served_entities=[blue]))
-    green = ServedEntityInput(name="green", entity_name=MODEL, entity_version=slow, workload_size="Small",
-                              scale_to_zero_enabled=False)
-    w.serving_endpoints.update_config_and_wait("byo-split", served_entities=[blue, green], traffic_config=TrafficConfig(
-        routes=[Route(served_model_name="blue", traffic_percentage=80), Route(served_model_name="green", traffic_percentage=20)]))
+    blue = ServedEntityInput(
+        name="blue", entity_name=MODEL, entity_version="1", workload_size="Small", scale_to_zero_enabled=False
+    )
+    w.serving_endpoints.create_and_wait(
+        name="byo-split", config=EndpointCoreConfigInput(name="byo-split", served_entities=[blue])
+    )
+    green = ServedEntityInput(
+        name="green", entity_name=MODEL, entity_version=slow, workload_size="Small", scale_to_zero_enabled=False
+    )
+    w.serving_endpoints.update_config_and_wait(
+        "byo-split",
+        served_entities=[blue, green],
+        traffic_config=TrafficConfig(
+            routes=[
+                Route(served_model_name="blue", traffic_percentage=80),
+                Route(served_model_name="green", traffic_percentage=20),
+            ]
+        ),
+    )
     statuses: list[int] = []
     stop = threading.Event()
 
@@ -184,8 +212,16 @@ def test_a_split_set_by_hand_with_the_sdk_is_adopted_and_a_slow_challenger_rolle
         while not outcomes or outcomes[-1]["action"] == "hold":
             assert time.monotonic() < deadline, [(o["action"], o["reason"]) for o in outcomes[-3:]]
             time.sleep(1.0)
-            outcomes.append(canary(endpoint="byo-split", thresholds=thresholds, min_dwell_s=0, drain_s=0,
-                                   gateway_url=gateway.url, max_warn_hold_s=600))
+            outcomes.append(
+                canary(
+                    endpoint="byo-split",
+                    thresholds=thresholds,
+                    min_dwell_s=0,
+                    drain_s=0,
+                    gateway_url=gateway.url,
+                    max_warn_hold_s=600,
+                )
+            )
     finally:
         stop.set()
         sender.join(30)

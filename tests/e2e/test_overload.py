@@ -40,8 +40,11 @@ def test_five_times_capacity_gets_429_with_retry_after_and_the_admitted_stay_wit
     token = os.environ["TOLLFREE_TOKEN"]
     body = rows_body(world, ROWS, seed=21)
     try:
-        create(gateway, name, {**ENTITY, "min_replicas": 1, "max_replicas": 1, "max_concurrency": 8,
-                               "autoscaling": {"max_queue": 8}})
+        create(
+            gateway,
+            name,
+            {**ENTITY, "min_replicas": 1, "max_replicas": 1, "max_concurrency": 8, "autoscaling": {"max_queue": 8}},
+        )
         url = f"{gateway.url}/serving-endpoints/{name}/invocations"
         asyncio.run(run_load(url, token, body, 2.0, concurrency=4))  # warm-up
         calibration = asyncio.run(run_load(url, token, body, 5.0, concurrency=8))
@@ -64,8 +67,10 @@ def test_five_times_capacity_gets_429_with_retry_after_and_the_admitted_stay_wit
         result = asyncio.run(run_load(url, token, body, OVERLOAD_S, rate=offered, max_outstanding=1000, timeout_s=40.0))
         done.set()
         sampler.join(5)
-        summary = (f"capacity {capacity:.0f} req/s ({ROWS} rows each); offered {offered:.0f} req/s for {OVERLOAD_S:.0f}s: "
-                   f"{result.summary()}; not sent (generator bound) {result.skipped}")
+        summary = (
+            f"capacity {capacity:.0f} req/s ({ROWS} rows each); offered {offered:.0f} req/s for {OVERLOAD_S:.0f}s: "
+            f"{result.summary()}; not sent (generator bound) {result.skipped}"
+        )
         print(summary)
         record_property("overload", summary)
         statuses = result.statuses()
@@ -90,8 +95,12 @@ def test_five_times_capacity_gets_429_with_retry_after_and_the_admitted_stay_wit
             time.sleep(0.5)
         assert len(server) == len(ids), "every admitted request is in the inference log"
         p99 = float(server.quantile(0.99)) / 1000
-        record_property("admitted_p99_ms", {"gateway": round(p99 * 1000, 1), "client": round(result.percentile(99) * 1000, 1)})
-        print(f"admitted p99: gateway {p99 * 1000:.0f} ms, client {result.percentile(99) * 1000:.0f} ms (SLO {SLO_S * 1000:.0f} ms)")
+        record_property(
+            "admitted_p99_ms", {"gateway": round(p99 * 1000, 1), "client": round(result.percentile(99) * 1000, 1)}
+        )
+        print(
+            f"admitted p99: gateway {p99 * 1000:.0f} ms, client {result.percentile(99) * 1000:.0f} ms (SLO {SLO_S * 1000:.0f} ms)"
+        )
         assert p99 <= SLO_S, f"admitted p99 {p99 * 1000:.0f} ms (gateway-side) over the {SLO_S * 1000:.0f} ms SLO"
         # memory: flat from the first quarter of the run to its end (within 10 %)
         settled = [mb for t, mb in samples if t >= OVERLOAD_S / 4]
@@ -101,8 +110,12 @@ def test_five_times_capacity_gets_429_with_retry_after_and_the_admitted_stay_wit
         print(f"gateway + replica RSS (MB) per second: {[round(mb) for _, mb in samples]}")
         assert growth < 0.10, f"memory grew {growth:.0%} under overload"
         # and it serves normally once the overload stops
-        after = httpx.post(url, content=body, headers={"Authorization": f"Bearer {token}", "content-type": "application/json"},
-                           timeout=60)
+        after = httpx.post(
+            url,
+            content=body,
+            headers={"Authorization": f"Bearer {token}", "content-type": "application/json"},
+            timeout=60,
+        )
         assert after.status_code == 200, after.text
     finally:
         gateway.stop(grace_s=60)

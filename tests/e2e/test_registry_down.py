@@ -58,9 +58,27 @@ class MlflowServer:
         env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
-                 "--backend-store-uri", self.backend_store_uri, "--artifacts-destination", str(self.artifacts),
-                 "--workers", "1"], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "mlflow",
+                    "server",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--backend-store-uri",
+                    self.backend_store_uri,
+                    "--artifacts-destination",
+                    str(self.artifacts),
+                    "--workers",
+                    "1",
+                ],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout_s
         with httpx.Client(timeout=2.0) as client:
             while True:
@@ -106,8 +124,9 @@ def candidate(world) -> str:
     return version
 
 
-def test_mlflow_killed_mid_promotion_fails_the_run_clearly_and_moves_nothing(world, server, candidate, tmp_path,
-                                                                              monkeypatch, restore_tracking_uri):
+def test_mlflow_killed_mid_promotion_fails_the_run_clearly_and_moves_nothing(
+    world, server, candidate, tmp_path, monkeypatch, restore_tracking_uri
+):
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY)
     direct = MlflowClient(world.settings.tracking_uri)
@@ -142,8 +161,11 @@ def test_mlflow_killed_mid_promotion_fails_the_run_clearly_and_moves_nothing(wor
     async def last_run() -> tuple[str, str]:
         async with get_client() as client:
             # the harness is shared by the whole session: ask for the latest promote runs, not any 50 (ids are random)
-            runs = await client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["promote"])),
-                                               sort=FlowRunSort.START_TIME_DESC, limit=10)
+            runs = await client.read_flow_runs(
+                flow_filter=FlowFilter(name=FlowFilterName(any_=["promote"])),
+                sort=FlowRunSort.START_TIME_DESC,
+                limit=10,
+            )
             mine = [r for r in runs if r.state and f"127.0.0.1:{server.port}" in (r.state.message or "")]
             assert mine, "no flow run names the unreachable registry"
             return mine[0].state.type.value, mine[0].state.message

@@ -37,15 +37,29 @@ def test_a_failed_rollout_keeps_the_old_config_serving(world, gateway):
     champion = client.get_model_version_by_alias(MODEL_NAME, "champion")
     with mlflow.start_run(experiment_id=client.get_run(champion.run_id).info.experiment_id):
         frame = pd.DataFrame({"x": [1.0]})
-        info = mlflow.pyfunc.log_model(name="model", python_model=BrokenOnLoad(), pip_requirements=["mlflow"],
-                                       signature=infer_signature(frame, [0.0]), registered_model_name="broken")
+        info = mlflow.pyfunc.log_model(
+            name="model",
+            python_model=BrokenOnLoad(),
+            pip_requirements=["mlflow"],
+            signature=infer_signature(frame, [0.0]),
+            registered_model_name="broken",
+        )
     broken_version = str(info.registered_model_version)
     rows = synthetic.read_transactions(world.settings.data_dir).head(2)[["customer_id", "merchant_id", "amount"]]
     body = {"dataframe_records": rows.to_dict(orient="records")}
 
     with gateway.client(gateway.admin) as api:
-        created = api.post("/api/2.0/serving-endpoints", json={"name": NAME, "config": {
-            "served_entities": [{"name": "stable", "entity_name": MODEL_NAME, "entity_version": champion.version}]}})
+        created = api.post(
+            "/api/2.0/serving-endpoints",
+            json={
+                "name": NAME,
+                "config": {
+                    "served_entities": [
+                        {"name": "stable", "entity_name": MODEL_NAME, "entity_version": champion.version}
+                    ]
+                },
+            },
+        )
         assert created.status_code == 200, created.text
         _wait(api, lambda s: s == {"ready": "READY", "config_update": "NOT_UPDATING"})
 
@@ -60,11 +74,21 @@ def test_a_failed_rollout_keeps_the_old_config_serving(world, gateway):
         worker = threading.Thread(target=traffic)
         worker.start()
         try:
-            update = api.put(f"/api/2.0/serving-endpoints/{NAME}/config", json={
-                "served_entities": [{"name": "stable", "entity_name": MODEL_NAME, "entity_version": champion.version},
-                                    {"name": "bad", "entity_name": "broken", "entity_version": broken_version}],
-                "traffic_config": {"routes": [{"served_model_name": "stable", "traffic_percentage": 50},
-                                              {"served_model_name": "bad", "traffic_percentage": 50}]}})
+            update = api.put(
+                f"/api/2.0/serving-endpoints/{NAME}/config",
+                json={
+                    "served_entities": [
+                        {"name": "stable", "entity_name": MODEL_NAME, "entity_version": champion.version},
+                        {"name": "bad", "entity_name": "broken", "entity_version": broken_version},
+                    ],
+                    "traffic_config": {
+                        "routes": [
+                            {"served_model_name": "stable", "traffic_percentage": 50},
+                            {"served_model_name": "bad", "traffic_percentage": 50},
+                        ]
+                    },
+                },
+            )
             assert update.status_code == 200 and update.json()["state"]["config_update"] == "IN_PROGRESS"
             assert "pending_config" in update.json()
             failed = _wait(api, lambda s: s["config_update"] == "UPDATE_FAILED")
@@ -77,10 +101,16 @@ def test_a_failed_rollout_keeps_the_old_config_serving(world, gateway):
         assert statuses and set(statuses) == {200}  # no client request failed during the failed rollout
 
         # a traffic-and-cache-only change applies without restarting the stable replica
-        pids_before = sorted(r["pid"] for r in api.get(f"/api/2.0/serving-endpoints/{NAME}/replicas").json()["replicas"])
-        cache = api.put(f"/api/2.0/serving-endpoints/{NAME}/config", json={
-            "served_entities": [{"name": "stable", "entity_name": MODEL_NAME, "entity_version": champion.version}],
-            "response_cache": {"enabled": True, "ttl_seconds": 30}})
+        pids_before = sorted(
+            r["pid"] for r in api.get(f"/api/2.0/serving-endpoints/{NAME}/replicas").json()["replicas"]
+        )
+        cache = api.put(
+            f"/api/2.0/serving-endpoints/{NAME}/config",
+            json={
+                "served_entities": [{"name": "stable", "entity_name": MODEL_NAME, "entity_version": champion.version}],
+                "response_cache": {"enabled": True, "ttl_seconds": 30},
+            },
+        )
         assert cache.status_code == 200
         _wait(api, lambda s: s == {"ready": "READY", "config_update": "NOT_UPDATING"})
         pids_after = sorted(r["pid"] for r in api.get(f"/api/2.0/serving-endpoints/{NAME}/replicas").json()["replicas"])

@@ -42,34 +42,71 @@ def two_ports(world, tmp_path_factory) -> Iterator[TwoPortGateway]:  # type: ign
     """``python -m serving --port P --admin-port A`` with a scoped, rate-limited token and the champion served."""
     admin = os.environ["TOLLFREE_TOKEN"]
     tokens_file = tmp_path_factory.mktemp("sec-tokens") / "tokens.json"
-    tokens_file.write_text(json.dumps({"tokens": [
-        {"name": "app", "token": SCOPED, "endpoints": ["fraud-sec"]},
-        {"name": "metered", "token": LIMITED, "endpoints": ["fraud-sec"], "rate_limit": {"requests_per_second": 2, "burst": 4}},
-    ]}))
+    tokens_file.write_text(
+        json.dumps(
+            {
+                "tokens": [
+                    {"name": "app", "token": SCOPED, "endpoints": ["fraud-sec"]},
+                    {
+                        "name": "metered",
+                        "token": LIMITED,
+                        "endpoints": ["fraud-sec"],
+                        "rate_limit": {"requests_per_second": 2, "burst": 4},
+                    },
+                ]
+            }
+        )
+    )
     port, admin_port = free_port(), free_port()
     log_path = world.home / "logs" / "gateway-security.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = environ_with({"TOLLFREE_TOKENS_FILE": str(tokens_file), "TOLLFREE_WARM_POOL": "0", "TOLLFREE_AUTOSCALE": "off"})
+    env = environ_with(
+        {"TOLLFREE_TOKENS_FILE": str(tokens_file), "TOLLFREE_WARM_POOL": "0", "TOLLFREE_AUTOSCALE": "off"}
+    )
     with open(log_path, "ab") as out:
-        process = subprocess.Popen([sys.executable, "-m", "serving", "--host", "127.0.0.1", "--port", str(port),
-                                    "--admin-port", str(admin_port), "--log-level", "debug"],
-                                   stdout=out, stderr=subprocess.STDOUT, env=env, cwd=str(PROJECT_DIR))
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "serving",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--admin-port",
+                str(admin_port),
+                "--log-level",
+                "debug",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=str(PROJECT_DIR),
+        )
     gw = TwoPortGateway(process, port, admin_port, log_path)
     try:
         deadline = time.monotonic() + 240
         while True:
             assert process.poll() is None, log_path.read_text()[-3000:]
             try:
-                if httpx.get(f"{gw.public}/healthz", timeout=1).status_code == 200 and \
-                        httpx.get(f"{gw.admin}/healthz", timeout=1).status_code == 200:
+                if (
+                    httpx.get(f"{gw.public}/healthz", timeout=1).status_code == 200
+                    and httpx.get(f"{gw.admin}/healthz", timeout=1).status_code == 200
+                ):
                     break
             except httpx.TransportError:
                 pass
             assert time.monotonic() < deadline, "gateway did not come up"
             time.sleep(0.2)
-        created = httpx.post(f"{gw.admin}/api/2.0/serving-endpoints", headers={"Authorization": f"Bearer {admin}"}, json={
-            "name": "fraud-sec", "config": {"served_entities": [{"entity_name": "fraud", "entity_alias": "champion"}]}},
-            timeout=120)
+        created = httpx.post(
+            f"{gw.admin}/api/2.0/serving-endpoints",
+            headers={"Authorization": f"Bearer {admin}"},
+            json={
+                "name": "fraud-sec",
+                "config": {"served_entities": [{"entity_name": "fraud", "entity_alias": "champion"}]},
+            },
+            timeout=120,
+        )
         assert created.status_code == 200, created.text
         wait_ready(gw.admin, admin, "fraud-sec")
         yield gw
@@ -133,8 +170,11 @@ def test_live_rate_limit_payload_echo_and_logs(two_ports, world):
             reply = client.post("/serving-endpoints/fraud-sec/invocations", headers=scoped, json=body)
             assert 400 <= reply.status_code < 500, reply.text
             assert CANARY not in reply.text, reply.text
-        raw = client.post("/serving-endpoints/fraud-sec/invocations", headers={**scoped, "content-type": "text/csv"},
-                          content=f"customer_id,merchant_id\n{CANARY},{CANARY}\n")
+        raw = client.post(
+            "/serving-endpoints/fraud-sec/invocations",
+            headers={**scoped, "content-type": "text/csv"},
+            content=f"customer_id,merchant_id\n{CANARY},{CANARY}\n",
+        )
         assert 400 <= raw.status_code < 500 and CANARY not in raw.text
         too_many = {"dataframe_records": [ROW["dataframe_records"][0]] * 10_001}
         assert client.post("/serving-endpoints/fraud-sec/invocations", headers=scoped, json=too_many).status_code == 413

@@ -48,8 +48,15 @@ def buggy_endpoint(world, gateway):
     try:
         store.apply([transaction_context])
         with gateway.client(gateway.admin) as api:
-            created = api.post("/api/2.0/serving-endpoints", json={"name": ENDPOINT, "config": {
-                "served_entities": [{"entity_name": MODEL_NAME, "entity_version": world.trained["version"]}]}})
+            created = api.post(
+                "/api/2.0/serving-endpoints",
+                json={
+                    "name": ENDPOINT,
+                    "config": {
+                        "served_entities": [{"entity_name": MODEL_NAME, "entity_version": world.trained["version"]}]
+                    },
+                },
+            )
             assert created.status_code == 200, created.text
         wait_endpoint_ready(gateway.url, gateway.admin, ENDPOINT)
     finally:

@@ -16,7 +16,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -42,28 +42,40 @@ def _free_ports(n: int) -> int:
 
 
 def _stack_env(home: Path, postgres_dir: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in {"MLFLOW_TRACKING_URI", "PREFECT_HOME", "PREFECT_API_URL", "TOLLFREE_TOKEN", "TOLLFREE_TOKENS_FILE",
-                        "TOLLFREE_STATE_URL"}}
-    env.update({
-        "TOLLFREE_HOME": str(home),
-        "TOLLFREE_PREFECT_PORT": str(free_port()),
-        "TOLLFREE_MLFLOW_PORT": str(free_port()),
-        "TOLLFREE_GATEWAY_PORT": str(_free_ports(3)),
-        "TOLLFREE_GATEWAYS": "2",
-        "TOLLFREE_POSTGRES_PORT": str(free_port()),
-        "TOLLFREE_REDIS_PORT": str(free_port()),
-        "TOLLFREE_STREAM_RATE": "20",
-        "TOLLFREE_STREAM_ENDPOINT": "tiny",  # the feed attaches its stream to the test's endpoint
-        "TOLLFREE_POSTGRES_DIR": str(postgres_dir),  # PostgreSQL runs as its own user: not under pytest's 0700 tmp
-        "TOLLFREE_WARM_POOL": "0",
-        "PREFECT_WORKER_QUERY_SECONDS": "2",
-        # The deployments keep their schedules (checked below), but the server makes no runs of them: the
-        # stack's worker started a canary-all run when the test crossed a 5-minute mark (10:39:51, 2026-12-05;
-        # the hour adds materialize and skew-drift-all), each a flow process beside the test's own steps, so the
-        # test's length and CPU depended on the clock. The deployment run the test needs, it triggers itself.
-        "PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED": "false",
-    })
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in {
+            "MLFLOW_TRACKING_URI",
+            "PREFECT_HOME",
+            "PREFECT_API_URL",
+            "TOLLFREE_TOKEN",
+            "TOLLFREE_TOKENS_FILE",
+            "TOLLFREE_STATE_URL",
+        }
+    }
+    env.update(
+        {
+            "TOLLFREE_HOME": str(home),
+            "TOLLFREE_PREFECT_PORT": str(free_port()),
+            "TOLLFREE_MLFLOW_PORT": str(free_port()),
+            "TOLLFREE_GATEWAY_PORT": str(_free_ports(3)),
+            "TOLLFREE_GATEWAYS": "2",
+            "TOLLFREE_POSTGRES_PORT": str(free_port()),
+            "TOLLFREE_REDIS_PORT": str(free_port()),
+            "TOLLFREE_STREAM_RATE": "20",
+            "TOLLFREE_STREAM_ENDPOINT": "tiny",  # the feed attaches its stream to the test's endpoint
+            "TOLLFREE_POSTGRES_DIR": str(postgres_dir),  # PostgreSQL runs as its own user: not under pytest's 0700 tmp
+            "TOLLFREE_WARM_POOL": "0",
+            "PREFECT_WORKER_QUERY_SECONDS": "2",
+            # The deployments keep their schedules (checked below), but the server makes no runs of them: the
+            # stack's worker started a canary-all run when the test crossed a 5-minute mark (10:39:51, 2026-12-05;
+            # the hour adds materialize and skew-drift-all), each a flow process beside the test's own steps, so the
+            # test's length and CPU depended on the clock. The deployment run the test needs, it triggers itself.
+            "PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED": "false",
+        }
+    )
     return env
 
 
@@ -81,39 +93,56 @@ def _log_tiny_model(tracking_uri: str) -> None:
     mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_experiment("stack-test")
     with mlflow.start_run():
-        mlflow.sklearn.log_model(model, name="model", signature=infer_signature(x, model.predict(x)),
-                                 registered_model_name="tiny", pip_requirements=["mlflow", "scikit-learn"])
+        mlflow.sklearn.log_model(
+            model,
+            name="model",
+            signature=infer_signature(x, model.predict(x)),
+            registered_model_name="tiny",
+            pip_requirements=["mlflow", "scikit-learn"],
+        )
     MlflowClient(tracking_uri).set_registered_model_alias("tiny", "champion", "1")
 
 
 def _served(gateway: str, token: str) -> dict:
     """The endpoint ``tiny`` once ready, after a prediction through it answered."""
     ready = wait_endpoint_ready(gateway, token, "tiny", timeout_s=240)
-    answer = httpx.post(f"{gateway}/serving-endpoints/tiny/invocations", timeout=60,
-                        headers={"Authorization": f"Bearer {token}"},
-                        json={"dataframe_records": [{"a": 3.0, "b": 0.0}, {"a": 0.0, "b": 1.0}]})
+    answer = httpx.post(
+        f"{gateway}/serving-endpoints/tiny/invocations",
+        timeout=60,
+        headers={"Authorization": f"Bearer {token}"},
+        json={"dataframe_records": [{"a": 3.0, "b": 0.0}, {"a": 0.0, "b": 1.0}]},
+    )
     assert answer.status_code == 200, answer.text
     assert answer.json()["predictions"] == [1, 0]
     return ready
 
 
 def _make(target: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["make", "--no-print-directory", target], cwd=PROJECT_DIR, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        ["make", "--no-print-directory", target],
+        cwd=PROJECT_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _small_data(home: Path) -> None:
     from feature_repo import synthetic
 
-    start = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=10)
-    synthetic.write(synthetic.generate(synthetic.SyntheticConfig(n_customers=150, n_merchants=30, days=10, seed=3,
-                                                                 start=start)), home / "data")
+    start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=10)
+    synthetic.write(
+        synthetic.generate(synthetic.SyntheticConfig(n_customers=150, n_merchants=30, days=10, seed=3, start=start)),
+        home / "data",
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_up_with_two_gateways_registers_every_deployment_serves_and_comes_back_after_down(tmp_path: Path,
-                                                                                           restore_tracking_uri):
+def test_up_with_two_gateways_registers_every_deployment_serves_and_comes_back_after_down(
+    tmp_path: Path, restore_tracking_uri
+):
     home = tmp_path / "home"
     _small_data(home)  # a small data set: make up seeds the demo's only when there is none
     postgres_dir = Path(tempfile.mkdtemp(prefix="tollfree-stack-pg-"))
@@ -138,7 +167,10 @@ def test_up_with_two_gateways_registers_every_deployment_serves_and_comes_back_a
 
         with httpx.Client(timeout=10) as client:
             flows = {f["id"]: f["name"] for f in client.post(f"{api}/flows/filter", json={}).json()}
-            deployments = {f"{flows[d['flow_id']]}/{d['name']}": d for d in client.post(f"{api}/deployments/filter", json={}).json()}
+            deployments = {
+                f"{flows[d['flow_id']]}/{d['name']}": d
+                for d in client.post(f"{api}/deployments/filter", json={}).json()
+            }
             crons = {name: [s["schedule"].get("cron") for s in d["schedules"]] for name, d in deployments.items()}
             assert crons["materialize/hourly"] == ["0 * * * *"]
             assert crons["train/nightly-fraud"] == ["0 2 * * *"]
@@ -156,24 +188,51 @@ def test_up_with_two_gateways_registers_every_deployment_serves_and_comes_back_a
             assert mlflow_ui.status_code == 200
 
         cli_env = {**env, "PREFECT_API_URL": api, "PREFECT_HOME": str(home / "prefect")}
-        run = subprocess.run([PREFECT, "deployment", "run", "materialize/hourly", "--watch", "--watch-interval", "2",
-                              "--watch-timeout", "240"], env=cli_env, capture_output=True, text=True, timeout=300)
+        run = subprocess.run(
+            [
+                PREFECT,
+                "deployment",
+                "run",
+                "materialize/hourly",
+                "--watch",
+                "--watch-interval",
+                "2",
+                "--watch-timeout",
+                "240",
+            ],
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
         print(f"deployment run done at {time.monotonic() - started:.0f}s")
         with httpx.Client(timeout=10) as client:
-            runs = client.post(f"{api}/flow_runs/filter", json={
-                "deployments": {"id": {"any_": [deployments["materialize/hourly"]["id"]]}}}).json()
+            runs = client.post(
+                f"{api}/flow_runs/filter",
+                json={"deployments": {"id": {"any_": [deployments["materialize/hourly"]["id"]]}}},
+            ).json()
             completed = [r for r in runs if r["state_type"] == "COMPLETED"]
             assert completed, runs
             done = completed[0]
-            artifacts = client.post(f"{api}/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [done["id"]]}}}).json()
+            artifacts = client.post(
+                f"{api}/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [done["id"]]}}}
+            ).json()
         assert [a["key"] for a in artifacts] == ["materialize-summary"]
         assert {row["table"] for row in json.loads(artifacts[0]["data"])} >= {"customer_activity"}
 
         _log_tiny_model(f"http://127.0.0.1:{env['TOLLFREE_MLFLOW_PORT']}")
-        created = httpx.post(f"{gateway}/api/2.0/serving-endpoints", headers={"Authorization": f"Bearer {token}"},
-                             timeout=60, json={"name": "tiny", "config": {"served_entities": [
-                                 {"entity_name": "tiny", "entity_alias": "champion", "max_concurrency": 3}]}})
+        created = httpx.post(
+            f"{gateway}/api/2.0/serving-endpoints",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=60,
+            json={
+                "name": "tiny",
+                "config": {
+                    "served_entities": [{"entity_name": "tiny", "entity_alias": "champion", "max_concurrency": 3}]
+                },
+            },
+        )
         assert created.status_code == 200, created.text
         before = _served(gateway, token)
         print(f"endpoint served through HAProxy at {time.monotonic() - started:.0f}s")
@@ -191,14 +250,27 @@ def test_up_with_two_gateways_registers_every_deployment_serves_and_comes_back_a
 
         status = _make("status", env)
         assert status.returncode == 0, status.stdout + status.stderr
-        for name in ("prefect-server", "mlflow-server", "redis", "postgres", "gateway-1", "gateway-2", "haproxy",
-                     "stream-feed", "worker"):
-            assert any(line.split()[:1] == [name] and "running" in line for line in status.stdout.splitlines()), status.stdout
+        for name in (
+            "prefect-server",
+            "mlflow-server",
+            "redis",
+            "postgres",
+            "gateway-1",
+            "gateway-2",
+            "haproxy",
+            "stream-feed",
+            "worker",
+        ):
+            assert any(line.split()[:1] == [name] and "running" in line for line in status.stdout.splitlines()), (
+                status.stdout
+            )
         assert "materialize/hourly" in status.stdout and "0 2 * * *" in status.stdout
         assert "tiny" in status.stdout and password not in status.stdout
         assert "/transactions -> scores  group tollfree: lag" in status.stdout, status.stdout
         roles = [(home / "logs" / f"gateway-{i}.log").read_text() for i in (1, 2)]
-        assert sum("leading (" in log for log in roles) == 1 and sum("following the leader" in log for log in roles) == 1
+        assert (
+            sum("leading (" in log for log in roles) == 1 and sum("following the leader" in log for log in roles) == 1
+        )
 
         record = json.loads(record_path.read_text())
         recorded = [(s["pid"], s["start_ticks"]) for s in record["services"]]
@@ -207,8 +279,14 @@ def test_up_with_two_gateways_registers_every_deployment_serves_and_comes_back_a
         assert down.returncode == 0, down.stdout + down.stderr
         assert all(start_ticks(pid) != ticks for pid, ticks in recorded)
         assert marked(record["stack_id"]) == []  # replicas included
-        after = subprocess.run([os.sys.executable, "-m", "infra.stack", "status"], cwd=PROJECT_DIR, env=env,
-                               capture_output=True, text=True, timeout=60)
+        after = subprocess.run(
+            [os.sys.executable, "-m", "infra.stack", "status"],
+            cwd=PROJECT_DIR,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert after.returncode == 3 and "not running" in after.stdout
         assert (home / "prefect" / "prefect.db").exists() and (home / "mlflow.db").exists()  # state survives down
 

@@ -53,7 +53,11 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
 @pytest.fixture(scope="module")
 def rows(world) -> pd.DataFrame:  # type: ignore[no-untyped-def]
     tx = synthetic.read_transactions(world.settings.data_dir)
-    return tx[["customer_id", "merchant_id", "amount"]].drop_duplicates(["customer_id", "merchant_id"]).reset_index(drop=True)
+    return (
+        tx[["customer_id", "merchant_id", "amount"]]
+        .drop_duplicates(["customer_id", "merchant_id"])
+        .reset_index(drop=True)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -66,12 +70,26 @@ def gateway(world, broker: RedisServer, gateway_env: dict[str, str]) -> Iterator
     """The gateway, as a list: the crash test puts its successor in its place (the fixture stops the last)."""
     token = gateway_env["TOLLFREE_TOKEN"]
     running = [start_gateway(gateway_env, world.home / "logs" / "gateway-streams.log", timeout_s=240)]
-    stream = {"source": f"{broker.url}/{SOURCE}", "sink": f"{broker.url}/{SINK}", "dead_letter": f"{broker.url}/{DEAD}",
-              "group": "scorers", "batch_size": 64, "max_wait_ms": 5}
+    stream = {
+        "source": f"{broker.url}/{SOURCE}",
+        "sink": f"{broker.url}/{SINK}",
+        "dead_letter": f"{broker.url}/{DEAD}",
+        "group": "scorers",
+        "batch_size": 64,
+        "max_wait_ms": 5,
+    }
     try:
         with _api(running[0], token) as api:
-            created = api.post("/api/2.0/serving-endpoints", json={"name": ENDPOINT, "config": {
-                "served_entities": [{**ENTITY, "min_replicas": 2, "max_replicas": 2}], "stream_inputs": [stream]}})
+            created = api.post(
+                "/api/2.0/serving-endpoints",
+                json={
+                    "name": ENDPOINT,
+                    "config": {
+                        "served_entities": [{**ENTITY, "min_replicas": 2, "max_replicas": 2}],
+                        "stream_inputs": [stream],
+                    },
+                },
+            )
             assert created.status_code == 200, created.text
             assert created.json()["config"]["stream_inputs"][0]["source"] == stream["source"]
         wait_endpoint_ready(running[0].url, token, ENDPOINT, timeout_s=240)
@@ -90,15 +108,17 @@ def _api(gateway: GatewayProcess, token: str) -> httpx.Client:
 
 def _events(rows: pd.DataFrame, n: int, start: int) -> list[dict[str, str]]:
     picked = rows.iloc[[(start + i) % len(rows) for i in range(n)]]
-    return [{"customer_id": str(c), "merchant_id": str(m), "amount": repr(float(a))}
-            for c, m, a in zip(picked["customer_id"], picked["merchant_id"], picked["amount"])]
+    return [
+        {"customer_id": str(c), "merchant_id": str(m), "amount": repr(float(a))}
+        for c, m, a in zip(picked["customer_id"], picked["merchant_id"], picked["amount"])
+    ]
 
 
 def _append(client: redis.Redis, events: list[dict[str, str]]) -> list[str]:
     ids: list[str] = []
     for at in range(0, len(events), 5_000):
         pipe = client.pipeline(transaction=False)
-        for event in events[at:at + 5_000]:
+        for event in events[at : at + 5_000]:
             pipe.xadd(SOURCE, event)
         ids.extend(i.decode() for i in pipe.execute())
     return ids
@@ -143,7 +163,9 @@ def _wait_all(client: redis.Redis, ids: set[str], timeout_s: float) -> None:
             missing.difference_update(tail.event_ids())
         if not missing:
             return
-        assert time.monotonic() < deadline, f"{len(missing)} of {len(ids)} events without an output after {timeout_s:.0f} s"
+        assert time.monotonic() < deadline, (
+            f"{len(missing)} of {len(ids)} events without an output after {timeout_s:.0f} s"
+        )
         time.sleep(0.5)
 
 
@@ -163,13 +185,16 @@ def _exactly_once(client: redis.Redis, ids: set[str], dead: set[str] = frozenset
     results, letters = _counts(client, SINK, ids), _counts(client, DEAD, ids)
     doubled = [i for i, n in (results + letters).items() if n > 1]
     assert not doubled, f"{len(doubled)} events have more than one output, e.g. {doubled[:3]}"
-    assert set(letters) == dead, f"dead letters: {len(set(letters) - dead)} unexpected, {len(dead - set(letters))} missing"
+    assert set(letters) == dead, (
+        f"dead letters: {len(set(letters) - dead)} unexpected, {len(dead - set(letters))} missing"
+    )
     assert set(results) == ids - dead, f"{len(ids - dead - set(results))} events have no result"
     return len(results) + len(letters)
 
 
-def test_every_event_is_scored_once_and_poison_goes_to_the_dead_letter_stream(world, broker, gateway, rows,
-                                                                             gateway_env, record_property):  # type: ignore[no-untyped-def]
+def test_every_event_is_scored_once_and_poison_goes_to_the_dead_letter_stream(
+    world, broker, gateway, rows, gateway_env, record_property
+):  # type: ignore[no-untyped-def]
     client = redis.Redis(port=broker.port)
     events = _events(rows, 2_000, start=0)
     poison: dict[int, str] = {}
@@ -189,7 +214,9 @@ def test_every_event_is_scored_once_and_poison_goes_to_the_dead_letter_stream(wo
     dead_ids = {ids[i] for i in poison}
     _exactly_once(client, set(ids), dead_ids)
 
-    champion = MlflowClient(world.settings.tracking_uri).get_model_version_by_alias(ENTITY["entity_name"], "champion").version
+    champion = (
+        MlflowClient(world.settings.tracking_uri).get_model_version_by_alias(ENTITY["entity_name"], "champion").version
+    )
     wanted = set(ids)
     results = [f for f in _outputs(client, SINK) if f[b"event_id"].decode() in wanted]
     assert {f[b"model_version"].decode() for f in results} == {str(champion)}
@@ -197,8 +224,11 @@ def test_every_event_is_scored_once_and_poison_goes_to_the_dead_letter_stream(wo
     by_id = {f[b"event_id"].decode(): json.loads(f[b"prediction"]) for f in results}
     token = gateway_env["TOLLFREE_TOKEN"]
     with _api(gateway[-1], token) as api:  # a scored event predicts what the same row does over HTTP
-        row = {"customer_id": int(events[1]["customer_id"]), "merchant_id": int(events[1]["merchant_id"]),
-               "amount": float(events[1]["amount"])}
+        row = {
+            "customer_id": int(events[1]["customer_id"]),
+            "merchant_id": int(events[1]["merchant_id"]),
+            "amount": float(events[1]["amount"]),
+        }
         http = api.post(f"/serving-endpoints/{ENDPOINT}/invocations", json={"dataframe_records": [row]})
         assert http.status_code == 200, http.text
     assert by_id[ids[1]] == pytest.approx(http.json()["predictions"][0])
@@ -212,8 +242,12 @@ def test_every_event_is_scored_once_and_poison_goes_to_the_dead_letter_stream(wo
 
     with _api(gateway[-1], token) as api:
         metrics = api.get("/metrics").text
-    samples = {(m.name, m.labels.get("outcome")): m.value for family in text_string_to_metric_families(metrics)
-               for m in family.samples if m.labels.get("endpoint") == ENDPOINT}
+    samples = {
+        (m.name, m.labels.get("outcome")): m.value
+        for family in text_string_to_metric_families(metrics)
+        for m in family.samples
+        if m.labels.get("endpoint") == ENDPOINT
+    }
     assert samples[("tollfree_stream_events_total", "dead_letter")] == len(poison)
     assert samples[("tollfree_stream_events_total", "result")] == len(ids) - len(poison)
     assert ("tollfree_stream_lag_entries", None) in samples
@@ -233,7 +267,7 @@ def test_redis_restarted_mid_stream_loses_and_doubles_nothing(broker, gateway, r
     client = redis.Redis(port=broker.port)
     first = _append(client, _events(rows, 10_000, start=3_000))
     _wait_outputs(client, set(first), 2_000, timeout_s=120)
-    broker.stop()       # SIGTERM: the append-only file is written out
+    broker.stop()  # SIGTERM: the append-only file is written out
     restarted_at = time.monotonic()
     broker.start()
     client = redis.Redis(port=broker.port)
@@ -245,7 +279,8 @@ def test_redis_restarted_mid_stream_loses_and_doubles_nothing(broker, gateway, r
 
 
 def test_kill_9_of_the_gateway_mid_stream_then_a_restart_scores_every_event_exactly_once(
-        world, broker, gateway, rows, gateway_env, record_property):  # type: ignore[no-untyped-def]
+    world, broker, gateway, rows, gateway_env, record_property
+):  # type: ignore[no-untyped-def]
     client = redis.Redis(port=broker.port)
     ids = _append(client, _events(rows, 100_000, start=30_000))
     started = time.monotonic()

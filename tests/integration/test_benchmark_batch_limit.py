@@ -24,8 +24,13 @@ def test_the_limit_writes_every_row_key_with_the_models_own_prediction(tmp_path)
     try:
         experiment = mlflow.create_experiment("limit", artifact_location=str(tmp_path / "artifacts"))
         with mlflow.start_run(experiment_id=experiment):
-            info = mlflow.sklearn.log_model(model, name="m", signature=infer_signature(features, model.predict_proba(features)),
-                                            pyfunc_predict_fn="predict_proba", serialization_format="cloudpickle")
+            info = mlflow.sklearn.log_model(
+                model,
+                name="m",
+                signature=infer_signature(features, model.predict_proba(features)),
+                pyfunc_predict_fn="predict_proba",
+                serialization_format="cloudpickle",
+            )
             out = limit(source, tmp_path / "out.parquet", info.model_uri, workers=2)
     finally:
         mlflow.set_tracking_uri(previous)

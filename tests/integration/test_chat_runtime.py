@@ -43,8 +43,10 @@ def registered(trace: Path) -> dict[str, str]:
     from benchmarks.ticker_agent import log_ticker_agent
     from benchmarks.ticker_chat import log_ticker
 
-    return {"chat": f"models:/runtime-ticker/{log_ticker('runtime-ticker', interval_s=0.001, trace=str(trace))}",
-            "agent": f"models:/runtime-agent/{log_ticker_agent('runtime-agent')}"}
+    return {
+        "chat": f"models:/runtime-ticker/{log_ticker('runtime-ticker', interval_s=0.001, trace=str(trace))}",
+        "agent": f"models:/runtime-agent/{log_ticker_agent('runtime-agent')}",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +70,13 @@ def _events(stream: bytes | list[bytes]) -> list[bytes]:
 
 @pytest.mark.parametrize("kind", ["chat", "agent"])
 def test_a_whole_answer_in_the_chat_completion_shape(runtimes: dict[str, ChatRuntime], kind: str) -> None:
-    request = parse_chat_request({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "a b"}],
-                                  "max_tokens": 3, "model": "ep"})
+    request = parse_chat_request(
+        {
+            "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "a b"}],
+            "max_tokens": 3,
+            "model": "ep",
+        }
+    )
     answer = orjson.loads(runtimes[kind].complete(request, "r1"))
     assert answer["choices"][0]["message"] == {"role": "assistant", "content": "a b a"}
     assert answer["id"] == "chatcmpl-r1" and answer["object"] == "chat.completion" and answer["model"] == "ep"
@@ -78,8 +85,14 @@ def test_a_whole_answer_in_the_chat_completion_shape(runtimes: dict[str, ChatRun
 
 @pytest.mark.parametrize("kind", ["chat", "agent"])
 def test_a_stream_is_one_chunk_a_token_then_usage_and_done(runtimes: dict[str, ChatRuntime], kind: str) -> None:
-    request = parse_chat_request({"messages": [{"role": "user", "content": "x y"}], "max_tokens": 4, "stream": True,
-                                  "stream_options": {"include_usage": True}})
+    request = parse_chat_request(
+        {
+            "messages": [{"role": "user", "content": "x y"}],
+            "max_tokens": 4,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    )
     events = _events(list(runtimes[kind].stream(request, "r2", threading.Event())))
     assert events[-1] == sse.DONE
     chunks = [orjson.loads(e) for e in events[:-1]]
@@ -97,7 +110,7 @@ def test_a_cancelled_stream_closes_the_models_generator(runtimes: dict[str, Chat
         got.append(event)
         cancelled.set()  # the client left after the first chunk
     assert len(got) == 1
-    assert trace.read_text().splitlines()[len(before):] == ["closed 1"]
+    assert trace.read_text().splitlines()[len(before) :] == ["closed 1"]
 
 
 def test_a_model_failing_mid_stream_ends_with_an_error_event(runtimes: dict[str, ChatRuntime]) -> None:
@@ -142,9 +155,12 @@ def test_a_replica_process_serving_an_agent_records_no_trace(registered: dict[st
     try:
         wait_ready(replica)
         for stream in (False, True):
-            answer = httpx.post(f"{replica.url}/invocations", headers={"Authorization": f"Bearer {token}"}, timeout=30,
-                                json={"messages": [{"role": "user", "content": "red green"}], "max_tokens": 3,
-                                      "stream": stream})
+            answer = httpx.post(
+                f"{replica.url}/invocations",
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=30,
+                json={"messages": [{"role": "user", "content": "red green"}], "max_tokens": 3, "stream": stream},
+            )
             assert answer.status_code == 200 and b"red" in answer.content, answer.text
         traced = _traces() - before
     finally:
@@ -188,16 +204,23 @@ def chat_gateway(runtimes: dict[str, ChatRuntime], tmp_path_factory: pytest.Temp
     """The gateway app in process over endpoint ``ep``, whose one replica is the ticker's replica app, served by
     uvicorn on loopback and reached by the gateway's own replica client."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(ChatReplicaApp(runtimes["chat"]), host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            ChatReplicaApp(runtimes["chat"]), host="127.0.0.1", port=port, log_level="warning", lifespan="off"
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started:
         assert time.monotonic() < deadline and thread.is_alive(), "the replica app did not start"
         time.sleep(0.01)
-    app = in_process_gateway(tmp_path_factory.mktemp("chat-gateway"), TokenRegistry.from_environ({"TOLLFREE_TOKEN": ADMIN}),
-                             replicas=ReplicaClient(), replica_url=f"http://127.0.0.1:{port}")  # type: ignore[arg-type]
+    app = in_process_gateway(
+        tmp_path_factory.mktemp("chat-gateway"),
+        TokenRegistry.from_environ({"TOLLFREE_TOKEN": ADMIN}),
+        replicas=ReplicaClient(),
+        replica_url=f"http://127.0.0.1:{port}",
+    )  # type: ignore[arg-type]
     try:
         with TestClient(app, headers={"Authorization": f"Bearer {ADMIN}"}) as client:
             yield client
@@ -214,8 +237,9 @@ def test_a_chat_request_is_answered_through_the_gateway(chat_gateway: TestClient
 
 
 @pytest.mark.parametrize(("body", "field"), BAD)
-def test_a_malformed_chat_request_is_a_400_naming_the_field_on_both_routes(chat_gateway: TestClient, body: dict | bytes,
-                                                                          field: str) -> None:
+def test_a_malformed_chat_request_is_a_400_naming_the_field_on_both_routes(
+    chat_gateway: TestClient, body: dict | bytes, field: str
+) -> None:
     raw = body if isinstance(body, bytes) else orjson.dumps(body)
     openai_raw = body if isinstance(body, bytes) else orjson.dumps({**body, "model": "ep"})
     json_type = {"content-type": "application/json"}

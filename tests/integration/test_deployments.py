@@ -19,8 +19,14 @@ JOB_TEMPLATE = Path(__file__).resolve().parents[2] / "infra" / "prefect" / "kube
 
 def test_every_deployment_lands_on_the_work_pool_with_its_schedule_and_an_importable_entrypoint(prefect_harness):
     names = register("tollfree-test-process", batch_input="/data/in.parquet", batch_output="/data/out")
-    assert {"materialize/hourly", "train/nightly-fraud", "promote/after-training-fraud", "skew-drift-all/hourly",
-            "canary-all/every-5-minutes", "batch-score/daily"} <= set(names)
+    assert {
+        "materialize/hourly",
+        "train/nightly-fraud",
+        "promote/after-training-fraud",
+        "skew-drift-all/hourly",
+        "canary-all/every-5-minutes",
+        "batch-score/daily",
+    } <= set(names)
     with get_client(sync_client=True) as client:
         materialize = client.read_deployment_by_name("materialize/hourly")
         train = client.read_deployment_by_name("train/nightly-fraud")
@@ -87,10 +93,16 @@ def test_a_completed_training_run_event_starts_a_promote_run(prefect_harness):
             event="prefect.flow-run.Completed",
             resource={"prefect.resource.id": f"prefect.flow-run.{uuid.uuid4()}", "prefect.resource.name": "a-run"},
             related=[
-                {"prefect.resource.id": f"prefect.flow.{uuid.uuid4()}", "prefect.resource.role": "flow",
-                 "prefect.resource.name": flow_name},
-                {"prefect.resource.id": f"prefect.deployment.{uuid.uuid4()}", "prefect.resource.role": "deployment",
-                 "prefect.resource.name": deployment_name},
+                {
+                    "prefect.resource.id": f"prefect.flow.{uuid.uuid4()}",
+                    "prefect.resource.role": "flow",
+                    "prefect.resource.name": flow_name,
+                },
+                {
+                    "prefect.resource.id": f"prefect.deployment.{uuid.uuid4()}",
+                    "prefect.resource.role": "deployment",
+                    "prefect.resource.name": deployment_name,
+                },
             ],
         )
 
@@ -116,11 +128,16 @@ def test_a_completed_training_run_event_starts_a_promote_run(prefect_harness):
 def test_every_model_with_a_training_definition_gets_its_training_and_promotion(tmp_path):
     policy = (Path(__file__).resolve().parents[2] / "flows" / "policies" / "fraud.yaml").read_text()
     (tmp_path / "fraud.yaml").write_text(policy)
-    (tmp_path / "churn.yaml").write_text(policy.replace("model: fraud", "model: churn")
-                                         .replace("feature_service: fraud_v1", "feature_service: churn_v1"))
-    (tmp_path / "scorer.yaml").write_text(policy.replace("model: fraud", "model: scorer")
-                                          .replace("feature_service: fraud_v1\n", ""))  # no FeatureService: not trainable
-    assert [(d.model, d.feature_service) for d in training_definitions(tmp_path)] == [("churn", "churn_v1"), ("fraud", "fraud_v1")]
+    (tmp_path / "churn.yaml").write_text(
+        policy.replace("model: fraud", "model: churn").replace("feature_service: fraud_v1", "feature_service: churn_v1")
+    )
+    (tmp_path / "scorer.yaml").write_text(
+        policy.replace("model: fraud", "model: scorer").replace("feature_service: fraud_v1\n", "")
+    )  # no FeatureService: not trainable
+    assert [(d.model, d.feature_service) for d in training_definitions(tmp_path)] == [
+        ("churn", "churn_v1"),
+        ("fraud", "fraud_v1"),
+    ]
     names = [f"{d.flow_name}/{d.name}" for d in deployments(policies=tmp_path)]
     for model in ("churn", "fraud"):
         assert f"train/nightly-{model}" in names and f"promote/after-training-{model}" in names

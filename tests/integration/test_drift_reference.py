@@ -5,7 +5,7 @@ inference log: the training frame when the run has one; else a dataset pinned by
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import mlflow
 import numpy as np
@@ -42,16 +42,36 @@ def own(world, tmp_path_factory) -> str:  # type: ignore[no-untyped-def]
 def _served(world, requests: int, start: datetime) -> None:  # type: ignore[no-untyped-def]
     with InferenceLogWriter(world.settings.inference_log_dir) as log:
         for i in range(requests):
-            log.record(InferenceRecord(
-                request_id=f"ref-{i}", timestamp=start + timedelta(seconds=i), endpoint=ENDPOINT, served_entity=ENTITY,
-                model_version="1", status_code=200, latency_ms=2.0, served_features=None, error_code=None, rows=1,
-                inputs=json.dumps({"dataframe_records": [{"a": float(i), "b": 1.0}]}), outputs=json.dumps([float(i)])))
+            log.record(
+                InferenceRecord(
+                    request_id=f"ref-{i}",
+                    timestamp=start + timedelta(seconds=i),
+                    endpoint=ENDPOINT,
+                    served_entity=ENTITY,
+                    model_version="1",
+                    status_code=200,
+                    latency_ms=2.0,
+                    served_features=None,
+                    error_code=None,
+                    rows=1,
+                    inputs=json.dumps({"dataframe_records": [{"a": float(i), "b": 1.0}]}),
+                    outputs=json.dumps([float(i)]),
+                )
+            )
 
 
 def _reference(world, model: str, version: str, monitoring: dict):  # type: ignore[no-untyped-def]
     client = MlflowClient(world.settings.tracking_uri)
-    return reference_for(world.settings, client, ENDPOINT, ENTITY, model, version, MonitoringConfig.model_validate(monitoring),
-                         datetime.now(timezone.utc))
+    return reference_for(
+        world.settings,
+        client,
+        ENDPOINT,
+        ENTITY,
+        model,
+        version,
+        MonitoringConfig.model_validate(monitoring),
+        datetime.now(UTC),
+    )
 
 
 def test_the_training_frame_comes_first(world):
@@ -69,14 +89,23 @@ def test_a_dataset_pinned_by_name_is_loaded_from_its_source_and_an_unknown_name_
 
 
 def test_without_either_the_first_served_window_then_a_pinned_window(world, own):
-    start = datetime.now(timezone.utc) - timedelta(minutes=30)
+    start = datetime.now(UTC) - timedelta(minutes=30)
     _served(world, 40, start)
     first = _reference(world, MODEL, own, {"reference": {"first_requests": 25}})
     assert first.served is not None and first.served.requests == 25 and len(first.frame) == 25
     assert first.scored and "prediction" in first.frame.columns  # its own served predictions
     assert first.described.startswith("first served window: 25 requests")
-    pinned = _reference(world, MODEL, own, {"reference": {"start": (start + timedelta(seconds=10)).isoformat(),
-                                                          "end": (start + timedelta(seconds=20)).isoformat()}})
+    pinned = _reference(
+        world,
+        MODEL,
+        own,
+        {
+            "reference": {
+                "start": (start + timedelta(seconds=10)).isoformat(),
+                "end": (start + timedelta(seconds=20)).isoformat(),
+            }
+        },
+    )
     assert pinned.served.requests == 10 and sorted(pinned.frame["a"]) == [float(i) for i in range(10, 20)]
     filling = _reference(world, MODEL, own, {"reference": {"first_requests": 1000}})
     assert filling.frame is None and "filling until 1000 requests" in filling.described  # under an hour, 40 requests

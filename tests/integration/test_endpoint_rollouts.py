@@ -70,7 +70,8 @@ class HeldBackend:
 
 def _config(entity: str, version: str) -> spec.EndpointCoreConfig:
     raw = spec.EndpointCoreConfig.model_validate(
-        {"served_entities": [{"name": entity, "entity_name": "m", "entity_version": version}]})
+        {"served_entities": [{"name": entity, "entity_name": "m", "entity_version": version}]}
+    )
     return spec.normalize_config(raw, NAME)
 
 
@@ -84,15 +85,31 @@ async def _until(condition, what: str, timeout_s: float = 10.0) -> None:  # type
 def _stored(tmp_path) -> EndpointStore:  # type: ignore[no-untyped-def]
     """The state a dead leader left: endpoint ``ep`` serving entity ``before`` (model m, version 1)."""
     store = EndpointStore(tmp_path / "endpoints.db")
-    store.create(spec.EndpointRecord(name=NAME, id="id", creator="test", created_ms=0, updated_ms=0,
-                                     config=_config("before", "1"), ready="READY", config_update="NOT_UPDATING"))
+    store.create(
+        spec.EndpointRecord(
+            name=NAME,
+            id="id",
+            creator="test",
+            created_ms=0,
+            updated_ms=0,
+            config=_config("before", "1"),
+            ready="READY",
+            config_update="NOT_UPDATING",
+        )
+    )
     return store
 
 
 def _follower(store: EndpointStore, backend: HeldBackend, tmp_path) -> EndpointManager:  # type: ignore[no-untyped-def]
     """A follower's endpoint manager over ``store``, its replicas started by ``backend``."""
-    manager = EndpointManager(store, lambda model, version, alias: version or "1", {}, tmp_path / "logs",
-                              home=tmp_path, replica_client=FakeReplicas())
+    manager = EndpointManager(
+        store,
+        lambda model, version, alias: version or "1",
+        {},
+        tmp_path / "logs",
+        home=tmp_path,
+        replica_client=FakeReplicas(),
+    )
     manager.backend = manager.placement.backend = backend  # type: ignore[assignment]
     manager.leading = False
     return manager
@@ -130,7 +147,7 @@ def test_a_change_sent_while_the_new_leader_reads_the_state_waits_for_the_takeov
         manager.book.left_running = held  # type: ignore[method-assign]
         taking_over = asyncio.create_task(manager.lead())
         await asyncio.wait_for(reading.wait(), 10)
-        await manager.update_config(NAME, _config("after", "2"))   # the change, while the new leader reads
+        await manager.update_config(NAME, _config("after", "2"))  # the change, while the new leader reads
         go.set()
         await asyncio.wait_for(taking_over, 10)
         stepping = asyncio.create_task(_lead_on(manager))
@@ -154,10 +171,10 @@ def test_a_change_sent_while_the_takeover_brings_replicas_up_waits_for_it(tmp_pa
         manager = _follower(store, backend, tmp_path)
         await manager.lead()  # no replica left to adopt: the takeover starts one, held
         await _until(lambda: len(backend.spawned) == 1, "the takeover started no replica")
-        await manager.update_config(NAME, _config("after", "2"))   # the change, while the takeover runs
+        await manager.update_config(NAME, _config("after", "2"))  # the change, while the takeover runs
         backend.gate("models:/m/1").set()
         await _until(lambda: len(backend.spawned) == 2, "the change never started its replica")
-        during = store.get(NAME).config_update   # the takeover has ended: it must not have ended the update
+        during = store.get(NAME).config_update  # the takeover has ended: it must not have ended the update
         backend.gate("models:/m/2").set()
         await manager.wait_settled(NAME)
         running, after = [r.running for r in backend.spawned], [*manager.live[NAME].entities]

@@ -16,7 +16,6 @@ from serving.endpoints.manager import EndpointManager
 from serving.endpoints.store import EndpointStore
 from tests.gateways import replica_processes
 
-
 MODEL = "no-such-model"  # never loads in time: the replica is still starting when the gateway stops
 
 
@@ -35,13 +34,15 @@ async def _until_spawned(timeout_s: float = 30.0) -> list[psutil.Process]:
 
 
 def _manager(tmp_path) -> EndpointManager:
-    return EndpointManager(EndpointStore(tmp_path / "endpoints.db"), lambda *a: "1", dict(os.environ), tmp_path / "logs",
-                           home=tmp_path)
+    return EndpointManager(
+        EndpointStore(tmp_path / "endpoints.db"), lambda *a: "1", dict(os.environ), tmp_path / "logs", home=tmp_path
+    )
 
 
 def _request(name: str) -> spec.CreateEndpointRequest:
     return spec.CreateEndpointRequest.model_validate(
-        {"name": name, "config": {"served_entities": [{"entity_name": MODEL, "entity_version": "1"}]}})
+        {"name": name, "config": {"served_entities": [{"entity_name": MODEL, "entity_version": "1"}]}}
+    )
 
 
 @pytest.mark.parametrize("how", ["shutdown", "delete"])

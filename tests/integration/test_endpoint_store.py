@@ -20,9 +20,18 @@ def make_record(name: str = "fraud", version: str = "3", creator: str = "alice")
     entity = {"entity_name": "fraud_model", "entity_version": version}
     config = normalize_config(EndpointCoreConfig.model_validate({"served_entities": [entity]}))
     return EndpointRecord(
-        name=name, id=f"id-{name}", creator=creator, created_ms=1000, updated_ms=1000, config=config,
-        config_version=1, ready="NOT_READY", config_update="IN_PROGRESS", pending_config=None,
-        ai_gateway=None, state_message=None,
+        name=name,
+        id=f"id-{name}",
+        creator=creator,
+        created_ms=1000,
+        updated_ms=1000,
+        config=config,
+        config_version=1,
+        ready="NOT_READY",
+        config_update="IN_PROGRESS",
+        pending_config=None,
+        ai_gateway=None,
+        state_message=None,
     )
 
 
@@ -161,7 +170,7 @@ def test_concurrent_creates_of_one_name_have_exactly_one_winner(store: EndpointS
             wins.append(f"user{i}")
         except ApiError as exc:
             conflicts.append(exc.status_code)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             others.append(exc)
 
     threads = [threading.Thread(target=attempt, args=(i,)) for i in range(threads_n)]

@@ -6,9 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from feature_repo import aggregations
+from feature_repo import aggregations, synthetic
 from feature_repo import store as feature_store
-from feature_repo import synthetic
 from flows import training
 
 SERVICE = "fraud_v1"
@@ -30,27 +29,41 @@ def test_a_later_event_or_label_never_changes_earlier_training_rows(world, tmp_p
     merchants = pd.read_parquet(data / "merchants.parquet")
     cutoff = tx["event_timestamp"].quantile(0.6)
     # a transaction before the cutoff whose label is only revealed a day or more after it
-    late_label = tx[(tx["event_timestamp"] < cutoff) & (tx["label_available_ts"] > cutoff + pd.Timedelta(days=1))].iloc[-1]
+    late_label = tx[(tx["event_timestamp"] < cutoff) & (tx["label_available_ts"] > cutoff + pd.Timedelta(days=1))].iloc[
+        -1
+    ]
     customer, merchant = late_label["customer_id"], late_label["merchant_id"]
-    rows = tx[((tx["customer_id"] == customer) | (tx["merchant_id"] == merchant)) & (tx["event_timestamp"] < cutoff)].tail(40)
+    rows = tx[
+        ((tx["customer_id"] == customer) | (tx["merchant_id"] == merchant)) & (tx["event_timestamp"] < cutoff)
+    ].tail(40)
     entities = training.entity_frame(rows)
     base = training.historical_features(_store_for(tmp_path / "a", tx, customers, merchants), SERVICE, entities)
 
     changed_tx = tx.copy()
     # the late label flips, and a big event happens after the cutoff for the same customer and merchant
-    changed_tx.loc[changed_tx["transaction_id"] == late_label["transaction_id"], "is_fraud"] = 1 - late_label["is_fraud"]
+    changed_tx.loc[changed_tx["transaction_id"] == late_label["transaction_id"], "is_fraud"] = (
+        1 - late_label["is_fraud"]
+    )
     extra = tx[tx["transaction_id"] == late_label["transaction_id"]].assign(
-        transaction_id=tx["transaction_id"].max() + 1, event_timestamp=cutoff + pd.Timedelta(minutes=5), amount=9_999.0)
+        transaction_id=tx["transaction_id"].max() + 1, event_timestamp=cutoff + pd.Timedelta(minutes=5), amount=9_999.0
+    )
     changed_tx = pd.concat([changed_tx, extra], ignore_index=True)
     changed_store = _store_for(tmp_path / "b", changed_tx, customers, merchants)
     pd.testing.assert_frame_equal(base, training.historical_features(changed_store, SERVICE, entities))
 
     # the same changes are visible once they have happened: the check is not vacuous
-    later = pd.DataFrame({
-        "transaction_id": [1, 2], "customer_id": [customer, customer], "merchant_id": [merchant, merchant],
-        "amount": [10.0, 10.0],
-        "event_timestamp": [cutoff + pd.Timedelta(minutes=10), late_label["label_available_ts"].ceil("D") + pd.Timedelta(hours=1)],
-    })
+    later = pd.DataFrame(
+        {
+            "transaction_id": [1, 2],
+            "customer_id": [customer, customer],
+            "merchant_id": [merchant, merchant],
+            "amount": [10.0, 10.0],
+            "event_timestamp": [
+                cutoff + pd.Timedelta(minutes=10),
+                late_label["label_available_ts"].ceil("D") + pd.Timedelta(hours=1),
+            ],
+        }
+    )
     later["event_timestamp"] = pd.to_datetime(later["event_timestamp"], utc=True).dt.floor("us")
     a = training.historical_features(_store_for(tmp_path / "c", tx, customers, merchants), SERVICE, later)
     b = training.historical_features(changed_store, SERVICE, later)
@@ -62,7 +75,9 @@ def test_a_view_whose_table_lacks_a_column_is_refused_before_registering(world, 
     home = tmp_path / "home"
     table = pd.read_parquet(world.home / feature_store.TABLE_PATHS["customer_activity"]).drop(columns=["cust_spend_7d"])
     feature_store.write_table(home, "customer_activity", table)
-    feature_store.write_table(home, "merchant_risk", pd.read_parquet(world.home / feature_store.TABLE_PATHS["merchant_risk"]))
+    feature_store.write_table(
+        home, "merchant_risk", pd.read_parquet(world.home / feature_store.TABLE_PATHS["merchant_risk"])
+    )
     store = feature_store.open_store(home, feature_store.OnlineStoreChoice("sqlite"))
     with pytest.raises(ValueError, match=r"customer_activity.*cust_spend_7d"):
         feature_store.apply_definitions(store)
@@ -109,8 +124,10 @@ def test_feature_tables_are_stored_by_key_range_and_join_the_same_as_in_time_ord
         meta = pq.ParquetFile(tmp_path / "sorted" / feature_store.TABLE_PATHS[name]).metadata
         assert meta.num_row_groups > 2, name
         column = meta.schema.to_arrow_schema().get_field_index(key)
-        ranges = [(meta.row_group(i).column(column).statistics.min, meta.row_group(i).column(column).statistics.max)
-                  for i in range(meta.num_row_groups)]
+        ranges = [
+            (meta.row_group(i).column(column).statistics.min, meta.row_group(i).column(column).statistics.max)
+            for i in range(meta.num_row_groups)
+        ]
         # consecutive row groups share at most their boundary key: each covers a narrow key range
         assert all(prev[1] <= cur[0] for prev, cur in zip(ranges, ranges[1:])), (name, ranges[:5])
         frame = pd.read_parquet(tmp_path / "sorted" / feature_store.TABLE_PATHS[name])
@@ -129,7 +146,9 @@ def test_feature_tables_are_stored_by_key_range_and_join_the_same_as_in_time_ord
     entities = training.entity_frame(tx.sample(2_000, random_state=5))
 
     def joined(s):
-        frame = s.get_historical_features(entity_df=entities, features=feature_store.feature_service(s, SERVICE)).to_df()
+        frame = s.get_historical_features(
+            entity_df=entities, features=feature_store.feature_service(s, SERVICE)
+        ).to_df()
         return frame.sort_values("transaction_id", ignore_index=True)[sorted(frame.columns)]
 
     got, want = joined(store), joined(time_ordered)
@@ -150,10 +169,13 @@ def test_retrieval_with_on_demand_views_fed_only_their_inputs_equals_feasts_own(
 
     data = world.settings.data_dir
     tx = synthetic.read_transactions(data)
-    store = _store_for(tmp_path / "home", tx, pd.read_parquet(data / "customers.parquet"),
-                       pd.read_parquet(data / "merchants.parquet"))
-    subset = FeatureService(name="fraud_subset", features=[
-        customer_activity[["cust_spend_1h"]], merchant_risk, transaction_context[["log_amount"]]])
+    store = _store_for(
+        tmp_path / "home", tx, pd.read_parquet(data / "customers.parquet"), pd.read_parquet(data / "merchants.parquet")
+    )
+    subset = FeatureService(
+        name="fraud_subset",
+        features=[customer_activity[["cust_spend_1h"]], merchant_risk, transaction_context[["log_amount"]]],
+    )
     store.apply([subset])
     entities = training.entity_frame(tx.sample(3_000, random_state=11))
     for name in (SERVICE, "fraud_subset"):
@@ -162,21 +184,30 @@ def test_retrieval_with_on_demand_views_fed_only_their_inputs_equals_feasts_own(
             want = store.get_historical_features(entity_df=entities, features=service, full_feature_names=full).to_df()
             got = retrieval.historical_features(store, service, entities, full_feature_names=full)
             assert sorted(got.columns) == sorted(want.columns), (name, full)
-            assert got.filter(like="log_amount").notna().all().all() and got.filter(like="log_amount").nunique().min() > 100
+            assert (
+                got.filter(like="log_amount").notna().all().all()
+                and got.filter(like="log_amount").nunique().min() > 100
+            )
 
             def ordered(frame):
                 return frame.sort_values("transaction_id", ignore_index=True)[sorted(frame.columns)]
 
             pd.testing.assert_frame_equal(ordered(got), ordered(want), check_exact=True)
     # the subset service still gets the on-demand view's source features it does not list (Feast returns them)
-    assert "cust_mean_amount_7d" in retrieval.historical_features(
-        store, feature_store.feature_service(store, "fraud_subset"), entities.head(10)).columns
+    assert (
+        "cust_mean_amount_7d"
+        in retrieval.historical_features(
+            store, feature_store.feature_service(store, "fraud_subset"), entities.head(10)
+        ).columns
+    )
 
 
 def test_retrieval_names_a_missing_request_field_of_an_on_demand_view(world):
     from feature_repo import retrieval
 
     store = feature_store.open_store(world.home)
-    entities = training.entity_frame(synthetic.read_transactions(world.settings.data_dir).head(5)).drop(columns=["amount"])
+    entities = training.entity_frame(synthetic.read_transactions(world.settings.data_dir).head(5)).drop(
+        columns=["amount"]
+    )
     with pytest.raises(ValueError, match=r"transaction_context.*request field 'amount'"):
         retrieval.historical_features(store, feature_store.feature_service(store, SERVICE), entities)

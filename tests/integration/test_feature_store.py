@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pandas as pd
@@ -42,7 +42,7 @@ def test_online_features_equal_offline_features_at_the_same_time(world, store):
     rows = tx.drop_duplicates("customer_id").head(30)[["customer_id", "merchant_id", "amount"]].reset_index(drop=True)
     reader = OnlineFeatureReader(store, SERVICE)
     online = reader.read(rows)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     entities = rows.assign(event_timestamp=pd.Timestamp(now).floor("us"), transaction_id=np.arange(len(rows)))
     offline = training.historical_features(store, SERVICE, entities)
     for name in reader.layout.feature_names:

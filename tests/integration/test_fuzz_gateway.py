@@ -29,13 +29,23 @@ INVOCATIONS_PATH = {
     "post": {
         "operationId": "invocations",
         "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
-        "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object", "properties": {
-            "dataframe_records": {"type": "array", "items": {"type": "object"}},
-            "dataframe_split": {"type": "object"},
-            "instances": {"type": "array"},
-            "inputs": {},
-            "params": {"type": "object"},
-        }}}}},
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "properties": {
+                            "dataframe_records": {"type": "array", "items": {"type": "object"}},
+                            "dataframe_split": {"type": "object"},
+                            "instances": {"type": "array"},
+                            "inputs": {},
+                            "params": {"type": "object"},
+                        },
+                    }
+                }
+            },
+        },
         "responses": {"200": {"description": "predictions"}},
     }
 }
@@ -87,19 +97,30 @@ def test_no_generated_request_gets_a_5xx(fuzzed):
         operation = result.ok()
         label = f"{operation.method.upper()} {operation.path}"
 
-        @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
-                  suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=EXAMPLES,
+            deadline=None,
+            database=None,
+            derandomize=True,
+            suppress_health_check=list(HealthCheck),
+        )
         @given(case=operation.as_strategy())
         def run(case):  # type: ignore[no-untyped-def]
             response = case.call(headers={"Authorization": f"Bearer {ADMIN}"})
             seen[label] = seen.get(label, 0) + 1
             if response.status_code >= 500:
-                failures.append(f"{label} -> {response.status_code}: {response.text[:200]} for {case.path_parameters} "
-                                f"{json.dumps(case.body, default=str)[:200] if case.body is not None else ''}")
-            elif response.status_code >= 400 and (response.headers.get("content-type") or [""])[0].startswith("application/json"):
+                failures.append(
+                    f"{label} -> {response.status_code}: {response.text[:200]} for {case.path_parameters} "
+                    f"{json.dumps(case.body, default=str)[:200] if case.body is not None else ''}"
+                )
+            elif response.status_code >= 400 and (response.headers.get("content-type") or [""])[0].startswith(
+                "application/json"
+            ):
                 body = response.json()
                 if set(body) != {"error_code", "message"}:
-                    failures.append(f"{label} -> {response.status_code} with a body not in the error shape: {response.text[:200]}")
+                    failures.append(
+                        f"{label} -> {response.status_code} with a body not in the error shape: {response.text[:200]}"
+                    )
 
         run()
     assert not failures, "\n".join(failures[:20])

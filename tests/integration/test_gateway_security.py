@@ -31,10 +31,21 @@ CANARY = "CANARY-" + secrets.token_hex(6)  # planted in payloads; must never com
 
 def _tokens(tmp_path: Path) -> TokenRegistry:
     path = tmp_path / "tokens.json"
-    path.write_text(json.dumps({"tokens": [
-        {"name": "app", "token": SCOPED, "endpoints": ["ep"]},
-        {"name": "metered", "token": LIMITED, "endpoints": ["ep"], "rate_limit": {"requests_per_second": 1, "burst": 3}},
-    ]}))
+    path.write_text(
+        json.dumps(
+            {
+                "tokens": [
+                    {"name": "app", "token": SCOPED, "endpoints": ["ep"]},
+                    {
+                        "name": "metered",
+                        "token": LIMITED,
+                        "endpoints": ["ep"],
+                        "rate_limit": {"requests_per_second": 1, "burst": 3},
+                    },
+                ]
+            }
+        )
+    )
     return TokenRegistry.from_environ({"TOLLFREE_TOKEN": ADMIN, "TOLLFREE_TOKENS_FILE": str(path)})
 
 
@@ -77,11 +88,30 @@ def test_the_route_enumeration_sees_the_whole_api(app):
     assert len(paths) >= 12
 
 
-@pytest.mark.parametrize("auth_header", [None, "", "Bearer", "Bearer wrong-token-0123456789abcdef", f"Basic {ADMIN}",
-                                         f"Bearer {ADMIN}x", f"Bearer {ADMIN[:-1]}", f"Bearer  {ADMIN} extra"],
-                         # ids without the tokens: the same on every run and worker, and no secret in a report
-                         ids=["none", "empty", "bearer-alone", "wrong", "basic-admin", "admin-plus-one", "admin-minus-one",
-                              "admin-and-more"])
+@pytest.mark.parametrize(
+    "auth_header",
+    [
+        None,
+        "",
+        "Bearer",
+        "Bearer wrong-token-0123456789abcdef",
+        f"Basic {ADMIN}",
+        f"Bearer {ADMIN}x",
+        f"Bearer {ADMIN[:-1]}",
+        f"Bearer  {ADMIN} extra",
+    ],
+    # ids without the tokens: the same on every run and worker, and no secret in a report
+    ids=[
+        "none",
+        "empty",
+        "bearer-alone",
+        "wrong",
+        "basic-admin",
+        "admin-plus-one",
+        "admin-minus-one",
+        "admin-and-more",
+    ],
+)
 def test_every_route_but_the_probes_refuses_a_missing_or_wrong_token(app, client, auth_header):
     headers = {"Authorization": auth_header} if auth_header is not None else {}
     checked = 0
@@ -112,15 +142,23 @@ def test_openapi_json_needs_a_token_and_is_served_with_one(client):
 
 def test_a_scoped_token_gets_no_admin_operation_and_no_other_endpoint(app, client):
     headers = {"Authorization": f"Bearer {SCOPED}"}
-    admin_only = {("POST", "/api/2.0/serving-endpoints"), ("PUT", "/api/2.0/serving-endpoints/ep/config"),
-                  ("DELETE", "/api/2.0/serving-endpoints/ep"), ("PUT", "/api/2.0/serving-endpoints/ep/ai-gateway"),
-                  ("GET", "/metrics")}
+    admin_only = {
+        ("POST", "/api/2.0/serving-endpoints"),
+        ("PUT", "/api/2.0/serving-endpoints/ep/config"),
+        ("DELETE", "/api/2.0/serving-endpoints/ep"),
+        ("PUT", "/api/2.0/serving-endpoints/ep/ai-gateway"),
+        ("GET", "/metrics"),
+    }
     for method, path in admin_only:
         reply = _call(client, method, path, headers)
         assert reply.status_code == 403, (method, path, reply.text)
     for method, path, names_endpoint in every_route(app):
         if names_endpoint:
-            other = path.replace("/ep/", "/other/").replace("/ep", "/other") if path.endswith("/ep") else path.replace("/ep/", "/other/")
+            other = (
+                path.replace("/ep/", "/other/").replace("/ep", "/other")
+                if path.endswith("/ep")
+                else path.replace("/ep/", "/other/")
+            )
             reply = _call(client, method, other, headers)
             assert reply.status_code == 403, (method, other, reply.text)
     listed = client.get("/api/2.0/serving-endpoints", headers=headers)
@@ -163,14 +201,29 @@ HOSTILE_CREATE_BODIES = [
     {"name": "x", "config": {"served_entities": [{"entity_name": f"/etc/{CANARY}", "entity_version": "1"}]}},
     {"name": "x", "config": {"served_entities": [{"entity_name": "fraud", "entity_alias": CANARY + "/.."}]}},
     {"name": "x", "config": {"served_entities": [{"entity_name": "fraud", "entity_version": CANARY}]}},
-    {"name": "x", "config": {"served_entities": [{"entity_name": "fraud", "entity_alias": "champion",
-                                                  "workload_size": CANARY}]}},
-    {"name": "x", "config": {"served_entities": [{"entity_name": "fraud", "entity_alias": "champion",
-                                                  "min_replicas": CANARY}]}},
-    {"name": "x", "config": {"served_entities": [{"entity_name": "fraud", "entity_alias": "champion",
-                                                  "autoscaling": {"latency_slo_ms": CANARY}}]}},
-    {"name": "x", "config": {"traffic_config": {"routes": [{"served_entity_name": CANARY, "traffic_percentage": 100}]},
-                             "served_entities": [{"entity_name": "fraud", "entity_alias": "champion"}]}},
+    {
+        "name": "x",
+        "config": {"served_entities": [{"entity_name": "fraud", "entity_alias": "champion", "workload_size": CANARY}]},
+    },
+    {
+        "name": "x",
+        "config": {"served_entities": [{"entity_name": "fraud", "entity_alias": "champion", "min_replicas": CANARY}]},
+    },
+    {
+        "name": "x",
+        "config": {
+            "served_entities": [
+                {"entity_name": "fraud", "entity_alias": "champion", "autoscaling": {"latency_slo_ms": CANARY}}
+            ]
+        },
+    },
+    {
+        "name": "x",
+        "config": {
+            "traffic_config": {"routes": [{"served_entity_name": CANARY, "traffic_percentage": 100}]},
+            "served_entities": [{"entity_name": "fraud", "entity_alias": "champion"}],
+        },
+    },
     [CANARY],
     CANARY,
 ]
@@ -183,8 +236,11 @@ def test_control_plane_errors_never_echo_the_payload(client, body):
     assert 400 <= reply.status_code < 500, reply.text
     assert CANARY not in reply.text
     assert set(reply.json()) == {"error_code", "message"}
-    raw = client.post("/api/2.0/serving-endpoints", content=b'{"name": "' + CANARY.encode() + b'", ',
-                      headers={**headers, "content-type": "application/json"})
+    raw = client.post(
+        "/api/2.0/serving-endpoints",
+        content=b'{"name": "' + CANARY.encode() + b'", ',
+        headers={**headers, "content-type": "application/json"},
+    )
     assert raw.status_code == 400 and CANARY not in raw.text
 
 
@@ -192,26 +248,54 @@ def test_unknown_keys_are_named_but_cut_short(client):
     """Messages name keys and positions (the convention of the whole API), never values; a key is cut to
     64 characters, so a payload hidden in a key cannot come back whole."""
     key = CANARY + "x" * 500
-    reply = client.post("/api/2.0/serving-endpoints", headers={"Authorization": f"Bearer {ADMIN}"}, json={
-        "name": "x", "config": {"served_entities": [{"entity_name": "fraud", "entity_alias": "champion", key: 1}]}})
+    reply = client.post(
+        "/api/2.0/serving-endpoints",
+        headers={"Authorization": f"Bearer {ADMIN}"},
+        json={
+            "name": "x",
+            "config": {"served_entities": [{"entity_name": "fraud", "entity_alias": "champion", key: 1}]},
+        },
+    )
     assert reply.status_code == 400
     assert key not in reply.text and "x" * 100 not in reply.text
 
 
-@pytest.mark.parametrize("entity_name", ["/etc/passwd", "../fraud", "file:///tmp/model", "s3://bucket/model",
-                                         "models:/fraud/1", "runs:/abc/model", "http://127.0.0.1:1/m", "fraud/1",
-                                         "C:\\models\\fraud", "fraud@champion", "~root", ".", "fraud..x", ""])
+@pytest.mark.parametrize(
+    "entity_name",
+    [
+        "/etc/passwd",
+        "../fraud",
+        "file:///tmp/model",
+        "s3://bucket/model",
+        "models:/fraud/1",
+        "runs:/abc/model",
+        "http://127.0.0.1:1/m",
+        "fraud/1",
+        "C:\\models\\fraud",
+        "fraud@champion",
+        "~root",
+        ".",
+        "fraud..x",
+        "",
+    ],
+)
 def test_a_served_entity_can_only_name_a_registry_model(client, entity_name):
-    reply = client.post("/api/2.0/serving-endpoints", headers={"Authorization": f"Bearer {ADMIN}"}, json={
-        "name": "x", "config": {"served_entities": [{"entity_name": entity_name, "entity_version": "1"}]}})
+    reply = client.post(
+        "/api/2.0/serving-endpoints",
+        headers={"Authorization": f"Bearer {ADMIN}"},
+        json={"name": "x", "config": {"served_entities": [{"entity_name": entity_name, "entity_version": "1"}]}},
+    )
     assert reply.status_code == 400, reply.text
     assert reply.json()["error_code"] == "INVALID_PARAMETER_VALUE"
 
 
 def test_a_registry_name_that_the_registry_does_not_hold_is_refused(client):
     """The one value a message may name: a validated identifier (letters, digits, '_', '-', '.')."""
-    reply = client.post("/api/2.0/serving-endpoints", headers={"Authorization": f"Bearer {ADMIN}"}, json={
-        "name": "x", "config": {"served_entities": [{"entity_name": "not_registered", "entity_version": "1"}]}})
+    reply = client.post(
+        "/api/2.0/serving-endpoints",
+        headers={"Authorization": f"Bearer {ADMIN}"},
+        json={"name": "x", "config": {"served_entities": [{"entity_name": "not_registered", "entity_version": "1"}]}},
+    )
     assert reply.status_code == 400 and "not_registered" in reply.json()["message"]
 
 
@@ -233,8 +317,10 @@ def test_bodies_over_the_size_limit_get_413_on_both_planes(client):
 
 def test_a_rate_limited_token_gets_429_with_retry_after_and_others_are_untouched(client):
     limited = {"Authorization": f"Bearer {LIMITED}", "content-type": "application/json"}
-    codes = [client.post("/serving-endpoints/ep/invocations", content=b'{"inputs": [[1]]}', headers=limited)
-             for _ in range(6)]
+    codes = [
+        client.post("/serving-endpoints/ep/invocations", content=b'{"inputs": [[1]]}', headers=limited)
+        for _ in range(6)
+    ]
     assert [r.status_code for r in codes[:3]] == [200, 200, 200]  # the burst
     refused = [r for r in codes if r.status_code == 429]
     assert len(refused) >= 2
@@ -247,8 +333,11 @@ def test_a_rate_limited_token_gets_429_with_retry_after_and_others_are_untouched
     # another token, and the admin, are not limited by it
     scoped = {"Authorization": f"Bearer {SCOPED}", "content-type": "application/json"}
     admin = {"Authorization": f"Bearer {ADMIN}", "content-type": "application/json"}
-    assert all(client.post("/serving-endpoints/ep/invocations", content=b'{"inputs": [[1]]}', headers=h).status_code == 200
-               for h in (scoped, admin) for _ in range(5))
+    assert all(
+        client.post("/serving-endpoints/ep/invocations", content=b'{"inputs": [[1]]}', headers=h).status_code == 200
+        for h in (scoped, admin)
+        for _ in range(5)
+    )
 
 
 def test_the_public_view_serves_the_data_plane_and_probes_only(app):
@@ -267,13 +356,16 @@ def test_the_public_view_serves_the_data_plane_and_probes_only(app):
         app.state.manager.live.clear()
 
 
-@pytest.mark.parametrize("entry, named", [
-    ({"requests_per_second": 0}, "requests_per_second"),
-    ({"requests_per_second": "10"}, "requests_per_second"),
-    ({"requests_per_second": 5, "burst": 0.5}, "burst"),
-    ({"requests_per_second": 5, "per_minute": 3}, "per_minute"),
-    ("fast", "rate_limit"),
-])
+@pytest.mark.parametrize(
+    "entry, named",
+    [
+        ({"requests_per_second": 0}, "requests_per_second"),
+        ({"requests_per_second": "10"}, "requests_per_second"),
+        ({"requests_per_second": 5, "burst": 0.5}, "burst"),
+        ({"requests_per_second": 5, "per_minute": 3}, "per_minute"),
+        ("fast", "rate_limit"),
+    ],
+)
 def test_a_bad_rate_limit_in_the_tokens_file_is_refused_naming_the_field(tmp_path, entry, named):
     path = tmp_path / "tokens.json"
     path.write_text(json.dumps({"tokens": [{"name": "a", "token": SCOPED, "endpoints": ["ep"], "rate_limit": entry}]}))

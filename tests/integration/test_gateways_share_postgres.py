@@ -23,12 +23,29 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 def _stored_endpoint(store: EndpointStore) -> None:
     """Endpoint ``ep`` as the in-process gateway serves it (entity m-1 = model m, version 1), settled."""
-    config = spec.normalize_config(spec.EndpointCoreConfig.model_validate(
-        {"served_entities": [{"name": "m-1", "entity_name": "m", "entity_version": "1"}]}), "ep")
+    config = spec.normalize_config(
+        spec.EndpointCoreConfig.model_validate(
+            {"served_entities": [{"name": "m-1", "entity_name": "m", "entity_version": "1"}]}
+        ),
+        "ep",
+    )
     config.served_entities[0].resolved_version = "1"
-    store.create(spec.EndpointRecord(name="ep", id="id-ep", creator="test", created_ms=0, updated_ms=0, config=config,
-                                     config_version=1, ready="READY", config_update="NOT_UPDATING", pending_config=None,
-                                     ai_gateway=None, state_message=None))
+    store.create(
+        spec.EndpointRecord(
+            name="ep",
+            id="id-ep",
+            creator="test",
+            created_ms=0,
+            updated_ms=0,
+            config=config,
+            config_version=1,
+            ready="READY",
+            config_update="NOT_UPDATING",
+            pending_config=None,
+            ai_gateway=None,
+            state_message=None,
+        )
+    )
 
 
 def _settled(client: TestClient, deadline_s: float = 30.0) -> dict:
@@ -56,8 +73,11 @@ def test_conflicting_updates_through_two_gateways_get_one_winner_and_a_409(postg
 
         def update(job: tuple[TestClient, int]) -> tuple[int, dict]:
             client, limit = job
-            body = {"served_entities": [{"name": "m-1", "entity_name": "m", "entity_version": "1",
-                                         "max_concurrency": limit}]}
+            body = {
+                "served_entities": [
+                    {"name": "m-1", "entity_name": "m", "entity_version": "1", "max_concurrency": limit}
+                ]
+            }
             reply = client.put("/api/2.0/serving-endpoints/ep/config", json=body, headers=AUTH)
             return reply.status_code, reply.json()
 
@@ -86,8 +106,11 @@ def test_with_the_database_down_the_data_plane_serves_and_the_api_says_503_then_
         try:
             served = [client.post("/serving-endpoints/ep/invocations", **invoke) for _ in range(20)]
             read = client.get("/api/2.0/serving-endpoints/ep", headers=AUTH)
-            write = client.put("/api/2.0/serving-endpoints/ep/config", headers=AUTH,
-                               json={"served_entities": [{"name": "m-1", "entity_name": "m", "entity_version": "1"}]})
+            write = client.put(
+                "/api/2.0/serving-endpoints/ep/config",
+                headers=AUTH,
+                json={"served_entities": [{"name": "m-1", "entity_name": "m", "entity_version": "1"}]},
+            )
         finally:
             postgres.start()
         back = client.get("/api/2.0/serving-endpoints/ep", headers=AUTH)

@@ -19,7 +19,7 @@ from kubernetes_validate import utils as kv
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 K8S = PROJECT_DIR / "infra" / "k8s"
-REPLICA_TEMPLATE = K8S / "replica" / "template.yaml"   # not applied: the gateways' backend renders it per entity
+REPLICA_TEMPLATE = K8S / "replica" / "template.yaml"  # not applied: the gateways' backend renders it per entity
 JOB_TEMPLATE = PROJECT_DIR / "infra" / "prefect" / "kubernetes-base-job-template.json"
 KUBERNETES_VERSION = "1.37.0"  # the newest schemas kubernetes-validate bundles (no network needed)
 
@@ -75,14 +75,16 @@ def test_kustomization_lists_every_manifest_and_renders():
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.skip("kubectl is not installed: the rendered kustomization is not checked")
-    rendered = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=60, check=True).stdout
+    rendered = subprocess.run(
+        [kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
     docs = [d for d in yaml.safe_load_all(rendered) if d]
-    assert len(docs) == len(documents()) + 1   # and the replica template's ConfigMap
+    assert len(docs) == len(documents()) + 1  # and the replica template's ConfigMap
     [template] = [d for d in docs if d["metadata"]["name"].startswith("tollfree-replica-template")]
     assert template["data"]["template.yaml"] == REPLICA_TEMPLATE.read_text()
     [gateway] = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "tollfree-gateway"]
     [volume] = [v for v in gateway["spec"]["template"]["spec"]["volumes"] if v["name"] == "replica-template"]
-    assert volume["configMap"]["name"] == template["metadata"]["name"]   # kustomize's hashed name, followed
+    assert volume["configMap"]["name"] == template["metadata"]["name"]  # kustomize's hashed name, followed
     for doc in docs:
         strict(doc)
         if doc["kind"] != "Namespace":
@@ -96,7 +98,8 @@ def test_the_gateways_may_only_manage_replica_deployments_and_watch_endpointslic
         {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get", "patch"]},
         {"apiGroups": [""], "resources": ["services"], "verbs": ["create"]},
         {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["create"]},
-        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]}]
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
+    ]
     assert not [d for d in documents() if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
     binding = named("RoleBinding", "tollfree-gateway")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tollfree-gateway"}
@@ -109,7 +112,9 @@ def test_two_gateways_behind_a_service_with_a_disruption_budget_select_the_kuber
     gateway = named("Deployment", "tollfree-gateway")
     assert gateway["spec"]["replicas"] >= 2
     assert named("PodDisruptionBudget", "tollfree-gateway")["spec"] == {
-        "minAvailable": 1, "selector": {"matchLabels": gateway["spec"]["selector"]["matchLabels"]}}
+        "minAvailable": 1,
+        "selector": {"matchLabels": gateway["spec"]["selector"]["matchLabels"]},
+    }
     [container] = gateway["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["TOLLFREE_BACKEND"] == "kubernetes"
@@ -118,7 +123,7 @@ def test_two_gateways_behind_a_service_with_a_disruption_budget_select_the_kuber
     secrets = {s["secretRef"]["name"] for s in container["envFrom"] if "secretRef" in s}
     assert secrets == {"tollfree-admin-token", "tollfree-replica-token", "tollfree-state-url"}
     [replica] = replica_objects()["Deployment"]["spec"]["template"]["spec"]["containers"]
-    assert {"secretRef": {"name": "tollfree-replica-token"}} in replica["envFrom"]   # the same token as the gateways
+    assert {"secretRef": {"name": "tollfree-replica-token"}} in replica["envFrom"]  # the same token as the gateways
 
 
 def test_every_object_the_backend_renders_from_the_template_is_valid_in_strict_mode():
@@ -143,8 +148,11 @@ def test_role_bindings_and_pods_refer_to_accounts_and_roles_that_exist():
 
 
 def _probe_paths(container: dict[str, Any]) -> dict[str, str]:
-    return {kind: container[kind]["httpGet"]["path"] for kind in ("startupProbe", "readinessProbe", "livenessProbe")
-            if kind in container}
+    return {
+        kind: container[kind]["httpGet"]["path"]
+        for kind in ("startupProbe", "readinessProbe", "livenessProbe")
+        if kind in container
+    }
 
 
 def test_model_replicas_update_without_downtime_and_probe_routes_the_replica_serves():
@@ -179,7 +187,10 @@ def test_services_and_the_disruption_budget_select_the_pods_they_mean():
     assert selected(replica["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"]) == {name}
     assert replica["PodDisruptionBudget"]["spec"]["minAvailable"] == 1
     for deployment in by_kind("Deployment"):
-        assert deployment["spec"]["selector"]["matchLabels"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+        assert (
+            deployment["spec"]["selector"]["matchLabels"].items()
+            <= deployment["spec"]["template"]["metadata"]["labels"].items()
+        )
 
 
 def test_containers_run_modules_that_exist_and_read_config_that_is_defined():
@@ -206,8 +217,12 @@ def _render_job(template: dict[str, Any]) -> dict[str, Any]:
     from prefect.utilities.templating import apply_values
 
     values = {name: spec["default"] for name, spec in template["variables"]["properties"].items() if "default" in spec}
-    values.update(name="tollfree-flow-run", command="prefect flow-run execute", env={"PREFECT__FLOW_RUN_ID": "x"},
-                  labels={"prefect.io/flow-run-id": "x"})
+    values.update(
+        name="tollfree-flow-run",
+        command="prefect flow-run execute",
+        env={"PREFECT__FLOW_RUN_ID": "x"},
+        labels={"prefect.io/flow-run-id": "x"},
+    )
     job = apply_values(template["job_configuration"]["job_manifest"], values)
     container = job["spec"]["template"]["spec"]["containers"][0]
     container["env"] = [{"name": k, "value": v} for k, v in container["env"].items()]  # as the worker does
@@ -220,8 +235,10 @@ def test_the_kubernetes_job_template_renders_a_strictly_valid_job_in_the_namespa
     job = _render_job(template)
     strict(job)
     assert job["metadata"]["namespace"] == "tollfree"
-    assert job["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == \
-        named("PersistentVolumeClaim", "tollfree-state")["metadata"]["name"]
+    assert (
+        job["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
+        == named("PersistentVolumeClaim", "tollfree-state")["metadata"]["name"]
+    )
 
 
 # ---- Dockerfile ---------------------------------------------------------------------------------
@@ -258,12 +275,17 @@ def test_dockerfile_stages_are_the_ones_the_manifests_use_and_run_as_non_root():
     assert [args for op, args in instructions if op == "FROM"][0].startswith("python:3.11")
     users = [args for op, args in instructions if op == "USER"]
     assert users[-1] == "10001"
-    images = {c["image"].split(":")[0] for d in by_kind("Deployment") + by_kind("Job")
-              for c in d["spec"]["template"]["spec"]["containers"]}
+    images = {
+        c["image"].split(":")[0]
+        for d in by_kind("Deployment") + by_kind("Job")
+        for c in d["spec"]["template"]["spec"]["containers"]
+    }
     assert images == {"tollfree", "tollfree-worker"}
     modules = re.findall(r'"-m", "([\w.]+)"', DOCKERFILE.read_text())
     for module in modules:
-        assert (PROJECT_DIR / Path(*module.split("."))).exists() or (PROJECT_DIR / Path(*module.split("."))).with_suffix(".py").exists()
+        assert (PROJECT_DIR / Path(*module.split("."))).exists() or (
+            PROJECT_DIR / Path(*module.split("."))
+        ).with_suffix(".py").exists()
 
 
 # ---- metrics: dashboard and README ----------------------------------------------------------------

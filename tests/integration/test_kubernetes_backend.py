@@ -65,15 +65,16 @@ def stopped(client: TestClient, what: str, timeout_s: float = 60.0) -> None:
                 continue
             lines.append(f"{task.get_name()}:")
             awaited = task.get_coro()
-            while awaited is not None:   # down the chain of awaits to where the task waits
+            while awaited is not None:  # down the chain of awaits to where the task waits
                 frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
                 if frame is not None:
                     lines.append(f"  {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
                 awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
         return "\n".join(lines)
 
-    raise AssertionError(f"{what}: its shutdown had not ended after {timeout_s:.0f}s; pending tasks:\n"
-                         + client.portal.call(pending))
+    raise AssertionError(
+        f"{what}: its shutdown had not ended after {timeout_s:.0f}s; pending tasks:\n" + client.portal.call(pending)
+    )
 
 
 @pytest.fixture()
@@ -106,22 +107,25 @@ def test_apply_creates_a_valid_deployment_service_and_budget_owned_by_it(backend
     assert fake.deployments() == {wanted.name: 2} and not fake.refused
     assert fake.kinds(wanted.name) == {"Deployment", "Service", "PodDisruptionBudget"}
     calls = [call for call, _, _ in fake.requests]
-    assert calls == [f"POST /apis/apps/v1/namespaces/{NS}/deployments", f"POST /api/v1/namespaces/{NS}/services",
-                     f"POST /apis/policy/v1/namespaces/{NS}/poddisruptionbudgets"]
+    assert calls == [
+        f"POST /apis/apps/v1/namespaces/{NS}/deployments",
+        f"POST /api/v1/namespaces/{NS}/services",
+        f"POST /apis/policy/v1/namespaces/{NS}/poddisruptionbudgets",
+    ]
     deployment = fake.get("Deployment", wanted.name)[1]
     for kind in ("Service", "PodDisruptionBudget"):
         [owner] = fake.get(kind, wanted.name)[1]["metadata"]["ownerReferences"]
         assert owner["uid"] == deployment["metadata"]["uid"] and owner["kind"] == "Deployment"
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"]["requests"]["cpu"] == "4"
-    assert {"secretRef": {"name": "tollfree-replica-token"}} in container["envFrom"]   # the token, from the Secret
+    assert {"secretRef": {"name": "tollfree-replica-token"}} in container["envFrom"]  # the token, from the Secret
 
 
 def test_apply_adopts_an_existing_deployment_and_never_scales_it_down(backend):
     cluster, fake = backend
     wanted = Wanted("fraud", "champion", "models:/fraud/3")
     cluster.apply(wanted, 1)
-    cluster.scale(wanted.name, 4)       # what the autoscaler had asked for before a gateway restart
+    cluster.scale(wanted.name, 4)  # what the autoscaler had asked for before a gateway restart
     uid = fake.get("Deployment", wanted.name)[1]["metadata"]["uid"]
     assert cluster.apply(wanted, 2) == 4
     assert fake.deployments() == {wanted.name: 4} and fake.get("Deployment", wanted.name)[1]["metadata"]["uid"] == uid
@@ -136,8 +140,11 @@ def test_scale_patches_the_subresource_only_when_the_count_differs(backend):
     cluster.scale(wanted.name, 2)
     cluster.scale(wanted.name, 5)
     path = f"/apis/apps/v1/namespaces/{NS}/deployments/{wanted.name}/scale"
-    assert fake.requests == [(f"GET {path}", "", None), (f"GET {path}", "", None),
-                             (f"PATCH {path}", "application/merge-patch+json", {"spec": {"replicas": 5}})]
+    assert fake.requests == [
+        (f"GET {path}", "", None),
+        (f"GET {path}", "", None),
+        (f"PATCH {path}", "application/merge-patch+json", {"spec": {"replicas": 5}}),
+    ]
     with pytest.raises(ClusterError, match=r"scale Deployment tollfree-nope-1-\w+ to 1 failed with HTTP 404"):
         cluster.scale(Wanted("nope", "1", "models:/m/1").name, 1)
 
@@ -147,17 +154,19 @@ def test_delete_takes_the_owned_service_and_budget_with_it_and_lists_only_what_t
     keep, drop = Wanted("a", "x", "models:/m/1"), Wanted("b", "y", "models:/m/1")
     cluster.apply(keep, 1)
     cluster.apply(drop, 1)
-    fake.create("Deployment", {**fake.get("Deployment", keep.name)[1], "metadata": {"name": "someone-elses",
-                                                                                     "labels": {"app": "x"}}})
+    fake.create(
+        "Deployment",
+        {**fake.get("Deployment", keep.name)[1], "metadata": {"name": "someone-elses", "labels": {"app": "x"}}},
+    )
     assert sorted(cluster.managed()) == sorted([keep.name, drop.name])
     cluster.delete(drop.name)
-    cluster.delete(drop.name)   # gone already: fine
+    cluster.delete(drop.name)  # gone already: fine
     assert fake.kinds(drop.name) == set() and fake.kinds(keep.name) == {"Deployment", "Service", "PodDisruptionBudget"}
 
 
 def test_a_refused_request_names_the_call_and_status_never_the_body(api):
     fake, url = api
-    fake.rules = [r for r in fake.rules if r["resources"] != ["deployments"]]   # a Role without create on Deployments
+    fake.rules = [r for r in fake.rules if r["resources"] != ["deployments"]]  # a Role without create on Deployments
     cluster = KubernetesBackend(NS, ReplicaTemplate.load(DEFAULT_TEMPLATE), api_client(url))
     with pytest.raises(ClusterError) as refused:
         cluster.apply(Wanted("fraud", "champion", "models:/fraud/3"), 1)
@@ -173,9 +182,9 @@ def test_the_watch_routes_to_ready_pods_follows_changes_and_lists_afresh_after_4
     cluster.apply(wanted, 2)
     two = until(lambda: len(routes.pods(wanted.name)) == 2 and routes.pods(wanted.name), "two pods routed")
     assert len({p.url for p in two}) == 2 and {p.pod for p in two} == {p.name for p in fake.running[wanted.name]}
-    fake.set_ready(wanted.name, 0, False)   # failing its readiness probe: out of the routing
+    fake.set_ready(wanted.name, 0, False)  # failing its readiness probe: out of the routing
     until(lambda: len(routes.pods(wanted.name)) == 1, "the unready pod dropped")
-    fake.expire_watches()                    # the API server restarted after a compaction
+    fake.expire_watches()  # the API server restarted after a compaction
     cluster.scale(wanted.name, 3)
     until(lambda: len(routes.pods(wanted.name)) == 2 and watch.relists == 2, "a fresh list after 410 Gone")
     cluster.delete(wanted.name)
@@ -198,10 +207,18 @@ def test_the_role_grants_exactly_what_the_backend_uses(backend, watched):
 
 
 def _gateway(home: Path, url: str, replicas: FakeReplicas):  # type: ignore[no-untyped-def]
-    cluster: Cluster = from_environ({"TOLLFREE_REPLICA_TOKEN": "replica-token", "TOLLFREE_K8S_NAMESPACE": NS},
-                                    api_client=api_client(url))
-    manager = EndpointManager(EndpointStore(home / "endpoints.db"), lambda model, version, alias: version or "1", {}, home / "logs", replica_client=replicas,
-                              cluster=cluster, ready_timeout_s=20)
+    cluster: Cluster = from_environ(
+        {"TOLLFREE_REPLICA_TOKEN": "replica-token", "TOLLFREE_K8S_NAMESPACE": NS}, api_client=api_client(url)
+    )
+    manager = EndpointManager(
+        EndpointStore(home / "endpoints.db"),
+        lambda model, version, alias: version or "1",
+        {},
+        home / "logs",
+        replica_client=replicas,
+        cluster=cluster,
+        ready_timeout_s=20,
+    )
     tokens = TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN})
     return create_gateway_app(manager, tokens, InferenceLogWriter(home / "log")), manager
 
@@ -214,7 +231,10 @@ def test_a_gateway_on_kubernetes_serves_from_pods_scales_the_deployment_and_leav
     fake, url = api
     replicas = FakeReplicas(delay_s=0.0)
     app, manager = _gateway(tmp_path, url, replicas)
-    body = {"name": "ep", "config": {"served_entities": [{"entity_name": "m", "entity_version": "1", "min_replicas": 1}]}}
+    body = {
+        "name": "ep",
+        "config": {"served_entities": [{"entity_name": "m", "entity_version": "1", "min_replicas": 1}]},
+    }
     with TestClient(app) as client:
         assert client.post("/api/2.0/serving-endpoints", json=body, headers=AUTH).status_code == 200
         until(lambda: _view(client)["state"]["ready"] == "READY", "the endpoint ready on its pod")
@@ -224,7 +244,7 @@ def test_a_gateway_on_kubernetes_serves_from_pods_scales_the_deployment_and_leav
         [pod] = manager.entity("ep", "m-1").replicas
         assert replicas.batches[-1][0] == pod.url and pod.pod.startswith(name)
 
-        client.portal.call(manager.entity("ep", "m-1").scale_to, 3)   # what the autoscaler calls
+        client.portal.call(manager.entity("ep", "m-1").scale_to, 3)  # what the autoscaler calls
         until(lambda: fake.deployments() == {name: 3}, "the Deployment scaled through its scale subresource")
         until(lambda: manager.entity("ep", "m-1").ready_count() == 3, "three pods routed")
         assert manager.entity("ep", "m-1").starting == 0
@@ -234,11 +254,14 @@ def test_a_gateway_on_kubernetes_serves_from_pods_scales_the_deployment_and_leav
     app, manager = _gateway(tmp_path, url, replicas)
     with TestClient(app) as client:
         until(lambda: _view(client)["state"]["ready"] == "READY", "the restored endpoint ready")
-        assert manager.entity("ep", "m-1").ready_count() == 3      # adopted: its three pods, none started anew
+        assert manager.entity("ep", "m-1").ready_count() == 3  # adopted: its three pods, none started anew
         assert fake.deployments() == {name: 3}
         posts = [c for c, _, _ in fake.requests if c.startswith("POST")]
-        assert posts == [f"POST /apis/apps/v1/namespaces/{NS}/deployments", f"POST /api/v1/namespaces/{NS}/services",
-                         f"POST /apis/policy/v1/namespaces/{NS}/poddisruptionbudgets"]   # each answered 409: there
+        assert posts == [
+            f"POST /apis/apps/v1/namespaces/{NS}/deployments",
+            f"POST /api/v1/namespaces/{NS}/services",
+            f"POST /apis/policy/v1/namespaces/{NS}/poddisruptionbudgets",
+        ]  # each answered 409: there
         update = {"served_entities": [{"entity_name": "m", "entity_version": "2", "min_replicas": 1}]}
         assert client.put("/api/2.0/serving-endpoints/ep/config", json=update, headers=AUTH).status_code == 200
         until(lambda: _view(client)["state"]["config_update"] == "NOT_UPDATING", "the new version rolled out")
@@ -249,46 +272,65 @@ def test_a_gateway_on_kubernetes_serves_from_pods_scales_the_deployment_and_leav
     assert not fake.refused
 
 
-def test_two_gateways_on_one_store_route_to_the_same_pods_and_a_new_leader_adopts_the_deployment(api, postgres, tmp_path):
+def test_two_gateways_on_one_store_route_to_the_same_pods_and_a_new_leader_adopts_the_deployment(
+    api, postgres, tmp_path
+):
     """Several gateways (a real PostgreSQL store and lease): the follower routes to the pods it reads from the
     EndpointSlices itself; when the leader stops, the follower leads on the same Deployment, none made anew."""
     fake, url = api
     state = postgres.url(postgres.new_database())
     gateways = []
     for name in ("a", "b"):
-        cluster = from_environ({"TOLLFREE_REPLICA_TOKEN": "replica-token", "TOLLFREE_K8S_NAMESPACE": NS},
-                               api_client=api_client(url))
+        cluster = from_environ(
+            {"TOLLFREE_REPLICA_TOKEN": "replica-token", "TOLLFREE_K8S_NAMESPACE": NS}, api_client=api_client(url)
+        )
         replicas = FakeReplicas(delay_s=0.0)
-        manager = EndpointManager(EndpointStore(state), lambda model, version, alias: version or "1", {},
-                                  tmp_path / name / "logs", replica_client=replicas, cluster=cluster, ready_timeout_s=20)
-        app = create_gateway_app(manager, TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN}),
-                                 InferenceLogWriter(tmp_path / name / "log"))
+        manager = EndpointManager(
+            EndpointStore(state),
+            lambda model, version, alias: version or "1",
+            {},
+            tmp_path / name / "logs",
+            replica_client=replicas,
+            cluster=cluster,
+            ready_timeout_s=20,
+        )
+        app = create_gateway_app(
+            manager, TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN}), InferenceLogWriter(tmp_path / name / "log")
+        )
         gateways.append((app, manager, replicas))
     (app_a, leader, _), (app_b, follower, follower_replicas) = gateways
-    body = {"name": "ep", "config": {"served_entities": [{"entity_name": "m", "entity_version": "1", "min_replicas": 2}]}}
-    a: TestClient | None = TestClient(app_a).__enter__()   # the first to start leads
+    body = {
+        "name": "ep",
+        "config": {"served_entities": [{"entity_name": "m", "entity_version": "1", "min_replicas": 2}]},
+    }
+    a: TestClient | None = TestClient(app_a).__enter__()  # the first to start leads
     try:
         until(lambda: leader.leading, "gateway a leads")
         b = TestClient(app_b).__enter__()
         try:
             assert not follower.leading
-            assert b.post("/api/2.0/serving-endpoints", json=body, headers=AUTH).status_code == 200   # via the follower
+            assert b.post("/api/2.0/serving-endpoints", json=body, headers=AUTH).status_code == 200  # via the follower
             until(lambda: _view(a)["state"]["ready"] == "READY", "ready through the leader's rollout")
             [name] = fake.deployments()
-            until(lambda: (e := follower.entity("ep", "m-1")) is not None and e.ready_count() == 2,
-                  "the follower routes to both pods")
+            until(
+                lambda: (e := follower.entity("ep", "m-1")) is not None and e.ready_count() == 2,
+                "the follower routes to both pods",
+            )
             pods = {p.url for p in leader.entity("ep", "m-1").replicas}
             assert {p.url for p in follower.entity("ep", "m-1").replicas} == pods
-            assert follower.entity("ep", "m-1").starting == 0   # a follower declares nothing
+            assert follower.entity("ep", "m-1").starting == 0  # a follower declares nothing
             answer = b.post("/serving-endpoints/ep/invocations", json={"inputs": [[1.0]]}, headers=AUTH)
             assert answer.status_code == 200, answer.text
             assert follower_replicas.batches[-1][0] in pods
 
             fake.requests.clear()
             leaving, a = a, None
-            stopped(leaving, "gateway a")   # the leader stops (its lease is released)
-            until(lambda: follower.leading and (e := follower.entity("ep", "m-1")) is not None and not e.followed,
-                  "the follower leads and runs the entity", deadline_s=30)
+            stopped(leaving, "gateway a")  # the leader stops (its lease is released)
+            until(
+                lambda: follower.leading and (e := follower.entity("ep", "m-1")) is not None and not e.followed,
+                "the follower leads and runs the entity",
+                deadline_s=30,
+            )
             assert fake.deployments() == {name: 2}
             assert not [c for c, _, _ in fake.requests if c.startswith(("DELETE", "PATCH"))]
             assert {p.url for p in follower.entity("ep", "m-1").replicas} == pods
@@ -312,7 +354,7 @@ class _ReadyPod:
         plan = {"enabled": True, "max_batch": 8, "max_wait_ms": 2.0, "single_ms": 1.5, "gain": 3.0}
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:
                 body = json.dumps({"status": "ready", "batching": plan}).encode()
                 self.send_response(200 if self.path == "/health/ready" else 404)
                 self.send_header("content-type", "application/json")
@@ -340,8 +382,13 @@ def test_the_batching_plan_comes_from_a_pods_ready_answer(tmp_path):
             with TestClient(app) as client:
                 assert client.post("/api/2.0/serving-endpoints", json=body, headers=AUTH).status_code == 200
                 until(lambda: _view(client)["state"]["ready"] == "READY", "ready")
-                plan = until(lambda: manager.entity("ep", "m-1").dispatcher.plan.enabled
-                             and manager.entity("ep", "m-1").dispatcher.plan, "the pod's batching plan adopted")
+                plan = until(
+                    lambda: (
+                        manager.entity("ep", "m-1").dispatcher.plan.enabled
+                        and manager.entity("ep", "m-1").dispatcher.plan
+                    ),
+                    "the pod's batching plan adopted",
+                )
                 assert plan.max_batch == 8 and plan.single_ms == 1.5
     finally:
         pod.server.shutdown()

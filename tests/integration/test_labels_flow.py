@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 
@@ -17,14 +17,25 @@ ENDPOINT = "labelled"
 
 
 def _log_requests(settings: Settings, endpoint: str = ENDPOINT, prefix: str = "req") -> None:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     with InferenceLogWriter(settings.inference_log_dir) as log:
         for i in range(6):
-            log.record(InferenceRecord(
-                request_id=f"{prefix}-{i}", timestamp=now - timedelta(minutes=10 - i), endpoint=endpoint,
-                served_entity="m-1" if i % 2 else "m-2", model_version="1" if i % 2 else "2",
-                status_code=200 if i != 5 else 500, latency_ms=3.0, inputs=None, served_features=None,
-                outputs=json.dumps([[0.8, 0.2]]) if i != 5 else None, error_code=None, rows=1))
+            log.record(
+                InferenceRecord(
+                    request_id=f"{prefix}-{i}",
+                    timestamp=now - timedelta(minutes=10 - i),
+                    endpoint=endpoint,
+                    served_entity="m-1" if i % 2 else "m-2",
+                    model_version="1" if i % 2 else "2",
+                    status_code=200 if i != 5 else 500,
+                    latency_ms=3.0,
+                    inputs=None,
+                    served_features=None,
+                    outputs=json.dumps([[0.8, 0.2]]) if i != 5 else None,
+                    error_code=None,
+                    rows=1,
+                )
+            )
 
 
 def _events(name: str, resource_id: str, timeout_s: float = 30.0) -> list:
@@ -35,8 +46,10 @@ def _events(name: str, resource_id: str, timeout_s: float = 30.0) -> list:
     deadline = time.monotonic() + timeout_s
     with get_client(sync_client=True) as client:
         while True:
-            page = client.read_events(filter=EventFilter(event=EventNameFilter(name=[name]),
-                                                      resource=EventResourceFilter(id=[resource_id])), limit=50)
+            page = client.read_events(
+                filter=EventFilter(event=EventNameFilter(name=[name]), resource=EventResourceFilter(id=[resource_id])),
+                limit=50,
+            )
             mine = [e for e in page.events if e.resource.id == resource_id]
             if mine or time.monotonic() > deadline:
                 return mine
@@ -60,7 +73,7 @@ def test_labels_are_joined_stored_reported_and_announced(prefect_harness, tmp_pa
     pd.DataFrame({"request_id": ["req-2"], "label": [0]}).to_parquet(tmp_path / "fix.parquet")
     ingest_labels(endpoint=ENDPOINT, input_path=str(tmp_path / "fix.parquet"))
     assert read_labelled(settings, ENDPOINT).set_index("request_id").loc["req-2", "correct"]
-    assert len(read_labelled(settings, ENDPOINT, since=datetime.now(timezone.utc) - timedelta(minutes=9, seconds=30))) == 2
+    assert len(read_labelled(settings, ENDPOINT, since=datetime.now(UTC) - timedelta(minutes=9, seconds=30))) == 2
 
     events = _events("tollfree.labels.ingested", f"tollfree.endpoint.{ENDPOINT}")
     assert events and events[0].resource.id == f"tollfree.endpoint.{ENDPOINT}"
@@ -70,7 +83,9 @@ def test_labels_are_joined_stored_reported_and_announced(prefect_harness, tmp_pa
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     with get_client(sync_client=True) as client:
-        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[f"labels-{ENDPOINT}"])))
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[f"labels-{ENDPOINT}"]))
+        )
     assert artifacts and artifacts[0].type == "table"
 
 

@@ -55,7 +55,7 @@ def test_contenders_for_a_free_lease_get_exactly_one_winner(state_database) -> N
         try:
             if lease.hold(name) is not None:
                 won.append(name)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=contend, args=(f"g{i}",)) for i in range(6)]

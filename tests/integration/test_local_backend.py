@@ -43,9 +43,9 @@ def test_a_scale_down_while_replicas_start_leaves_only_the_count_asked_for(world
         backend = LocalBackend(Launcher.for_gateway(os.environ, tmp_path / "logs"))
         served = ReplicaSet("champion", MODEL_NAME, version, backend)
         served.scale_to(3)
-        served.scale_to(1)              # none is ready yet: the two extra ones are still starting
+        served.scale_to(1)  # none is ready yet: the two extra ones are still starting
         deadline = time.monotonic() + 180
-        while len(spawned := _replicas() - before) < 3:   # the starts run: their processes exist
+        while len(spawned := _replicas() - before) < 3:  # the starts run: their processes exist
             assert time.monotonic() < deadline, f"three replica processes never started: {spawned}"
             await asyncio.sleep(0.05)
         while served.starting > 0:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -22,23 +22,48 @@ def stored(prefect_harness):  # type: ignore[no-untyped-def]
     store = EndpointStore(Settings.from_environ(os.environ).state_url)
     names = {"quiet-ep": {"enabled": False}, "strict-ep": {"min_rows": 10_000}}
     for name, monitoring in names.items():
-        config = spec.normalize_config(spec.EndpointCoreConfig.model_validate({
-            "served_entities": [{"entity_name": "fraud", "entity_version": "1"}], "monitoring": monitoring}))
-        store.create(spec.EndpointRecord(name=name, id=uuid.uuid4().hex, creator="test", created_ms=0, updated_ms=0,
-                                         config=config, ready="READY", config_update="NOT_UPDATING"))
+        config = spec.normalize_config(
+            spec.EndpointCoreConfig.model_validate(
+                {"served_entities": [{"entity_name": "fraud", "entity_version": "1"}], "monitoring": monitoring}
+            )
+        )
+        store.create(
+            spec.EndpointRecord(
+                name=name,
+                id=uuid.uuid4().hex,
+                creator="test",
+                created_ms=0,
+                updated_ms=0,
+                config=config,
+                ready="READY",
+                config_update="NOT_UPDATING",
+            )
+        )
     yield list(names)
     for name in names:
         store.delete(name)
 
 
 def _served(endpoint: str, requests: int) -> None:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     with InferenceLogWriter(Settings.from_environ(os.environ).inference_log_dir) as log:
         for i in range(requests):
-            log.record(InferenceRecord(
-                request_id=f"{endpoint}-{i}", timestamp=now - timedelta(seconds=i), endpoint=endpoint,
-                served_entity="fraud-1", model_version="1", status_code=200, latency_ms=2.0, served_features=None,
-                inputs=json.dumps({"dataframe_records": [{"amount": float(i)}]}), outputs="[0.5]", error_code=None, rows=1))
+            log.record(
+                InferenceRecord(
+                    request_id=f"{endpoint}-{i}",
+                    timestamp=now - timedelta(seconds=i),
+                    endpoint=endpoint,
+                    served_entity="fraud-1",
+                    model_version="1",
+                    status_code=200,
+                    latency_ms=2.0,
+                    served_features=None,
+                    inputs=json.dumps({"dataframe_records": [{"amount": float(i)}]}),
+                    outputs="[0.5]",
+                    error_code=None,
+                    rows=1,
+                )
+            )
 
 
 def test_an_endpoint_that_opts_out_is_skipped_and_one_with_its_own_minimum_uses_it(stored):

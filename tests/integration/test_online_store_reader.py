@@ -8,7 +8,7 @@ and check it steps aside for any store it does not know.
 from __future__ import annotations
 
 import string
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pandas as pd
@@ -42,7 +42,7 @@ def stores(world, redis_url) -> dict[str, FeatureStore]:
     feature_store.apply_definitions(redis)
     tables = {n: pd.read_parquet(world.home / p, columns=["feature_ts"]) for n, p in feature_store.TABLE_PATHS.items()}
     start = min(t["feature_ts"].min() for t in tables.values()).to_pydatetime()
-    redis.materialize(start_date=start, end_date=datetime.now(timezone.utc))
+    redis.materialize(start_date=start, end_date=datetime.now(UTC))
     return {"sqlite": feature_store.open_store(world.home, feature_store.OnlineStoreChoice("sqlite")), "redis": redis}
 
 

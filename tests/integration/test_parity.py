@@ -3,7 +3,7 @@ the same time, on the SQLite online store and on a real Redis."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pandas as pd
@@ -32,7 +32,7 @@ def _store(world, kind: str, redis_url: str | None):
     feature_store.apply_definitions(store)
     tables = {n: pd.read_parquet(world.home / p, columns=["feature_ts"]) for n, p in feature_store.TABLE_PATHS.items()}
     start = min(t["feature_ts"].min() for t in tables.values()).to_pydatetime()
-    store.materialize(start_date=start, end_date=datetime.now(timezone.utc))
+    store.materialize(start_date=start, end_date=datetime.now(UTC))
     return store
 
 
@@ -47,7 +47,7 @@ def test_serving_features_equal_offline_features(world, redis_url, kind):
     rows = _sample(world, 200, seed=7)
     reader = OnlineFeatureReader(store, SERVICE)
     served = reader.read(rows)
-    now = pd.Timestamp(datetime.now(timezone.utc)).floor("us")
+    now = pd.Timestamp(datetime.now(UTC)).floor("us")
     entities = rows.assign(event_timestamp=now, transaction_id=np.arange(len(rows)))
     offline = training.historical_features(store, SERVICE, entities)
     names = list(reader.layout.feature_names)
@@ -62,8 +62,10 @@ def test_a_serving_side_transform_bug_is_caught_and_named(world):
     reader = OnlineFeatureReader(store, SERVICE)
     served = reader.read(rows)
     served["amount_to_mean_7d"] = served["amount_to_mean_7d"] * 1.001  # a "small" bug: 0.1 %
-    now = pd.Timestamp(datetime.now(timezone.utc)).floor("us")
-    offline = training.historical_features(store, SERVICE, rows.assign(event_timestamp=now, transaction_id=np.arange(50)))
+    now = pd.Timestamp(datetime.now(UTC)).floor("us")
+    offline = training.historical_features(
+        store, SERVICE, rows.assign(event_timestamp=now, transaction_id=np.arange(50))
+    )
     result = compare_features(served, offline[list(reader.layout.feature_names)], list(reader.layout.feature_names))
     assert result.mismatched() == ["amount_to_mean_7d"]
     assert next(f for f in result.features if f.feature == "amount_to_mean_7d").rate == 1.0

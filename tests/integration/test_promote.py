@@ -5,7 +5,7 @@ is never moved."""
 from __future__ import annotations
 
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import mlflow
@@ -88,12 +88,20 @@ def _tags(client, version: str) -> dict[str, str]:
 def _log_pyfunc(client, world, python_model, signature_frame, outputs, artifacts=None, metadata=None) -> str:
     """Register a hand-made model with the champion's held-out slice, as the train flow would."""
     champion = client.get_model_version_by_alias(MODEL, "champion")
-    with tempfile.TemporaryDirectory() as tmp, mlflow.start_run(experiment_id=client.get_run(champion.run_id).info.experiment_id):
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        mlflow.start_run(experiment_id=client.get_run(champion.run_id).info.experiment_id),
+    ):
         held_out = client.download_artifacts(champion.run_id, "evaluation/eval.parquet", tmp)
         mlflow.log_artifact(held_out, artifact_path="evaluation")
         info = mlflow.pyfunc.log_model(
-            name="model", python_model=python_model, artifacts=artifacts, signature=infer_signature(signature_frame, outputs),
-            pip_requirements=["mlflow", "scikit-learn"], registered_model_name=MODEL, metadata=metadata,
+            name="model",
+            python_model=python_model,
+            artifacts=artifacts,
+            signature=infer_signature(signature_frame, outputs),
+            pip_requirements=["mlflow", "scikit-learn"],
+            registered_model_name=MODEL,
+            metadata=metadata,
             code_paths=None,
         )
     version = str(info.registered_model_version)
@@ -125,7 +133,9 @@ def test_a_good_candidate_becomes_challenger_and_champion_stays(client, first, p
 
 def test_a_worse_candidate_fails_quality_with_the_figures(client, first, policies):
     before = versions.aliases(client, MODEL)
-    worse = train(model_name=MODEL, alias="candidate", hyperparameters={"n_estimators": 1, "max_depth": 1, "max_features": 1})
+    worse = train(
+        model_name=MODEL, alias="candidate", hyperparameters={"n_estimators": 1, "max_depth": 1, "max_features": 1}
+    )
     with pytest.raises(PromotionBlocked, match="quality"):
         promote(model_name=MODEL, policy_file=str(policies / "no_serving.yaml"))
     tags = _tags(client, worse["version"])
@@ -139,7 +149,9 @@ def test_a_worse_candidate_fails_quality_with_the_figures(client, first, policie
 def test_an_unfair_candidate_fails_fairness(client, first, world, policies):
     champion = client.get_model_version_by_alias(MODEL, "champion")
     with tempfile.TemporaryDirectory() as tmp:
-        frame = __import__("pandas").read_parquet(client.download_artifacts(champion.run_id, "evaluation/eval.parquet", tmp))
+        frame = __import__("pandas").read_parquet(
+            client.download_artifacts(champion.run_id, "evaluation/eval.parquet", tmp)
+        )
     inputs = frame[["amount_to_mean_7d", "age_group"]].head(5)
     version = _log_pyfunc(client, world, UnfairModel(), inputs, UnfairModel().predict(None, inputs))
     with pytest.raises(PromotionBlocked, match="fairness"):
@@ -153,11 +165,20 @@ def test_a_slow_candidate_fails_latency(client, first, world, policies):
     champion = client.get_model_version_by_alias(MODEL, "champion")
     info = mlflow.models.get_model_info(f"models:/{MODEL}/{champion.version}")
     with tempfile.TemporaryDirectory() as tmp:
-        frame = __import__("pandas").read_parquet(client.download_artifacts(champion.run_id, "evaluation/eval.parquet", tmp))
+        frame = __import__("pandas").read_parquet(
+            client.download_artifacts(champion.run_id, "evaluation/eval.parquet", tmp)
+        )
     inputs = frame[info.signature.inputs.input_names()].head(5)
     inner = mlflow.pyfunc.load_model(f"models:/{MODEL}/{champion.version}").predict(inputs)
-    version = _log_pyfunc(client, world, SleepyModel(0.15), inputs, inner,
-                          artifacts={"inner": f"models:/{MODEL}/{champion.version}"}, metadata={"feature_service": "fraud_v1"})
+    version = _log_pyfunc(
+        client,
+        world,
+        SleepyModel(0.15),
+        inputs,
+        inner,
+        artifacts={"inner": f"models:/{MODEL}/{champion.version}"},
+        metadata={"feature_service": "fraud_v1"},
+    )
     with pytest.raises(PromotionBlocked, match="latency"):
         promote(model_name=MODEL, policy_file=str(policies / "slow_probe.yaml"))
     tags = _tags(client, version)
@@ -170,13 +191,15 @@ def test_a_slow_candidate_fails_latency(client, first, world, policies):
 def test_rollback_restores_the_previous_champion_and_records_why(client, first):
     held = versions.aliases(client, MODEL)
     old, new = held["champion"], held["challenger"]
-    lifecycle.make_champion(client, MODEL, new, who="canary", why="canary finished", now=datetime.now(timezone.utc))
+    lifecycle.make_champion(client, MODEL, new, who="canary", why="canary finished", now=datetime.now(UTC))
     assert versions.aliases(client, MODEL)["champion"] == new and versions.aliases(client, MODEL)["previous"] == old
     result = rollback(model_name=MODEL, reason="p99 doubled", who="oncall")
     after = versions.aliases(client, MODEL)
     assert result == {"from": new, "to": old, "by": "oncall", "reason": "p99 doubled"}
     assert after["champion"] == old and after["rolled_back"] == new and "previous" not in after
-    assert _tags(client, new)["rollback.from.reason"] == "p99 doubled" and _tags(client, old)["rollback.to.by"] == "oncall"
+    assert (
+        _tags(client, new)["rollback.from.reason"] == "p99 doubled" and _tags(client, old)["rollback.to.by"] == "oncall"
+    )
     with pytest.raises(Exception, match="previous"):
         rollback(model_name=MODEL, reason="again")
 
@@ -191,10 +214,10 @@ def test_a_crash_between_alias_moves_leaves_a_consistent_registry(client, first)
             raise RuntimeError("killed between the two moves")
 
     with pytest.raises(RuntimeError):
-        lifecycle.make_champion(client, MODEL, target, who="t", why="t", now=datetime.now(timezone.utc), after_step=crash)
+        lifecycle.make_champion(client, MODEL, target, who="t", why="t", now=datetime.now(UTC), after_step=crash)
     mid = versions.aliases(client, MODEL)
     assert mid["champion"] == old and mid["previous"] == old  # champion never missing, never half-moved
-    lifecycle.make_champion(client, MODEL, target, who="t", why="retry", now=datetime.now(timezone.utc))
+    lifecycle.make_champion(client, MODEL, target, who="t", why="retry", now=datetime.now(UTC))
     done = versions.aliases(client, MODEL)
     assert done["champion"] == target and done["previous"] == old
 
@@ -212,8 +235,9 @@ def test_lineage_reaches_run_data_code_validation_and_gates(client, first):
 def test_a_model_without_signature_is_refused(client, first, policies):
     champion = client.get_model_version_by_alias(MODEL, "champion")
     with mlflow.start_run(experiment_id=client.get_run(champion.run_id).info.experiment_id):
-        info = mlflow.pyfunc.log_model(name="model", python_model=UnfairModel(), pip_requirements=["mlflow"],
-                                       registered_model_name=MODEL)
+        info = mlflow.pyfunc.log_model(
+            name="model", python_model=UnfairModel(), pip_requirements=["mlflow"], registered_model_name=MODEL
+        )
     client.set_registered_model_alias(MODEL, "candidate", str(info.registered_model_version))
     with pytest.raises(PromotionBlocked, match="no signature"):
         promote(model_name=MODEL, policy_file=str(policies / "no_serving.yaml"))

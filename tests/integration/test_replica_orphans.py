@@ -25,11 +25,21 @@ TOKEN = "orphan-test-replica-token"
 def _replica(tmp_path: Path, owner_pid: int, grace_s: float, what: list[str]) -> tuple[subprocess.Popen, str]:
     """A replica process (``what``: ``--standby`` or ``--model-uri URI``) owned by ``owner_pid``, once it answers."""
     port = free_port()
-    env = {**os.environ, "TOLLFREE_REPLICA_TOKEN": TOKEN, "TOLLFREE_REPLICA_OWNER_PID": str(owner_pid),
-           "TOLLFREE_REPLICA_ORPHAN_S": str(grace_s)}
+    env = {
+        **os.environ,
+        "TOLLFREE_REPLICA_TOKEN": TOKEN,
+        "TOLLFREE_REPLICA_OWNER_PID": str(owner_pid),
+        "TOLLFREE_REPLICA_ORPHAN_S": str(grace_s),
+    }
     out = open(tmp_path / f"replica-{port}.log", "ab")
-    process = subprocess.Popen([sys.executable, "-m", "serving.replica", *what, "--port", str(port)],
-                               cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "serving.replica", *what, "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     probe = "/health/live" if what == ["--standby"] else "/health/ready"
     deadline = time.monotonic() + 120
@@ -53,7 +63,9 @@ def _log(tmp_path: Path) -> str:
     return next(tmp_path.glob("replica-*.log")).read_text()
 
 
-def test_a_serving_replica_is_adopted_once_its_owner_is_dead_and_stops_after_its_grace_when_nobody_does(tmp_path, world):
+def test_a_serving_replica_is_adopted_once_its_owner_is_dead_and_stops_after_its_grace_when_nobody_does(
+    tmp_path, world
+):
     owner, second = _sleeper(), _sleeper()
     process, url = _replica(tmp_path, owner.pid, 2, ["--model-uri", f"models:/{MODEL_NAME}/1"])
     headers = {"Authorization": f"Bearer {TOKEN}"}
@@ -63,7 +75,9 @@ def test_a_serving_replica_is_adopted_once_its_owner_is_dead_and_stops_after_its
         assert httpx.post(f"{url}/adopt", json={"owner_pid": second.pid}, timeout=10).status_code == 401
         owner.kill()
         owner.wait()
-        assert httpx.post(f"{url}/adopt", json={"owner_pid": second.pid}, headers=headers, timeout=10).status_code == 200
+        assert (
+            httpx.post(f"{url}/adopt", json={"owner_pid": second.pid}, headers=headers, timeout=10).status_code == 200
+        )
         deadline = time.monotonic() + 5  # more than twice the grace: it must still be there
         while time.monotonic() < deadline:
             assert process.poll() is None and process_running(process.pid), "the adopted replica stopped"

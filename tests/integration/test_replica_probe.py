@@ -6,8 +6,8 @@ import os
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import cloudpickle
@@ -29,7 +29,11 @@ pytestmark = pytest.mark.slow
 
 FEATURES = ["f0", "f1", "f2", "f3"]
 REQUESTS = 60
-PIP = [f"mlflow=={mlflow.__version__}", f"scikit-learn=={sklearn.__version__}", f"cloudpickle=={cloudpickle.__version__}"]
+PIP = [
+    f"mlflow=={mlflow.__version__}",
+    f"scikit-learn=={sklearn.__version__}",
+    f"cloudpickle=={cloudpickle.__version__}",
+]
 
 
 class SleepyModel(mlflow.pyfunc.PythonModel):
@@ -64,7 +68,9 @@ def _register(kind: str) -> str:
     """Log and register one small model; returns its ``models:/NAME/VERSION`` URI."""
     settings = Settings.from_environ(os.environ)
     mlflow.set_tracking_uri(settings.tracking_uri)
-    experiment_id = ensure_experiment(MlflowClient(settings.tracking_uri), "replica-probe-tests", settings.artifacts_dir)
+    experiment_id = ensure_experiment(
+        MlflowClient(settings.tracking_uri), "replica-probe-tests", settings.artifacts_dir
+    )
     name = f"probe-{kind}-{uuid.uuid4().hex[:8]}"
     frame = _frame()
     with mlflow.start_run(experiment_id=experiment_id):
@@ -110,7 +116,13 @@ def _probe(uri: str, tmp_path: Path, concurrency: int = 4) -> tuple[ProbeResult,
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(module, "start_replica", recording_start)
         result = probe_model(
-            uri, _payloads(_frame()), log_dir=tmp_path, env=dict(os.environ), requests=REQUESTS, concurrency=concurrency, warmup=10
+            uri,
+            _payloads(_frame()),
+            log_dir=tmp_path,
+            env=dict(os.environ),
+            requests=REQUESTS,
+            concurrency=concurrency,
+            warmup=10,
         )
     return result, pids
 

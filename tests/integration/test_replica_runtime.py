@@ -46,17 +46,32 @@ def models(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
     experiment = mlflow.create_experiment("runtime", artifact_location=str(home / "artifacts"))
     uris = {}
     with mlflow.start_run(experiment_id=experiment):
-        info = mlflow.sklearn.log_model(model, name="numeric", signature=infer_signature(X, model.predict_proba(X)),
-                                        input_example=X.iloc[:3], pyfunc_predict_fn="predict_proba",
-                                        serialization_format="cloudpickle")
+        info = mlflow.sklearn.log_model(
+            model,
+            name="numeric",
+            signature=infer_signature(X, model.predict_proba(X)),
+            input_example=X.iloc[:3],
+            pyfunc_predict_fn="predict_proba",
+            serialization_format="cloudpickle",
+        )
         uris["numeric"] = info.model_uri
         Xi = X.round().astype("int64")
-        info = mlflow.sklearn.log_model(model, name="integers", signature=infer_signature(Xi, model.predict(Xi)),
-                                        input_example=Xi.iloc[:3], serialization_format="cloudpickle")
+        info = mlflow.sklearn.log_model(
+            model,
+            name="integers",
+            signature=infer_signature(Xi, model.predict(Xi)),
+            input_example=Xi.iloc[:3],
+            serialization_format="cloudpickle",
+        )
         uris["integers"] = info.model_uri
         frame = pd.DataFrame({"x": [1.0]})
-        info = mlflow.pyfunc.log_model(name="sleepy", python_model=RowCostModel(SLEEP_PER_ROW_S), pip_requirements=["mlflow"],
-                                       signature=infer_signature(frame, [2.0]), input_example=frame)
+        info = mlflow.pyfunc.log_model(
+            name="sleepy",
+            python_model=RowCostModel(SLEEP_PER_ROW_S),
+            pip_requirements=["mlflow"],
+            signature=infer_signature(frame, [2.0]),
+            input_example=frame,
+        )
         uris["sleepy"] = info.model_uri
         uris["mixed"] = _log_mixed(X, y)
     uris["home"] = str(home)
@@ -74,11 +89,19 @@ def _log_mixed(X: pd.DataFrame, y: pd.Series) -> str:
     from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
     mixed = X.iloc[:, :5].assign(cat=np.where(X.f5 > 0, "a", "b"))
-    prep = ColumnTransformer([("num", StandardScaler(), COLUMNS[:5]), ("cat", OneHotEncoder(handle_unknown="ignore"), ["cat"])])
-    pipeline = Pipeline([("prep", prep), ("gbdt", GradientBoostingClassifier(n_estimators=20, max_depth=2, random_state=0))])
+    prep = ColumnTransformer(
+        [("num", StandardScaler(), COLUMNS[:5]), ("cat", OneHotEncoder(handle_unknown="ignore"), ["cat"])]
+    )
+    pipeline = Pipeline(
+        [("prep", prep), ("gbdt", GradientBoostingClassifier(n_estimators=20, max_depth=2, random_state=0))]
+    )
     pipeline.fit(mixed, y)
-    info = mlflow.sklearn.log_model(pipeline, name="mixed", signature=infer_signature(mixed, pipeline.predict(mixed)),
-                                    serialization_format="cloudpickle")
+    info = mlflow.sklearn.log_model(
+        pipeline,
+        name="mixed",
+        signature=infer_signature(mixed, pipeline.predict(mixed)),
+        serialization_format="cloudpickle",
+    )
     return info.model_uri
 
 
@@ -104,7 +127,12 @@ def test_the_numpy_path_gives_pyfunc_predictions_for_every_json_shape(models):
     shuffled = list(reversed(COLUMNS)) + ["extra"]
     shapes = [
         {"dataframe_split": {"columns": COLUMNS, "data": rows}},
-        {"dataframe_split": {"columns": shuffled, "data": [[r[COLUMNS.index(c)] if c in COLUMNS else "x" for c in shuffled] for r in rows]}},
+        {
+            "dataframe_split": {
+                "columns": shuffled,
+                "data": [[r[COLUMNS.index(c)] if c in COLUMNS else "x" for c in shuffled] for r in rows],
+            }
+        },
         {"dataframe_records": frame.to_dict(orient="records")},
         {"inputs": {c: frame[c].tolist() for c in COLUMNS}},
     ]
@@ -137,7 +165,9 @@ def test_a_batch_is_predicted_together_and_split_back_and_a_bad_request_fails_al
     runtime = load(models, "numeric")
     rng = np.random.default_rng(2)
     sizes = [1, 3, 2]
-    requests = [parse({"dataframe_split": {"columns": COLUMNS, "data": rng.normal(size=(n, 6)).tolist()}}) for n in sizes]
+    requests = [
+        parse({"dataframe_split": {"columns": COLUMNS, "data": rng.normal(size=(n, 6)).tolist()}}) for n in sizes
+    ]
     alone = [runtime.predict_request(r).predictions for r in requests]
     together = runtime.predict_batch(requests)
     for single, joined in zip(alone, together):
@@ -154,20 +184,26 @@ def test_a_batch_is_predicted_together_and_split_back_and_a_bad_request_fails_al
 def test_the_replica_answers_an_envelope_item_by_item_and_wants_its_token(models):
     runtime = load(models, "numeric")
     runtime.profile(sizes=(1, 2), budget_s=1.0)
-    app = create_replica_app(runtime, token="replica-secret-0123456789", model_uri="models:/numeric/1", load_seconds=1.5)
+    app = create_replica_app(
+        runtime, token="replica-secret-0123456789", model_uri="models:/numeric/1", load_seconds=1.5
+    )
     good = json.dumps({"dataframe_split": {"columns": COLUMNS, "data": [[0.1] * 6]}}).encode()
-    envelope = wire.encode_requests([
-        wire.WireRequest("a", "application/json", good),
-        wire.WireRequest("b", "application/json", b"{not json"),
-        wire.WireRequest("c", "text/plain", good),
-        wire.WireRequest("d", "application/json", good),
-    ])
+    envelope = wire.encode_requests(
+        [
+            wire.WireRequest("a", "application/json", good),
+            wire.WireRequest("b", "application/json", b"{not json"),
+            wire.WireRequest("c", "text/plain", good),
+            wire.WireRequest("d", "application/json", good),
+        ]
+    )
     auth = {"authorization": "Bearer replica-secret-0123456789", "content-type": wire.CONTENT_TYPE}
     with TestClient(app) as client:
         ready = client.get("/health/ready").json()
         assert ready["numpy_path"] is True and ready["batching"]["max_batch"] >= 1
         assert client.post(wire.PATH, content=envelope, headers={"content-type": wire.CONTENT_TYPE}).status_code == 401
-        assert client.post("/invocations", content=good, headers={"content-type": "application/json"}).status_code == 401
+        assert (
+            client.post("/invocations", content=good, headers={"content-type": "application/json"}).status_code == 401
+        )
         answer = client.post(wire.PATH, content=envelope, headers=auth)
         single = client.post("/invocations", content=good, headers={**auth, "content-type": "application/json"})
         garbage = client.post(wire.PATH, content=b"junk", headers=auth)
@@ -200,17 +236,19 @@ def test_each_envelope_answer_carries_the_replica_busy_clock_which_counts_a_mode
     auth = {"authorization": "Bearer replica-secret-0123456789", "content-type": wire.CONTENT_TYPE}
     readings = []
     with TestClient(app) as client:
-        for n in (1, 2, 1):   # one request (answered on the event loop), two (the worker thread), one
+        for n in (1, 2, 1):  # one request (answered on the event loop), two (the worker thread), one
             envelope = wire.encode_requests([wire.WireRequest(str(i), "application/json", one) for i in range(n)])
             answer = client.post(wire.PATH, content=envelope, headers=auth)
             assert answer.status_code == 200
             readings.append(float(answer.headers[BUSY_HEADER]))
-            time.sleep(0.3)   # idle between calls: not busy time
+            time.sleep(0.3)  # idle between calls: not busy time
         metrics = client.get("/metrics", headers=auth).text
     rises = [b - a for a, b in zip([0.0] + readings, readings)]
-    for rise, rows in zip(rises, (1, 2, 1)):   # each call sleeps SLEEP_PER_ROW_S a row (one batch)
+    for rise, rows in zip(rises, (1, 2, 1)):  # each call sleeps SLEEP_PER_ROW_S a row (one batch)
         assert rows * SLEEP_PER_ROW_S <= rise < rows * SLEEP_PER_ROW_S + 0.15, rises
-    counter = float(re.search(r'tollfree_replica_busy_seconds_total\{model_uri="models:/sleepy/1"\} (\S+)', metrics).group(1))
+    counter = float(
+        re.search(r'tollfree_replica_busy_seconds_total\{model_uri="models:/sleepy/1"\} (\S+)', metrics).group(1)
+    )
     assert counter == pytest.approx(readings[-1], abs=1e-3)
 
 
@@ -260,8 +298,17 @@ def test_requests_on_the_pandas_path_are_predicted_as_one_call_and_a_request_mis
 
     runtime.frame_path = type(direct)(counting, direct.types)
     rng = np.random.default_rng(3)
-    requests = [parse({"dataframe_split": {"columns": MIXED, "data": [[*rng.normal(size=5).round(3).tolist(), c]
-                                                                      for c in "ab"[:n]]}}) for n in (1, 2, 1)]
+    requests = [
+        parse(
+            {
+                "dataframe_split": {
+                    "columns": MIXED,
+                    "data": [[*rng.normal(size=5).round(3).tolist(), c] for c in "ab"[:n]],
+                }
+            }
+        )
+        for n in (1, 2, 1)
+    ]
     alone = [runtime.predict_request(r).predictions.tolist() for r in requests]
     calls.clear()
     together = runtime.predict_batch(requests)
@@ -274,49 +321,62 @@ def test_requests_on_the_pandas_path_are_predicted_as_one_call_and_a_request_mis
 
 def test_a_stream_event_predicts_what_the_same_row_as_dataframe_split_does_and_a_bad_one_fails_alone(models):
     runtime = load(models, "numeric")
-    assert runtime.event_fields == {c: "double" for c in COLUMNS}
+    assert runtime.event_fields == dict.fromkeys(COLUMNS, "double")
     rows = np.random.default_rng(4).normal(size=(3, 6)).round(5).tolist()
     # Redis fields in any order, as strings, with metadata the model does not take
-    events = [orjson.dumps({"event_id": f"1700000000000-{i}", **{c: repr(v) for c, v in reversed(list(zip(COLUMNS, row)))}})
-              for i, row in enumerate(rows)]
+    events = [
+        orjson.dumps({"event_id": f"1700000000000-{i}", **{c: repr(v) for c, v in reversed(list(zip(COLUMNS, row)))}})
+        for i, row in enumerate(rows)
+    ]
     assert parse_event(events[0], runtime.event_fields).numeric_matrix(COLUMNS) is not None  # the numpy path
     split = json.dumps({"dataframe_split": {"columns": COLUMNS, "data": rows}}).encode()
     bad = orjson.dumps({**orjson.loads(events[1]), "f3": "12,5"})
-    envelope = wire.encode_requests([
-        wire.WireRequest("e0", EVENT_CONTENT_TYPE, events[0]),
-        wire.WireRequest("bad", f"{EVENT_CONTENT_TYPE}; charset=utf-8", bad),
-        wire.WireRequest("e2", EVENT_CONTENT_TYPE.upper(), events[2]),
-        wire.WireRequest("split", "application/json", split),
-        wire.WireRequest("missing", EVENT_CONTENT_TYPE, orjson.dumps({c: "1.0" for c in COLUMNS if c != "f1"})),
-    ])
+    envelope = wire.encode_requests(
+        [
+            wire.WireRequest("e0", EVENT_CONTENT_TYPE, events[0]),
+            wire.WireRequest("bad", f"{EVENT_CONTENT_TYPE}; charset=utf-8", bad),
+            wire.WireRequest("e2", EVENT_CONTENT_TYPE.upper(), events[2]),
+            wire.WireRequest("split", "application/json", split),
+            wire.WireRequest("missing", EVENT_CONTENT_TYPE, orjson.dumps({c: "1.0" for c in COLUMNS if c != "f1"})),
+        ]
+    )
     items = wire.decode_answers(score_envelope(runtime, envelope, 100), expected=5)
     assert [i.status for i in items] == [200, 400, 200, 200, 400]
     expected = orjson.loads(items[3].client_body())["predictions"]
     assert [orjson.loads(items[i].client_body())["predictions"] for i in (0, 2)] == [expected[0:1], expected[2:3]]
-    assert orjson.loads(items[1].first) == {"error_code": "INVALID_PARAMETER_VALUE",
-                                            "message": 'event field "f3" must be a double (a finite number)'}
+    assert orjson.loads(items[1].first) == {
+        "error_code": "INVALID_PARAMETER_VALUE",
+        "message": 'event field "f3" must be a double (a finite number)',
+    }
     assert orjson.loads(items[4].first)["message"] == 'event is missing field "f1"'
     status, body = score_one(runtime, events[1], EVENT_CONTENT_TYPE, "one", False, 100)
     assert status == 200 and orjson.loads(body)["predictions"] == expected[1:2]
     # integer columns (long) are parsed as int64, which MLflow's schema check takes as they are
     integers = load(models, "integers")
     ints = [[1, 0, -1, 2, 0, 1], [0, 2, 1, -1, 1, 0]]
-    both = integers.predict_batch([parse_event(orjson.dumps(dict(zip(COLUMNS, map(str, r)))), integers.event_fields)
-                                   for r in ints])
-    assert [p.predictions.tolist() for p in both] == [integers._model.predict(pd.DataFrame([r], columns=COLUMNS)).tolist()
-                                                      for r in ints]
+    both = integers.predict_batch(
+        [parse_event(orjson.dumps(dict(zip(COLUMNS, map(str, r)))), integers.event_fields) for r in ints]
+    )
+    assert [p.predictions.tolist() for p in both] == [
+        integers._model.predict(pd.DataFrame([r], columns=COLUMNS)).tolist() for r in ints
+    ]
 
 
 def test_a_feature_service_models_event_carries_its_entity_keys_and_request_fields(models):
     """A FeatureService's layout (the fraud service's shape: no Feast store needed to read it): the event
     fields are the entity keys as longs and the request fields by their Feast type, and an event parsed
     by them passes the reader's own check of the request frame."""
-    layout = ServiceLayout("fraud_v1", ("customer_id", "merchant_id"), {"amount": "Float64", "items": "Int32"},
-                           ("cust_spend_24h",), {}, {})
+    layout = ServiceLayout(
+        "fraud_v1", ("customer_id", "merchant_id"), {"amount": "Float64", "items": "Int32"}, ("cust_spend_24h",), {}, {}
+    )
     runtime = ModelRuntime(load(models, "numeric")._model, SimpleNamespace(layout=layout), None)  # type: ignore[arg-type]
     assert runtime.event_fields == {"customer_id": "long", "merchant_id": "long", "amount": "double", "items": "long"}
     event = orjson.dumps({"merchant_id": "17", "amount": "25.5", "customer_id": "3", "items": "2", "source": "pos"})
     request = parse_event(event, runtime.event_fields)
-    assert check_request_frame(request.frame, layout) == {"customer_id": [3], "merchant_id": [17], "amount": [25.5],
-                                                          "items": [2]}
+    assert check_request_frame(request.frame, layout) == {
+        "customer_id": [3],
+        "merchant_id": [17],
+        "amount": [25.5],
+        "items": [2],
+    }
     assert str(request.frame["customer_id"].dtype) == "int64"

@@ -15,9 +15,15 @@ def _stored(database, *names: str) -> EndpointStore:  # type: ignore[no-untyped-
     """The endpoints ``names`` in the state store (a record is kept only for an endpoint it has)."""
     store = EndpointStore(database.url)
     for name in names:
-        config = spec.normalize_config(spec.EndpointCoreConfig.model_validate(
-            {"served_entities": [{"name": "x", "entity_name": "m", "entity_version": "1"}]}), name)
-        store.create(spec.EndpointRecord(name=name, id=f"id-{name}", creator="test", created_ms=0, updated_ms=0, config=config))
+        config = spec.normalize_config(
+            spec.EndpointCoreConfig.model_validate(
+                {"served_entities": [{"name": "x", "entity_name": "m", "entity_version": "1"}]}
+            ),
+            name,
+        )
+        store.create(
+            spec.EndpointRecord(name=name, id=f"id-{name}", creator="test", created_ms=0, updated_ms=0, config=config)
+        )
     return store
 
 
@@ -29,8 +35,8 @@ def test_each_gateway_replaces_its_own_readings_and_reads_the_others_fresh_ones(
     board = LoadBoard(state_database)
     board.publish("a", [_reading("a", "x", 100.0, 1), _reading("a", "y", 100.0, 2)])
     board.publish("b", [_reading("b", "x", 100.5, 3)])
-    board.publish("c", [_reading("c", "x", 90.0, 4)])       # stale: from a gateway gone quiet
-    board.publish("a", [_reading("a", "x", 101.0, 5)])      # a no longer serves y
+    board.publish("c", [_reading("c", "x", 90.0, 4)])  # stale: from a gateway gone quiet
+    board.publish("a", [_reading("a", "x", 101.0, 5)])  # a no longer serves y
     seen = board.others("b", since=95.0)
     assert sorted((r.gateway, r.entity, r.values["arrivals_total"]) for r in seen) == [("a", "x", 5)]
     assert seen[0].values["busy"] == {"12": 1.5} and seen[0].model_uri == "models:/m/1"
@@ -43,7 +49,9 @@ def test_the_leaders_records_are_replaced_per_entity_and_dropped_with_their_enti
     _stored(state_database, "e").close()
     records = ScalerRecords(state_database)
     state = STATE
-    records.save([ScalerRecord("e", "x", "models:/m/1", 10.0, state), ScalerRecord("e", "y", "models:/m/1", 10.0, state)])
+    records.save(
+        [ScalerRecord("e", "x", "models:/m/1", 10.0, state), ScalerRecord("e", "y", "models:/m/1", 10.0, state)]
+    )
     records.save([ScalerRecord("e", "x", "models:/m/2", 15.0, {**state, "policy": {"replicas": 4, "target": 7.0}})])
     found = records.load()
     assert found[("e", "x")].model_uri == "models:/m/2" and found[("e", "x")].state["policy"]["replicas"] == 4
@@ -57,13 +65,17 @@ def test_a_deleted_endpoints_records_go_with_it_and_one_saved_after_the_delete_i
     not continue its autoscaler from the old one's learned target and load window."""
     store = _stored(state_database, "e", "f")
     records = ScalerRecords(state_database)
-    records.save([ScalerRecord("e", "x", "models:/m/1", 10.0, STATE), ScalerRecord("f", "x", "models:/m/1", 10.0, STATE)])
+    records.save(
+        [ScalerRecord("e", "x", "models:/m/1", 10.0, STATE), ScalerRecord("f", "x", "models:/m/1", 10.0, STATE)]
+    )
     store.delete("e")
     assert list(records.load()) == [("f", "x")]
     # the leader's thread saves what it took a moment before the delete
-    records.save([ScalerRecord("e", "x", "models:/m/1", 11.0, STATE), ScalerRecord("f", "x", "models:/m/1", 11.0, STATE)])
+    records.save(
+        [ScalerRecord("e", "x", "models:/m/1", 11.0, STATE), ScalerRecord("f", "x", "models:/m/1", 11.0, STATE)]
+    )
     assert list(records.load()) == [("f", "x")] and records.load()[("f", "x")].at == 11.0
-    records.save([ScalerRecord("e", "x", "models:/m/1", 12.0, STATE)])   # nothing left to save: no error
-    _stored(state_database, "e").close()   # created again: its records start afresh
+    records.save([ScalerRecord("e", "x", "models:/m/1", 12.0, STATE)])  # nothing left to save: no error
+    _stored(state_database, "e").close()  # created again: its records start afresh
     assert ("e", "x") not in records.load()
     store.close()

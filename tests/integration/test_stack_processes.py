@@ -30,10 +30,13 @@ def test_a_database_gets_a_local_mlflow_server_in_front_and_a_remote_server_is_u
     local = StackConfig.from_environ({"TOLLFREE_HOME": str(tmp_path)})
     assert local.backend_store_uri == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
     assert local.tracking_uri == "http://127.0.0.1:5000"
-    remote = StackConfig.from_environ({"TOLLFREE_HOME": str(tmp_path), "MLFLOW_TRACKING_URI": "http://mlflow.internal:5000"})
+    remote = StackConfig.from_environ(
+        {"TOLLFREE_HOME": str(tmp_path), "MLFLOW_TRACKING_URI": "http://mlflow.internal:5000"}
+    )
     assert remote.backend_store_uri is None and remote.tracking_uri == "http://mlflow.internal:5000"
-    postgres = StackConfig.from_environ({"TOLLFREE_HOME": str(tmp_path),
-                                         "MLFLOW_TRACKING_URI": "postgresql+psycopg2://mlflow@db.internal/mlflow"})
+    postgres = StackConfig.from_environ(
+        {"TOLLFREE_HOME": str(tmp_path), "MLFLOW_TRACKING_URI": "postgresql+psycopg2://mlflow@db.internal/mlflow"}
+    )
     assert postgres.backend_store_uri == "postgresql+psycopg2://mlflow@db.internal/mlflow"
     assert postgres.tracking_uri == "http://127.0.0.1:5000"
 
@@ -56,8 +59,12 @@ def test_the_admin_token_is_generated_once_into_a_private_file(tmp_path: Path):
 def test_the_stacks_own_env_file_sourced_changes_nothing(tmp_path: Path):
     config = StackConfig.from_environ({"TOLLFREE_HOME": str(tmp_path)})
     token = admin_token(config, {})
-    sourced = {"TOLLFREE_HOME": str(tmp_path), "MLFLOW_TRACKING_URI": config.tracking_uri, "TOLLFREE_TOKEN": token,
-               "PREFECT_API_URL": config.prefect_api}
+    sourced = {
+        "TOLLFREE_HOME": str(tmp_path),
+        "MLFLOW_TRACKING_URI": config.tracking_uri,
+        "TOLLFREE_TOKEN": token,
+        "PREFECT_API_URL": config.prefect_api,
+    }
     again = StackConfig.from_environ(sourced)
     assert again.backend_store_uri == config.backend_store_uri  # still our MLflow server, on our SQLite
     assert again.external_tracking_uri is None and not again.token_from_env
@@ -74,9 +81,11 @@ def test_stopping_a_record_stops_its_group_and_the_sweep_finds_marked_children(t
     stack_id = uuid.uuid4().hex
     env = {**os.environ, MARK: stack_id}
     # a parent that starts a child in a session of its own (as the gateway starts replicas), then waits
-    script = ("import subprocess, sys, time; "
-              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True); "
-              "time.sleep(120)")
+    script = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True); "
+        "time.sleep(120)"
+    )
     record = spawn("parent", [sys.executable, "-c", script], env, tmp_path / "parent.log", tmp_path)
     assert record.alive()
     found = []
@@ -112,16 +121,25 @@ def test_up_refuses_a_taken_port_before_starting_anything(tmp_path: Path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
-        environ = {"TOLLFREE_HOME": str(tmp_path), "TOLLFREE_GATEWAY_PORT": str(sock.getsockname()[1]),
-                   "TOLLFREE_PREFECT_PORT": str(free_port()), "TOLLFREE_MLFLOW_PORT": str(free_port()),
-                   "TOLLFREE_SEED_DATA": "0", "PATH": os.environ["PATH"]}
+        environ = {
+            "TOLLFREE_HOME": str(tmp_path),
+            "TOLLFREE_GATEWAY_PORT": str(sock.getsockname()[1]),
+            "TOLLFREE_PREFECT_PORT": str(free_port()),
+            "TOLLFREE_MLFLOW_PORT": str(free_port()),
+            "TOLLFREE_SEED_DATA": "0",
+            "PATH": os.environ["PATH"],
+        }
         with pytest.raises(SystemExit, match="TOLLFREE_GATEWAY_PORT"):
             up(StackConfig.from_environ(environ), environ)
     assert not (tmp_path / "stack" / "stack.json").exists()
 
 
 def test_one_gateway_by_default_and_with_several_postgresql_and_haproxy_in_front(tmp_path: Path):
-    env = {"TOLLFREE_HOME": str(tmp_path), "TOLLFREE_GATEWAY_PORT": "18080", "MLFLOW_TRACKING_URI": "http://mlflow.x:5000"}
+    env = {
+        "TOLLFREE_HOME": str(tmp_path),
+        "TOLLFREE_GATEWAY_PORT": "18080",
+        "MLFLOW_TRACKING_URI": "http://mlflow.x:5000",
+    }
     one = services(StackConfig.from_environ(env), child_environ(StackConfig.from_environ(env), env, "s", "t" * 20))
     assert [s.name for s in one] == ["prefect-server", "redis", "gateway", "stream-feed", "worker"]
     assert one[2].port == 18080 and "TOLLFREE_STATE_URL" not in one[2].env
@@ -130,8 +148,17 @@ def test_one_gateway_by_default_and_with_several_postgresql_and_haproxy_in_front
     several = {**env, "TOLLFREE_GATEWAYS": "3", "TOLLFREE_POSTGRES_PORT": "15433"}
     config = StackConfig.from_environ(several)
     wanted = {s.name: s for s in services(config, child_environ(config, several, "s", "t" * 20))}
-    assert list(wanted) == ["prefect-server", "redis", "postgres", "gateway-1", "gateway-2", "gateway-3", "haproxy",
-                            "stream-feed", "worker"]
+    assert list(wanted) == [
+        "prefect-server",
+        "redis",
+        "postgres",
+        "gateway-1",
+        "gateway-2",
+        "gateway-3",
+        "haproxy",
+        "stream-feed",
+        "worker",
+    ]
     assert [wanted[f"gateway-{i}"].port for i in (1, 2, 3)] == [18081, 18082, 18083]
     assert wanted["haproxy"].port == 18080 and wanted["postgres"].port == 15433
     password = (tmp_path / "secrets" / "postgres-password").read_text().strip()
@@ -142,19 +169,25 @@ def test_one_gateway_by_default_and_with_several_postgresql_and_haproxy_in_front
     wanted["haproxy"].prepare()
     cfg = (config.state_dir / "haproxy.cfg").read_text()
     assert "bind 127.0.0.1:18080" in cfg and "option httpchk GET /healthz" in cfg and "option redispatch 1" in cfg
-    assert [line.split()[2] for line in cfg.splitlines() if line.strip().startswith("server ")] == \
-        ["127.0.0.1:18081", "127.0.0.1:18082", "127.0.0.1:18083"]
+    assert [line.split()[2] for line in cfg.splitlines() if line.strip().startswith("server ")] == [
+        "127.0.0.1:18081",
+        "127.0.0.1:18082",
+        "127.0.0.1:18083",
+    ]
     given = {**several, "TOLLFREE_STATE_URL": "postgresql://u:p@db.internal/s"}
     assert StackConfig.from_environ(given).postgres is None  # the user's PostgreSQL: none of the stack's own
 
 
-@pytest.mark.parametrize(("env", "says"), [
-    ({"TOLLFREE_GATEWAYS": "0"}, "TOLLFREE_GATEWAYS must be a whole number from 1 to 16"),
-    ({"TOLLFREE_GATEWAYS": "two"}, "TOLLFREE_GATEWAYS must be a whole number"),
-    ({"TOLLFREE_GATEWAYS": "2", "TOLLFREE_STATE_URL": "sqlite:///x.db"}, "needs a PostgreSQL state store"),
-    ({"TOLLFREE_GATEWAYS": "2", "TOLLFREE_POSTGRES_PORT": "99999"}, "TOLLFREE_POSTGRES_PORT must be a TCP port"),
-    ({"TOLLFREE_GATEWAYS": "4", "TOLLFREE_GATEWAY_PORT": "65533"}, "leaves no room for 4 gateways"),
-])
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"TOLLFREE_GATEWAYS": "0"}, "TOLLFREE_GATEWAYS must be a whole number from 1 to 16"),
+        ({"TOLLFREE_GATEWAYS": "two"}, "TOLLFREE_GATEWAYS must be a whole number"),
+        ({"TOLLFREE_GATEWAYS": "2", "TOLLFREE_STATE_URL": "sqlite:///x.db"}, "needs a PostgreSQL state store"),
+        ({"TOLLFREE_GATEWAYS": "2", "TOLLFREE_POSTGRES_PORT": "99999"}, "TOLLFREE_POSTGRES_PORT must be a TCP port"),
+        ({"TOLLFREE_GATEWAYS": "4", "TOLLFREE_GATEWAY_PORT": "65533"}, "leaves no room for 4 gateways"),
+    ],
+)
 def test_a_bad_gateway_setting_is_refused_naming_it(tmp_path: Path, env: dict, says: str):
     with pytest.raises(ValueError, match=says):
         StackConfig.from_environ({"TOLLFREE_HOME": str(tmp_path), **env})

@@ -28,8 +28,10 @@ from tests.integration.test_endpoint_store import make_record
 ROOT = Path(__file__).resolve().parents[2]
 
 # what the store's hand-written DDL created before Alembic kept the schema
-PRE_ALEMBIC = ("CREATE TABLE IF NOT EXISTS endpoints (name TEXT PRIMARY KEY, config_version INTEGER NOT NULL, "
-               "revision INTEGER NOT NULL, record TEXT NOT NULL)")
+PRE_ALEMBIC = (
+    "CREATE TABLE IF NOT EXISTS endpoints (name TEXT PRIMARY KEY, config_version INTEGER NOT NULL, "
+    "revision INTEGER NOT NULL, record TEXT NOT NULL)"
+)
 
 
 def test_a_database_from_before_migrations_is_stamped_upgraded_and_keeps_its_records(tmp_path: Path) -> None:
@@ -57,8 +59,14 @@ def test_manual_migration_refuses_an_old_schema_naming_the_command(tmp_path: Pat
         assert db.execute("SELECT name FROM sqlite_master WHERE name = 'alembic_version'").fetchone() is None
 
     env = {**os.environ, "TOLLFREE_STATE_URL": f"sqlite:///{path}"}
-    done = subprocess.run([sys.executable, "-m", "serving.state", "upgrade"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "serving.state", "upgrade"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert f"pre-alembic -> {migrate.head()}" in done.stdout
     EndpointStore(path, migrate=False).create(make_record())
@@ -82,7 +90,7 @@ def test_gateways_starting_together_on_one_postgresql_migrate_it_once(postgres) 
         barrier.wait()
         try:
             EndpointStore(url).close()
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=start) for _ in range(4)]
@@ -107,10 +115,20 @@ def test_an_unreachable_postgresql_at_start_is_refused_naming_the_url_without_it
 
 
 def test_the_gateway_refuses_to_start_on_an_unreachable_state_store(tmp_path: Path) -> None:
-    env = {**os.environ, "TOLLFREE_HOME": str(tmp_path), "TOLLFREE_TOKEN": "t" * 32,
-           "TOLLFREE_STATE_URL": f"postgresql://tollfree:hunter2secret@127.0.0.1:{free_port()}/tollfree"}
-    done = subprocess.run([sys.executable, "-m", "serving", "--port", str(free_port())], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "TOLLFREE_HOME": str(tmp_path),
+        "TOLLFREE_TOKEN": "t" * 32,
+        "TOLLFREE_STATE_URL": f"postgresql://tollfree:hunter2secret@127.0.0.1:{free_port()}/tollfree",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "serving", "--port", str(free_port())],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2
     assert "tollfree:***@127.0.0.1" in done.stderr and "did not answer" in done.stderr
     assert "hunter2secret" not in done.stderr + done.stdout
@@ -136,8 +154,17 @@ def test_a_postgresql_outage_is_a_503_naming_the_store_and_the_store_recovers(po
 
 
 def _row(port: int, owner: int, entity: str = "m-1", pid: int = 1) -> ReplicaRow:
-    return ReplicaRow(host="127.0.0.1", port=port, pid=pid, endpoint="ep", entity=entity, model_uri="models:/m/1",
-                      backend="local", started_at=1.0, owner_pid=owner)
+    return ReplicaRow(
+        host="127.0.0.1",
+        port=port,
+        pid=pid,
+        endpoint="ep",
+        entity=entity,
+        model_uri="models:/m/1",
+        backend="local",
+        started_at=1.0,
+        owner_pid=owner,
+    )
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
@@ -198,14 +225,23 @@ def test_a_write_through_one_gateway_is_heard_by_the_others_at_once(postgres) ->
         listening.close()
 
 
-@pytest.mark.parametrize("url, says", [
-    ("not a url at all", "is not a database URL"),
-    ("mysql://u:hunter2secret@127.0.0.1/x", "SQLite or PostgreSQL"),
-    ("postgresql://u:hunter2secret@127.0.0.1:{port}/x", "did not answer"),
-])
+@pytest.mark.parametrize(
+    "url, says",
+    [
+        ("not a url at all", "is not a database URL"),
+        ("mysql://u:hunter2secret@127.0.0.1/x", "SQLite or PostgreSQL"),
+        ("postgresql://u:hunter2secret@127.0.0.1:{port}/x", "did not answer"),
+    ],
+)
 def test_the_state_cli_refuses_a_bad_or_unreachable_store_clearly(url, says, tmp_path: Path) -> None:
     env = {**os.environ, "TOLLFREE_HOME": str(tmp_path), "TOLLFREE_STATE_URL": url.format(port=free_port())}
-    done = subprocess.run([sys.executable, "-m", "serving.state", "current"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "serving.state", "current"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and says in done.stderr, done.stderr
     assert "hunter2secret" not in done.stderr + done.stdout

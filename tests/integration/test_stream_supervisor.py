@@ -24,8 +24,9 @@ def server(stream_broker: RedisServer) -> RedisServer:
 
 
 def _input(server: RedisServer, **extra: object) -> StreamInput:
-    return StreamInput(source=f"{server.url}/in", sink=f"{server.url}/out", dead_letter=f"{server.url}/dead",
-                       group="g", **extra)  # type: ignore[arg-type]
+    return StreamInput(
+        source=f"{server.url}/in", sink=f"{server.url}/out", dead_letter=f"{server.url}/dead", group="g", **extra
+    )  # type: ignore[arg-type]
 
 
 def test_consumers_follow_the_live_configs_and_the_leadership_and_their_lag_is_read(server) -> None:  # type: ignore[no-untyped-def]
@@ -64,7 +65,7 @@ def test_consumers_follow_the_live_configs_and_the_leadership_and_their_lag_is_r
         supervisor.sync()
         assert supervisor.consumers == {}
         manager.leading = True
-        manager.live.clear()    # the endpoint was deleted
+        manager.live.clear()  # the endpoint was deleted
         supervisor.sync()
         assert supervisor.consumers == {}
         await supervisor.stop()

@@ -55,8 +55,14 @@ async def _dropped_once() -> tuple[bytes, int]:
 
 
 async def _failures() -> list[UpstreamFailed]:
-    server, _ = await _server([None, None, b"HTTP/1.1 503 Busy\r\ncontent-length: 0\r\n\r\n",
-                               b"HTTP/1.1 429 Slow down\r\nretry-after: 7\r\ncontent-length: 0\r\n\r\n"])
+    server, _ = await _server(
+        [
+            None,
+            None,
+            b"HTTP/1.1 503 Busy\r\ncontent-length: 0\r\n\r\n",
+            b"HTTP/1.1 429 Slow down\r\nretry-after: 7\r\ncontent-length: 0\r\n\r\n",
+        ]
+    )
     port = server.sockets[0].getsockname()[1]
     silent = socket.create_server(("127.0.0.1", 0))
     closed = socket.create_server(("127.0.0.1", 0))
@@ -79,9 +85,15 @@ async def _failures() -> list[UpstreamFailed]:
         server.close()
         silent.close()
     assert dropped.value.status is None and "Disconnected" in dropped.value.reason
-    assert busy.value.status == 503 and busy.value.to_api_error(1).message == "served entity entity: the upstream answered HTTP 503"
+    assert (
+        busy.value.status == 503
+        and busy.value.to_api_error(1).message == "served entity entity: the upstream answered HTTP 503"
+    )
     too_many = limited.value.to_api_error(1)  # a rate-limited upstream: fallback-able, else the client's 429
     assert limited.value.status == 429 and too_many.status_code == 429 and too_many.headers == {"Retry-After": "7"}
-    assert refused.value.to_api_error(1).status_code == 502 and "could not be reached" in refused.value.to_api_error(1).message
+    assert (
+        refused.value.to_api_error(1).status_code == 502
+        and "could not be reached" in refused.value.to_api_error(1).message
+    )
     assert quiet.value.timed_out and quiet.value.to_api_error(1).status_code == 504
     return [dropped.value, busy.value, limited.value, refused.value, quiet.value]

@@ -23,9 +23,14 @@ def _plan(tmp_path, frame: pd.DataFrame) -> input_check.InputPlan:
 
 
 def _rows(n: int = 500) -> pd.DataFrame:
-    return pd.DataFrame({"transaction_id": range(n), "customer_id": [i % 7 for i in range(n)],
-                         "amount": [float(i) for i in range(n)],
-                         "event_timestamp": pd.Timestamp("2026-11-01", tz="UTC")})
+    return pd.DataFrame(
+        {
+            "transaction_id": range(n),
+            "customer_id": [i % 7 for i in range(n)],
+            "amount": [float(i) for i in range(n)],
+            "event_timestamp": pd.Timestamp("2026-11-01", tz="UTC"),
+        }
+    )
 
 
 def test_the_child_passes_a_good_input_and_refuses_a_bad_one_with_the_inline_message(tmp_path):

@@ -23,12 +23,14 @@ def activity_at(table: pd.DataFrame, customer: int, when: pd.Timestamp) -> pd.Se
 
 
 def test_windows_count_only_events_inside_them():
-    events = tx([
-        (1, 1, "10h", 10.0, 0, "2D"),
-        (1, 1, "10h30min", 20.0, 0, "2D"),
-        (1, 1, "12h", 40.0, 0, "2D"),
-        (2, 1, "11h", 5.0, 0, "2D"),
-    ])
+    events = tx(
+        [
+            (1, 1, "10h", 10.0, 0, "2D"),
+            (1, 1, "10h30min", 20.0, 0, "2D"),
+            (1, 1, "12h", 40.0, 0, "2D"),
+            (2, 1, "11h", 5.0, 0, "2D"),
+        ]
+    )
     table = aggregations.customer_activity_table(events, pd.Series([1, 2]), T0, T0 + pd.Timedelta(days=2))
     row = activity_at(table, 1, T0 + pd.Timedelta("12h") + pd.Timedelta(seconds=5))
     assert row["cust_txn_count_1h"] == 1 and row["cust_spend_1h"] == pytest.approx(40.0)
@@ -75,7 +77,9 @@ def test_moving_a_label_past_the_cutoff_changes_no_earlier_snapshot():
     cutoff = T0 + pd.Timedelta(days=1)  # label known at day 1 in base, day 9 in late
     before = a["feature_ts"] < cutoff
     pd.testing.assert_frame_equal(a[before], b[before])
-    assert not a[a["feature_ts"] == cutoff + pd.Timedelta(days=1)].equals(b[b["feature_ts"] == cutoff + pd.Timedelta(days=1)])
+    assert not a[a["feature_ts"] == cutoff + pd.Timedelta(days=1)].equals(
+        b[b["feature_ts"] == cutoff + pd.Timedelta(days=1)]
+    )
 
 
 def test_an_event_after_a_row_time_does_not_change_its_features():
@@ -90,5 +94,10 @@ def test_an_event_after_a_row_time_does_not_change_its_features():
 
 def test_missing_columns_are_named():
     with pytest.raises(ValueError, match="label_available_ts"):
-        aggregations.feature_tables(pd.DataFrame({"customer_id": [1], "merchant_id": [1], "event_timestamp": [T0],
-                                                   "amount": [1.0], "is_fraud": [0]}), pd.Series([1]), pd.Series([1]))
+        aggregations.feature_tables(
+            pd.DataFrame(
+                {"customer_id": [1], "merchant_id": [1], "event_timestamp": [T0], "amount": [1.0], "is_fraud": [0]}
+            ),
+            pd.Series([1]),
+            pd.Series([1]),
+        )

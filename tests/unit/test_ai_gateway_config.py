@@ -27,8 +27,13 @@ DATABRICKS_BODY = {
         "input": {"pii": {"behavior": "BLOCK"}, "safety": False, "invalid_keywords": [], "valid_topics": []},
         "output": {"pii": {"behavior": "MASK"}},
     },
-    "inference_table_config": {"enabled": True, "catalog_name": "main", "schema_name": "logs",
-                               "table_name_prefix": "chat", "redact": ["email", "card_number"]},
+    "inference_table_config": {
+        "enabled": True,
+        "catalog_name": "main",
+        "schema_name": "logs",
+        "table_name_prefix": "chat",
+        "redact": ["email", "card_number"],
+    },
     "fallback_config": {"enabled": True},
 }
 
@@ -57,7 +62,12 @@ def test_a_databricks_body_parses():
         input_pii="BLOCK",
         output_pii="MASK",
         redact=("card_number", "email"),
-        inference_table=(("enabled", True), ("catalog_name", "main"), ("schema_name", "logs"), ("table_name_prefix", "chat")),
+        inference_table=(
+            ("enabled", True),
+            ("catalog_name", "main"),
+            ("schema_name", "logs"),
+            ("table_name_prefix", "chat"),
+        ),
     )
 
 
@@ -67,8 +77,13 @@ def test_the_view_is_databricks_shaped_and_round_trips():
     assert view["rate_limits"] == DATABRICKS_BODY["rate_limits"]
     assert view["guardrails"] == {"input": {"pii": {"behavior": "BLOCK"}}, "output": {"pii": {"behavior": "MASK"}}}
     assert view["usage_tracking_config"] == {"enabled": True} and view["fallback_config"] == {"enabled": True}
-    assert view["inference_table_config"] == {"enabled": True, "catalog_name": "main", "schema_name": "logs",
-                                              "table_name_prefix": "chat", "redact": ["card_number", "email"]}
+    assert view["inference_table_config"] == {
+        "enabled": True,
+        "catalog_name": "main",
+        "schema_name": "logs",
+        "table_name_prefix": "chat",
+        "redact": ["card_number", "email"],
+    }
     assert parse_ai_gateway(view) == config
     assert ai_gateway_view(parse_ai_gateway(view)) == view
 
@@ -84,38 +99,41 @@ def test_renewal_period_defaults_to_minute():
     assert config.rate_limits == (RateLimitRule(key="user", calls=None, tokens=100, principal=None),)
 
 
-@pytest.mark.parametrize("body, field", [
-    ([1, 2], "request body"),
-    ("SECRETVALUE", "request body"),
-    ({"usage_tracking_config": {"enabled": "SECRETVALUE"}}, "usage_tracking_config.enabled"),
-    ({"fallback_config": "SECRETVALUE"}, "fallback_config"),
-    ({"rate_limits": {"key": "SECRETVALUE"}}, "rate_limits"),
-    ({"rate_limits": ["SECRETVALUE"]}, "rate_limits[0]"),
-    (with_rule(key="SECRETVALUE", calls=1), "rate_limits[1].key"),
-    (with_rule(calls=1), "rate_limits[1].key"),
-    (with_rule(key="user_group", calls=1), "rate_limits[1].key"),
-    (with_rule(key="user", calls=1, renewal_period="SECRETVALUE"), "rate_limits[1].renewal_period"),
-    (with_rule(key="user", tokens=-987654), "rate_limits[1].tokens"),
-    (with_rule(key="user", tokens=0), "rate_limits[1].tokens"),
-    (with_rule(key="user", tokens=True), "rate_limits[1].tokens"),
-    (with_rule(key="user", tokens=2.5), "rate_limits[1].tokens"),
-    (with_rule(key="user", calls="SECRETVALUE"), "rate_limits[1].calls"),
-    (with_rule(key="user"), "rate_limits[1]"),
-    (with_rule(key="endpoint", calls=1, principal="SECRETVALUE"), "rate_limits[1].principal"),
-    (with_rule(key="user", calls=1, principal=""), "rate_limits[1].principal"),
-    (with_rule(key="user", calls=1, principal="SECRETVALUE" * 30), "rate_limits[1].principal"),
-    ({"guardrails": {"input": {"safety": True}}}, "guardrails.input.safety"),
-    ({"guardrails": {"output": {"safety": "SECRETVALUE"}}}, "guardrails.output.safety"),
-    ({"guardrails": {"input": {"invalid_keywords": ["SECRETVALUE"]}}}, "guardrails.input.invalid_keywords"),
-    ({"guardrails": {"output": {"valid_topics": ["SECRETVALUE"]}}}, "guardrails.output.valid_topics"),
-    ({"guardrails": {"input": {"valid_topics": "SECRETVALUE"}}}, "guardrails.input.valid_topics"),
-    ({"guardrails": {"input": {"pii": {"behavior": "SECRETVALUE"}}}}, "guardrails.input.pii.behavior"),
-    ({"guardrails": {"output": {"pii": "SECRETVALUE"}}}, "guardrails.output.pii"),
-    ({"inference_table_config": {"redact": ["SECRETVALUE"]}}, "inference_table_config.redact[0]"),
-    ({"inference_table_config": {"redact": ["email", 7]}}, "inference_table_config.redact[1]"),
-    ({"inference_table_config": {"catalog_name": ["SECRETVALUE"]}}, "inference_table_config.catalog_name"),
-    ({"inference_table_config": {"enabled": "SECRETVALUE"}}, "inference_table_config.enabled"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ([1, 2], "request body"),
+        ("SECRETVALUE", "request body"),
+        ({"usage_tracking_config": {"enabled": "SECRETVALUE"}}, "usage_tracking_config.enabled"),
+        ({"fallback_config": "SECRETVALUE"}, "fallback_config"),
+        ({"rate_limits": {"key": "SECRETVALUE"}}, "rate_limits"),
+        ({"rate_limits": ["SECRETVALUE"]}, "rate_limits[0]"),
+        (with_rule(key="SECRETVALUE", calls=1), "rate_limits[1].key"),
+        (with_rule(calls=1), "rate_limits[1].key"),
+        (with_rule(key="user_group", calls=1), "rate_limits[1].key"),
+        (with_rule(key="user", calls=1, renewal_period="SECRETVALUE"), "rate_limits[1].renewal_period"),
+        (with_rule(key="user", tokens=-987654), "rate_limits[1].tokens"),
+        (with_rule(key="user", tokens=0), "rate_limits[1].tokens"),
+        (with_rule(key="user", tokens=True), "rate_limits[1].tokens"),
+        (with_rule(key="user", tokens=2.5), "rate_limits[1].tokens"),
+        (with_rule(key="user", calls="SECRETVALUE"), "rate_limits[1].calls"),
+        (with_rule(key="user"), "rate_limits[1]"),
+        (with_rule(key="endpoint", calls=1, principal="SECRETVALUE"), "rate_limits[1].principal"),
+        (with_rule(key="user", calls=1, principal=""), "rate_limits[1].principal"),
+        (with_rule(key="user", calls=1, principal="SECRETVALUE" * 30), "rate_limits[1].principal"),
+        ({"guardrails": {"input": {"safety": True}}}, "guardrails.input.safety"),
+        ({"guardrails": {"output": {"safety": "SECRETVALUE"}}}, "guardrails.output.safety"),
+        ({"guardrails": {"input": {"invalid_keywords": ["SECRETVALUE"]}}}, "guardrails.input.invalid_keywords"),
+        ({"guardrails": {"output": {"valid_topics": ["SECRETVALUE"]}}}, "guardrails.output.valid_topics"),
+        ({"guardrails": {"input": {"valid_topics": "SECRETVALUE"}}}, "guardrails.input.valid_topics"),
+        ({"guardrails": {"input": {"pii": {"behavior": "SECRETVALUE"}}}}, "guardrails.input.pii.behavior"),
+        ({"guardrails": {"output": {"pii": "SECRETVALUE"}}}, "guardrails.output.pii"),
+        ({"inference_table_config": {"redact": ["SECRETVALUE"]}}, "inference_table_config.redact[0]"),
+        ({"inference_table_config": {"redact": ["email", 7]}}, "inference_table_config.redact[1]"),
+        ({"inference_table_config": {"catalog_name": ["SECRETVALUE"]}}, "inference_table_config.catalog_name"),
+        ({"inference_table_config": {"enabled": "SECRETVALUE"}}, "inference_table_config.enabled"),
+    ],
+)
 def test_each_bad_field_is_a_400_naming_it_without_its_value(body, field):
     err = refused(body)
     assert err.message.startswith(field + " "), err.message
@@ -133,15 +151,18 @@ def test_safety_keywords_and_topics_are_refused_as_not_supported_here():
             assert "not supported here" in refused({"guardrails": {side: guard}}).message
 
 
-@pytest.mark.parametrize("body, path", [
-    ({"bogus": 1}, "request body"),
-    ({"rate_limits": [{"key": "user", "calls": 1, "bogus": 1}]}, "rate_limits[0]"),
-    ({"guardrails": {"bogus": {}}}, "guardrails"),
-    ({"guardrails": {"input": {"bogus": 1}}}, "guardrails.input"),
-    ({"guardrails": {"input": {"pii": {"behavior": "NONE", "bogus": 1}}}}, "guardrails.input.pii"),
-    ({"inference_table_config": {"bogus": 1}}, "inference_table_config"),
-    ({"usage_tracking_config": {"enabled": True, "bogus": 1}}, "usage_tracking_config"),
-])
+@pytest.mark.parametrize(
+    "body, path",
+    [
+        ({"bogus": 1}, "request body"),
+        ({"rate_limits": [{"key": "user", "calls": 1, "bogus": 1}]}, "rate_limits[0]"),
+        ({"guardrails": {"bogus": {}}}, "guardrails"),
+        ({"guardrails": {"input": {"bogus": 1}}}, "guardrails.input"),
+        ({"guardrails": {"input": {"pii": {"behavior": "NONE", "bogus": 1}}}}, "guardrails.input.pii"),
+        ({"inference_table_config": {"bogus": 1}}, "inference_table_config"),
+        ({"usage_tracking_config": {"enabled": True, "bogus": 1}}, "usage_tracking_config"),
+    ],
+)
 def test_unknown_keys_at_any_level_are_named(body, path):
     err = refused(body)
     assert err.message.startswith(path + " ") and "'bogus'" in err.message

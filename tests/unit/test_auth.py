@@ -30,9 +30,7 @@ def registry(tmp_path: Path) -> TokenRegistry:
             ]
         },
     )
-    return TokenRegistry.from_environ(
-        {"TOLLFREE_TOKEN": ADMIN_TOKEN, "TOLLFREE_TOKENS_FILE": tokens_file}
-    )
+    return TokenRegistry.from_environ({"TOLLFREE_TOKEN": ADMIN_TOKEN, "TOLLFREE_TOKENS_FILE": tokens_file})
 
 
 def _denied(registry: TokenRegistry, header: str | None, endpoint: str | None) -> ApiError:
@@ -117,9 +115,7 @@ def test_bearer_token_parsing() -> None:
     assert info.value.status_code == 401 and ADMIN_TOKEN not in info.value.message
 
 
-@pytest.mark.parametrize(
-    "environ", [{}, {"TOLLFREE_TOKEN": ""}, {"TOLLFREE_TOKEN": "short-SECRET"}]
-)
+@pytest.mark.parametrize("environ", [{}, {"TOLLFREE_TOKEN": ""}, {"TOLLFREE_TOKEN": "short-SECRET"}])
 def test_from_environ_requires_admin_token(environ: dict[str, str]) -> None:
     with pytest.raises(ValueError, match="set TOLLFREE_TOKEN") as info:
         TokenRegistry.from_environ(environ)
@@ -140,22 +136,10 @@ def test_from_environ_admin_only() -> None:
         ({"tokens": {"name": "x"}}, '"tokens"'),
         ({"tokens": [SCOPED_TOKEN]}, "tokens[0] must be an object"),
         ({"tokens": [{"name": "a", "token": SCOPED_TOKEN}]}, "tokens[0]: 'endpoints'"),
-        (
-            {"tokens": [{"name": "a", "token": SCOPED_TOKEN, "endpoints": []}]},
-            "tokens[0]: 'endpoints'",
-        ),
-        (
-            {"tokens": [{"name": "a", "token": SCOPED_TOKEN, "endpoints": [1]}]},
-            "tokens[0]: 'endpoints'",
-        ),
-        (
-            {"tokens": [{"name": "", "token": SCOPED_TOKEN, "endpoints": ["e"]}]},
-            "tokens[0]: 'name'",
-        ),
-        (
-            {"tokens": [{"name": "a", "token": "short-SECRET", "endpoints": ["e"]}]},
-            "tokens[0]: 'token'",
-        ),
+        ({"tokens": [{"name": "a", "token": SCOPED_TOKEN, "endpoints": []}]}, "tokens[0]: 'endpoints'"),
+        ({"tokens": [{"name": "a", "token": SCOPED_TOKEN, "endpoints": [1]}]}, "tokens[0]: 'endpoints'"),
+        ({"tokens": [{"name": "", "token": SCOPED_TOKEN, "endpoints": ["e"]}]}, "tokens[0]: 'name'"),
+        ({"tokens": [{"name": "a", "token": "short-SECRET", "endpoints": ["e"]}]}, "tokens[0]: 'token'"),
         ({"tokens": [{"name": "a", "token": 12345, "endpoints": ["e"]}]}, "tokens[0]: 'token'"),
         (
             {"tokens": [{"name": "a", "token": SCOPED_TOKEN, "endpoints": ["e"], "admin": True}]},
@@ -170,10 +154,7 @@ def test_from_environ_admin_only() -> None:
             },
             "tokens[1]: 'token' duplicates",
         ),
-        (
-            {"tokens": [{"name": "a", "token": ADMIN_TOKEN, "endpoints": ["e"]}]},
-            "tokens[0]: 'token' duplicates",
-        ),
+        ({"tokens": [{"name": "a", "token": ADMIN_TOKEN, "endpoints": ["e"]}]}, "tokens[0]: 'token' duplicates"),
         (
             {
                 "tokens": [

@@ -33,8 +33,15 @@ def test_a_bad_config_is_refused_naming_the_field(data, field):
 
 
 def test_a_good_config_round_trips_and_defaults_are_valid():
-    config = ScalingConfig.from_mapping({"min_replicas": 0, "scale_to_zero": True, "max_replicas": 20,
-                                         "vertical_metrics": ["latency", "queue"], "latency_slo_ms": 250})
+    config = ScalingConfig.from_mapping(
+        {
+            "min_replicas": 0,
+            "scale_to_zero": True,
+            "max_replicas": 20,
+            "vertical_metrics": ["latency", "queue"],
+            "latency_slo_ms": 250,
+        }
+    )
     assert config.min_replicas == 0 and config.scale_to_zero
     assert config.vertical_metrics == ("latency", "queue")
     assert ScalingConfig().max_replicas >= ScalingConfig().min_replicas
@@ -56,9 +63,9 @@ def test_a_removed_field_is_refused_saying_what_replaced_it():
 def test_the_starting_target_is_what_a_replica_predicts_at_once_unless_the_user_set_one():
     from serving.autoscaler.policy import max_concurrency_for, seeded
 
-    batched = seeded(ScalingConfig(), 32)                 # a batched replica predicts its batch of 32 at once
-    assert batched.initial_target == 32 and max_concurrency_for(batched, 32) == 48   # and admits half a batch more
-    assert seeded(ScalingConfig(), 1).initial_target == 1   # an unbatched one, a request at a time
+    batched = seeded(ScalingConfig(), 32)  # a batched replica predicts its batch of 32 at once
+    assert batched.initial_target == 32 and max_concurrency_for(batched, 32) == 48  # and admits half a batch more
+    assert seeded(ScalingConfig(), 1).initial_target == 1  # an unbatched one, a request at a time
     assert seeded(ScalingConfig(initial_target=8.0), 32).initial_target == 8.0
     assert seeded(ScalingConfig(vertical=False), 32).initial_target == ScalingConfig().initial_target
     assert seeded(ScalingConfig(max_target=16.0), 32).initial_target == 16.0

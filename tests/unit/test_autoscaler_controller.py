@@ -18,8 +18,17 @@ class Source:
 
     def sample(self, now: float):
         busy = self.in_flight
-        return {KEY: Sample(t=now, in_flight=busy, ready_replicas=self.ready, replicas=self.ready,
-                            requests=int(busy * 10), completed=int(busy * 10), latency_p99_ms=20.0)}
+        return {
+            KEY: Sample(
+                t=now,
+                in_flight=busy,
+                ready_replicas=self.ready,
+                replicas=self.ready,
+                requests=int(busy * 10),
+                completed=int(busy * 10),
+                latency_p99_ms=20.0,
+            )
+        }
 
 
 class FlakyBackend:
@@ -80,7 +89,7 @@ def test_a_lost_replica_below_the_minimum_is_reapplied():
     controller = Controller(source, backend, {KEY: config(min_replicas=2)}, reconcile_s=10.0)
     step(controller, backend, 1, 10)
     first = len(backend.calls)
-    backend.ready = 1   # one of the two died
+    backend.ready = 1  # one of the two died
     step(controller, backend, 10, 40)
     assert len(backend.calls) > first and backend.calls[-1][1] == 2
 
@@ -90,7 +99,7 @@ def test_a_backend_left_above_the_applied_count_is_reapplied():
     controller = Controller(source, backend, {KEY: config()}, reconcile_s=10.0)
     step(controller, backend, 1, 10)
     first = len(backend.calls)
-    backend.ready = 3   # replicas the backend kept after a scale-down to one
+    backend.ready = 3  # replicas the backend kept after a scale-down to one
     step(controller, backend, 10, 40)
     again = backend.calls[first:]
     assert again and all(n == 1 for _, n in again)
@@ -130,8 +139,12 @@ def test_decisions_are_recorded_with_their_inputs_and_exported():
 def test_the_concurrency_limit_reaches_the_gateway_hook():
     source, backend = Source(), FlakyBackend()
     limits = []
-    controller = Controller(source, backend, {KEY: ScalingConfig(initial_target=8.0)},
-                            concurrency_sink=lambda e, s, n: limits.append((e, s, n)))
+    controller = Controller(
+        source,
+        backend,
+        {KEY: ScalingConfig(initial_target=8.0)},
+        concurrency_sink=lambda e, s, n: limits.append((e, s, n)),
+    )
     step(controller, backend, 1, 3)
     assert limits == [("fraud", "champion", 12)]  # ceil(8 x 1.5), sent once
 
@@ -141,8 +154,9 @@ def test_a_scale_to_zero_entity_keeps_the_replica_it_was_deployed_with_until_its
     # the minimum (the old start from 0 stopped the new replica at the controller's first step)
     source, backend = Source(), FlakyBackend()
     controller = Controller(source, backend, {})
-    controller.set_config(KEY, config(min_replicas=0, scale_to_zero=True, idle_window_s=30.0,
-                                      scale_down_window_s=30.0), replicas=1)
+    controller.set_config(
+        KEY, config(min_replicas=0, scale_to_zero=True, idle_window_s=30.0, scale_down_window_s=30.0), replicas=1
+    )
     step(controller, backend, 1, 30)
     assert [n for _, n in backend.calls if n == 0] == [] and backend.replicas == 1
     step(controller, backend, 30, 40)
@@ -158,8 +172,9 @@ def test_the_ready_gauge_shows_the_count_after_the_apply():
 
     source, backend = Source(), DrainingBackend()
     controller = Controller(source, backend, {})
-    controller.set_config(KEY, config(min_replicas=0, scale_to_zero=True, idle_window_s=20.0,
-                                      scale_down_window_s=20.0), replicas=1)
+    controller.set_config(
+        KEY, config(min_replicas=0, scale_to_zero=True, idle_window_s=20.0, scale_down_window_s=20.0), replicas=1
+    )
     registry = CollectorRegistry()
     registry.register(controller.collector())
     t = 0

@@ -20,10 +20,12 @@ async def _never(replica, requests):  # pragma: no cover - nothing is dispatched
 
 @pytest.mark.parametrize(("shed", "expected"), [(True, 7), (False, 500)])
 def test_the_queue_takes_the_policy_bound_only_when_shedding(tmp_path, shed, expected):
-    manager = EndpointManager(EndpointStore(tmp_path / "endpoints.db"), lambda *a: "1", dict(os.environ),
-                              tmp_path / "logs", home=tmp_path)
-    served = ReplicaSet(name="champion", model_name="m", version="1",
-                        scaling=ScalingConfig(max_queue=500, shed_load=shed))
+    manager = EndpointManager(
+        EndpointStore(tmp_path / "endpoints.db"), lambda *a: "1", dict(os.environ), tmp_path / "logs", home=tmp_path
+    )
+    served = ReplicaSet(
+        name="champion", model_name="m", version="1", scaling=ScalingConfig(max_queue=500, shed_load=shed)
+    )
     served.attach(_never)
     manager.live["e"] = LiveEndpoint(entities={"champion": served}, weights=[("champion", 100)])
     autoscaler = LiveAutoscaler(manager)
@@ -43,9 +45,10 @@ def test_a_poke_right_after_a_step_still_steps_within_the_gap(tmp_path):
     # step used to be dropped, so scale from zero waited for the next 1-s tick
     import asyncio
 
-    gap = 0.05   # serving.gateway.autoscaling.POKE_GAP_S
-    manager = EndpointManager(EndpointStore(tmp_path / "endpoints.db"), lambda *a: "1", dict(os.environ),
-                              tmp_path / "logs", home=tmp_path)
+    gap = 0.05  # serving.gateway.autoscaling.POKE_GAP_S
+    manager = EndpointManager(
+        EndpointStore(tmp_path / "endpoints.db"), lambda *a: "1", dict(os.environ), tmp_path / "logs", home=tmp_path
+    )
     autoscaler = LiveAutoscaler(manager)
     steps: list[float] = []
     real_step = autoscaler.step
@@ -57,11 +60,11 @@ def test_a_poke_right_after_a_step_still_steps_within_the_gap(tmp_path):
     autoscaler.step = counted
 
     async def scenario() -> None:
-        counted()                      # a regular tick
-        autoscaler.poke()              # at once after it
-        autoscaler.poke()              # a second poke while one is pending adds nothing
+        counted()  # a regular tick
+        autoscaler.poke()  # at once after it
+        autoscaler.poke()  # a second poke while one is pending adds nothing
         await asyncio.sleep(gap + 0.1)
-        autoscaler.poke()              # long after: at once
+        autoscaler.poke()  # long after: at once
         await asyncio.sleep(0.01)
 
     asyncio.run(scenario())

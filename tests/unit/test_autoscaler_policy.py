@@ -15,14 +15,31 @@ from serving.autoscaler.signals import Sample, SampleHistory
 SERVICE_S = 0.1
 
 
-def sample(t: float, in_flight: float, ready: int, *, queued: float = 0.0, p99: float | None = 50.0,
-           util: float | None = None, rate: float | None = None) -> Sample:
+def sample(
+    t: float,
+    in_flight: float,
+    ready: int,
+    *,
+    queued: float = 0.0,
+    p99: float | None = 50.0,
+    util: float | None = None,
+    rate: float | None = None,
+) -> Sample:
     """A steady second: ``rate`` arrivals (default: in-flight / service time), as many completions."""
     busy = in_flight - queued
     rate = busy / SERVICE_S if rate is None else rate
-    return Sample(t=t, in_flight=in_flight, ready_replicas=ready, replicas=ready, queue_depth=queued,
-                  requests=int(rate), completed=int(busy / SERVICE_S), latency_p50_ms=p99, latency_p99_ms=p99,
-                  utilisation=util)
+    return Sample(
+        t=t,
+        in_flight=in_flight,
+        ready_replicas=ready,
+        replicas=ready,
+        queue_depth=queued,
+        requests=int(rate),
+        completed=int(busy / SERVICE_S),
+        latency_p50_ms=p99,
+        latency_p99_ms=p99,
+        utilisation=util,
+    )
 
 
 def run(scaler: EntityScaler, start: int, end: int, load, ready=None, **kw):
@@ -74,13 +91,13 @@ def test_a_burst_s_backlog_draining_buys_nothing_and_a_standing_queue_buys_what_
     for t, queued in zip(range(11, 16), (400.0, 300.0, 200.0, 100.0, 0.0)):
         scaler.observe(sample(float(t), 4.0 + queued, 2, queued=queued, rate=40.0))
         scaler.decide(float(t))
-    assert scaler.state.replicas <= 2   # the load is what arrivals need (40/s x 0.1 s = 4), not the queue a burst left
+    assert scaler.state.replicas <= 2  # the load is what arrivals need (40/s x 0.1 s = 4), not the queue a burst left
     # a closed loop of 44 clients: 40 wait through every second, 4 in service. FIFO, the last waits 40 x 0.1 s / n:
     # within 80 % of the 500 ms SLO takes 40 x 0.1 / 0.4 = 10 in service, one replica of target 10
     closed = EntityScaler(horizontal_only(), replicas=1)
     decisions = run(closed, 1, 12, 44.0, queued=40.0, rate=40.0)
     assert closed.state.replicas == 1 and decisions[-1].inputs.get("standing_queue", 10.0) == pytest.approx(10.0)
-    crowded = EntityScaler(horizontal_only(), replicas=1)    # 200 waiting: 50 in service, 5 replicas
+    crowded = EntityScaler(horizontal_only(), replicas=1)  # 200 waiting: 50 in service, 5 replicas
     run(crowded, 1, 12, 204.0, queued=200.0, rate=40.0)
     assert crowded.state.replicas == 5
 
@@ -91,13 +108,14 @@ def test_a_step_is_decided_within_a_second_and_sized_for_the_new_rate_not_projec
     assert scaler.state.replicas == 2
     d = run(scaler, 12, 13, 150.0)[-1]  # t=12 is not a 5-s boundary
     assert d.horizontal and d.replicas == 15
-    assert d.inputs["forecast"] == pytest.approx(150.0)   # one rise: the trend of pairwise slopes is flat
+    assert d.inputs["forecast"] == pytest.approx(150.0)  # one rise: the trend of pairwise slopes is flat
     d = run(scaler, 13, 14, 150.0)[-1]
     assert not d.horizontal and scaler.state.replicas == 15
 
 
 def lead(samples_load, lead_s: float):
     """``run``'s samples with ``ready_in_s`` set: what the backend says a replica asked for now needs."""
+
     def feed(scaler: EntityScaler, start: int, end: int) -> list[Decision]:
         out = []
         for t in range(start, end):
@@ -105,18 +123,19 @@ def lead(samples_load, lead_s: float):
             scaler.observe(replace(s, ready_in_s=lead_s))
             out.append(scaler.decide(float(t)))
         return out
+
     return feed
 
 
 def test_a_ramp_is_sized_for_the_load_a_new_replica_will_meet_after_its_start():
     # 15 in flight until t=10, then +10 a second; a replica asked for now is ready 4 s later
-    ramp = lambda t: 15.0 if t <= 10 else 15.0 + 10.0 * (t - 10)   # noqa: E731
+    ramp = lambda t: 15.0 if t <= 10 else 15.0 + 10.0 * (t - 10)  # noqa: E731
     scaler = EntityScaler(horizontal_only(max_replicas=50), replicas=2)
     lead(ramp, 4.0)(scaler, 1, 11)
-    d = lead(ramp, 4.0)(scaler, 11, 15)[-1]            # t=14: 55 in flight, rising 10 a second for 4 s
+    d = lead(ramp, 4.0)(scaler, 11, 15)[-1]  # t=14: 55 in flight, rising 10 a second for 4 s
     assert d.inputs["forecast"] == pytest.approx(55.0 + 10.0 * 4.0)
     assert d.replicas == math.ceil(95.0 / 10)
-    without = EntityScaler(horizontal_only(max_replicas=50), replicas=2)   # a backend that cannot say: no lead
+    without = EntityScaler(horizontal_only(max_replicas=50), replicas=2)  # a backend that cannot say: no lead
     lead(ramp, 0.0)(without, 1, 15)
     assert without.state.replicas == math.ceil(55.0 / 10)
 
@@ -161,11 +180,11 @@ def test_vertical_raises_the_target_towards_the_utilisation_aim_in_capped_steps(
         target = scaler.state.target
         run(scaler, t0, 32 + 30 * cycle, lambda t: 10 * min(target, 40.0), ready=10, util=min(target, 40.0) / 100)
         targets.append(scaler.state.target)
-    assert targets[0] == pytest.approx(16.0)          # capped at 4x
+    assert targets[0] == pytest.approx(16.0)  # capped at 4x
     assert targets[1] == pytest.approx(64.0)
     # then the aim in flight: 100 slots at 1 - 1/sqrt(100) busy (p99 far inside the SLO, nothing queued)
     assert targets[2] == pytest.approx(100 * (1 - 1 / math.sqrt(100)))
-    assert targets[3] == targets[4] == targets[2]     # steady
+    assert targets[3] == targets[4] == targets[2]  # steady
 
 
 def test_latency_slack_lets_a_wide_replica_run_fuller_but_never_past_its_capacity():
@@ -243,7 +262,7 @@ def test_replicas_held_by_the_scale_down_window_do_not_raise_the_target():
     # in-flight count a replica is the hold, not headroom; the target stays at the plain aim or below
     config = ScalingConfig(initial_target=3.2, latency_slo_ms=500)
     scaler = EntityScaler(config, replicas=10)
-    scaler.state = replace(scaler.state, last_horizontal=1e9)   # the horizontal holds (not due)
+    scaler.state = replace(scaler.state, last_horizontal=1e9)  # the horizontal holds (not due)
     run(scaler, 1, 32, 8.0, ready=10, util=0.8 / 4)
     assert scaler.state.replicas == 10
     assert scaler.state.target <= 0.8 * 4 + 1e-9
@@ -285,17 +304,29 @@ def test_seconds_while_replicas_start_do_not_make_stress_but_do_not_count_as_cal
     # stress is judged on the 20 settled seconds (none), calm on all 30 (p99 140: not calm), so the
     # target neither falls nor rises
     config = ScalingConfig(initial_target=40.0, latency_slo_ms=100)
+
     def cycle(settled_p99: float) -> Decision:
         scaler = EntityScaler(config, replicas=10)
-        scaler.state = replace(scaler.state, last_horizontal=1e9)   # the horizontal holds (not due)
+        scaler.state = replace(scaler.state, last_horizontal=1e9)  # the horizontal holds (not due)
         for t in range(1, 32):
             starting = t <= 11
-            scaler.observe(Sample(t=float(t), in_flight=400.0, ready_replicas=5 if starting else 10, replicas=10,
-                                  queue_depth=100.0, requests=2000, completed=2000,
-                                  latency_p99_ms=300.0 if starting else settled_p99, utilisation=0.5))
+            scaler.observe(
+                Sample(
+                    t=float(t),
+                    in_flight=400.0,
+                    ready_replicas=5 if starting else 10,
+                    replicas=10,
+                    queue_depth=100.0,
+                    requests=2000,
+                    completed=2000,
+                    latency_p99_ms=300.0 if starting else settled_p99,
+                    utilisation=0.5,
+                )
+            )
             d = scaler.decide(float(t))
         assert d.vertical
         return d
+
     d = cycle(60.0)
     assert d.inputs["p99_settled_ms"] == pytest.approx(60.0)
     assert d.inputs["p99_ms"] == pytest.approx((10 * 300 + 20 * 60) / 30)
@@ -313,12 +344,21 @@ def test_a_long_scale_up_still_lets_latency_lower_the_target():
     scaler = EntityScaler(config, replicas=10)
     scaler.state = replace(scaler.state, last_horizontal=1e9)
     for t in range(1, 32):
-        scaler.observe(Sample(t=float(t), in_flight=400.0, ready_replicas=5, replicas=10, queue_depth=200.0,
-                              requests=2000, completed=2000, latency_p99_ms=400.0, utilisation=1.0))
+        scaler.observe(
+            Sample(
+                t=float(t),
+                in_flight=400.0,
+                ready_replicas=5,
+                replicas=10,
+                queue_depth=200.0,
+                requests=2000,
+                completed=2000,
+                latency_p99_ms=400.0,
+                utilisation=1.0,
+            )
+        )
         scaler.decide(float(t))
     assert scaler.state.target == 20.0
-
-
 
 
 def test_a_stream_backlog_adds_the_replicas_that_serve_its_arrivals_within_max_lag_s():
@@ -329,8 +369,15 @@ def test_a_stream_backlog_adds_the_replicas_that_serve_its_arrivals_within_max_l
     history = []
     for t in range(1, 11):
         backlog = 60.0 if t >= 6 else 0.0
-        s = Sample(t=float(t), in_flight=20.0, ready_replicas=2, replicas=2, requests=100, completed=100,
-                   stream_backlog_per_s=backlog)
+        s = Sample(
+            t=float(t),
+            in_flight=20.0,
+            ready_replicas=2,
+            replicas=2,
+            requests=100,
+            completed=100,
+            stream_backlog_per_s=backlog,
+        )
         scaler.observe(s)
         history.append(scaler.decide(float(t)))
     assert scaler.state.replicas == 4
@@ -342,8 +389,17 @@ def test_a_stream_backlog_holds_its_replicas_when_the_load_alone_would_scale_dow
     config = horizontal_only(max_replicas=8, scale_down_window_s=20.0)
     scaler = EntityScaler(config, replicas=4)
     for t in range(1, 31):
-        scaler.observe(Sample(t=float(t), in_flight=30.0, ready_replicas=4, replicas=4, requests=300, completed=300,
-                              stream_backlog_per_s=100.0))
+        scaler.observe(
+            Sample(
+                t=float(t),
+                in_flight=30.0,
+                ready_replicas=4,
+                replicas=4,
+                requests=300,
+                completed=300,
+                stream_backlog_per_s=100.0,
+            )
+        )
         scaler.decide(float(t))
     assert scaler.state.replicas == 4
     alone = EntityScaler(config, replicas=4)
@@ -358,14 +414,24 @@ def test_no_stream_backlog_or_no_throughput_measured_adds_nothing():
     for backlog, completed in ((0.0, 100), (500.0, 0)):
         scaler = EntityScaler(config, replicas=2)
         for t in range(1, 11):
-            scaler.observe(Sample(t=float(t), in_flight=20.0, ready_replicas=2, replicas=2, requests=completed,
-                                  completed=completed, stream_backlog_per_s=backlog))
+            scaler.observe(
+                Sample(
+                    t=float(t),
+                    in_flight=20.0,
+                    ready_replicas=2,
+                    replicas=2,
+                    requests=completed,
+                    completed=completed,
+                    stream_backlog_per_s=backlog,
+                )
+            )
             scaler.decide(float(t))
         assert scaler.state.replicas == 2, (backlog, completed)
 
 
 def _on_machine(cores: int, busy: float | None):
     """``run``'s load with every sample on a machine of ``cores`` cores, ``busy`` of them busy."""
+
     def feed(scaler: EntityScaler, start: int, end: int, load: float) -> list[Decision]:
         decisions = []
         for t in range(start, end):
@@ -373,12 +439,13 @@ def _on_machine(cores: int, busy: float | None):
             scaler.observe(replace(s, cores=cores, cores_busy=busy))
             decisions.append(scaler.decide(float(t)))
         return decisions
+
     return feed
 
 
 def test_replicas_on_one_machine_do_not_grow_past_its_cores_while_they_are_busy():
     scaler = EntityScaler(horizontal_only(), replicas=1)
-    last = _on_machine(2, 0.97)(scaler, 1, 12, 40.0)[-1]   # the load asks for 4
+    last = _on_machine(2, 0.97)(scaler, 1, 12, 40.0)[-1]  # the load asks for 4
     assert scaler.state.replicas == 2 and "cores are busy" in last.reason
     assert last.inputs["cores_busy"] == 0.97
 
@@ -392,7 +459,7 @@ def test_idle_cores_or_no_machine_in_the_samples_hold_nothing_back():
 
 def test_replicas_already_over_the_cores_are_not_taken_by_the_hold():
     scaler = EntityScaler(horizontal_only(), replicas=3)
-    _on_machine(2, 0.99)(scaler, 1, 12, 60.0)              # asks for 6: held at the 3 there are, not cut to 2
+    _on_machine(2, 0.99)(scaler, 1, 12, 60.0)  # asks for 6: held at the 3 there are, not cut to 2
     assert scaler.state.replicas == 3
 
 
@@ -414,10 +481,12 @@ def test_the_forecast_counts_a_trend_only_when_the_seconds_rise_more_consistentl
     from serving.autoscaler.load import forecast
 
     def seconds(loads):  # loads with a known service time of 0.1 s: requests = load / 0.1
-        return tuple(Sample(t=float(t), in_flight=x, ready_replicas=1, requests=int(round(x * 10)), completed=1)
-                     for t, x in enumerate(loads, 1))
+        return tuple(
+            Sample(t=float(t), in_flight=x, ready_replicas=1, requests=int(round(x * 10)), completed=1)
+            for t, x in enumerate(loads, 1)
+        )
 
-    assert forecast(seconds([100, 103, 98, 101, 104]), 0.1, 10.0) == pytest.approx(104)   # noise: the last second
+    assert forecast(seconds([100, 103, 98, 101, 104]), 0.1, 10.0) == pytest.approx(104)  # noise: the last second
     assert forecast(seconds([100, 110, 120, 130, 140]), 0.1, 10.0) == pytest.approx(140 + 10 * 10)
     assert forecast(seconds([100, 100, 100, 100, 400]), 0.1, 10.0) == pytest.approx(400)  # a step: no trend
     assert forecast(seconds([100, 110]), 0.1, 10.0) is None

@@ -36,8 +36,9 @@ def test_tollfree_beats_hpa_defaults_on_a_10x_spike():
     # the shipped defaults (the gateway holds the excess: answered late, 2.3x on 2026-12-02), and with
     # shedding (6.2x); both with the gateway's one standby
     for shed, factor in ((False, 2), (True, 5)):
-        mine = simulate(trace, profile, make_policy("tollfree", profile, shed_load=shed), seed=1, warmup_s=120,
-                        timeline=False)
+        mine = simulate(
+            trace, profile, make_policy("tollfree", profile, shed_load=shed), seed=1, warmup_s=120, timeline=False
+        )
         assert mine.bad * factor < hpa.bad, (shed, mine.bad, hpa.bad)
         assert mine.replica_seconds <= hpa.replica_seconds
         assert mine.time_to_capacity_s is not None and mine.time_to_capacity_s < hpa.time_to_capacity_s
@@ -55,8 +56,10 @@ def test_every_request_is_accounted_for():
 
 def test_csv_traces_load_with_iso_or_seconds_and_keep_their_shape_when_rescaled(tmp_path):
     iso = tmp_path / "iso.csv"
-    iso.write_text("TIMESTAMP,ContextTokens\n2023-11-16 18:17:03.9799600,1\n2023-11-16 18:17:05.4799600,2\n"
-                   "2023-11-16 18:17:04.0000000,3\n")
+    iso.write_text(
+        "TIMESTAMP,ContextTokens\n2023-11-16 18:17:03.9799600,1\n2023-11-16 18:17:05.4799600,2\n"
+        "2023-11-16 18:17:04.0000000,3\n"
+    )
     t = tr.load_csv(iso)
     assert np.allclose(t.arrivals, [0.0, 0.02004, 1.5], atol=1e-4)
     secs = tmp_path / "s.csv"
@@ -92,8 +95,15 @@ def test_cli_prints_one_json_object_keyed_by_policy_and_draws_a_plot(tmp_path, c
     assert main(["--trace", str(csv), "--policy", "all", "--json", "--seed", "1"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out) == {"tollfree", "hpa", "kpa", "ray"}
-    assert {"replica_seconds", "over_slo_share", "rejected", "p50_ms", "p99_ms", "time_to_capacity_s",
-            "scale_events"} <= set(out["hpa"])
+    assert {
+        "replica_seconds",
+        "over_slo_share",
+        "rejected",
+        "p50_ms",
+        "p99_ms",
+        "time_to_capacity_s",
+        "scale_events",
+    } <= set(out["hpa"])
     png = tmp_path / "plot.png"
     assert main(["--trace", str(csv), "--policy", "hpa", "--plot", str(png)]) == 0
     assert png.read_bytes()[:4] == b"\x89PNG"

@@ -16,7 +16,11 @@ from serving.batch.model_columns import ModelColumn, from_signature, type_proble
 @pytest.mark.parametrize(
     ("kind", "accepted", "refused"),
     [
-        ("long", [pa.int64(), pa.int32(), pa.int8(), pa.uint32()], [pa.float64(), pa.uint64(), pa.string(), pa.bool_()]),
+        (
+            "long",
+            [pa.int64(), pa.int32(), pa.int8(), pa.uint32()],
+            [pa.float64(), pa.uint64(), pa.string(), pa.bool_()],
+        ),
         ("integer", [pa.int32(), pa.int16(), pa.uint16()], [pa.int64(), pa.uint32(), pa.float32()]),
         ("double", [pa.float64(), pa.float32(), pa.int32(), pa.uint16()], [pa.int64(), pa.uint64(), pa.string()]),
         ("float", [pa.float32(), pa.float16()], [pa.float64(), pa.int32()]),
@@ -43,13 +47,18 @@ def test_the_mlflow_enforcement_the_rules_mirror_refuses_int64_into_double():
 
     with pytest.raises(MlflowException):
         _enforce_mlflow_datatype("x", pd.Series(np.array([5, 7], dtype=np.int64)), DataType.double)
-    assert _enforce_mlflow_datatype("x", pd.Series(np.array([5, 7], dtype=np.int32)), DataType.double).dtype == np.float64
+    assert (
+        _enforce_mlflow_datatype("x", pd.Series(np.array([5, 7], dtype=np.int32)), DataType.double).dtype == np.float64
+    )
 
 
 def test_signature_columns_keep_order_type_and_optionality():
     schema = Schema([ColSpec("double", "a"), ColSpec("long", "b"), ColSpec("double", "c", required=False)])
     assert from_signature(schema, "models:/m/1") == (
-        ModelColumn("a", "double"), ModelColumn("b", "long"), ModelColumn("c", "double", required=False))
+        ModelColumn("a", "double"),
+        ModelColumn("b", "long"),
+        ModelColumn("c", "double", required=False),
+    )
 
 
 @pytest.mark.parametrize(
@@ -68,8 +77,17 @@ def test_unusable_signatures_are_refused_naming_the_model(schema, message):
 
 
 def test_only_optional_float_columns_may_hold_nulls():
-    spec = InputSpec("id", (), (), (ModelColumn("a", "double"), ModelColumn("b", "double", required=False),
-                                    ModelColumn("c", "long", required=False), ModelColumn("id", "long", required=False)))
+    spec = InputSpec(
+        "id",
+        (),
+        (),
+        (
+            ModelColumn("a", "double"),
+            ModelColumn("b", "double", required=False),
+            ModelColumn("c", "long", required=False),
+            ModelColumn("id", "long", required=False),
+        ),
+    )
     assert spec.features_given and spec.columns == ["id", "a", "b", "c", "event_timestamp"]
     assert spec.not_null == ["id", "a", "c", "event_timestamp"]
     assert not InputSpec("id", ("customer_id",), ("amount",)).features_given
@@ -84,8 +102,15 @@ def _write(tmp_path, frame: pd.DataFrame):
 def test_footer_check_names_the_column_and_the_file_never_a_value(tmp_path):
     spec = InputSpec("id", (), (), (ModelColumn("spend", "double"), ModelColumn("count", "long")))
     ts = pd.Timestamp("2026-11-01", tz="UTC")
-    good = pd.DataFrame({"id": [1, 2], "spend": [12345.678, 2.5], "count": [3, 4], "event_timestamp": [ts, ts],
-                         "extra": ["ignored", "too"]})
+    good = pd.DataFrame(
+        {
+            "id": [1, 2],
+            "spend": [12345.678, 2.5],
+            "count": [3, 4],
+            "event_timestamp": [ts, ts],
+            "extra": ["ignored", "too"],
+        }
+    )
     plan = input_check.inspect(_write(tmp_path, good), spec)
     assert plan.rows == 2
     input_check.validate_values(plan, spec)

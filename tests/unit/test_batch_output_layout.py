@@ -55,6 +55,11 @@ def test_chunks_cut_row_groups_in_input_order():
     plan = InputPlan("in", (InputFile("a.parquet", (5, 2)), InputFile("b.parquet", (3,))))
     chunks = plan_chunks(plan, 2)
     assert [(c.path, c.row_group, c.start, c.length) for c in chunks] == [
-        ("a.parquet", 0, 0, 2), ("a.parquet", 0, 2, 2), ("a.parquet", 0, 4, 1), ("a.parquet", 1, 0, 2),
-        ("b.parquet", 0, 0, 2), ("b.parquet", 0, 2, 1)]
+        ("a.parquet", 0, 0, 2),
+        ("a.parquet", 0, 2, 2),
+        ("a.parquet", 0, 4, 1),
+        ("a.parquet", 1, 0, 2),
+        ("b.parquet", 0, 0, 2),
+        ("b.parquet", 0, 2, 1),
+    ]
     assert [c.index for c in chunks] == list(range(6)) and sum(c.length for c in chunks) == 10

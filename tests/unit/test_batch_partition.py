@@ -15,15 +15,25 @@ SPEC = InputSpec("transaction_id", ("customer_id", "merchant_id"), ("amount",))
 
 def _input(tmp_path, rows: int = 5000) -> InputPlan:
     rng = np.random.default_rng(1)
-    frame = pd.DataFrame({
-        "transaction_id": np.arange(rows), "customer_id": rng.zipf(1.5, rows) % 900,  # skewed keys
-        "merchant_id": rng.integers(1, 50, rows), "amount": rng.random(rows),
-        "event_timestamp": pd.Timestamp("2026-11-01", tz="UTC") + pd.to_timedelta(np.arange(rows), unit="s"),
-    })
+    frame = pd.DataFrame(
+        {
+            "transaction_id": np.arange(rows),
+            "customer_id": rng.zipf(1.5, rows) % 900,  # skewed keys
+            "merchant_id": rng.integers(1, 50, rows),
+            "amount": rng.random(rows),
+            "event_timestamp": pd.Timestamp("2026-11-01", tz="UTC") + pd.to_timedelta(np.arange(rows), unit="s"),
+        }
+    )
     path = tmp_path / "in.parquet"
     frame.to_parquet(path, index=False, row_group_size=1500)
-    return InputPlan(str(path), (InputFile(str(path), tuple(g.num_rows for g in
-                                          [pq.ParquetFile(path).metadata.row_group(i) for i in range(4)])),))
+    return InputPlan(
+        str(path),
+        (
+            InputFile(
+                str(path), tuple(g.num_rows for g in [pq.ParquetFile(path).metadata.row_group(i) for i in range(4)])
+            ),
+        ),
+    )
 
 
 def test_buckets_hold_every_row_once_in_disjoint_key_ranges(tmp_path):
@@ -49,11 +59,15 @@ def test_one_chunk_worth_of_rows_is_one_bucket(tmp_path):
 def test_buckets_fit_one_chunk_each_so_no_remainder_chunk_pays_a_join(tmp_path):
     rng = np.random.default_rng(4)
     rows = 20_000
-    frame = pd.DataFrame({
-        "transaction_id": np.arange(rows), "customer_id": rng.integers(0, 5000, rows),
-        "merchant_id": rng.integers(1, 50, rows), "amount": rng.random(rows),
-        "event_timestamp": pd.Timestamp("2026-11-01", tz="UTC") + pd.to_timedelta(np.arange(rows), unit="s"),
-    })
+    frame = pd.DataFrame(
+        {
+            "transaction_id": np.arange(rows),
+            "customer_id": rng.integers(0, 5000, rows),
+            "merchant_id": rng.integers(1, 50, rows),
+            "amount": rng.random(rows),
+            "event_timestamp": pd.Timestamp("2026-11-01", tz="UTC") + pd.to_timedelta(np.arange(rows), unit="s"),
+        }
+    )
     path = tmp_path / "uniform.parquet"
     frame.to_parquet(path, index=False)
     plan = InputPlan(str(path), (InputFile(str(path), (rows,)),))
@@ -69,7 +83,8 @@ def test_the_input_streams_in_order_in_batches_no_larger_than_asked(tmp_path):
     plan = _input(tmp_path)  # 5000 rows in row groups of 1500
     second = tmp_path / "second.parquet"
     pd.read_parquet(plan.files[0].path).assign(transaction_id=lambda f: f["transaction_id"] + 5000).to_parquet(
-        second, index=False, row_group_size=5000)
+        second, index=False, row_group_size=5000
+    )
     two = InputPlan(str(tmp_path), (*plan.files, InputFile(str(second), (5000,))))
     batches = list(stream_batches(two, ["transaction_id", "customer_id"], 1000))
     assert max(b.num_rows for b in batches) <= 1000

@@ -32,20 +32,32 @@ def test_the_gathering_wait_is_capped_and_a_profile_needs_size_one():
 
 
 def test_the_envelope_carries_bodies_byte_for_byte_both_ways():
-    requests = [wire.WireRequest("a", "application/json", b'{"inputs": [[1, 2]]}\n'),
-                wire.WireRequest("b", "text/csv", b"x,y\n1,2\n"), wire.WireRequest("c", "", b"")]
+    requests = [
+        wire.WireRequest("a", "application/json", b'{"inputs": [[1, 2]]}\n'),
+        wire.WireRequest("b", "text/csv", b"x,y\n1,2\n"),
+        wire.WireRequest("c", "", b""),
+    ]
     assert wire.decode_requests(wire.encode_requests(requests)) == requests
-    answers = [wire.WireAnswer(200, 1, b"[[0.1,0.9]]", b'[{"f":1}]'),
-               wire.WireAnswer(400, 0, b'{"error_code":"INVALID_PARAMETER_VALUE","message":"m"}', b"")]
+    answers = [
+        wire.WireAnswer(200, 1, b"[[0.1,0.9]]", b'[{"f":1}]'),
+        wire.WireAnswer(400, 0, b'{"error_code":"INVALID_PARAMETER_VALUE","message":"m"}', b""),
+    ]
     decoded = wire.decode_answers(wire.encode_answers(answers), expected=2)
     assert decoded == answers
     assert decoded[0].client_body() == b'{"predictions":[[0.1,0.9]]}' and decoded[1].client_body() == answers[1].first
 
 
-@pytest.mark.parametrize("envelope", [
-    b"no header line", b"[1]\n", b'{"items": [["a", "application/json", 5]]}\nabc', b'{"items": [["a", "x", 1]]}\nabc',
-    b'{"items": [["a", 1, 1]]}\na', b'{"items": [["a", "x", -1]]}\n',
-])
+@pytest.mark.parametrize(
+    "envelope",
+    [
+        b"no header line",
+        b"[1]\n",
+        b'{"items": [["a", "application/json", 5]]}\nabc',
+        b'{"items": [["a", "x", 1]]}\nabc',
+        b'{"items": [["a", 1, 1]]}\na',
+        b'{"items": [["a", "x", -1]]}\n',
+    ],
+)
 def test_a_malformed_envelope_is_refused(envelope):
     with pytest.raises(wire.WireError):
         wire.decode_requests(envelope)

@@ -7,13 +7,24 @@ from benchmarks.batch import FEATURES_GIVEN, LIMIT, MLFLOW, verdicts
 
 
 def row(tool: str, rows: int, wall_s: float, work_s: float) -> dict:
-    return {"tool": tool, "rows": rows, "wall_s": wall_s, "rows_per_s": round(rows / wall_s), "work_s": work_s,
-            "work_rows_per_s": round(rows / work_s), "peak_rss_mb": 1000}
+    return {
+        "tool": tool,
+        "rows": rows,
+        "wall_s": wall_s,
+        "rows_per_s": round(rows / wall_s),
+        "work_s": work_s,
+        "work_rows_per_s": round(rows / work_s),
+        "peak_rss_mb": 1000,
+    }
 
 
 def test_features_given_is_scored_against_mlflow_and_against_the_limit_at_the_same_size():
-    results = [row(FEATURES_GIVEN, 10_000_000, 40.0, 30.0), row(LIMIT, 10_000_000, 20.0, 14.0),
-               row(MLFLOW, 10_000_000, 220.0, 210.0), row(LIMIT, 1_000_000, 3.0, 2.0)]
+    results = [
+        row(FEATURES_GIVEN, 10_000_000, 40.0, 30.0),
+        row(LIMIT, 10_000_000, 20.0, 14.0),
+        row(MLFLOW, 10_000_000, 220.0, 210.0),
+        row(LIMIT, 1_000_000, 3.0, 2.0),
+    ]
     by_target = {v["target"]: v for v in verdicts(results)}
     assert by_target[f"{FEATURES_GIVEN} rows_per_s vs {MLFLOW} (10000000 rows)"]["ratio"] == 5.5
     assert by_target[f"{FEATURES_GIVEN} rows_per_s vs {MLFLOW} (10000000 rows)"]["pass"] is True

@@ -17,7 +17,7 @@ def run(bad, rs, requests=100_000):
 def test_a_baseline_dominates_only_when_no_worse_on_both_and_better_on_one():
     mine = run(100, 1_000.0)
     assert dominates(run(100, 999.0), mine) and dominates(run(99, 1_000.0), mine)
-    assert not dominates(run(100, 1_000.0), mine)            # equal is not domination
+    assert not dominates(run(100, 1_000.0), mine)  # equal is not domination
     assert not dominates(run(50, 1_001.0), mine) and not dominates(run(101, 10.0), mine)
 
 
@@ -25,7 +25,7 @@ def test_a_baseline_at_the_floor_under_the_bound_is_out_of_reach_of_any_windowed
     r = {"floor_bad": 100, "bound_rs": 10_000.0}
     assert unreachable(run(100, 9_999.0), r)
     assert not unreachable(run(100, 10_000.0), r) and not unreachable(run(101, 5_000.0), r)
-    best = run(100, 10_000.0)                                 # the best such a policy can do
+    best = run(100, 10_000.0)  # the best such a policy can do
     assert dominates(run(100, 9_999.0), best) and not dominates(run(101, 5_000.0), best)
 
 
@@ -45,8 +45,10 @@ def test_vertical_check_wants_the_third_cycle_and_every_later_one_in_the_band():
 
 
 def test_extremes_rank_rows_by_the_advantage_over_the_nearest_baseline():
-    rows = [{"name": n, "mine": run(bad, 1_000.0), "baselines": {"hpa": run(1_000, 1_000.0), "kpa": run(1_000, 900.0)}}
-            for n, bad in (("a", 10), ("b", 2_000), ("c", 500), ("d", 5_000))]
+    rows = [
+        {"name": n, "mine": run(bad, 1_000.0), "baselines": {"hpa": run(1_000, 1_000.0), "kpa": run(1_000, 900.0)}}
+        for n, bad in (("a", 10), ("b", 2_000), ("c", 500), ("d", 5_000))
+    ]
     wins, loses = extremes(rows, k=2)
     assert [r["name"] for r in wins] == ["a", "c"] and [r["name"] for r in loses] == ["d", "b"]
 
@@ -59,9 +61,8 @@ def test_an_ablation_patches_the_policy_for_its_run_only():
     for rule in ABLATIONS:
         with ablated(rule):
             pass
-    with pytest.raises(ValueError, match="unknown rule"):
-        with ablated("nope"):
-            pass
+    with pytest.raises(ValueError, match="unknown rule"), ablated("nope"):
+        pass
 
 
 def test_reach_of_a_spike_counts_the_floor_and_holds_replicas_for_the_window():
@@ -76,10 +77,17 @@ def test_the_models_targets_judge_the_start_floor_the_bound_and_the_best_baselin
     from benchmarks import autoscaler_targets as T
 
     def row(trace, mine, baselines, start_bad, rs_ratio, dominated=()):
-        return {"trace": trace, "mine": mine, "baselines": baselines, "start_bad": start_bad, "rs_ratio": rs_ratio,
-                "dominated_by": list(dominated), "extra_over_start": (mine["bad"] - start_bad) / mine["requests"]}
+        return {
+            "trace": trace,
+            "mine": mine,
+            "baselines": baselines,
+            "start_bad": start_bad,
+            "rs_ratio": rs_ratio,
+            "dominated_by": list(dominated),
+            "extra_over_start": (mine["bad"] - start_bad) / mine["requests"],
+        }
 
-    run = lambda bad, rs: {"bad": bad, "replica_seconds": rs, "requests": 10_000}   # noqa: E731
+    run = lambda bad, rs: {"bad": bad, "replica_seconds": rs, "requests": 10_000}  # noqa: E731
     rows = [
         # a step: 40 over the start floor of 100 where HPA (the fewest bad) has 200 over it, at 1.05x its replica-s
         row("spike", run(140, 1050), {"hpa": run(300, 1000), "kpa": run(900, 500)}, 100, 1.2),

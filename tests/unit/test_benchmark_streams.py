@@ -65,7 +65,14 @@ def test_drain_rate_counts_intervals_between_the_first_and_last_result():
 def test_group_lag_is_unread_plus_pending_from_xinfo_groups():
     groups = [  # as redis-py returns XINFO GROUPS: str keys, bytes for the name and ids
         {"name": b"other", "consumers": 1, "pending": 9, "last-delivered-id": b"5-0", "entries-read": 3, "lag": 9},
-        {"name": b"tollfree", "consumers": 1, "pending": 100, "last-delivered-id": b"7-0", "entries-read": 7, "lag": 42},
+        {
+            "name": b"tollfree",
+            "consumers": 1,
+            "pending": 100,
+            "last-delivered-id": b"7-0",
+            "entries-read": 7,
+            "lag": 42,
+        },
     ]
     assert group_lag(groups, "tollfree") == 142
     assert group_lag(groups, "other") == 18

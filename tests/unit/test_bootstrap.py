@@ -23,8 +23,14 @@ def _venv(path: Path) -> Path:
 
 
 def test_the_build_ignores_what_would_redirect_it_or_write_into_the_venv_first():
-    env = bootstrap.clean_environ({"PYTHONPYCACHEPREFIX": "/x/.venv/pycache", "UV_PROJECT_ENVIRONMENT": "/elsewhere",
-                                   "VIRTUAL_ENV": "/other", "PATH": "/bin"})
+    env = bootstrap.clean_environ(
+        {
+            "PYTHONPYCACHEPREFIX": "/x/.venv/pycache",
+            "UV_PROJECT_ENVIRONMENT": "/elsewhere",
+            "VIRTUAL_ENV": "/other",
+            "PATH": "/bin",
+        }
+    )
     assert env == {"PATH": "/bin", "PYTHONDONTWRITEBYTECODE": "1"}
 
 

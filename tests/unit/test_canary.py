@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pandas as pd
@@ -11,33 +11,42 @@ import pytest
 from monitoring.canary import canary_verdict
 from serving.endpoints.monitoring import CanaryThresholds
 
-NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 SINCE = NOW - timedelta(minutes=10)
 SMALL = CanaryThresholds(min_requests=100, min_labelled=100)
 
 
-def _requests(rng: np.random.Generator, entity: str, n: int, median_ms: float = 5.0, error_rate: float = 0.0) -> pd.DataFrame:
+def _requests(
+    rng: np.random.Generator, entity: str, n: int, median_ms: float = 5.0, error_rate: float = 0.0
+) -> pd.DataFrame:
     offsets = rng.uniform(0, 600, n)
     status = np.where(rng.random(n) < error_rate, 500, 200)
-    return pd.DataFrame({
-        "timestamp": [SINCE + timedelta(seconds=float(s)) for s in offsets],
-        "served_entity": entity,
-        "status_code": status,
-        "latency_ms": rng.lognormal(np.log(median_ms), 0.35, n),
-    })
+    return pd.DataFrame(
+        {
+            "timestamp": [SINCE + timedelta(seconds=float(s)) for s in offsets],
+            "served_entity": entity,
+            "status_code": status,
+            "latency_ms": rng.lognormal(np.log(median_ms), 0.35, n),
+        }
+    )
 
 
 def _log(seed: int, n_champion: int = 2000, n_challenger: int = 300, **challenger: float) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
-    return pd.concat([_requests(rng, "champ", n_champion), _requests(rng, "chall", n_challenger, **challenger)], ignore_index=True)
+    return pd.concat(
+        [_requests(rng, "champ", n_champion), _requests(rng, "chall", n_challenger, **challenger)], ignore_index=True
+    )
 
 
 def _labels(seed: int, acc_champion: float, acc_challenger: float, n: int = 400) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     rows = []
     for entity, acc in (("champ", acc_champion), ("chall", acc_challenger)):
-        rows.append(pd.DataFrame({"timestamp": SINCE + timedelta(seconds=5), "served_entity": entity,
-                                  "correct": rng.random(n) < acc}))
+        rows.append(
+            pd.DataFrame(
+                {"timestamp": SINCE + timedelta(seconds=5), "served_entity": entity, "correct": rng.random(n) < acc}
+            )
+        )
     return pd.concat(rows, ignore_index=True)
 
 
@@ -102,8 +111,13 @@ def test_accuracy_drop_rolls_back_and_small_drops_wait_for_labels():
 
 
 def _memory(entity: str, values: list[float]) -> pd.DataFrame:
-    return pd.DataFrame({"timestamp": [SINCE + timedelta(minutes=i) for i in range(len(values))],
-                         "served_entity": entity, "rss_mb": values})
+    return pd.DataFrame(
+        {
+            "timestamp": [SINCE + timedelta(minutes=i) for i in range(len(values))],
+            "served_entity": entity,
+            "rss_mb": values,
+        }
+    )
 
 
 def test_memory_rising_steadily_rolls_back_and_a_flat_or_shared_rise_does_not():
@@ -112,10 +126,16 @@ def test_memory_rising_steadily_rolls_back_and_a_flat_or_shared_rise_does_not():
     verdict = canary_verdict(_log(9), "champ", "chall", SINCE, NOW, SMALL, memory=pd.concat([flat, rising]))
     assert verdict.check("memory_trend").status == "rollback" and verdict.decision == "rollback"
     both = pd.concat([_memory("champ", [400, 430, 455, 490, 520, 560, 590, 630]), rising])
-    assert canary_verdict(_log(9), "champ", "chall", SINCE, NOW, SMALL, memory=both).check("memory_trend").status == "ok"
+    assert (
+        canary_verdict(_log(9), "champ", "chall", SINCE, NOW, SMALL, memory=both).check("memory_trend").status == "ok"
+    )
     noisy = _memory("chall", [400, 420, 395, 415, 398, 421, 402, 410])
-    assert canary_verdict(_log(9), "champ", "chall", SINCE, NOW, SMALL,
-                          memory=pd.concat([flat, noisy])).check("memory_trend").status == "ok"
+    assert (
+        canary_verdict(_log(9), "champ", "chall", SINCE, NOW, SMALL, memory=pd.concat([flat, noisy]))
+        .check("memory_trend")
+        .status
+        == "ok"
+    )
 
 
 def test_thresholds_from_a_mapping_refuse_unknown_keys():

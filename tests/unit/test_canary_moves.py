@@ -66,7 +66,7 @@ def verdicts(*decisions: str):  # a judge that hands out these decisions in turn
     queue = list(decisions)
 
     def judge(state, now):
-        return state, SimpleNamespace(decision=queue.pop(0), reason="because", table=lambda: [])
+        return state, SimpleNamespace(decision=queue.pop(0), reason="because", table=list)
 
     return judge
 
@@ -117,12 +117,13 @@ def test_without_a_challenger_nothing_starts(world):
 
 def test_one_run_per_endpoint_at_a_time(world):
     settings = world[0]
-    with canary.exclusive(settings, "e") as first:
-        with canary.exclusive(settings, "e") as second:
-            assert (first, second) == (True, False)
+    with canary.exclusive(settings, "e") as first, canary.exclusive(settings, "e") as second:
+        assert (first, second) == (True, False)
 
 
-def _split(api: Endpoint, shares: dict[str, int], versions: dict[str, str], model: dict[str, str] | None = None) -> None:
+def _split(
+    api: Endpoint, shares: dict[str, int], versions: dict[str, str], model: dict[str, str] | None = None
+) -> None:
     """A split set by hand (as an update_config through the SDK would), not by the canary."""
     entities = [{"name": n, "entity_name": (model or {}).get(n, "m"), "entity_version": v} for n, v in versions.items()]
     api.apply("e", canary.config_body({"config": {}}, entities, shares))

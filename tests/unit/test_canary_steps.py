@@ -2,21 +2,39 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from serving.registry.canary_steps import (
-    ACTIVE, ADVANCE, HOLD, PROMOTE, ROLLBACK, CanaryPlan, CanaryState, drained, next_action, with_memory,
+    ACTIVE,
+    ADVANCE,
+    HOLD,
+    PROMOTE,
+    ROLLBACK,
+    CanaryPlan,
+    CanaryState,
+    drained,
+    next_action,
+    with_memory,
 )
 
-NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
 def _state(traffic: int = 5, started: datetime = NOW - timedelta(minutes=15)) -> CanaryState:
-    return CanaryState(endpoint="e", model="m", champion_entity="champ", champion_version="1", challenger_entity="chall",
-                       challenger_version="2", status=ACTIVE, traffic=traffic, step_started=started.isoformat(),
-                       started=started.isoformat())
+    return CanaryState(
+        endpoint="e",
+        model="m",
+        champion_entity="champ",
+        champion_version="1",
+        challenger_entity="chall",
+        challenger_version="2",
+        status=ACTIVE,
+        traffic=traffic,
+        step_started=started.isoformat(),
+        started=started.isoformat(),
+    )
 
 
 def test_steps_advance_after_the_dwell_and_promote_at_100():
@@ -34,7 +52,7 @@ def test_steps_advance_after_the_dwell_and_promote_at_100():
 def test_a_rollback_verdict_acts_at_once_and_anything_unclear_holds():
     plan = CanaryPlan(min_dwell_s=600)
     fresh = _state(25, started=NOW - timedelta(seconds=5))
-    assert next_action(plan, fresh, "rollback", "p99", NOW) .kind == ROLLBACK
+    assert next_action(plan, fresh, "rollback", "p99", NOW).kind == ROLLBACK
     assert next_action(plan, fresh, "rollback", "p99", NOW).traffic == 0
     for decision in ("warn", "insufficient"):
         assert next_action(plan, fresh, decision, "why", NOW).kind == HOLD

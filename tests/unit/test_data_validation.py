@@ -9,9 +9,17 @@ import pytest
 from flows.data_validation import ExpectationOutcome, ValidationSummary, training_suite, validate_frame
 
 FEATURES = [
-    "cust_spend_1h", "cust_txn_count_1h", "cust_spend_24h", "cust_txn_count_24h", "cust_spend_7d",
-    "cust_txn_count_7d", "cust_mean_amount_7d", "merch_fraud_rate_30d", "merch_txn_count_30d",
-    "amount_to_mean_7d", "log_amount",
+    "cust_spend_1h",
+    "cust_txn_count_1h",
+    "cust_spend_24h",
+    "cust_txn_count_24h",
+    "cust_spend_7d",
+    "cust_txn_count_7d",
+    "cust_mean_amount_7d",
+    "merch_fraud_rate_30d",
+    "merch_txn_count_30d",
+    "amount_to_mean_7d",
+    "log_amount",
 ]
 NOT_NULL = "expect_column_values_to_not_be_null"
 BETWEEN = "expect_column_values_to_be_between"
@@ -29,23 +37,29 @@ def make_frame(n: int = 2000, seed: int = 7) -> pd.DataFrame:
     mean_7d = amount * rng.uniform(0.5, 2.0, n)
     fraud = (rng.random(n) < 0.03).astype(np.int64)
     fraud[::100] = 1  # at least one positive in every slice used here
-    return pd.DataFrame({
-        "transaction_id": np.arange(1, n + 1, dtype=np.int64),
-        "customer_id": rng.integers(1, 500, n),
-        "merchant_id": rng.integers(1, 80, n),
-        "event_timestamp": pd.Timestamp("2025-01-01", tz="UTC") + pd.to_timedelta(np.sort(rng.integers(0, 30 * 86400, n)), "s"),
-        "amount": amount,
-        "cust_spend_1h": spend_1h, "cust_txn_count_1h": count_1h,
-        "cust_spend_24h": spend_24h, "cust_txn_count_24h": count_24h,
-        "cust_spend_7d": spend_7d, "cust_txn_count_7d": count_7d,
-        "cust_mean_amount_7d": mean_7d,
-        "merch_fraud_rate_30d": rng.beta(1, 60, n),
-        "merch_txn_count_30d": rng.poisson(300, n),
-        "amount_to_mean_7d": amount / mean_7d,
-        "log_amount": np.log1p(amount),
-        "is_fraud": fraud,
-        "age_group": rng.choice(["18-25", "26-40", "41-60", "61+"], n),
-    })
+    return pd.DataFrame(
+        {
+            "transaction_id": np.arange(1, n + 1, dtype=np.int64),
+            "customer_id": rng.integers(1, 500, n),
+            "merchant_id": rng.integers(1, 80, n),
+            "event_timestamp": pd.Timestamp("2025-01-01", tz="UTC")
+            + pd.to_timedelta(np.sort(rng.integers(0, 30 * 86400, n)), "s"),
+            "amount": amount,
+            "cust_spend_1h": spend_1h,
+            "cust_txn_count_1h": count_1h,
+            "cust_spend_24h": spend_24h,
+            "cust_txn_count_24h": count_24h,
+            "cust_spend_7d": spend_7d,
+            "cust_txn_count_7d": count_7d,
+            "cust_mean_amount_7d": mean_7d,
+            "merch_fraud_rate_30d": rng.beta(1, 60, n),
+            "merch_txn_count_30d": rng.poisson(300, n),
+            "amount_to_mean_7d": amount / mean_7d,
+            "log_amount": np.log1p(amount),
+            "is_fraud": fraud,
+            "age_group": rng.choice(["18-25", "26-40", "41-60", "61+"], n),
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +79,17 @@ def test_clean_frame_passes(frame: pd.DataFrame) -> None:
     assert summary.rows == 2000 and summary.failed() == []
     assert all(o.success for o in summary.outcomes)
     keys = {(o.expectation, o.column) for o in summary.outcomes}
-    assert {(ROW_COUNT, None), (IN_SET, "is_fraud"), (MEAN, "is_fraud"), (UNIQUE, "transaction_id"),
-            (BETWEEN, "amount"), (BETWEEN, "merch_fraud_rate_30d"), (BETWEEN, "cust_txn_count_7d"),
-            (IN_SET, "age_group"), (NOT_NULL, "event_timestamp")} <= keys
+    assert {
+        (ROW_COUNT, None),
+        (IN_SET, "is_fraud"),
+        (MEAN, "is_fraud"),
+        (UNIQUE, "transaction_id"),
+        (BETWEEN, "amount"),
+        (BETWEEN, "merch_fraud_rate_30d"),
+        (BETWEEN, "cust_txn_count_7d"),
+        (IN_SET, "age_group"),
+        (NOT_NULL, "event_timestamp"),
+    } <= keys
     assert {(NOT_NULL, c) for c in [*FEATURES, "is_fraud", "transaction_id"]} <= keys
     assert len(keys) == len(summary.outcomes)  # one outcome per (type, column)
     assert next(o for o in summary.outcomes if o.expectation == ROW_COUNT).observed == "observed 2000"
@@ -120,7 +142,10 @@ def test_out_of_range_rate_and_negative_count_fail(frame: pd.DataFrame) -> None:
     bad = frame.copy()
     bad.loc[4, "merch_fraud_rate_30d"] = 1.5
     bad.loc[6, "cust_txn_count_1h"] = -1
-    assert failed_keys(validate_frame(bad, FEATURES)) == {(BETWEEN, "merch_fraud_rate_30d"), (BETWEEN, "cust_txn_count_1h")}
+    assert failed_keys(validate_frame(bad, FEATURES)) == {
+        (BETWEEN, "merch_fraud_rate_30d"),
+        (BETWEEN, "cust_txn_count_1h"),
+    }
 
 
 def test_too_few_rows_fails_row_count(frame: pd.DataFrame) -> None:

@@ -11,19 +11,27 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from mlflow.exceptions import MlflowException
 
 from flows.gateway_api import GatewayApi, GatewayError
-from serving.discovery import (DEFAULT_URL, GatewayRecord, client_url, live_record, read_records, remove_record,
-                               resolve_gateway, write_record)
+from serving.discovery import (
+    DEFAULT_URL,
+    GatewayRecord,
+    client_url,
+    live_record,
+    read_records,
+    remove_record,
+    resolve_gateway,
+    write_record,
+)
 from serving.mlflow_plugin import TollfreeDeploymentClient, gateway_address
 
 HOST = socket.gethostname()
-T0 = datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -68,10 +76,13 @@ def test_precedence_given_then_the_variable_then_a_live_record_then_the_default(
 def test_a_stale_record_a_foreign_host_s_and_a_corrupt_one_are_skipped(home: Path, caplog) -> None:
     gateways = home / "gateways"
     write_record(gateways, "http://127.0.0.1:8091", pid=dead_pid(), now=T0 + timedelta(hours=2))
-    write_record(gateways, "http://127.0.0.1:8092", pid=os.getpid(), hostname="another-pod", now=T0 + timedelta(hours=1))
+    write_record(
+        gateways, "http://127.0.0.1:8092", pid=os.getpid(), hostname="another-pod", now=T0 + timedelta(hours=1)
+    )
     (gateways / "garbage.json").write_text("{not json")
-    (gateways / "no-pid.json").write_text('{"url": "http://127.0.0.1:8093", "hostname": "%s", '
-                                          '"started_at": "2026-05-01T12:00:00+00:00"}' % HOST)
+    (gateways / "no-pid.json").write_text(
+        '{"url": "http://127.0.0.1:8093", "hostname": "%s", "started_at": "2026-05-01T12:00:00+00:00"}' % HOST
+    )
     assert resolve_gateway(env_of(home)).source == "default"
     assert "garbage.json" in caplog.text and "no-pid.json" in caplog.text and "not a process id" in caplog.text
     write_record(gateways, "http://127.0.0.1:8094", now=T0)
@@ -93,8 +104,11 @@ def test_a_record_is_written_whole_and_a_gateway_clears_the_dead_ones_of_its_hos
     path, record = write_record(gateways, "http://127.0.0.1:8097/", now=T0)
     assert not dead.exists() and foreign.exists()  # another host's pid cannot be checked from here
     assert sorted(p.name for p in gateways.iterdir()) == sorted([path.name, foreign.name])  # no temporary file left
-    assert GatewayRecord.from_json(path.read_text()) == record == GatewayRecord(
-        "http://127.0.0.1:8097", os.getpid(), HOST, T0)
+    assert (
+        GatewayRecord.from_json(path.read_text())
+        == record
+        == GatewayRecord("http://127.0.0.1:8097", os.getpid(), HOST, T0)
+    )
     assert [p for p, _ in read_records(gateways)] == sorted([path, foreign])
 
 
@@ -107,10 +121,16 @@ def test_a_gateway_removes_its_record_only_while_it_is_still_its_own(home: Path)
     assert not remove_record(path, replaced)  # already gone: nothing to do
 
 
-@pytest.mark.parametrize(("host", "url"), [
-    ("0.0.0.0", "http://127.0.0.1:8090"), ("::", "http://[::1]:8090"), ("::1", "http://[::1]:8090"),
-    ("10.1.2.3", "http://10.1.2.3:8090"), ("gw.internal", "http://gw.internal:8090"),
-])
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("0.0.0.0", "http://127.0.0.1:8090"),
+        ("::", "http://[::1]:8090"),
+        ("::1", "http://[::1]:8090"),
+        ("10.1.2.3", "http://10.1.2.3:8090"),
+        ("gw.internal", "http://gw.internal:8090"),
+    ],
+)
 def test_the_recorded_url_is_one_a_client_on_this_host_can_use(host: str, url: str) -> None:
     assert client_url(host, 8090) == url
 
@@ -128,10 +148,14 @@ def test_a_url_that_is_not_http_is_refused_naming_where_it_came_from(home: Path,
 def test_a_refused_connection_names_the_url_its_source_and_the_variable(home: Path, refusing_url: str) -> None:
     port = refusing_url.rsplit(":", 1)[1]
     path, _ = write_record(home / "gateways", refusing_url)
-    cases = {"record": (env_of(home), str(path)),
-             "environment": (env_of(home, TOLLFREE_GATEWAY_URL=f"http://user:hunter2@127.0.0.1:{port}"),
-                             "came from TOLLFREE_GATEWAY_URL"),
-             "default": (env_of(home / "other"), str(home / "other" / "gateways"))}
+    cases = {
+        "record": (env_of(home), str(path)),
+        "environment": (
+            env_of(home, TOLLFREE_GATEWAY_URL=f"http://user:hunter2@127.0.0.1:{port}"),
+            "came from TOLLFREE_GATEWAY_URL",
+        ),
+        "default": (env_of(home / "other"), str(home / "other" / "gateways")),
+    }
     for source, (environ, says) in cases.items():
         address = resolve_gateway(environ, default=refusing_url)
         assert address.source == source

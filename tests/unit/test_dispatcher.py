@@ -28,7 +28,9 @@ BATCHING = BatchPlan(enabled=True, max_batch=8, max_wait_ms=0.0, single_ms=1.0, 
 
 
 def gateway(tmp_path, replicas: FakeReplicas, *, max_queue: int, max_wait_s: float, limit: int = 1):
-    app = in_process_gateway(tmp_path, TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN}), replicas=replicas, limit=limit)
+    app = in_process_gateway(
+        tmp_path, TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN}), replicas=replicas, limit=limit
+    )
     dispatcher = app.state.manager.live["ep"].entities["m-1"].dispatcher
     dispatcher.max_queue, dispatcher.max_wait_s = max_queue, max_wait_s
     return app
@@ -36,8 +38,11 @@ def gateway(tmp_path, replicas: FakeReplicas, *, max_queue: int, max_wait_s: flo
 
 def burst(client: TestClient, n: int) -> list[httpx.Response]:
     def one(_: int) -> httpx.Response:
-        return client.post("/serving-endpoints/ep/invocations", content=json.dumps({"inputs": [[1]]}),
-                           headers={"Authorization": f"Bearer {TOKEN}", "content-type": "application/json"})
+        return client.post(
+            "/serving-endpoints/ep/invocations",
+            content=json.dumps({"inputs": [[1]]}),
+            headers={"Authorization": f"Bearer {TOKEN}", "content-type": "application/json"},
+        )
 
     with ThreadPoolExecutor(n) as pool:
         return list(pool.map(one, range(n)))
@@ -81,7 +86,9 @@ def test_waiting_requests_go_as_one_batch_and_each_gets_its_own_answer():
         replica = FakeReplica("r")
         dispatcher = Dispatcher(replicas.send, lambda: [replica], limit=lambda: 64)
         dispatcher.plan = BATCHING
-        answers = await asyncio.gather(*(dispatcher.submit(WireRequest(f"q{i}", "application/json", b"{}")) for i in range(19)))
+        answers = await asyncio.gather(
+            *(dispatcher.submit(WireRequest(f"q{i}", "application/json", b"{}")) for i in range(19))
+        )
         return replicas.batches, answers, replica.outstanding
 
     batches, answers, outstanding = run(scenario())
@@ -96,6 +103,7 @@ def test_waiting_requests_go_as_one_batch_and_each_gets_its_own_answer():
 def test_requests_submitted_together_leave_in_full_batches_and_overflow_is_refused_each():
     """A stream's micro-batch: the 19 requests above, submitted together, leave as 8, 8, 3 (not 1, 1, 8, 8, 1);
     with no replica free and the queue bounded, each request past the bound gets its own AdmissionRefused."""
+
     async def scenario(busy: bool):  # type: ignore[no-untyped-def]
         replicas = FakeReplicas(delay_s=0.05)
         replica = FakeReplica("r", outstanding=1 if busy else 0)
@@ -161,14 +169,15 @@ def test_the_busy_clock_a_reply_carries_is_kept_per_replica_until_the_replica_le
         return readings, dispatcher.busy_clocks(), id(a), id(b)
 
     readings, after, a, b = run(scenario())
-    assert set(readings) == {a, b}                 # each replica's own reading
-    assert max(readings.values()) == 0.75          # three replies (0.25, 0.5, 0.75): the last one's reading is kept
-    assert after == {a: readings[a]}               # b left: its reading is dropped
+    assert set(readings) == {a, b}  # each replica's own reading
+    assert max(readings.values()) == 0.75  # three replies (0.25, 0.5, 0.75): the last one's reading is kept
+    assert after == {a: readings[a]}  # b left: its reading is dropped
 
 
 def test_requests_sent_to_a_replica_behind_the_call_it_predicts_are_metered_as_queued():
     """A replica predicts one call at a time: of four calls sent to it at once, one is in service and three wait
     inside it, so the meter's queue depth holds them (what the autoscaler's service time leaves out)."""
+
     async def scenario():  # type: ignore[no-untyped-def]
         replicas = FakeReplicas(delay_s=0.2)
         replica = FakeReplica("r")
@@ -185,7 +194,9 @@ def test_requests_sent_to_a_replica_behind_the_call_it_predicts_are_metered_as_q
 def test_no_reachable_replica_is_a_503_and_a_slow_one_a_504():
     async def unreachable():  # type: ignore[no-untyped-def]
         replicas = FakeReplicas(delay_s=0.0)
-        dispatcher = Dispatcher(replicas.send, lambda: [FakeReplica("a", reachable=False), FakeReplica("b", reachable=False)])
+        dispatcher = Dispatcher(
+            replicas.send, lambda: [FakeReplica("a", reachable=False), FakeReplica("b", reachable=False)]
+        )
         await dispatcher.submit(WireRequest("q", "application/json", b"{}"))
 
     with pytest.raises(ApiError) as err:
@@ -203,10 +214,12 @@ def test_no_reachable_replica_is_a_503_and_a_slow_one_a_504():
 
 def test_bad_limits_are_refused_and_a_full_queue_refuses_at_once():
     with pytest.raises(ValueError):
-        Dispatcher(FakeReplicas().send, lambda: [], max_queue=-1)
+        Dispatcher(FakeReplicas().send, list, max_queue=-1)
 
     async def full():  # type: ignore[no-untyped-def]
-        dispatcher = Dispatcher(FakeReplicas().send, lambda: [FakeReplica("a", outstanding=1)], limit=lambda: 1, max_queue=0)
+        dispatcher = Dispatcher(
+            FakeReplicas().send, lambda: [FakeReplica("a", outstanding=1)], limit=lambda: 1, max_queue=0
+        )
         await dispatcher.submit(WireRequest("q", "application/json", b"{}"))
 
     with pytest.raises(AdmissionRefused):

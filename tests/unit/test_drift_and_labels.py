@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pandas as pd
@@ -12,19 +12,21 @@ import pytest
 from flows.served_data import prediction_score
 from flows.skew import drift_config
 from monitoring.drift import compute_drift
-from serving.endpoints.monitoring import DriftConfig
 from monitoring.labels import join_labels, predicted_class
+from serving.endpoints.monitoring import DriftConfig
 
 
 def _population(n: int, seed: int) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
-    return pd.DataFrame({
-        "amount": rng.lognormal(3.5, 1.0, n),
-        "count_24h": rng.poisson(3, n),
-        "risk": rng.beta(2, 60, n),
-        "ratio": rng.gamma(2.0, 0.5, n),
-        "channel": rng.choice(["web", "pos", "app"], n, p=[0.5, 0.3, 0.2]),
-    })
+    return pd.DataFrame(
+        {
+            "amount": rng.lognormal(3.5, 1.0, n),
+            "count_24h": rng.poisson(3, n),
+            "risk": rng.beta(2, 60, n),
+            "ratio": rng.gamma(2.0, 0.5, n),
+            "channel": rng.choice(["web", "pos", "app"], n, p=[0.5, 0.3, 0.2]),
+        }
+    )
 
 
 COLUMNS = ["amount", "count_24h", "risk", "ratio", "channel"]
@@ -42,7 +44,12 @@ def test_twenty_clean_resamples_raise_no_drift_and_a_shifted_feature_is_named():
     result = compute_drift(reference, shifted, COLUMNS)
     assert result.drifted_columns() == ["ratio"]
     assert {c.column: c.method for c in result.columns} == {
-        "amount": "ks", "count_24h": "ks", "risk": "ks", "ratio": "ks", "channel": "chi2_contingency"}
+        "amount": "ks",
+        "count_24h": "ks",
+        "risk": "ks",
+        "ratio": "ks",
+        "channel": "chi2_contingency",
+    }
 
 
 def test_a_shifted_category_is_named_by_the_chi_square_test_of_homogeneity():
@@ -74,19 +81,24 @@ def test_predicted_classes():
 
 
 def _record(request_id: str, outputs: list, status: int = 200, entity: str = "m-1") -> dict:
-    return {"request_id": request_id, "timestamp": datetime(2026, 11, 29, tzinfo=timezone.utc), "endpoint": "e",
-            "served_entity": entity, "model_version": "1", "status_code": status,
-            "outputs": json.dumps(outputs) if status == 200 else None}
+    return {
+        "request_id": request_id,
+        "timestamp": datetime(2026, 11, 29, tzinfo=UTC),
+        "endpoint": "e",
+        "served_entity": entity,
+        "model_version": "1",
+        "status_code": status,
+        "outputs": json.dumps(outputs) if status == 200 else None,
+    }
 
 
 def test_labels_join_by_request_id_and_row_and_count_the_unmatched():
-    log = pd.DataFrame([
-        _record("a", [[0.9, 0.1]]),
-        _record("b", [[0.2, 0.8], [0.7, 0.3]], entity="m-2"),
-        _record("c", [], status=500),
-    ])
-    labels = pd.DataFrame({"request_id": ["a", "b", "b", "c", "zzz", "a"], "row": [0, 0, 1, 0, 0, 0],
-                           "label": [1, 1, 1, 0, 0, 0]})
+    log = pd.DataFrame(
+        [_record("a", [[0.9, 0.1]]), _record("b", [[0.2, 0.8], [0.7, 0.3]], entity="m-2"), _record("c", [], status=500)]
+    )
+    labels = pd.DataFrame(
+        {"request_id": ["a", "b", "b", "c", "zzz", "a"], "row": [0, 0, 1, 0, 0, 0], "label": [1, 1, 1, 0, 0, 0]}
+    )
     joined = join_labels(log, labels)
     table = joined.labelled.set_index(["request_id", "row"])
     assert list(table.index) == [("a", 0), ("b", 0), ("b", 1)]

@@ -123,4 +123,6 @@ def test_the_correction_is_statsmodels_and_weights_unequal_thresholds(correction
     assert np.allclose([ours[c] for c in names], multipletests(p, method=correction)[1])
     # a column held to 0.02 is judged as one at 0.01 with half its p-value
     weighted = corrected({"a": 0.004, "b": 0.5}, {"a": 0.02, "b": 0.01}, correction)
-    assert weighted["a"] == pytest.approx(2 * corrected({"a": 0.002, "b": 0.5}, {"a": 0.01, "b": 0.01}, correction)["a"])
+    assert weighted["a"] == pytest.approx(
+        2 * corrected({"a": 0.002, "b": 0.5}, {"a": 0.01, "b": 0.01}, correction)["a"]
+    )

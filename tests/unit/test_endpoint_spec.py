@@ -173,9 +173,11 @@ def test_mlflow_style_body_with_route_optimized_and_tags_is_accepted(client: Tes
 
 
 def test_single_entity_defaults_to_all_traffic_and_alias_naming() -> None:
-    config = normalize_config(EndpointCoreConfig.model_validate({"served_entities": [
-        {"entity_name": "main.risk.fraud_model", "entity_alias": "champion"}
-    ]}))
+    config = normalize_config(
+        EndpointCoreConfig.model_validate(
+            {"served_entities": [{"entity_name": "main.risk.fraud_model", "entity_alias": "champion"}]}
+        )
+    )
     [served] = config.served_entities
     assert served.name == "main.risk.fraud_model-champion"
     assert (served.entity_version, served.resolved_version) == (None, None)
@@ -199,10 +201,14 @@ def test_normalize_is_idempotent_and_keeps_resolved_alias_version() -> None:
 
 
 def test_unrouted_entity_gets_zero_traffic() -> None:
-    config = normalize_config(EndpointCoreConfig.model_validate({
-        "served_entities": [entity(), entity(entity_version="4")],
-        "traffic_config": {"routes": [{"served_entity_name": "fraud_model-4", "traffic_percentage": 100}]},
-    }))
+    config = normalize_config(
+        EndpointCoreConfig.model_validate(
+            {
+                "served_entities": [entity(), entity(entity_version="4")],
+                "traffic_config": {"routes": [{"served_entity_name": "fraud_model-4", "traffic_percentage": 100}]},
+            }
+        )
+    )
     assert traffic_weights(config) == [("fraud_model-3", 0), ("fraud_model-4", 100)]
 
 
@@ -278,9 +284,11 @@ def test_invalid_entities_are_400_naming_the_field(fields: dict[str, Any], expec
 
 
 def test_sane_replica_bounds_are_accepted() -> None:
-    config = normalize_config(EndpointCoreConfig.model_validate({"served_entities": [
-        entity(min_replicas=0, max_replicas=4, scale_to_zero_enabled=True, max_concurrency=8)
-    ]}))
+    config = normalize_config(
+        EndpointCoreConfig.model_validate(
+            {"served_entities": [entity(min_replicas=0, max_replicas=4, scale_to_zero_enabled=True, max_concurrency=8)]}
+        )
+    )
     assert (config.served_entities[0].min_replicas, config.served_entities[0].max_replicas) == (0, 4)
 
 
@@ -309,19 +317,36 @@ def test_good_endpoint_names_pass(name: str) -> None:
 def record(**changes: Any) -> EndpointRecord:
     config = normalize_config(EndpointCoreConfig.model_validate(SDK_CONFIG), "fraud")
     base: dict[str, Any] = dict(
-        name="fraud", id="0123456789abcdef0123456789abcdef", creator="alice", created_ms=1_700_000_000_000,
-        updated_ms=1_700_000_000_500, config=config, config_version=2, ready="READY", config_update="NOT_UPDATING",
-        pending_config=None, ai_gateway=None, state_message=None,
+        name="fraud",
+        id="0123456789abcdef0123456789abcdef",
+        creator="alice",
+        created_ms=1_700_000_000_000,
+        updated_ms=1_700_000_000_500,
+        config=config,
+        config_version=2,
+        ready="READY",
+        config_update="NOT_UPDATING",
+        pending_config=None,
+        ai_gateway=None,
+        state_message=None,
     )
     return EndpointRecord(**{**base, **changes})
 
 
 def test_record_json_round_trip_keeps_alias_resolution() -> None:
-    alias_config = normalize_config(EndpointCoreConfig.model_validate(
-        {"served_entities": [{"entity_name": "fraud_model", "entity_alias": "champion"}]}))
+    alias_config = normalize_config(
+        EndpointCoreConfig.model_validate(
+            {"served_entities": [{"entity_name": "fraud_model", "entity_alias": "champion"}]}
+        )
+    )
     alias_config.served_entities[0].resolved_version = "5"
-    original = record(pending_config=alias_config, config_update="IN_PROGRESS", tags=[{"key": "team", "value": "r"}],
-                      ai_gateway={"usage_tracking_config": {"enabled": True}}, revision=7)
+    original = record(
+        pending_config=alias_config,
+        config_update="IN_PROGRESS",
+        tags=[{"key": "team", "value": "r"}],
+        ai_gateway={"usage_tracking_config": {"enabled": True}},
+        revision=7,
+    )
     text = original.to_json()
     assert "revision" not in json.loads(text)
     restored = EndpointRecord.from_json(text, revision=7)
@@ -346,11 +371,17 @@ def test_view_has_databricks_shape() -> None:
     assert first["entity_name"] == "fraud_model" and first["entity_version"] == "3"
     assert first["state"] == {"deployment": "DEPLOYMENT_READY"}
     assert config["served_models"][1] == {
-        "name": "challenger", "model_name": "fraud_model", "model_version": "4", "workload_size": "Small",
-        "scale_to_zero_enabled": False, "state": {"deployment": "DEPLOYMENT_READY"},
+        "name": "challenger",
+        "model_name": "fraud_model",
+        "model_version": "4",
+        "workload_size": "Small",
+        "scale_to_zero_enabled": False,
+        "state": {"deployment": "DEPLOYMENT_READY"},
     }
     assert config["traffic_config"]["routes"][0] == {
-        "served_entity_name": "fraud_model-3", "served_model_name": "fraud_model-3", "traffic_percentage": 90
+        "served_entity_name": "fraud_model-3",
+        "served_model_name": "fraud_model-3",
+        "traffic_percentage": 90,
     }
     assert config["auto_capture_config"]["catalog_name"] == "ml"
     assert "pending_config" not in view and "ai_gateway" not in view and "task" not in view
@@ -366,10 +397,12 @@ def test_view_while_updating_and_after_failure() -> None:
     assert pending["config_version"] == 3 and pending["start_time"] == 1_700_000_000_500
     assert pending["served_entities"][0]["entity_version"] == "9"
     assert pending["served_entities"][0]["state"] == {
-        "deployment": "DEPLOYMENT_CREATING", "deployment_state_message": "starting"
+        "deployment": "DEPLOYMENT_CREATING",
+        "deployment_state_message": "starting",
     }
-    failed = endpoint_view(record(ready="NOT_READY", config_version=1, config_update="UPDATE_FAILED",
-                                  state_message="replica exited"))
+    failed = endpoint_view(
+        record(ready="NOT_READY", config_version=1, config_update="UPDATE_FAILED", state_message="replica exited")
+    )
     assert failed["config"]["served_entities"][0]["state"]["deployment"] == "DEPLOYMENT_FAILED"
     creating = endpoint_view(record(ready="NOT_READY", config_update="IN_PROGRESS"))
     assert creating["config"]["served_entities"][0]["state"] == {"deployment": "DEPLOYMENT_CREATING"}
@@ -378,8 +411,14 @@ def test_view_while_updating_and_after_failure() -> None:
 def test_view_parses_with_the_databricks_sdk() -> None:
     serving = pytest.importorskip("databricks.sdk.service.serving")
     new = normalize_config(EndpointCoreConfig.model_validate({"served_entities": [entity(entity_version="9")]}))
-    view = endpoint_view(record(pending_config=new, config_update="IN_PROGRESS", ai_gateway={
-        "usage_tracking_config": {"enabled": True}}, tags=[{"key": "team", "value": "risk"}]))
+    view = endpoint_view(
+        record(
+            pending_config=new,
+            config_update="IN_PROGRESS",
+            ai_gateway={"usage_tracking_config": {"enabled": True}},
+            tags=[{"key": "team", "value": "risk"}],
+        )
+    )
     parsed = serving.ServingEndpointDetailed.from_dict(json.loads(json.dumps(view)))
     assert parsed.name == "fraud" and parsed.creator == "alice"
     assert parsed.state.ready == serving.EndpointStateReady.READY
@@ -391,31 +430,39 @@ def test_view_parses_with_the_databricks_sdk() -> None:
     assert parsed.config.served_entities[0].state.deployment == serving.ServedModelStateDeployment.DEPLOYMENT_READY
     assert parsed.config.served_models[1].model_version == "4"
     assert [(r.served_model_name, r.traffic_percentage) for r in parsed.config.traffic_config.routes] == [
-        ("fraud_model-3", 90), ("challenger", 10)]
+        ("fraud_model-3", 90),
+        ("challenger", 10),
+    ]
     assert parsed.config.auto_capture_config.enabled is True
     assert parsed.pending_config.config_version == 3
     assert parsed.pending_config.served_entities[0].state.deployment == (
-        serving.ServedModelStateDeployment.DEPLOYMENT_CREATING)
+        serving.ServedModelStateDeployment.DEPLOYMENT_CREATING
+    )
     assert parsed.ai_gateway.usage_tracking_config.enabled is True
     assert parsed.tags[0].key == "team"
     listed = serving.ListEndpointsResponse.from_dict({"endpoints": [view]})
     assert listed.endpoints[0].state.ready == serving.EndpointStateReady.READY
 
 
-@pytest.mark.parametrize("entity, field", [
-    ({"autoscaling": {"min_target": -1}}, "autoscaling.min_target"),
-    ({"autoscaling": {"nonsense": 1}}, "autoscaling.nonsense"),
-    ({"autoscaling": {"vertical_metrics": ["latency", "vibes"]}}, "autoscaling.vertical_metrics"),
-    ({"autoscaling": {"scale_down_window_s": 5}}, "autoscaling.scale_down_window_s"),
-    ({"autoscaling": {"min_replicas": 2}}, "autoscaling.min_replicas"),
-    ({"autoscaling": {"up_tolerance": 0.2}}, "autoscaling.up_tolerance: no longer a setting"),
-    ({"min_replicas": 3, "max_replicas": 2}, "min_replicas"),
-])
+@pytest.mark.parametrize(
+    "entity, field",
+    [
+        ({"autoscaling": {"min_target": -1}}, "autoscaling.min_target"),
+        ({"autoscaling": {"nonsense": 1}}, "autoscaling.nonsense"),
+        ({"autoscaling": {"vertical_metrics": ["latency", "vibes"]}}, "autoscaling.vertical_metrics"),
+        ({"autoscaling": {"scale_down_window_s": 5}}, "autoscaling.scale_down_window_s"),
+        ({"autoscaling": {"min_replicas": 2}}, "autoscaling.min_replicas"),
+        ({"autoscaling": {"up_tolerance": 0.2}}, "autoscaling.up_tolerance: no longer a setting"),
+        ({"min_replicas": 3, "max_replicas": 2}, "min_replicas"),
+    ],
+)
 def test_an_invalid_scaling_config_is_refused_naming_the_field(entity, field):
     from serving.endpoints.spec import EndpointCoreConfig, normalize_config
     from serving.protocol.errors import ApiError
 
-    config = EndpointCoreConfig.model_validate({"served_entities": [{"entity_name": "m", "entity_version": "1", **entity}]})
+    config = EndpointCoreConfig.model_validate(
+        {"served_entities": [{"entity_name": "m", "entity_version": "1", **entity}]}
+    )
     with pytest.raises(ApiError) as err:
         normalize_config(config, None)
     assert err.value.status_code == 400 and field in err.value.message
@@ -426,8 +473,11 @@ def test_the_scaling_config_follows_the_served_entity():
 
     fixed = scaling_config(ServedEntityInput(entity_name="m", entity_version="1", max_concurrency=30, max_replicas=8))
     assert not fixed.vertical and fixed.initial_target == 20 and fixed.max_replicas == 8 and fixed.min_replicas == 1
-    zero = scaling_config(ServedEntityInput(entity_name="m", entity_version="1", scale_to_zero_enabled=True,
-                                            autoscaling={"idle_window_s": 60}))
+    zero = scaling_config(
+        ServedEntityInput(
+            entity_name="m", entity_version="1", scale_to_zero_enabled=True, autoscaling={"idle_window_s": 60}
+        )
+    )
     assert zero.scale_to_zero and zero.min_replicas == 0 and zero.idle_window_s == 60 and zero.vertical
 
 
@@ -435,8 +485,14 @@ def test_a_stored_config_with_a_removed_autoscaling_field_rolls_out_without_it()
     """Accepted before the field was removed: a restart must not refuse it (a new request naming it is a 400)."""
     from serving.endpoints.spec import ServedEntityInput, scaling_config
 
-    entity = ServedEntityInput.model_validate({"entity_name": "m", "entity_version": "1", "name": "m-1",
-                                               "autoscaling": {"up_tolerance": 0.2, "idle_window_s": 60}})
+    entity = ServedEntityInput.model_validate(
+        {
+            "entity_name": "m",
+            "entity_version": "1",
+            "name": "m-1",
+            "autoscaling": {"up_tolerance": 0.2, "idle_window_s": 60},
+        }
+    )
     assert scaling_config(entity, stored=True).idle_window_s == 60
     with pytest.raises(ValueError, match="up_tolerance"):
         scaling_config(entity)

@@ -88,10 +88,7 @@ def test_unauthenticated_advertises_bearer_scheme() -> None:
 def test_api_error_handler(client: TestClient) -> None:
     resp = client.get("/missing")
     assert resp.status_code == 404
-    assert resp.json() == {
-        "error_code": "RESOURCE_DOES_NOT_EXIST",
-        "message": "serving endpoint 'x' does not exist",
-    }
+    assert resp.json() == {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "serving endpoint 'x' does not exist"}
 
 
 def test_validation_error_names_field_without_echoing_input(client: TestClient) -> None:
@@ -114,8 +111,7 @@ def test_custom_validator_message_is_not_echoed(client: TestClient) -> None:
 
 def test_invalid_json_body_is_a_400(client: TestClient) -> None:
     resp = client.post(
-        "/endpoints", content=b'{"name": "' + SECRET.encode() + b'",',
-        headers={"content-type": "application/json"},
+        "/endpoints", content=b'{"name": "' + SECRET.encode() + b'",', headers={"content-type": "application/json"}
     )
     assert resp.status_code == 400
     assert resp.json()["error_code"] == "INVALID_PARAMETER_VALUE"
@@ -138,9 +134,7 @@ def test_unhandled_exception_is_generic_500_with_request_id(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     resp = client.post(
-        "/boom",
-        json={"features": SECRET},
-        headers={"x-request-id": "req-42", "authorization": f"Bearer {SECRET}"},
+        "/boom", json={"features": SECRET}, headers={"x-request-id": "req-42", "authorization": f"Bearer {SECRET}"}
     )
     assert resp.status_code == 500
     data = resp.json()
@@ -169,9 +163,7 @@ def test_resolve_request_id() -> None:
 
 
 def test_validation_error_message_limits_count() -> None:
-    errs = [
-        {"loc": ("body", f"f{i}"), "msg": "Field required", "type": "missing"} for i in range(8)
-    ]
+    errs = [{"loc": ("body", f"f{i}"), "msg": "Field required", "type": "missing"} for i in range(8)]
     msg = errors.validation_error_message(errs)
     assert "f4: field required" in msg
     assert "f5" not in msg

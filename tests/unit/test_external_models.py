@@ -16,8 +16,21 @@ REF = "{{secrets/openai/key}}"
 
 
 def _config(external: dict, **entity: object) -> spec.EndpointCoreConfig:
-    return spec.EndpointCoreConfig.model_validate({"served_entities": [{"external_model": {
-        "name": "gpt-4o-mini", "provider": "openai", "task": "llm/v1/chat", "openai_config": external}, **entity}]})
+    return spec.EndpointCoreConfig.model_validate(
+        {
+            "served_entities": [
+                {
+                    "external_model": {
+                        "name": "gpt-4o-mini",
+                        "provider": "openai",
+                        "task": "llm/v1/chat",
+                        "openai_config": external,
+                    },
+                    **entity,
+                }
+            ]
+        }
+    )
 
 
 def test_an_external_model_needs_no_registry_and_shows_its_reference_only() -> None:
@@ -30,13 +43,16 @@ def test_an_external_model_needs_no_registry_and_shows_its_reference_only() -> N
     assert view["served_entities"][0]["external_model"]["openai_config"]["openai_api_key"] == REF
 
 
-@pytest.mark.parametrize(("external", "entity", "field"), [
-    ({"openai_api_key_plaintext": "sk-SECRET"}, {}, "openai_api_key_plaintext is not accepted"),
-    ({"openai_api_key": "sk-SECRET"}, {}, "openai_api_key must be a secret reference"),
-    ({"openai_api_key": REF, "openai_api_base": "ftp://host/x"}, {}, "openai_api_base"),
-    ({"openai_api_key": REF}, {"entity_name": "fraud"}, "set either external_model or entity_name"),
-    ({"openai_api_key": REF}, {"min_replicas": 2}, "runs no replicas"),
-])
+@pytest.mark.parametrize(
+    ("external", "entity", "field"),
+    [
+        ({"openai_api_key_plaintext": "sk-SECRET"}, {}, "openai_api_key_plaintext is not accepted"),
+        ({"openai_api_key": "sk-SECRET"}, {}, "openai_api_key must be a secret reference"),
+        ({"openai_api_key": REF, "openai_api_base": "ftp://host/x"}, {}, "openai_api_base"),
+        ({"openai_api_key": REF}, {"entity_name": "fraud"}, "set either external_model or entity_name"),
+        ({"openai_api_key": REF}, {"min_replicas": 2}, "runs no replicas"),
+    ],
+)
 def test_a_bad_external_model_is_a_400_naming_the_field(external: dict, entity: dict, field: str) -> None:
     with pytest.raises(ApiError) as caught:
         spec.normalize_config(_config(external, **entity))

@@ -16,7 +16,7 @@ def test_the_end_of_a_foreign_process_is_seen_at_the_first_look_after_the_rechec
     try:
         assert process.poll() is None
         child.kill()
-        child.wait(timeout=10)   # reaped: gone from /proc
+        child.wait(timeout=10)  # reaped: gone from /proc
         assert process.poll() is None, "no second look within RECHECK_S"
         now[0] += ForeignProcess.RECHECK_S + 0.001
         assert process.poll() == -1

@@ -28,9 +28,14 @@ def _read_all(reader: frames.FrameReader, *chunks: bytes) -> list[frames.Frame]:
 
 
 def test_frames_cut_at_every_byte_come_out_whole_and_in_order():
-    stream = b"".join([frames.frame(frames.HELLO, 0, b"token"), frames.frame(frames.CALL, 7, b"x" * 300),
-                       frames.frame(frames.ANSWER, 7, frames.answer_payload(1.5, b"envelope")),
-                       frames.frame(frames.CALL, 8, b"")])
+    stream = b"".join(
+        [
+            frames.frame(frames.HELLO, 0, b"token"),
+            frames.frame(frames.CALL, 7, b"x" * 300),
+            frames.frame(frames.ANSWER, 7, frames.answer_payload(1.5, b"envelope")),
+            frames.frame(frames.CALL, 8, b""),
+        ]
+    )
     for cut in range(1, len(stream)):
         got = _read_all(frames.FrameReader(frames.MAX_CALL), stream[:cut], stream[cut:])
         assert [(f.kind, f.call_id, len(f.payload)) for f in got] == [(1, 0, 5), (2, 7, 300), (3, 7, 16), (2, 8, 0)]
@@ -42,7 +47,7 @@ def test_a_stream_that_is_not_frames_is_refused_by_name_before_its_payload_is_re
         frames.FrameReader(frames.MAX_CALL).feed(frames.HEADER.pack(9, 1, 0))
     with pytest.raises(frames.FrameError, match="over the limit"):
         frames.FrameReader(frames.MAX_CALL).feed(frames.HEADER.pack(frames.CALL, 1, frames.MAX_CALL + 1))
-    with pytest.raises(frames.FrameError, match="over the limit of 4096"):   # a replica, before the hello is checked
+    with pytest.raises(frames.FrameError, match="over the limit of 4096"):  # a replica, before the hello is checked
         frames.FrameReader(frames.MAX_HELLO).feed(frames.HEADER.pack(frames.HELLO, 0, 10_000))
     with pytest.raises(frames.FrameError, match="shorter than its busy clock"):
         frames.split_answer(b"abc")
@@ -74,7 +79,7 @@ class _App:
         return wire.encode_answers([wire.WireAnswer(200, 1, r.body, b"") for r in requests])
 
     async def score_threaded(self, envelope: bytes) -> bytes:
-        await asyncio.sleep(0.05)   # answered after the lone calls sent behind it
+        await asyncio.sleep(0.05)  # answered after the lone calls sent behind it
         return self.score_inline(envelope)
 
 
@@ -91,9 +96,11 @@ def test_calls_in_flight_on_one_connection_get_their_own_answers_and_a_closed_co
         lost: list[bool] = []
         try:
             connection = await connect(address, "secret", 5.0, lambda c: lost.append(c))
-            several, one, other = await asyncio.gather(connection.call(_envelope(b"[1]", b"[2]")),
-                                                       connection.call(_envelope(b"[3]")),
-                                                       connection.call(_envelope(b"[4]")))
+            several, one, other = await asyncio.gather(
+                connection.call(_envelope(b"[1]", b"[2]")),
+                connection.call(_envelope(b"[3]")),
+                connection.call(_envelope(b"[4]")),
+            )
             assert [a.first for a in wire.decode_answers(several[1], 2)] == [b"[1]", b"[2]"]
             assert [wire.decode_answers(e[1], 1)[0].first for e in (one, other)] == [b"[3]", b"[4]"]
             assert several[0] == one[0] == 2.25
@@ -118,14 +125,14 @@ def test_calls_in_flight_on_one_connection_get_their_own_answers_and_a_closed_co
         finally:
             await server.close(grace_s=5)
 
-    uvloop.run(scenario())   # the gateway's and the replica's loop
+    uvloop.run(scenario())  # the gateway's and the replica's loop
 
 
 def test_a_replica_without_a_scoring_model_fails_the_call_and_keeps_the_connection():
     address = f"unix:@tollfree-test/{os.getpid()}/{id(object())}"
 
     async def scenario() -> None:
-        server = FrameListener(lambda: None, None)   # a standby: nothing loaded yet
+        server = FrameListener(lambda: None, None)  # a standby: nothing loaded yet
         await server.start(address)
         try:
             connection = await connect(address, None, 5.0, lambda c: None)
@@ -136,7 +143,7 @@ def test_a_replica_without_a_scoring_model_fails_the_call_and_keeps_the_connecti
         finally:
             await server.close(grace_s=5)
 
-    uvloop.run(scenario())   # the gateway's and the replica's loop
+    uvloop.run(scenario())  # the gateway's and the replica's loop
 
 
 def test_the_client_posts_the_first_envelope_then_frames_and_falls_back_to_http_when_the_socket_goes():
@@ -153,8 +160,10 @@ def test_the_client_posts_the_first_envelope_then_frames_and_falls_back_to_http_
     async def batch(request: web.Request) -> web.Response:
         assert request.headers["authorization"] == "Bearer secret"
         posts.append(request.path)
-        return web.Response(body=_App().score_inline(await request.read()), headers={
-            wire.BUSY_HEADER: "1.0", frames.ADDRESS_HEADER: advertised[0]})
+        return web.Response(
+            body=_App().score_inline(await request.read()),
+            headers={wire.BUSY_HEADER: "1.0", frames.ADDRESS_HEADER: advertised[0]},
+        )
 
     async def scenario() -> None:
         app = web.Application()
@@ -179,7 +188,7 @@ def test_the_client_posts_the_first_envelope_then_frames_and_falls_back_to_http_
             assert await send() == (b"[42]", 1.0) and len(posts) == 1, "the first envelope goes over HTTP"
             assert await send() == (b"[42]", 2.25) and len(posts) == 1, "the next ones in frames"
             assert await send() == (b"[42]", 2.25) and len(posts) == 1
-            client._connections[replica.url].close()   # the link is cut (as when the replica's process ends)
+            client._connections[replica.url].close()  # the link is cut (as when the replica's process ends)
             deadline = asyncio.get_running_loop().time() + 5
             while client._connections:
                 assert asyncio.get_running_loop().time() < deadline, "the cut connection was never noticed"
@@ -210,13 +219,13 @@ def test_a_closing_replica_answers_the_calls_in_flight_refuses_new_ones_and_then
         await server.start(address)
         lost: list[object] = []
         connection = await connect(address, None, 5.0, lambda c: lost.append(c))
-        waiting = asyncio.ensure_future(connection.call(_envelope(b"[1]", b"[2]")))   # on the 'thread': 50 ms
+        waiting = asyncio.ensure_future(connection.call(_envelope(b"[1]", b"[2]")))  # on the 'thread': 50 ms
         deadline = asyncio.get_running_loop().time() + 5
         while not [t for c in server._connections for t in c.in_flight]:
             assert asyncio.get_running_loop().time() < deadline, "the call never reached the replica"
             await asyncio.sleep(0.001)
         closing = asyncio.ensure_future(server.close(grace_s=5))
-        await asyncio.sleep(0)   # the listener stops: new calls are refused from here on
+        await asyncio.sleep(0)  # the listener stops: new calls are refused from here on
         with pytest.raises(ReplicaUnreachable, match="stopping"):
             await connection.call(_envelope(b"[3]"))
         await closing

@@ -18,31 +18,55 @@ from serving.protocol.scoring import INPUT_KEYS, parse_scoring_request
 
 MARK = "VAL\u00a7"  # every string value starts with it; no message text contains it
 KEYS = [*INPUT_KEYS, "params", "columns", "data", "index", "customer_id", "merchant_id", "amount", "x", ""]
-CONTENT_TYPES = ["application/json", "application/json; charset=utf-8", "text/csv", "TEXT/CSV", None, "",
-                 "application/x-www-form-urlencoded", "text/plain"]
+CONTENT_TYPES = [
+    "application/json",
+    "application/json; charset=utf-8",
+    "text/csv",
+    "TEXT/CSV",
+    None,
+    "",
+    "application/x-www-form-urlencoded",
+    "text/plain",
+]
 SETTINGS = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 values = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12).map(lambda s: MARK + s),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12).map(lambda s: MARK + s),
 )
 documents = st.recursive(
     values,
-    lambda children: st.one_of(st.lists(children, max_size=5), st.dictionaries(st.sampled_from(KEYS), children, max_size=5)),
+    lambda children: st.one_of(
+        st.lists(children, max_size=5), st.dictionaries(st.sampled_from(KEYS), children, max_size=5)
+    ),
     max_leaves=40,
 )
 # Shapes close to valid ones, so the parser gets past its first checks and into the per-format paths.
 rows = st.lists(st.lists(values, min_size=1, max_size=4), min_size=1, max_size=6)
 near_valid = st.one_of(
-    st.builds(lambda cols, data, index: {"dataframe_split": {"columns": cols, "data": data, **index}},
-              st.lists(st.one_of(st.sampled_from(KEYS), st.integers(), values), max_size=4), st.one_of(rows, documents),
-              st.one_of(st.just({}), st.builds(lambda i: {"index": i}, st.lists(values, max_size=6)))),
-    st.builds(lambda recs: {"dataframe_records": recs},
-              st.lists(st.one_of(st.dictionaries(st.sampled_from(KEYS), values, max_size=4), documents), min_size=0, max_size=6)),
+    st.builds(
+        lambda cols, data, index: {"dataframe_split": {"columns": cols, "data": data, **index}},
+        st.lists(st.one_of(st.sampled_from(KEYS), st.integers(), values), max_size=4),
+        st.one_of(rows, documents),
+        st.one_of(st.just({}), st.builds(lambda i: {"index": i}, st.lists(values, max_size=6))),
+    ),
+    st.builds(
+        lambda recs: {"dataframe_records": recs},
+        st.lists(
+            st.one_of(st.dictionaries(st.sampled_from(KEYS), values, max_size=4), documents), min_size=0, max_size=6
+        ),
+    ),
     st.builds(lambda v: {"instances": v}, st.one_of(rows, st.lists(values, max_size=6), documents)),
-    st.builds(lambda v: {"inputs": v}, st.one_of(rows, st.dictionaries(st.sampled_from(KEYS), st.lists(values, max_size=4), max_size=4),
-                                                 documents)),
-    st.builds(lambda d, p: {**d, "params": p}, st.dictionaries(st.sampled_from(INPUT_KEYS), documents, max_size=2), documents),
+    st.builds(
+        lambda v: {"inputs": v},
+        st.one_of(rows, st.dictionaries(st.sampled_from(KEYS), st.lists(values, max_size=4), max_size=4), documents),
+    ),
+    st.builds(
+        lambda d, p: {**d, "params": p}, st.dictionaries(st.sampled_from(INPUT_KEYS), documents, max_size=2), documents
+    ),
 )
 
 
@@ -97,12 +121,18 @@ def test_arbitrary_bytes_never_raise_anything_but_an_api_error(body, content_typ
     _check(body, content_type)
 
 
-csv_cells = st.one_of(st.integers(), st.floats(allow_nan=True), st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=8))
+csv_cells = st.one_of(
+    st.integers(), st.floats(allow_nan=True), st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=8)
+)
 
 
 @SETTINGS
-@given(header=st.lists(st.text(max_size=6), min_size=1, max_size=4), cells=st.lists(st.lists(csv_cells, max_size=5), max_size=8),
-       sep=st.sampled_from([",", ";", "\t"]), quote=st.booleans())
+@given(
+    header=st.lists(st.text(max_size=6), min_size=1, max_size=4),
+    cells=st.lists(st.lists(csv_cells, max_size=5), max_size=8),
+    sep=st.sampled_from([",", ";", "\t"]),
+    quote=st.booleans(),
+)
 def test_csv_bodies_parse_or_get_an_api_error(header, cells, sep, quote):
     def cell(value: object) -> str:
         text = str(value)

@@ -6,15 +6,21 @@ import pandas as pd
 from monitoring.fairness import group_rates
 from serving.registry import gates
 
-PROBE = gates.ProbeFigures(requests=100, errors=0, p50_ms=3.0, p99_ms=9.0, peak_rss_mb=400, cpu_ms_per_prediction=1.0,
-                           artifact_mb=0.5)
+PROBE = gates.ProbeFigures(
+    requests=100, errors=0, p50_ms=3.0, p99_ms=9.0, peak_rss_mb=400, cpu_ms_per_prediction=1.0, artifact_mb=0.5
+)
 
 
 def test_quality_against_minimums_and_the_champion():
     cfg = {"min": {"eval_pr_auc": 0.3}, "vs_champion": {"metric": "eval_pr_auc", "max_drop": 0.02}}
     assert gates.quality_gate(cfg, {"eval_pr_auc": 0.5}, {"eval_pr_auc": 0.51}).passed
     worse = gates.quality_gate(cfg, {"eval_pr_auc": 0.45}, {"eval_pr_auc": 0.5})
-    assert not worse.passed and "0.45" in worse.value and "0.5" in worse.value and "worse than the champion" in worse.reason
+    assert (
+        not worse.passed
+        and "0.45" in worse.value
+        and "0.5" in worse.value
+        and "worse than the champion" in worse.reason
+    )
     low = gates.quality_gate(cfg, {"eval_pr_auc": 0.2}, None)
     assert not low.passed and "below minimum" in low.reason
     assert not gates.quality_gate(cfg, {}, None).passed
@@ -33,8 +39,9 @@ def test_latency_and_cost_budgets():
 
 LATENCY = {"p50_ms": 5, "p99_ms": 10}
 COST = {"artifact_mb": 1, "peak_rss_mb": 500, "cpu_ms_per_prediction": 2}
-PAUSED = gates.ProbeFigures(requests=100, errors=0, p50_ms=3.0, p99_ms=437.0, peak_rss_mb=400, cpu_ms_per_prediction=1.0,
-                            artifact_mb=0.5)
+PAUSED = gates.ProbeFigures(
+    requests=100, errors=0, p50_ms=3.0, p99_ms=437.0, peak_rss_mb=400, cpu_ms_per_prediction=1.0, artifact_mb=0.5
+)
 
 
 def probes(*figures: gates.ProbeFigures):
@@ -44,6 +51,7 @@ def probes(*figures: gates.ProbeFigures):
     def measure() -> gates.ProbeFigures:
         calls.append(1)
         return figures[len(calls) - 1]
+
     return measure, calls
 
 
@@ -89,9 +97,17 @@ def test_data_and_compatibility():
     assert gates.data_gate({"require_success": True}, {"gx.success": "true"}).passed
     assert not gates.data_gate({"require_success": True}, {"gx.success": "false", "gx.failed": "x"}).passed
     assert not gates.data_gate({"require_success": True}, {}).passed
-    ok = gates.compatibility_gate({}, input_names=["a", "b"], feature_service="s", expected_service="s", service_features=["a", "b"])
+    ok = gates.compatibility_gate(
+        {}, input_names=["a", "b"], feature_service="s", expected_service="s", service_features=["a", "b"]
+    )
     assert ok.passed
-    assert not gates.compatibility_gate({}, input_names=None, feature_service="s", expected_service="s", service_features=None).passed
-    assert not gates.compatibility_gate({}, input_names=["a"], feature_service="t", expected_service="s", service_features=None).passed
-    off = gates.compatibility_gate({}, input_names=["a", "z"], feature_service="s", expected_service="s", service_features=["a", "b"])
+    assert not gates.compatibility_gate(
+        {}, input_names=None, feature_service="s", expected_service="s", service_features=None
+    ).passed
+    assert not gates.compatibility_gate(
+        {}, input_names=["a"], feature_service="t", expected_service="s", service_features=None
+    ).passed
+    off = gates.compatibility_gate(
+        {}, input_names=["a", "z"], feature_service="s", expected_service="s", service_features=["a", "b"]
+    )
     assert not off.passed and "extra ['z']" in off.reason

@@ -36,7 +36,7 @@ def test_a_response_start_and_body_leave_as_one_write_and_a_close_sends_what_is_
         assert real.writes == [], "nothing leaves before the turn ends"
         await asyncio.sleep(0)
         assert real.writes == [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"]
-        transport.write(b"data: 1\n\n")   # a stream's chunk, in a turn of its own
+        transport.write(b"data: 1\n\n")  # a stream's chunk, in a turn of its own
         await asyncio.sleep(0)
         transport.write(b"data: 2\n\n")
         await asyncio.sleep(0)
@@ -44,7 +44,7 @@ def test_a_response_start_and_body_leave_as_one_write_and_a_close_sends_what_is_
         transport.write(b"last")
         transport.close()
         assert real.writes[-1] == b"last" and real.closed
-        await asyncio.sleep(0)   # the flush still scheduled finds nothing left
+        await asyncio.sleep(0)  # the flush still scheduled finds nothing left
         assert transport.get_extra_info("peername") == "info:peername" and transport.is_closing()
         return real
 

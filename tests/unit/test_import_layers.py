@@ -21,24 +21,41 @@ SERVING = Path(__file__).resolve().parents[2] / "serving"
 # Top to bottom; each part may import only parts below it, and only those it lists. The README's
 # "Layout" table says the same.
 LAYERS: dict[str, frozenset[str]] = {
-    "__main__": frozenset({"gateway", "endpoints", "replicas", "inference_log", "state", "settings"}),  # python -m serving
-    "mlflow_plugin": frozenset({"discovery"}),                                        # a client of the gateway's API
-    "gateway": frozenset({"endpoints", "streams", "generative", "replicas", "traffic", "autoscaler", "protocol",
-                          "inference_log", "state", "discovery", "settings"}),
-    "endpoints": frozenset({"streams", "generative", "replicas", "traffic", "autoscaler", "protocol", "registry", "state"}),
-    "streams": frozenset({"traffic", "protocol", "inference_log"}),                  # Redis Streams front doors
+    "__main__": frozenset(
+        {"gateway", "endpoints", "replicas", "inference_log", "state", "settings"}
+    ),  # python -m serving
+    "mlflow_plugin": frozenset({"discovery"}),  # a client of the gateway's API
+    "gateway": frozenset(
+        {
+            "endpoints",
+            "streams",
+            "generative",
+            "replicas",
+            "traffic",
+            "autoscaler",
+            "protocol",
+            "inference_log",
+            "state",
+            "discovery",
+            "settings",
+        }
+    ),
+    "endpoints": frozenset(
+        {"streams", "generative", "replicas", "traffic", "autoscaler", "protocol", "registry", "state"}
+    ),
+    "streams": frozenset({"traffic", "protocol", "inference_log"}),  # Redis Streams front doors
     "replicas": frozenset({"traffic", "autoscaler", "protocol", "settings"}),
     "replica": frozenset({"features", "generative", "traffic", "protocol", "settings"}),  # its own process
     "features": frozenset({"protocol"}),
-    "generative": frozenset({"protocol"}),                                           # chat requests, AI gateway
+    "generative": frozenset({"protocol"}),  # chat requests, AI gateway
     "traffic": frozenset({"protocol"}),
     "batch": frozenset({"registry"}),
-    "registry": frozenset({"settings"}),                                              # the model's lifecycle
+    "registry": frozenset({"settings"}),  # the model's lifecycle
     "autoscaler": frozenset(),
     "protocol": frozenset(),
     "inference_log": frozenset(),
-    "state": frozenset({"settings"}),                                                 # the shared state store
-    "discovery": frozenset({"settings"}),                                             # where a gateway listens
+    "state": frozenset({"settings"}),  # the shared state store
+    "discovery": frozenset({"settings"}),  # where a gateway listens
     "settings": frozenset(),
 }
 ORDER = list(LAYERS)
@@ -48,9 +65,9 @@ ORDER = list(LAYERS)
 class Edge:
     path: Path
     line: int
-    source: str      # the importing part
-    target: str      # the imported part
-    imported: str    # the module imported, dotted
+    source: str  # the importing part
+    target: str  # the imported part
+    imported: str  # the module imported, dotted
 
     def __str__(self) -> str:
         return f"serving/{self.path.relative_to(SERVING)}:{self.line} imports {self.imported}"
@@ -112,7 +129,7 @@ def serving_edges() -> list[Edge]:
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One cycle of the graph as a path [a, b, ..., a], or None."""
-    state: dict[str, int] = {}   # 1: on the current path, 2: done
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
     stack: list[str] = []
 
     def visit(node: str) -> list[str] | None:
@@ -120,7 +137,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state:
                 found = visit(nxt)
                 if found:
@@ -144,8 +161,11 @@ def test_the_layer_table_only_points_down() -> None:
 
 
 def test_every_part_of_serving_is_in_the_table() -> None:
-    parts = {p.stem if p.is_file() else p.name for p in SERVING.iterdir()
-             if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.name != "__init__.py")}
+    parts = {
+        p.stem if p.is_file() else p.name
+        for p in SERVING.iterdir()
+        if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.name != "__init__.py")
+    }
     assert parts == set(LAYERS), f"add {sorted(parts - set(LAYERS))} to LAYERS (and to the README's Layout)"
 
 
@@ -168,16 +188,20 @@ def test_no_import_runs_up_a_layer() -> None:
     for edge in edges:
         if edge.target not in LAYERS.get(edge.source, frozenset()):
             where = "above" if ORDER.index(edge.target) < ORDER.index(edge.source) else "beside"
-            bad.append(f"{edge}: {edge.source} may import only {sorted(LAYERS[edge.source])}; "
-                       f"{edge.target} is {where} it")
+            bad.append(
+                f"{edge}: {edge.source} may import only {sorted(LAYERS[edge.source])}; {edge.target} is {where} it"
+            )
     assert not bad, "imports against the layers (README, Layout):\n" + "\n".join(bad)
 
 
 def test_serving_imports_neither_the_flows_nor_monitoring_nor_prefect() -> None:
     """The flows call serving/ and monitoring/, never the other way round; serving/registry, the model's
     lifecycle the flows drive, runs without Prefect."""
-    bad = [f"serving/{path.relative_to(SERVING)}:{line} imports {imported}" for path, _, line, imported in serving_imports()
-           if imported.split(".")[0] in ("flows", "monitoring", "prefect")]
+    bad = [
+        f"serving/{path.relative_to(SERVING)}:{line} imports {imported}"
+        for path, _, line, imported in serving_imports()
+        if imported.split(".")[0] in ("flows", "monitoring", "prefect")
+    ]
     assert not bad, "serving/ must not import flows/, monitoring/ or Prefect:\n" + "\n".join(bad)
 
 
@@ -188,7 +212,9 @@ def test_no_cycle_between_folders() -> None:
         graph.setdefault(edge.source, set()).add(edge.target)
     assert find_cycle({"a": {"b"}, "b": {"a"}}), "the cycle finder finds a planted cycle"
     cycle = find_cycle(graph)
-    hops = [next(str(e) for e in edges if (e.source, e.target) == (a, b)) for a, b in zip(cycle or [], (cycle or [])[1:])]
+    hops = [
+        next(str(e) for e in edges if (e.source, e.target) == (a, b)) for a, b in zip(cycle or [], (cycle or [])[1:])
+    ]
     assert not cycle, f"cycle {' -> '.join(cycle or [])}:\n" + "\n".join(hops)
 
 
@@ -198,17 +224,26 @@ def test_the_cycle_check_finds_a_cycle() -> None:
 
 
 def test_relative_imports_resolve_to_their_part() -> None:
-    tree = ast.parse("from ..traffic import dispatcher\nfrom . import client\nfrom serving import settings\n"
-                     "from .local import Launcher\n")
+    tree = ast.parse(
+        "from ..traffic import dispatcher\nfrom . import client\nfrom serving import settings\n"
+        "from .local import Launcher\n"
+    )
     found = imported_modules(tree, "serving.replicas.local_backend", is_package=False)
-    assert [m for _, m in found] == ["serving.traffic.dispatcher", "serving.replicas.client", "serving.settings",
-                                     "serving.replicas.local"]
+    assert [m for _, m in found] == [
+        "serving.traffic.dispatcher",
+        "serving.replicas.client",
+        "serving.settings",
+        "serving.replicas.local",
+    ]
 
 
 def test_the_gateway_process_loads_neither_feast_nor_the_replica_runtime() -> None:
-    code = ("import sys; import serving.gateway.app, serving.__main__; "
-            "print(sorted({m.split('.')[0] if not m.startswith('serving') else m for m in sys.modules "
-            "if m.split('.')[0] in ('feast', 'sklearn') or m.split('.')[:2] in (['serving', 'replica'], ['serving', 'features'])}))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         cwd=SERVING.parent, check=True).stdout.strip()
+    code = (
+        "import sys; import serving.gateway.app, serving.__main__; "
+        "print(sorted({m.split('.')[0] if not m.startswith('serving') else m for m in sys.modules "
+        "if m.split('.')[0] in ('feast', 'sklearn') or m.split('.')[:2] in (['serving', 'replica'], ['serving', 'features'])}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=SERVING.parent, check=True
+    ).stdout.strip()
     assert out == "[]", f"importing the gateway loaded {out}"

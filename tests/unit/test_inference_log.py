@@ -14,12 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from serving import inference_log
-from serving.inference_log import (
-    INFERENCE_LOG_SCHEMA,
-    InferenceLogWriter,
-    InferenceRecord,
-    read_inference_log,
-)
+from serving.inference_log import INFERENCE_LOG_SCHEMA, InferenceLogWriter, InferenceRecord, read_inference_log
 
 T0 = datetime(2024, 3, 1, 23, 59, 58, 123456, tzinfo=UTC)
 SECRET = "SECRET-PAYLOAD-42"

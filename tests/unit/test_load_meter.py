@@ -10,9 +10,9 @@ from serving.traffic.load_meter import LoadMeter
 
 def test_in_flight_and_queue_depth_are_time_averaged_over_the_period():
     meter = LoadMeter(now=0.0)
-    meter.arrived(0.0)          # 1 in flight, waiting
-    meter.started(0.25)         # a replica predicts it after 0.25 s
-    meter.arrived(0.5)          # a second one, waiting until the period ends
+    meter.arrived(0.0)  # 1 in flight, waiting
+    meter.started(0.25)  # a replica predicts it after 0.25 s
+    meter.arrived(0.5)  # a second one, waiting until the period ends
     meter.stopped(0.75)
     meter.finished(0.75, latency_s=0.75)
     reading = meter.read(1.0)
@@ -45,14 +45,14 @@ def test_turned_away_requests_are_demand_but_not_load_and_counts_never_go_negati
 def test_a_request_sent_to_a_replica_that_is_predicting_another_is_queued_not_in_service():
     """Busy requests over completions is the service time: a request waiting inside a replica must not add to it."""
     meter = LoadMeter(now=0.0)
-    for _ in range(4):              # four requests sent at once to one serial replica
+    for _ in range(4):  # four requests sent at once to one serial replica
         meter.arrived(0.0)
-    for k in range(4):              # it predicts them one after the other, 0.25 s each
+    for k in range(4):  # it predicts them one after the other, 0.25 s each
         meter.started(k * 0.25)
         meter.stopped((k + 1) * 0.25)
         meter.finished((k + 1) * 0.25, latency_s=(k + 1) * 0.25)
     reading = meter.read(1.0)
     busy = reading.in_flight - reading.queue_depth
-    assert reading.in_flight == pytest.approx(2.5)      # 4, 3, 2, 1 for a quarter each
-    assert busy == pytest.approx(1.0)                   # one request predicted at every moment
+    assert reading.in_flight == pytest.approx(2.5)  # 4, 3, 2, 1 for a quarter each
+    assert busy == pytest.approx(1.0)  # one request predicted at every moment
     assert busy / reading.completed == pytest.approx(0.25)  # the model's service time, not the 0.625 s latency

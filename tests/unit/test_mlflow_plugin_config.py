@@ -26,25 +26,31 @@ SHOWN = {**INPUT, "group": "tollfree", "batch_size": 100, "max_wait_ms": 10, "ma
 
 def test_stream_inputs_come_as_a_json_string_or_a_python_list():
     assert parse_config({"stream_inputs": json.dumps([INPUT]), "min_replicas": "1"}) == DeploymentConfig(
-        {"min_replicas": 1}, True, 300.0, [INPUT])
+        {"min_replicas": 1}, True, 300.0, [INPUT]
+    )
     assert parse_config({"stream_inputs": [INPUT], "await_ready": "false"}).stream_inputs == [INPUT]
     assert parse_config({"stream_inputs": (INPUT,)}).stream_inputs == [INPUT]
     for none in ("[]", " null ", [], None):
         assert parse_config({"stream_inputs": none}).stream_inputs == []
     assert parse_config(None) == DeploymentConfig({}, True, 300.0, None)
-    assert parse_config({"max_replicas": "3", "timeout_s": "5"}) == DeploymentConfig({"max_replicas": 3}, True, 5.0, None)
+    assert parse_config({"max_replicas": "3", "timeout_s": "5"}) == DeploymentConfig(
+        {"max_replicas": 3}, True, 5.0, None
+    )
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    (f"[{{'source': '{SECRET}'}}]", "config stream_inputs is not valid JSON (line 1, column 3)"),
-    (f"[{{\"source\": \"{SECRET}\"", "config stream_inputs is not valid JSON"),
-    (f"{SECRET}", "config stream_inputs is not valid JSON"),
-    (b"\xff", "config stream_inputs is not valid JSON"),
-    (json.dumps({"source": SECRET}), "config stream_inputs must be a list of objects"),
-    (json.dumps([SECRET]), "config stream_inputs must be a list of objects"),
-    ({"source": SECRET}, "config stream_inputs must be a list of objects"),
-    (7, "config stream_inputs must be a list of objects"),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (f"[{{'source': '{SECRET}'}}]", "config stream_inputs is not valid JSON (line 1, column 3)"),
+        (f'[{{"source": "{SECRET}"', "config stream_inputs is not valid JSON"),
+        (f"{SECRET}", "config stream_inputs is not valid JSON"),
+        (b"\xff", "config stream_inputs is not valid JSON"),
+        (json.dumps({"source": SECRET}), "config stream_inputs must be a list of objects"),
+        (json.dumps([SECRET]), "config stream_inputs must be a list of objects"),
+        ({"source": SECRET}, "config stream_inputs must be a list of objects"),
+        (7, "config stream_inputs must be a list of objects"),
+    ],
+)
 def test_a_bad_stream_inputs_value_is_a_clear_error_naming_it(value, expected):
     with pytest.raises(MlflowException) as refused:
         parse_config({"stream_inputs": value})
@@ -70,8 +76,11 @@ class Recorder(TollfreeDeploymentClient):
 
 def view(stream_inputs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     entity = {"name": "m-1", "entity_name": "m", "entity_version": "1", "min_replicas": 2, "state": {}}
-    config: dict[str, Any] = {"served_entities": [entity], "config_version": 1,
-                              "traffic_config": {"routes": [{"served_entity_name": "m-1", "traffic_percentage": 100}]}}
+    config: dict[str, Any] = {
+        "served_entities": [entity],
+        "config_version": 1,
+        "traffic_config": {"routes": [{"served_entity_name": "m-1", "traffic_percentage": 100}]},
+    }
     if stream_inputs is not None:
         config["stream_inputs"] = stream_inputs
     return {"name": "ep", "state": {"ready": "READY", "config_update": "NOT_UPDATING"}, "config": config}
@@ -79,10 +88,19 @@ def view(stream_inputs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
 
 def test_create_sends_them_on_the_config():
     client = Recorder(view([SHOWN]))
-    shown = client.create_deployment("ep", "models:/m/1", config={"stream_inputs": json.dumps([INPUT]),
-                                                                  "await_ready": "false"})
-    assert client.calls == [("POST", "/api/2.0/serving-endpoints", {"name": "ep", "config": {
-        "served_entities": [{"entity_name": "m", "entity_version": "1"}], "stream_inputs": [INPUT]}})]
+    shown = client.create_deployment(
+        "ep", "models:/m/1", config={"stream_inputs": json.dumps([INPUT]), "await_ready": "false"}
+    )
+    assert client.calls == [
+        (
+            "POST",
+            "/api/2.0/serving-endpoints",
+            {
+                "name": "ep",
+                "config": {"served_entities": [{"entity_name": "m", "entity_version": "1"}], "stream_inputs": [INPUT]},
+            },
+        )
+    ]
     assert shown["stream_inputs"] == [SHOWN]
     client.create_deployment("ep2", "models:/m/1", config={"await_ready": "false"})
     assert "stream_inputs" not in client.calls[-1][2]["config"]
@@ -120,8 +138,9 @@ def test_against_the_real_gateway_app(tmp_path, monkeypatch):
     monkeypatch.setattr(httpx, "request", lambda method, url, timeout=None, **kw: http.request(method, url, **kw))
     monkeypatch.setenv(mlflow_plugin.TOKEN_ENV, TOKEN)
     client = TollfreeDeploymentClient("tollfree:/http://testserver")
-    created = client.create_deployment("streamy", "models:/m/1",
-                                       config={"stream_inputs": json.dumps([INPUT]), "await_ready": "false"})
+    created = client.create_deployment(
+        "streamy", "models:/m/1", config={"stream_inputs": json.dumps([INPUT]), "await_ready": "false"}
+    )
     assert created["stream_inputs"] == [SHOWN] and client.get_deployment("streamy")["stream_inputs"] == [SHOWN]
     bad = json.dumps([{**INPUT, "sink": f"{R}/{SECRET}", "dead_letter": f"{R}/{SECRET}"}])
     with pytest.raises(MlflowException) as refused:

@@ -45,7 +45,11 @@ def test_a_good_policy_loads(tmp_path):
         (GOOD.replace("    p50_ms: 10", "    p50_ms: fast"), 7, "latency.p50_ms must be a number"),
         (GOOD.replace("    p50_ms: 10", "    p50_ms: 10\n    p95_ms: 20"), 8, "unknown setting 'p95_ms'"),
         ("model: m\nowner: x\ngates: {}\n", 2, "unknown key 'owner'"),
-        (GOOD.replace("    p50_ms: 10", "    p50_ms: 10\n    probes: 0"), 8, "latency.probes must be a whole number of at least 1"),
+        (
+            GOOD.replace("    p50_ms: 10", "    p50_ms: 10\n    probes: 0"),
+            8,
+            "latency.probes must be a whole number of at least 1",
+        ),
         (GOOD.replace("    p50_ms: 10", "    p50_ms: 10\n    probes: 1.5"), 8, "latency.probes must be a whole number"),
     ],
 )

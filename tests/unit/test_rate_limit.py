@@ -63,17 +63,28 @@ def test_no_limit_admits_everything():
     assert admitted == 1000
 
 
-@pytest.mark.parametrize("value, ok", [
-    ({"requests_per_second": 5}, RateLimit(5.0, 5.0)),
-    ({"requests_per_second": 0.5}, RateLimit(0.5, 1.0)),
-    ({"requests_per_second": 5, "burst": 20}, RateLimit(5.0, 20.0)),
-])
+@pytest.mark.parametrize(
+    "value, ok",
+    [
+        ({"requests_per_second": 5}, RateLimit(5.0, 5.0)),
+        ({"requests_per_second": 0.5}, RateLimit(0.5, 1.0)),
+        ({"requests_per_second": 5, "burst": 20}, RateLimit(5.0, 20.0)),
+    ],
+)
 def test_parse_fills_the_burst_from_the_rate(value, ok):
     assert RateLimit.parse(value, "here") == ok
 
 
-@pytest.mark.parametrize("value", [{"requests_per_second": True}, {"requests_per_second": float("inf")}, {}, [],
-                                   {"requests_per_second": 1, "burst": -1}])
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"requests_per_second": True},
+        {"requests_per_second": float("inf")},
+        {},
+        [],
+        {"requests_per_second": 1, "burst": -1},
+    ],
+)
 def test_parse_refuses_nonsense_naming_where(value):
     with pytest.raises(ValueError, match="^here"):
         RateLimit.parse(value, "here")

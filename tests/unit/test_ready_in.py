@@ -48,14 +48,15 @@ def test_the_local_backend_says_a_warm_start_while_a_standby_is_idle_and_a_cold_
     monkeypatch.setattr(lb, "wait_ready", lambda replica, *a: time.sleep(0.6) or {"status": "ready"})
     pool = Pool(idle=1)
     backend = LocalBackend(Launcher(), pool)  # type: ignore[arg-type]
-    assert backend.ready_in_s() == 0.0                      # nothing measured yet
+    assert backend.ready_in_s() == 0.0  # nothing measured yet
 
     async def two_starts() -> None:
-        await backend.start("models:/m/1")                  # the standby
-        await backend.start("models:/m/1")                  # the pool is empty: a new process
+        await backend.start("models:/m/1")  # the standby
+        await backend.start("models:/m/1")  # the pool is empty: a new process
+
     asyncio.run(two_starts())
     assert 0.05 <= backend.warm_start_s < backend.cold_start_s and backend.cold_start_s >= 0.6
-    assert backend.ready_in_s() == backend.cold_start_s     # no standby idle
+    assert backend.ready_in_s() == backend.cold_start_s  # no standby idle
     pool.standbys = 1
     assert backend.ready_in_s() == backend.warm_start_s
 
@@ -74,7 +75,7 @@ def test_a_pod_set_measures_its_pods_from_the_ask_to_the_routing(monkeypatch) ->
         pods = ps.PodSet(Wanted("ep", "m-1", "models:/m/1"), "m", "1", Routes(), cluster)  # type: ignore[arg-type]
         pods.route_to([PodReplica("10.0.0.1", 8080, "a")])
         before = pods.ready_in_s()
-        pods.scale_to(3)                                   # two pods asked for at t=100
+        pods.scale_to(3)  # two pods asked for at t=100
         clock[0] = 108.0
         pods.route_to([PodReplica("10.0.0.1", 8080, "a"), PodReplica("10.0.0.2", 8080, "b")])
         first = pods.ready_in_s()

@@ -8,18 +8,21 @@ from serving.generative.redact import PATTERNS, find, redact
 
 VISA = "4111111111111111"
 MASTERCARD = "5555555555554444"
-AMEX = "378282246310005"          # 15 digits, 4-6-5 groups
+AMEX = "378282246310005"  # 15 digits, 4-6-5 groups
 
 
-@pytest.mark.parametrize("number", [
-    "4111 1111 1111 1111",
-    "4111-1111-1111-1111",
-    "5555 5555 5555 4444",
-    "5555-5555-5555-4444",
-    VISA,
-    MASTERCARD,
-    "3782 822463 10005",
-])
+@pytest.mark.parametrize(
+    "number",
+    [
+        "4111 1111 1111 1111",
+        "4111-1111-1111-1111",
+        "5555 5555 5555 4444",
+        "5555-5555-5555-4444",
+        VISA,
+        MASTERCARD,
+        "3782 822463 10005",
+    ],
+)
 def test_card_numbers_grouped_by_spaces_or_dashes_are_redacted(number):
     text = f"my card is {number}, thanks"
     assert redact(text) == "my card is [REDACTED:card_number], thanks"
@@ -33,8 +36,8 @@ def test_a_sixteen_digit_number_failing_luhn_is_kept():
 
 
 def test_numbers_too_short_or_too_long_for_a_card_are_kept():
-    assert redact("pin 411111111111") == "pin 411111111111"            # 12 digits
-    twenty = "4111111111111111" + "0000"                               # 20 digits in one group
+    assert redact("pin 411111111111") == "pin 411111111111"  # 12 digits
+    twenty = "4111111111111111" + "0000"  # 20 digits in one group
     assert redact(f"n {twenty}") == f"n {twenty}"
 
 
@@ -48,11 +51,9 @@ def test_double_spaces_do_not_join_groups():
     assert redact("1234  5678  9012  3456") == "1234  5678  9012  3456"
 
 
-@pytest.mark.parametrize("address", [
-    "jane.doe@example.com",
-    "first+tag@mail.example.co.uk",
-    "o'brien_x-y@sub-domain.example.org",
-])
+@pytest.mark.parametrize(
+    "address", ["jane.doe@example.com", "first+tag@mail.example.co.uk", "o'brien_x-y@sub-domain.example.org"]
+)
 def test_email_addresses_are_redacted(address):
     text = f"write to <{address}> today."
     assert redact(text) == "write to <[REDACTED:email]> today."
@@ -87,17 +88,20 @@ def test_an_unknown_pattern_name_is_refused_without_echoing_it():
         redact("x", "email")
 
 
-@pytest.mark.parametrize("adversarial", [
-    "a" * 100_000,
-    "a@" * 50_000,
-    "x@" + "a." * 50_000 + "1",
-    "a." * 50_000,
-    "-" * 100_000 + "@",
-    "1 " * 50_000,
-    "1-" * 50_000,
-    "4" * 100_000,
-    "4111 " * 20_000,
-])
+@pytest.mark.parametrize(
+    "adversarial",
+    [
+        "a" * 100_000,
+        "a@" * 50_000,
+        "x@" + "a." * 50_000 + "1",
+        "a." * 50_000,
+        "-" * 100_000 + "@",
+        "1 " * 50_000,
+        "1-" * 50_000,
+        "4" * 100_000,
+        "4111 " * 20_000,
+    ],
+)
 def test_adversarial_100kb_inputs_complete(adversarial):
     assert len(adversarial) >= 100_000
     out = redact(adversarial)

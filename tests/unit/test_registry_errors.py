@@ -32,12 +32,13 @@ def test_the_address_in_messages_carries_no_credentials_or_path():
 
 
 def test_answering_names_the_server_and_the_step_and_lets_other_errors_through():
-    with pytest.raises(RegistryUnavailable, match=r"registry at https://mlflow\.internal did not answer while gating m"):
-        with answering("https://u:secret@mlflow.internal/x", "gating m"):
-            raise _connection_failure()
-    with pytest.raises(MlflowException, match="no such model"):
-        with answering("http://127.0.0.1:9", "gating m"):
-            raise MlflowException("no such model")
+    with (
+        pytest.raises(RegistryUnavailable, match=r"registry at https://mlflow\.internal did not answer while gating m"),
+        answering("https://u:secret@mlflow.internal/x", "gating m"),
+    ):
+        raise _connection_failure()
+    with pytest.raises(MlflowException, match="no such model"), answering("http://127.0.0.1:9", "gating m"):
+        raise MlflowException("no such model")
 
 
 def test_batch_scoring_and_the_gateway_name_a_registry_that_does_not_answer(monkeypatch):
@@ -52,7 +53,9 @@ def test_batch_scoring_and_the_gateway_name_a_registry_that_does_not_answer(monk
 
     monkeypatch.setattr(MlflowClient, "get_model_version_by_alias", down)
     monkeypatch.setattr(MlflowClient, "get_model_version", down)
-    with pytest.raises(RegistryUnavailable, match=r"at http://127\.0\.0\.1:9 did not answer while resolving models:/fraud@champion"):
+    with pytest.raises(
+        RegistryUnavailable, match=r"at http://127\.0\.0\.1:9 did not answer while resolving models:/fraud@champion"
+    ):
         resolve_model("models:/fraud@champion", "http://127.0.0.1:9")
     with pytest.raises(ApiError) as refused:
         mlflow_resolver("http://127.0.0.1:9")("fraud", "3", None)
@@ -63,7 +66,9 @@ def test_the_batch_cli_exits_1_naming_a_registry_that_does_not_answer(monkeypatc
     import flows.batch_score as cli
 
     def down(**_kwargs):
-        raise RegistryUnavailable("the MLflow registry at http://127.0.0.1:9 did not answer while resolving models:/m@champion")
+        raise RegistryUnavailable(
+            "the MLflow registry at http://127.0.0.1:9 did not answer while resolving models:/m@champion"
+        )
 
     monkeypatch.setattr(cli, "batch_score", down)
     code = cli.main(["--input", str(tmp_path / "in.parquet"), "--output", str(tmp_path / "out")])

@@ -40,11 +40,11 @@ def test_an_orphan_waits_its_grace_from_the_first_time_it_sees_its_owner_gone():
 def test_a_replica_that_cannot_be_adopted_yet_stops_as_soon_as_its_owner_is_gone():
     alive, loaded = {10}, []
     owner = OwnerWatch(10, 60.0, alive=lambda pid: pid in alive, clock=Clock(), adoptable=lambda: bool(loaded))
-    assert not owner.expired()       # still loading, owner alive
+    assert not owner.expired()  # still loading, owner alive
     alive.clear()
-    assert owner.expired()           # still loading, owner gone: not in any registry, nobody can adopt it
+    assert owner.expired()  # still loading, owner gone: not in any registry, nobody can adopt it
     loaded.append(True)
-    assert not owner.expired()       # serving: it waits its grace for an adoption
+    assert not owner.expired()  # serving: it waits its grace for an adoption
 
 
 def test_an_adoption_resets_the_grace_and_the_new_owner_is_watched():

@@ -87,6 +87,7 @@ def test_a_rollout_starts_its_replicas_and_stop_stops_them():
 def test_a_rollout_prepares_its_backend_off_the_event_loop_before_it_spawns():
     """The first rollout of a gateway waits for the fork server's imports (seconds): in a thread, so the
     gateway's loop answers meanwhile (it did not: a status poll with a 5 s timeout failed, ci70)."""
+
     async def scenario() -> tuple[int, list[str], int]:
         backend = FakeBackend()
         backend.prepared.clear()  # prepare blocks until the loop has turned 50 times
@@ -109,7 +110,7 @@ def test_a_scale_down_while_starting_holds_when_the_starts_complete(caplog):
         served = ReplicaSet("champion", "m", "1", backend, endpoint="e")
         served.scale_to(3)
         starting = served.starting
-        served.scale_to(1)               # all three still starting: the count holds when they come up
+        served.scale_to(1)  # all three still starting: the count holds when they come up
         backend.release.set()
         await _settle(served)
         return starting, backend.stopped, served.ready_count()
@@ -118,7 +119,7 @@ def test_a_scale_down_while_starting_holds_when_the_starts_complete(caplog):
         starting, stopped, ready = asyncio.run(scenario())
     assert starting == 3 and ready == 1 and len(stopped) == 2
     added = [ADDED.search(r.getMessage()) for r in caplog.records]
-    assert [(m.group(2), m.group(3)) for m in added if m] == [("e", "1")]   # the line the fidelity benchmark reads
+    assert [(m.group(2), m.group(3)) for m in added if m] == [("e", "1")]  # the line the fidelity benchmark reads
 
 
 def test_a_scale_down_during_a_start_takes_the_starting_replica_and_keeps_the_ready_one():
@@ -126,8 +127,8 @@ def test_a_scale_down_during_a_start_takes_the_starting_replica_and_keeps_the_re
         backend = FakeBackend()
         ready = FakeReplica(1)
         served = ReplicaSet("champion", "m", "1", backend, endpoint="e", replicas=[ready], drain_timeout_s=0.05)
-        served.scale_to(2)               # one more starting
-        served.scale_to(1)               # the flap back: the start goes, the replica that serves stays
+        served.scale_to(2)  # one more starting
+        served.scale_to(1)  # the flap back: the start goes, the replica that serves stays
         routed = [r.pid for r in served.replicas]
         backend.release.set()
         await _settle(served)
@@ -141,9 +142,10 @@ def test_surplus_replicas_leave_the_routing_at_once_and_dead_ones_when_counted()
     async def scenario() -> tuple[int, int, list[int], int]:
         backend = FakeBackend()
         busy, idle, other = FakeReplica(1, outstanding=2), FakeReplica(2), FakeReplica(3)
-        served = ReplicaSet("champion", "m", "1", backend, endpoint="e", replicas=[busy, idle, other],
-                            drain_timeout_s=0.05)
-        served.scale_to(2)               # the least busy leaves first, and stops once drained
+        served = ReplicaSet(
+            "champion", "m", "1", backend, endpoint="e", replicas=[busy, idle, other], drain_timeout_s=0.05
+        )
+        served.scale_to(2)  # the least busy leaves first, and stops once drained
         after_down = len(served.replicas)
         other.dead = True
         counted = served.ready_count()

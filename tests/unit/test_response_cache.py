@@ -39,10 +39,14 @@ def test_entries_expire_and_the_least_recently_used_goes_first():
 
 
 def test_the_cache_config_is_checked():
-    config = EndpointCoreConfig.model_validate({"served_entities": [], "response_cache": {"enabled": True, "ttl_seconds": 5}})
+    config = EndpointCoreConfig.model_validate(
+        {"served_entities": [], "response_cache": {"enabled": True, "ttl_seconds": 5}}
+    )
     assert config.response_cache.max_entries == 10_000
     with pytest.raises(Exception):
-        EndpointCoreConfig.model_validate({"served_entities": [], "response_cache": {"enabled": True, "ttl_seconds": 0}})
+        EndpointCoreConfig.model_validate(
+            {"served_entities": [], "response_cache": {"enabled": True, "ttl_seconds": 0}}
+        )
     with pytest.raises(Exception):
         EndpointCoreConfig.model_validate({"served_entities": [], "response_cache": {"size": 3}})
 
@@ -55,12 +59,17 @@ def _app(tmp_path, cache: ResponseCache | None, calls: list[bytes]):
             answers.append(WireAnswer(200, 1, json.dumps([len(calls)]).encode(), b'[{"f":1.0}]'))
         return WireReply(answers)
 
-    return in_process_gateway(tmp_path, TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN}), send=upstream, cache=cache)
+    return in_process_gateway(
+        tmp_path, TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN}), send=upstream, cache=cache
+    )
 
 
 def _post(client: TestClient, body: str) -> httpx.Response:
-    return client.post("/serving-endpoints/ep/invocations", content=body,
-                       headers={"Authorization": f"Bearer {TOKEN}", "content-type": "application/json"})
+    return client.post(
+        "/serving-endpoints/ep/invocations",
+        content=body,
+        headers={"Authorization": f"Bearer {TOKEN}", "content-type": "application/json"},
+    )
 
 
 def test_identical_payloads_are_answered_from_the_cache_only_when_enabled(tmp_path):

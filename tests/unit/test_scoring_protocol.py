@@ -9,12 +9,7 @@ import pandas as pd
 import pytest
 
 from serving.protocol.errors import ApiError
-from serving.protocol.scoring import (
-    ScoringRequest,
-    canonical_payload_key,
-    parse_scoring_request,
-    to_jsonable,
-)
+from serving.protocol.scoring import ScoringRequest, canonical_payload_key, parse_scoring_request, to_jsonable
 
 SECRET = "SECRET-VALUE-123"
 JSON = "application/json"
@@ -44,9 +39,7 @@ def test_dataframe_split() -> None:
 
 
 def test_dataframe_split_with_index() -> None:
-    req = parse(
-        {"dataframe_split": {"columns": ["a"], "data": [[1.5], [2.5]], "index": ["r1", "r2"]}}
-    )
+    req = parse({"dataframe_split": {"columns": ["a"], "data": [[1.5], [2.5]], "index": ["r1", "r2"]}})
     assert list(req.frame.index) == ["r1", "r2"]
     assert req.frame.loc["r2", "a"] == 2.5
 
@@ -80,9 +73,7 @@ def test_instances_scalars_make_one_column() -> None:
 def test_inputs_columnar() -> None:
     req = parse({"inputs": {"a": [1, 2, 3], "b": ["x", "y", "z"]}})
     assert req.input_format == "inputs"
-    pd.testing.assert_frame_equal(
-        req.frame, pd.DataFrame({"a": [1, 2, 3], "b": ["x", "y", "z"]})
-    )
+    pd.testing.assert_frame_equal(req.frame, pd.DataFrame({"a": [1, 2, 3], "b": ["x", "y", "z"]}))
 
 
 def test_inputs_records_and_lists() -> None:
@@ -98,12 +89,7 @@ def test_params_are_returned() -> None:
 
 @pytest.mark.parametrize(
     "content_type",
-    [
-        "application/json",
-        "Application/JSON",
-        "application/json; charset=utf-8",
-        " application/json;charset=UTF-8 ",
-    ],
+    ["application/json", "Application/JSON", "application/json; charset=utf-8", " application/json;charset=UTF-8 "],
 )
 def test_json_content_type_variants(content_type: str) -> None:
     assert parse({"instances": [1]}, content_type).input_format == "instances"
@@ -120,9 +106,7 @@ def test_csv(content_type: str) -> None:
 # --- errors ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "content_type", [None, "", "text/plain", "application/x-www-form-urlencoded"]
-)
+@pytest.mark.parametrize("content_type", [None, "", "text/plain", "application/x-www-form-urlencoded"])
 def test_unsupported_content_type(content_type: str | None) -> None:
     err = error({"instances": [SECRET]}, content_type)
     assert err.status_code == 415
@@ -158,7 +142,7 @@ def test_empty_body() -> None:
 
 
 def test_invalid_csv_does_not_echo() -> None:
-    err = error(b'a,b\n1,"' + SECRET.encode() + b'\n', "text/csv")
+    err = error(b'a,b\n1,"' + SECRET.encode() + b"\n", "text/csv")
     assert err.status_code == 400
     assert err.message == "request body is not valid CSV"
 
@@ -315,13 +299,8 @@ def test_to_jsonable_numpy_and_nan() -> None:
 
 
 def test_to_jsonable_pandas() -> None:
-    df = pd.DataFrame(
-        {"p": [0.1, np.nan], "label": ["a", "b"], "n": np.array([1, 2], dtype="int64")}
-    )
-    assert to_jsonable(df) == [
-        {"p": 0.1, "label": "a", "n": 1},
-        {"p": None, "label": "b", "n": 2},
-    ]
+    df = pd.DataFrame({"p": [0.1, np.nan], "label": ["a", "b"], "n": np.array([1, 2], dtype="int64")})
+    assert to_jsonable(df) == [{"p": 0.1, "label": "a", "n": 1}, {"p": None, "label": "b", "n": 2}]
     assert to_jsonable(pd.Series([1.5, np.nan])) == [1.5, None]
     ts = pd.Series(pd.to_datetime(["2024-01-02", None]))
     assert to_jsonable(ts) == ["2024-01-02T00:00:00", None]
@@ -353,8 +332,13 @@ def test_joined_frame_is_the_requests_frames_in_order_however_they_were_sent():
     def parse(doc: object):  # type: ignore[no-untyped-def]
         return parse_scoring_request(json.dumps(doc).encode(), "application/json")
 
-    split = [parse({"dataframe_split": {"columns": ["a", "b"], "data": rows}}) for rows in ([[1, "x"]], [[2.5, "y"], [3, "z"]])]
+    split = [
+        parse({"dataframe_split": {"columns": ["a", "b"], "data": rows}})
+        for rows in ([[1, "x"]], [[2.5, "y"], [3, "z"]])
+    ]
     expected = pd.concat([r.frame for r in split], ignore_index=True)
     pd.testing.assert_frame_equal(joined_frame(split), expected)
     records = parse({"dataframe_records": [{"b": "w", "a": 4.0}]})  # other shapes: the frames concatenated
-    pd.testing.assert_frame_equal(joined_frame([*split, records]), pd.concat([expected, records.frame], ignore_index=True))
+    pd.testing.assert_frame_equal(
+        joined_frame([*split, records]), pd.concat([expected, records.frame], ignore_index=True)
+    )

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 
 from monitoring.reference import after, first_served_window, pinned_window
 
-T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
 def served(requests: int, every_s: float, rows_each: int = 2) -> pd.DataFrame:
     """``requests`` requests ``every_s`` apart from T0, ``rows_each`` served rows each."""
-    return pd.DataFrame([{"request_id": f"r{i}", "row": j, "timestamp": T0 + timedelta(seconds=i * every_s), "x": float(i)}
-                         for i in range(requests) for j in range(rows_each)])
+    return pd.DataFrame(
+        [
+            {"request_id": f"r{i}", "row": j, "timestamp": T0 + timedelta(seconds=i * every_s), "x": float(i)}
+            for i in range(requests)
+            for j in range(rows_each)
+        ]
+    )
 
 
 def test_the_first_window_closes_at_its_request_count_and_what_follows_is_compared():

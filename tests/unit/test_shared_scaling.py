@@ -49,32 +49,60 @@ class Clock:
 
 def _gateway(tmp_path, name: str, *, leading: bool, wall: Clock, mono: Clock, scaling: ScalingConfig | None = None):
     store = EndpointStore(tmp_path / "endpoints.db")
-    if not store.list():   # the endpoint in the store too: the leader records only a stored endpoint's state
-        config = spec.normalize_config(spec.EndpointCoreConfig.model_validate(
-            {"served_entities": [{"name": "champion", "entity_name": "m", "entity_version": "1"}]}), "e")
-        store.create(spec.EndpointRecord(name="e", id="id-e", creator="test", created_ms=0, updated_ms=0, config=config))
+    if not store.list():  # the endpoint in the store too: the leader records only a stored endpoint's state
+        config = spec.normalize_config(
+            spec.EndpointCoreConfig.model_validate(
+                {"served_entities": [{"name": "champion", "entity_name": "m", "entity_version": "1"}]}
+            ),
+            "e",
+        )
+        store.create(
+            spec.EndpointRecord(name="e", id="id-e", creator="test", created_ms=0, updated_ms=0, config=config)
+        )
     manager = EndpointManager(store, lambda *a: "1", dict(os.environ), tmp_path / name, home=tmp_path / name)
     manager.leading = leading
     served = ReplicaSet(name="champion", model_name="m", version="1", scaling=scaling or ScalingConfig())
     served.attach(_never)
     manager.live["e"] = LiveEndpoint(entities={"champion": served}, weights=[("champion", 100)])
-    shared = SharedScaling(LoadBoard(store.database), ScalerRecords(store.database), name, lambda: manager.leading,
-                           clock=wall)
+    shared = SharedScaling(
+        LoadBoard(store.database), ScalerRecords(store.database), name, lambda: manager.leading, clock=wall
+    )
     return manager, served, LiveAutoscaler(manager, Counts(), clock=mono, wall=wall, shared=shared), shared
 
 
 def _reading(gateway: str, at: float, arrivals: int, completed: int, **values) -> Reading:
-    return Reading(gateway, "e", "champion", URI, at,
-                   {"in_flight": 3.0, "queue_depth": 1.0, "arrivals_total": arrivals, "completed_total": completed,
-                    "latency_p50_ms": 20.0, "latency_p99_ms": 50.0, **values})
+    return Reading(
+        gateway,
+        "e",
+        "champion",
+        URI,
+        at,
+        {
+            "in_flight": 3.0,
+            "queue_depth": 1.0,
+            "arrivals_total": arrivals,
+            "completed_total": completed,
+            "latency_p50_ms": 20.0,
+            "latency_p99_ms": 50.0,
+            **values,
+        },
+    )
 
 
 def test_the_leader_adds_each_gateways_rates_and_sums_the_levels():
-    own = Sample(t=10.0, in_flight=2.0, ready_replicas=1, queue_depth=1.0, requests=10, completed=9,
-                 latency_p50_ms=10.0, latency_p99_ms=30.0)
+    own = Sample(
+        t=10.0,
+        in_flight=2.0,
+        ready_replicas=1,
+        queue_depth=1.0,
+        requests=10,
+        completed=9,
+        latency_p50_ms=10.0,
+        latency_p99_ms=30.0,
+    )
     remote = RemoteLoad()
     first = remote.merged(own, URI, [_reading("b", 9.5, 100, 90)])
-    assert (first.requests, first.completed) == (10, 9)       # no earlier reading from b: its rate is unknown
+    assert (first.requests, first.completed) == (10, 9)  # no earlier reading from b: its rate is unknown
     assert first.in_flight == 5.0 and first.queue_depth == 2.0 and first.latency_p99_ms == 50.0
     later = remote.merged(own, URI, [_reading("b", 10.5, 130, 118)])
     assert (later.requests, later.completed) == (40, 37)
@@ -108,15 +136,15 @@ def test_a_followers_requests_reach_the_leaders_samples_through_the_store(tmp_pa
             meter.finished(mono.t + 0.01, 0.01)
         wall.t += 1.0
         mono.t += 1.0
-        follower.step()          # a follower offers its reading ...
-        follower_shared.tick()   # ... its thread writes it
-        leader_shared.tick()     # the leader's thread reads it
+        follower.step()  # a follower offers its reading ...
+        follower_shared.tick()  # ... its thread writes it
+        leader_shared.tick()  # the leader's thread reads it
         return leader.signals.sample(mono.t)[KEY]
 
-    assert second(5).requests == 0      # the first reading seen sets the baseline
+    assert second(5).requests == 0  # the first reading seen sets the baseline
     assert second(7).requests == 7
     assert second(0).requests == 0
-    wall.t += 10.0                      # the follower went quiet: its last reading is stale
+    wall.t += 10.0  # the follower went quiet: its last reading is stale
     leader_shared.tick()
     assert leader.signals.sample(mono.t)[KEY].in_flight == 0.0
 
@@ -135,33 +163,36 @@ def test_a_new_leader_continues_from_the_recorded_state_of_the_same_model(tmp_pa
     old._record(mono.t)
     old_shared.tick()
 
-    wall.t += 2.0                       # the new leader, on another clock, two seconds later
+    wall.t += 2.0  # the new leader, on another clock, two seconds later
     new_mono = Clock(9.0)
     manager, _, new, new_shared = _gateway(tmp_path, "b", leading=True, wall=wall, mono=new_mono, scaling=config)
     new_shared.load_records()
     new.sync()
     resumed = new.controller.scalers[KEY]
     assert (resumed.state.replicas, resumed.state.target) == (3, 7.0)
-    assert resumed.state.last_horizontal == new_mono.t - 3.0     # 1 s before the record, which is 2 s old
+    assert resumed.state.last_horizontal == new_mono.t - 3.0  # 1 s before the record, which is 2 s old
     assert len(resumed.history) == 5 and resumed.history.snapshot().last.t == new_mono.t - 2.0
 
     manager.live["e"].entities["champion"] = ReplicaSet(name="champion", model_name="m", version="2", scaling=config)
     manager.live["e"].entities["champion"].attach(_never)
     new.controller.remove(KEY)
     new._configs.clear()
-    new.sync()                          # another version under the same name: its own start
+    new.sync()  # another version under the same name: its own start
     fresh = new.controller.scalers[KEY]
     assert (fresh.state.replicas, fresh.state.target, len(fresh.history)) == (0, config.initial_target, 0)
 
 
 def test_a_record_round_trips_with_its_times_moved():
-    state = PolicyState(replicas=2, target=3.5, started_at=10.0, last_horizontal=None, last_vertical=12.0, last_busy=13.0,
-                        ceiling=9.0)
-    samples = (Sample(t=11.0, in_flight=1.5, ready_replicas=2, ready_in_s=0.8),
-               Sample(t=12.0, in_flight=2.0, ready_replicas=2, latency_p99_ms=40.0))
+    state = PolicyState(
+        replicas=2, target=3.5, started_at=10.0, last_horizontal=None, last_vertical=12.0, last_busy=13.0, ceiling=9.0
+    )
+    samples = (
+        Sample(t=11.0, in_flight=1.5, ready_replicas=2, ready_in_s=0.8),
+        Sample(t=12.0, in_flight=2.0, ready_replicas=2, latency_p99_ms=40.0),
+    )
     record = to_record(state, samples, shift=1_000.0)
     assert record["samples"][0]["t"] == 1_011.0 and record["policy"]["started_at"] == 1_010.0
     back, back_samples = from_record(record, ScalingConfig(initial_target=2.0, max_target=3.0), shift=-1_000.0)
-    assert back.target == 3.0           # kept inside this config's bounds
+    assert back.target == 3.0  # kept inside this config's bounds
     assert back.started_at == 10.0 and back.last_horizontal is None and back.ceiling == 9.0
     assert tuple(back_samples) == samples

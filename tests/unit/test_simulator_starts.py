@@ -9,8 +9,17 @@ import pytest
 from serving.autoscaler.simulate.profiles import ModelProfile
 from serving.autoscaler.simulate.starts import Starts
 
-PROFILE = ModelProfile(name="p", service_ms=10.0, service_sigma=0.0, parallelism=1, slo_ms=100.0, user_target=1.0,
-                       model_load_s=10.0, cold_start_s=8.0, warm_start_s=0.5)
+PROFILE = ModelProfile(
+    name="p",
+    service_ms=10.0,
+    service_sigma=0.0,
+    parallelism=1,
+    slo_ms=100.0,
+    user_target=1.0,
+    model_load_s=10.0,
+    cold_start_s=8.0,
+    warm_start_s=0.5,
+)
 
 
 def test_without_standbys_every_replica_starts_cold():
@@ -33,7 +42,7 @@ def test_refills_run_one_at_a_time():
     starts = Starts(PROFILE, 2)
     assert starts.ready_times(0.0, 2) == [10.5, 10.5]
     # two holes, both asked for at 10.5 s: the second refill starts when the first ends
-    assert starts.ready_times(18.5, 2) == [29.0, 36.5]      # one standby back at 18.5, the other at 26.5
+    assert starts.ready_times(18.5, 2) == [29.0, 36.5]  # one standby back at 18.5, the other at 26.5
     assert starts.ready_times(26.5, 1) == [37.0]
 
 
@@ -51,12 +60,14 @@ def test_a_pool_size_that_is_not_a_whole_number_is_refused(bad):
 
 def test_the_simulator_cli_refuses_a_negative_warm_pool(capsys):
     from serving.autoscaler.simulate.__main__ import main
+
     assert main(["--trace", "spike", "--warm-pool", "-1"]) == 2
     assert "--warm-pool" in capsys.readouterr().err
 
 
 def test_the_benchmark_refuses_a_warm_pool_that_is_not_a_whole_number_and_an_unknown_rule():
     from benchmarks.autoscaler import parse
+
     for argv in (["--warm-pool", "1.5"], ["--warm-pool", "-1"], ["--ablate", "nope"]):
         with pytest.raises(SystemExit):
             parse(argv)
@@ -64,8 +75,8 @@ def test_the_benchmark_refuses_a_warm_pool_that_is_not_a_whole_number_and_an_unk
 
 def test_the_lead_time_a_sample_carries_is_warm_while_a_standby_is_idle_else_cold():
     starts = Starts(PROFILE, 1)
-    assert starts.ready_in(0.0) == 10.5             # the standby: 0.5 s + the 10 s load
+    assert starts.ready_in(0.0) == 10.5  # the standby: 0.5 s + the 10 s load
     starts.ready_times(0.0, 1)
-    assert starts.ready_in(1.0) == 18.0             # taken: a cold start (8 s + the load)
-    assert starts.ready_in(18.5) == 10.5            # refilled once the replica it became was ready, 8 s later
+    assert starts.ready_in(1.0) == 18.0  # taken: a cold start (8 s + the load)
+    assert starts.ready_in(18.5) == 10.5  # refilled once the replica it became was ready, 8 s later
     assert Starts(PROFILE, 0).ready_in(0.0) == 18.0

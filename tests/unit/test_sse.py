@@ -11,7 +11,7 @@ def test_events_come_out_whole_whatever_the_split() -> None:
     stream = b'data: {"a":1}\n\n: a comment\n\nevent: x\ndata: two\ndata: lines\n\ndata: [DONE]\n\n'
     for size in (1, 2, 3, 7, len(stream)):
         splitter = sse.SseSplitter()
-        got = [e for i in range(0, len(stream), size) for e in splitter.feed(stream[i:i + size])]
+        got = [e for i in range(0, len(stream), size) for e in splitter.feed(stream[i : i + size])]
         assert got == [b'{"a":1}', b"two\nlines", sse.DONE], size
         assert not splitter.pending
 

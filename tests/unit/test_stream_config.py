@@ -46,15 +46,23 @@ def refusal(*inputs: dict[str, Any]) -> str:
 # ---- addresses ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("url", "host", "port", "stream", "canonical"), [
-    ("redis://localhost:6379/in", "localhost", 6379, "in", "redis://localhost:6379/in"),
-    ("redis://Redis.Example.COM:6380/a:b.c-d_e", "redis.example.com", 6380, "a:b.c-d_e",
-     "redis://redis.example.com:6380/a:b.c-d_e"),
-    ("redis://10.0.0.7:1/x", "10.0.0.7", 1, "x", "redis://10.0.0.7:1/x"),
-    ("redis://[::1]:65535/x", "::1", 65535, "x", "redis://[::1]:65535/x"),
-    ("redis://[2001:DB8:0:0::1]:6379/x", "2001:db8::1", 6379, "x", "redis://[2001:db8::1]:6379/x"),
-    ("redis://redis_1:6379/" + "s" * 200, "redis_1", 6379, "s" * 200, "redis://redis_1:6379/" + "s" * 200),
-])
+@pytest.mark.parametrize(
+    ("url", "host", "port", "stream", "canonical"),
+    [
+        ("redis://localhost:6379/in", "localhost", 6379, "in", "redis://localhost:6379/in"),
+        (
+            "redis://Redis.Example.COM:6380/a:b.c-d_e",
+            "redis.example.com",
+            6380,
+            "a:b.c-d_e",
+            "redis://redis.example.com:6380/a:b.c-d_e",
+        ),
+        ("redis://10.0.0.7:1/x", "10.0.0.7", 1, "x", "redis://10.0.0.7:1/x"),
+        ("redis://[::1]:65535/x", "::1", 65535, "x", "redis://[::1]:65535/x"),
+        ("redis://[2001:DB8:0:0::1]:6379/x", "2001:db8::1", 6379, "x", "redis://[2001:db8::1]:6379/x"),
+        ("redis://redis_1:6379/" + "s" * 200, "redis_1", 6379, "s" * 200, "redis://redis_1:6379/" + "s" * 200),
+    ],
+)
 def test_an_address_parses_to_its_server_stream_and_canonical_url(url, host, port, stream, canonical):
     address = StreamAddress.parse(url, "source")
     assert (address.host, address.port, address.stream) == (host, port, stream)
@@ -62,39 +70,42 @@ def test_an_address_parses_to_its_server_stream_and_canonical_url(url, host, por
     assert StreamAddress.parse(address.url, "source") == address
 
 
-@pytest.mark.parametrize(("url", "reason"), [
-    ("", "scheme"),
-    (f"rediss://h:1/{SECRET}", "scheme must be redis"),
-    (f"REDIS://h:1/{SECRET}", "scheme must be redis"),
-    (f"http://h:1/{SECRET}", "scheme must be redis"),
-    (f"{SECRET}", "scheme must be redis"),
-    (f"redis://user:{SECRET}@h:1/s", "no user or password"),
-    (f"redis://:{SECRET}@h:1/s", "no user or password"),
-    (f"redis://h:1/s?password={SECRET}", "no query or fragment"),
-    (f"redis://h:1/s#{SECRET}", "no query or fragment"),
-    (f"redis://{SECRET}/s", "port is required"),
-    (f"redis://[::1]/{SECRET}", "port is required"),
-    (f"redis://{SECRET}:/s", "port must be 1 to 65535"),
-    (f"redis://{SECRET}:0/s", "port must be 1 to 65535"),
-    (f"redis://{SECRET}:65536/s", "port must be 1 to 65535"),
-    (f"redis://{SECRET}:+80/s", "port must be 1 to 65535"),
-    (f"redis://:6379/{SECRET}", "host must be"),
-    (f"redis://bad!{SECRET}:6379/s", "host must be"),
-    (f"redis://-{SECRET}:6379/s", "host must be"),
-    (f"redis://{SECRET}..x:6379/s", "host must be"),
-    (f"redis://999.1.1.1:6379/{SECRET}", "host must be"),
-    (f"redis://[zz]:6379/{SECRET}", "host must be"),
-    (f"redis://[fe80::1%eth0]:6379/{SECRET}", "host must be"),
-    (f"redis://::1:6379/{SECRET}", "host must be"),
-    (f"redis://{SECRET}:6379", "the path must be one segment"),
-    (f"redis://{SECRET}:6379/", "the path must be one segment"),
-    (f"redis://{SECRET}:6379/a/b", "the path must be one segment"),
-    (f"redis://{SECRET}:6379/a%2Fb", "the path must be one segment"),
-    (f"redis://{SECRET}:6379/" + "s" * 201, "the path must be one segment"),
-    (f"redis://{SECRET}:6379/a b", "printable ASCII characters without spaces"),
-    (f"redis://{SECRET}:6379/a\nb", "printable ASCII characters without spaces"),
-    (f"redis://{SECRET}:6379/é", "printable ASCII characters without spaces"),
-])
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("", "scheme"),
+        (f"rediss://h:1/{SECRET}", "scheme must be redis"),
+        (f"REDIS://h:1/{SECRET}", "scheme must be redis"),
+        (f"http://h:1/{SECRET}", "scheme must be redis"),
+        (f"{SECRET}", "scheme must be redis"),
+        (f"redis://user:{SECRET}@h:1/s", "no user or password"),
+        (f"redis://:{SECRET}@h:1/s", "no user or password"),
+        (f"redis://h:1/s?password={SECRET}", "no query or fragment"),
+        (f"redis://h:1/s#{SECRET}", "no query or fragment"),
+        (f"redis://{SECRET}/s", "port is required"),
+        (f"redis://[::1]/{SECRET}", "port is required"),
+        (f"redis://{SECRET}:/s", "port must be 1 to 65535"),
+        (f"redis://{SECRET}:0/s", "port must be 1 to 65535"),
+        (f"redis://{SECRET}:65536/s", "port must be 1 to 65535"),
+        (f"redis://{SECRET}:+80/s", "port must be 1 to 65535"),
+        (f"redis://:6379/{SECRET}", "host must be"),
+        (f"redis://bad!{SECRET}:6379/s", "host must be"),
+        (f"redis://-{SECRET}:6379/s", "host must be"),
+        (f"redis://{SECRET}..x:6379/s", "host must be"),
+        (f"redis://999.1.1.1:6379/{SECRET}", "host must be"),
+        (f"redis://[zz]:6379/{SECRET}", "host must be"),
+        (f"redis://[fe80::1%eth0]:6379/{SECRET}", "host must be"),
+        (f"redis://::1:6379/{SECRET}", "host must be"),
+        (f"redis://{SECRET}:6379", "the path must be one segment"),
+        (f"redis://{SECRET}:6379/", "the path must be one segment"),
+        (f"redis://{SECRET}:6379/a/b", "the path must be one segment"),
+        (f"redis://{SECRET}:6379/a%2Fb", "the path must be one segment"),
+        (f"redis://{SECRET}:6379/" + "s" * 201, "the path must be one segment"),
+        (f"redis://{SECRET}:6379/a b", "printable ASCII characters without spaces"),
+        (f"redis://{SECRET}:6379/a\nb", "printable ASCII characters without spaces"),
+        (f"redis://{SECRET}:6379/é", "printable ASCII characters without spaces"),
+    ],
+)
 def test_anything_but_redis_host_port_stream_is_refused_naming_the_field(url, reason):
     with pytest.raises(ApiError) as refused:
         StreamAddress.parse(url, "stream_inputs[3].sink")
@@ -115,16 +126,29 @@ def test_defaults_and_addresses():
     assert s.sink_address.server == s.dead_letter_address.server == ("localhost", 6379)
 
 
-@pytest.mark.parametrize(("changes", "field"), [
-    ({"batch_size": 0}, "batch_size"), ({"batch_size": 1025}, "batch_size"), ({"batch_size": "10"}, "batch_size"),
-    ({"batch_size": 1.5}, "batch_size"), ({"batch_size": True}, "batch_size"),
-    ({"max_wait_ms": -1}, "max_wait_ms"), ({"max_wait_ms": 10_001}, "max_wait_ms"),
-    ({"max_lag_s": 0}, "max_lag_s"), ({"max_lag_s": -1.0}, "max_lag_s"), ({"max_lag_s": 86_401}, "max_lag_s"),
-    ({"max_lag_s": "soon"}, "max_lag_s"),
-    ({"group": f"bad group {SECRET}"}, "group"), ({"group": ""}, "group"), ({"group": "g" * 101}, "group"),
-    ({"source": f"{R}/" + SECRET * 20}, "source"), ({"sink": 7}, "sink"), ({"dead_letter": ...}, "dead_letter"),
-    ({"topic": SECRET}, "topic"),
-])
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"batch_size": 0}, "batch_size"),
+        ({"batch_size": 1025}, "batch_size"),
+        ({"batch_size": "10"}, "batch_size"),
+        ({"batch_size": 1.5}, "batch_size"),
+        ({"batch_size": True}, "batch_size"),
+        ({"max_wait_ms": -1}, "max_wait_ms"),
+        ({"max_wait_ms": 10_001}, "max_wait_ms"),
+        ({"max_lag_s": 0}, "max_lag_s"),
+        ({"max_lag_s": -1.0}, "max_lag_s"),
+        ({"max_lag_s": 86_401}, "max_lag_s"),
+        ({"max_lag_s": "soon"}, "max_lag_s"),
+        ({"group": f"bad group {SECRET}"}, "group"),
+        ({"group": ""}, "group"),
+        ({"group": "g" * 101}, "group"),
+        ({"source": f"{R}/" + SECRET * 20}, "source"),
+        ({"sink": 7}, "sink"),
+        ({"dead_letter": ...}, "dead_letter"),
+        ({"topic": SECRET}, "topic"),
+    ],
+)
 def test_a_bad_field_is_a_400_naming_it_in_the_gateway_and_never_echoing_it(gateway, changes, field):
     inputs = {k: v for k, v in streams(**changes).items() if v is not ...}
     created = gateway.post("/api/2.0/serving-endpoints", json={"name": "bad", "config": config(streams(), inputs)})
@@ -137,8 +161,10 @@ def test_a_bad_field_is_a_400_naming_it_in_the_gateway_and_never_echoing_it(gate
 
 
 def test_the_extremes_of_every_range_are_accepted():
-    for values in ({"batch_size": 1, "max_wait_ms": 0, "max_lag_s": 0.001, "group": "a"},
-                   {"batch_size": 1024, "max_wait_ms": 10_000, "max_lag_s": 86_400, "group": "G:1.x-y_z" * 10}):
+    for values in (
+        {"batch_size": 1, "max_wait_ms": 0, "max_lag_s": 0.001, "group": "a"},
+        {"batch_size": 1024, "max_wait_ms": 10_000, "max_lag_s": 86_400, "group": "G:1.x-y_z" * 10},
+    ):
         s = normalized(streams(**values)).stream_inputs[0]
         assert {k: getattr(s, k) for k in values} == values
 
@@ -153,29 +179,58 @@ def test_at_most_eight_inputs():
     assert message == f"stream_inputs lists at most {MAX_STREAM_INPUTS} inputs"
 
 
-@pytest.mark.parametrize(("inputs", "expected"), [
-    ([streams(), streams(source=f"redis://{SECRET}/in")], "stream_inputs[1].source must be redis://HOST:PORT/STREAM"),
-    ([streams(sink=f"redis://h:1/a/{SECRET}")], "stream_inputs[0].sink must be redis://HOST:PORT/STREAM"),
-    ([streams(dead_letter=f"redis://:{SECRET}@h:1/d")], "stream_inputs[0].dead_letter must be redis://"),
-    ([streams(source=f"{R}/{SECRET}", sink=f"{R}/{SECRET}")],
-     "stream_inputs[0].sink is the same stream as stream_inputs[0].source"),
-    ([streams(source=f"redis://LocalHost:6379/{SECRET}", dead_letter=f"{R}/{SECRET}")],
-     "stream_inputs[0].dead_letter is the same stream as stream_inputs[0].source"),
-    ([streams(sink=f"{R}/{SECRET}", dead_letter=f"{R}/{SECRET}")],
-     "stream_inputs[0].dead_letter is the same stream as stream_inputs[0].sink"),
-    ([streams(dead_letter=f"redis://{SECRET}:6379/dead")],
-     "stream_inputs[0].dead_letter must be on the same Redis server (host:port) as stream_inputs[0].sink: "
-     "the consumer writes both in one atomic script"),
-    ([streams(dead_letter="redis://localhost:6380/dead")], "one atomic script"),
-    ([streams(source=f"{R}/{SECRET}"), streams(source=f"{R}/{SECRET}", sink=f"{R}/o2", dead_letter=f"{R}/d2")],
-     "stream_inputs[1] reads the same source with the same group as stream_inputs[0]"),
-    ([streams(), streams(source="redis://127.0.0.1:6379/x"), streams(source="redis://LOCALHOST:6379/in", group="tollfree")],
-     "stream_inputs[2] reads the same source with the same group as stream_inputs[0]"),
-    ([streams(source=f"{R}/{SECRET}"), streams(source=f"{R}/b", sink=f"{R}/{SECRET}")],
-     "stream_inputs[1].sink is the stream stream_inputs[0].source reads: the endpoint would read its own output"),
-    ([streams(dead_letter=f"{R}/{SECRET}"), streams(source=f"{R}/{SECRET}", sink=f"{R}/o2", dead_letter=f"{R}/d2")],
-     "stream_inputs[0].dead_letter is the stream stream_inputs[1].source reads"),
-])
+@pytest.mark.parametrize(
+    ("inputs", "expected"),
+    [
+        (
+            [streams(), streams(source=f"redis://{SECRET}/in")],
+            "stream_inputs[1].source must be redis://HOST:PORT/STREAM",
+        ),
+        ([streams(sink=f"redis://h:1/a/{SECRET}")], "stream_inputs[0].sink must be redis://HOST:PORT/STREAM"),
+        ([streams(dead_letter=f"redis://:{SECRET}@h:1/d")], "stream_inputs[0].dead_letter must be redis://"),
+        (
+            [streams(source=f"{R}/{SECRET}", sink=f"{R}/{SECRET}")],
+            "stream_inputs[0].sink is the same stream as stream_inputs[0].source",
+        ),
+        (
+            [streams(source=f"redis://LocalHost:6379/{SECRET}", dead_letter=f"{R}/{SECRET}")],
+            "stream_inputs[0].dead_letter is the same stream as stream_inputs[0].source",
+        ),
+        (
+            [streams(sink=f"{R}/{SECRET}", dead_letter=f"{R}/{SECRET}")],
+            "stream_inputs[0].dead_letter is the same stream as stream_inputs[0].sink",
+        ),
+        (
+            [streams(dead_letter=f"redis://{SECRET}:6379/dead")],
+            "stream_inputs[0].dead_letter must be on the same Redis server (host:port) as stream_inputs[0].sink: "
+            "the consumer writes both in one atomic script",
+        ),
+        ([streams(dead_letter="redis://localhost:6380/dead")], "one atomic script"),
+        (
+            [streams(source=f"{R}/{SECRET}"), streams(source=f"{R}/{SECRET}", sink=f"{R}/o2", dead_letter=f"{R}/d2")],
+            "stream_inputs[1] reads the same source with the same group as stream_inputs[0]",
+        ),
+        (
+            [
+                streams(),
+                streams(source="redis://127.0.0.1:6379/x"),
+                streams(source="redis://LOCALHOST:6379/in", group="tollfree"),
+            ],
+            "stream_inputs[2] reads the same source with the same group as stream_inputs[0]",
+        ),
+        (
+            [streams(source=f"{R}/{SECRET}"), streams(source=f"{R}/b", sink=f"{R}/{SECRET}")],
+            "stream_inputs[1].sink is the stream stream_inputs[0].source reads: the endpoint would read its own output",
+        ),
+        (
+            [
+                streams(dead_letter=f"{R}/{SECRET}"),
+                streams(source=f"{R}/{SECRET}", sink=f"{R}/o2", dead_letter=f"{R}/d2"),
+            ],
+            "stream_inputs[0].dead_letter is the stream stream_inputs[1].source reads",
+        ),
+    ],
+)
 def test_what_the_types_cannot_say_is_refused_naming_fields_and_indexes(inputs, expected):
     assert expected in refusal(*inputs)
 
@@ -197,8 +252,17 @@ def test_check_stream_inputs_refuses_by_itself_too():
 
 def test_the_view_shows_them_with_their_defaults_and_only_when_set():
     view = _config_view(normalized(streams(group="g", batch_size=8)), 1, {})
-    assert view["stream_inputs"] == [{"source": f"{R}/in", "sink": f"{R}/out", "dead_letter": f"{R}/dead",
-                                      "group": "g", "batch_size": 8, "max_wait_ms": 10, "max_lag_s": 30.0}]
+    assert view["stream_inputs"] == [
+        {
+            "source": f"{R}/in",
+            "sink": f"{R}/out",
+            "dead_letter": f"{R}/dead",
+            "group": "g",
+            "batch_size": 8,
+            "max_wait_ms": 10,
+            "max_lag_s": 30.0,
+        }
+    ]
     assert "stream_inputs" not in _config_view(normalized(None), 1, {})
     empty = normalized()  # "stream_inputs": [] is none
     assert empty.stream_inputs is None and "stream_inputs" not in _config_view(empty, 1, {})
@@ -212,8 +276,18 @@ def test_normalize_is_idempotent_with_them():
 
 def test_the_record_json_round_trip_keeps_them():
     current, pending = normalized(streams()), normalized(streams(batch_size=7), streams(source=f"{R}/b"))
-    record = EndpointRecord(name="ep", id="0" * 32, creator="alice", created_ms=1, updated_ms=2, config=current,
-                            pending_config=pending, ready="READY", config_update="IN_PROGRESS", revision=3)
+    record = EndpointRecord(
+        name="ep",
+        id="0" * 32,
+        creator="alice",
+        created_ms=1,
+        updated_ms=2,
+        config=current,
+        pending_config=pending,
+        ready="READY",
+        config_update="IN_PROGRESS",
+        revision=3,
+    )
     text = record.to_json()
     assert json.loads(text)["config"]["stream_inputs"][0]["source"] == f"{R}/in"
     restored = EndpointRecord.from_json(text, revision=3)
@@ -247,7 +321,9 @@ def _settled(client: TestClient, name: str) -> None:
 
 
 def test_the_gateway_creates_an_endpoint_with_stream_inputs_and_shows_them(gateway):
-    created = gateway.post("/api/2.0/serving-endpoints", json={"name": "streamy", "config": config(streams(batch_size=5))})
+    created = gateway.post(
+        "/api/2.0/serving-endpoints", json={"name": "streamy", "config": config(streams(batch_size=5))}
+    )
     assert created.status_code == 200, created.text
     got = gateway.get("/api/2.0/serving-endpoints/streamy").json()["config"]["stream_inputs"]
     assert got == [{**streams(), "group": "tollfree", "batch_size": 5, "max_wait_ms": 10, "max_lag_s": 30.0}]
@@ -255,7 +331,10 @@ def test_the_gateway_creates_an_endpoint_with_stream_inputs_and_shows_them(gatew
 
 
 def test_a_gateway_config_update_replaces_keeps_or_removes_them(gateway):
-    assert gateway.post("/api/2.0/serving-endpoints", json={"name": "streamy", "config": config(streams())}).status_code == 200
+    assert (
+        gateway.post("/api/2.0/serving-endpoints", json={"name": "streamy", "config": config(streams())}).status_code
+        == 200
+    )
     _settled(gateway, "streamy")
     put = gateway.put("/api/2.0/serving-endpoints/streamy/config", json=config(streams(group="g2")))
     assert put.status_code == 200, put.text

@@ -9,10 +9,14 @@ from serving.streams.broker import Entry
 
 
 def test_an_event_is_logged_as_one_dataframe_records_row_numbers_as_numbers():
-    logged = orjson.loads(logged_inputs({"customer_id": "17", "amount": "250.5", "note": "card present",
-                                         "flag": "true", "zip": "NaN"}))
-    assert logged == {"dataframe_records": [{"customer_id": 17, "amount": 250.5, "note": "card present",
-                                             "flag": "true", "zip": "NaN"}]}
+    logged = orjson.loads(
+        logged_inputs({"customer_id": "17", "amount": "250.5", "note": "card present", "flag": "true", "zip": "NaN"})
+    )
+    assert logged == {
+        "dataframe_records": [
+            {"customer_id": 17, "amount": 250.5, "note": "card present", "flag": "true", "zip": "NaN"}
+        ]
+    }
 
 
 def test_the_prediction_of_a_one_row_answer_is_its_one_element():
@@ -23,8 +27,14 @@ def test_the_prediction_of_a_one_row_answer_is_its_one_element():
 
 def test_a_dead_letter_keeps_the_fields_and_its_own_event_id_and_reason_win():
     entry = Entry("5-0", {b"amount": b"x", b"reason": b"from the producer"})
-    letter = _dead(entry, _reason(b'{"error_code": "INVALID_PARAMETER_VALUE", "message": "event field \\"amount\\" must be a double"}'))
+    letter = _dead(
+        entry,
+        _reason(b'{"error_code": "INVALID_PARAMETER_VALUE", "message": "event field \\"amount\\" must be a double"}'),
+    )
     assert letter.dead and letter.event_id == "5-0"
-    assert letter.fields == {b"amount": b"x", b"event_id": b"5-0",
-                             b"reason": b'INVALID_PARAMETER_VALUE: event field "amount" must be a double'}
+    assert letter.fields == {
+        b"amount": b"x",
+        b"event_id": b"5-0",
+        b"reason": b'INVALID_PARAMETER_VALUE: event field "amount" must be a double',
+    }
     assert _reason(b"not json") == "INTERNAL_ERROR: the model failed on this event"

@@ -14,10 +14,24 @@ from serving.protocol.errors import ApiError
 from serving.protocol.events import EVENT_CONTENT_TYPE, is_event_content_type, parse_event
 from serving.protocol.scoring import joined_frame
 
-FIELDS = {"amount": "double", "ratio": "float", "customer_id": "long", "count": "integer", "flag": "boolean",
-          "name": "string", "at": "datetime"}
-EVENT = {"amount": "12.5", "ratio": "0.25", "customer_id": "9007199254740993", "count": "-3", "flag": "TRUE",
-         "name": "Ann Lee", "at": "2024-03-01T10:15:00+02:00"}
+FIELDS = {
+    "amount": "double",
+    "ratio": "float",
+    "customer_id": "long",
+    "count": "integer",
+    "flag": "boolean",
+    "name": "string",
+    "at": "datetime",
+}
+EVENT = {
+    "amount": "12.5",
+    "ratio": "0.25",
+    "customer_id": "9007199254740993",
+    "count": "-3",
+    "flag": "TRUE",
+    "name": "Ann Lee",
+    "at": "2024-03-01T10:15:00+02:00",
+}
 
 
 def event(**fields: object) -> bytes:
@@ -39,36 +53,71 @@ def test_every_kind_is_parsed_to_its_python_value_and_pandas_dtype() -> None:
     assert row["amount"] == 12.5 and row["ratio"] == 0.25 and row["customer_id"] == 9007199254740993
     assert row["count"] == -3 and row["flag"] is np.True_ and row["name"] == "Ann Lee"
     assert row["at"] == pd.Timestamp("2024-03-01T08:15:00")  # the offset converted to UTC, then dropped
-    assert [str(t) for t in request.frame.dtypes] == ["float64", "float32", "int64", "int32", "bool", "object",
-                                                      "datetime64[ns]"]
+    assert [str(t) for t in request.frame.dtypes] == [
+        "float64",
+        "float32",
+        "int64",
+        "int32",
+        "bool",
+        "object",
+        "datetime64[ns]",
+    ]
 
 
-@pytest.mark.parametrize(("kind", "text", "value"), [
-    ("double", "3", 3.0), ("double", " -1.5e3 ", -1500.0), ("double", ".5", 0.5), ("float", "1e10", 1e10),
-    ("long", "12", 12), ("long", "+7", 7), ("long", "-9223372036854775808", -2**63), ("integer", "2147483647", 2**31 - 1),
-    ("boolean", "true", True), ("boolean", "False", False), ("boolean", "1", True), ("boolean", "0", False),
-    ("string", "", ""), ("string", " 12 ", " 12 "), ("datetime", "2024-03-01", pd.Timestamp("2024-03-01")),
-    ("datetime", "2024-03-01T10:15:00.5Z", pd.Timestamp("2024-03-01T10:15:00.5")),
-])
+@pytest.mark.parametrize(
+    ("kind", "text", "value"),
+    [
+        ("double", "3", 3.0),
+        ("double", " -1.5e3 ", -1500.0),
+        ("double", ".5", 0.5),
+        ("float", "1e10", 1e10),
+        ("long", "12", 12),
+        ("long", "+7", 7),
+        ("long", "-9223372036854775808", -(2**63)),
+        ("integer", "2147483647", 2**31 - 1),
+        ("boolean", "true", True),
+        ("boolean", "False", False),
+        ("boolean", "1", True),
+        ("boolean", "0", False),
+        ("string", "", ""),
+        ("string", " 12 ", " 12 "),
+        ("datetime", "2024-03-01", pd.Timestamp("2024-03-01")),
+        ("datetime", "2024-03-01T10:15:00.5Z", pd.Timestamp("2024-03-01T10:15:00.5")),
+    ],
+)
 def test_accepted_strings(kind: str, text: str, value: object) -> None:
     got = parse_event(event(x=text), {"x": kind}).frame.iloc[0, 0]
-    assert got == value and type(got) is not str or kind == "string"
+    assert (got == value and type(got) is not str) or kind == "string"
 
 
-@pytest.mark.parametrize(("kind", "text", "must_be"), [
-    ("double", "abc", "a double (a finite number)"), ("double", "nan", "a double (a finite number)"),
-    ("double", "inf", "a double (a finite number)"), ("double", "1e999", "a double (a finite number)"),
-    ("double", "", "a double (a finite number)"), ("double", "1_000", "a double (a finite number)"),
-    ("float", "3e39", "a float (a finite number within float32 range)"),
-    ("float", "-Infinity", "a float (a finite number within float32 range)"),
-    ("long", "1.5", "a long (an integer)"), ("long", "abc", "a long (an integer)"), ("long", "1e3", "a long (an integer)"),
-    ("long", "9223372036854775808", "a long (an integer)"), ("long", "\u0661\u0662", "a long (an integer)"),
-    ("integer", "2147483648", "an integer (a 32-bit integer)"), ("integer", "7.0", "an integer (a 32-bit integer)"),
-    ("boolean", "yes", "a boolean (true, false, 1 or 0)"), ("boolean", "2", "a boolean (true, false, 1 or 0)"),
-    ("datetime", "now", "a datetime (ISO 8601)"), ("datetime", "03/01/2024", "a datetime (ISO 8601)"),
-    ("datetime", "3000-01-01", "a datetime (ISO 8601)"),  # past pandas' nanosecond range
-])
-def test_a_value_not_of_its_kind_is_refused_naming_the_field_and_never_the_value(kind: str, text: str, must_be: str) -> None:
+@pytest.mark.parametrize(
+    ("kind", "text", "must_be"),
+    [
+        ("double", "abc", "a double (a finite number)"),
+        ("double", "nan", "a double (a finite number)"),
+        ("double", "inf", "a double (a finite number)"),
+        ("double", "1e999", "a double (a finite number)"),
+        ("double", "", "a double (a finite number)"),
+        ("double", "1_000", "a double (a finite number)"),
+        ("float", "3e39", "a float (a finite number within float32 range)"),
+        ("float", "-Infinity", "a float (a finite number within float32 range)"),
+        ("long", "1.5", "a long (an integer)"),
+        ("long", "abc", "a long (an integer)"),
+        ("long", "1e3", "a long (an integer)"),
+        ("long", "9223372036854775808", "a long (an integer)"),
+        ("long", "\u0661\u0662", "a long (an integer)"),
+        ("integer", "2147483648", "an integer (a 32-bit integer)"),
+        ("integer", "7.0", "an integer (a 32-bit integer)"),
+        ("boolean", "yes", "a boolean (true, false, 1 or 0)"),
+        ("boolean", "2", "a boolean (true, false, 1 or 0)"),
+        ("datetime", "now", "a datetime (ISO 8601)"),
+        ("datetime", "03/01/2024", "a datetime (ISO 8601)"),
+        ("datetime", "3000-01-01", "a datetime (ISO 8601)"),  # past pandas' nanosecond range
+    ],
+)
+def test_a_value_not_of_its_kind_is_refused_naming_the_field_and_never_the_value(
+    kind: str, text: str, must_be: str
+) -> None:
     err = refused(event(secret_field=text, other="x"), {"secret_field": kind})
     assert err.error_code == "INVALID_PARAMETER_VALUE"
     assert err.message == f'event field "secret_field" must be {must_be}'
@@ -132,8 +181,10 @@ def test_events_of_every_kind_join_keeping_their_dtypes() -> None:
     joined = joined_frame(events)
     assert len(joined) == 2 and joined["count"].tolist() == [-3, 4] and joined["flag"].tolist() == [True, False]
     assert [str(t) for t in joined.dtypes] == [str(t) for t in events[0].frame.dtypes]
-    longs = [parse_event(event(customer_id=str(i), amount="1"), {"customer_id": "long", "amount": "double"})
-             for i in range(2)]
+    longs = [
+        parse_event(event(customer_id=str(i), amount="1"), {"customer_id": "long", "amount": "double"})
+        for i in range(2)
+    ]
     frame = joined_frame(longs)
     assert [str(t) for t in frame.dtypes] == ["int64", "float64"] and frame["customer_id"].tolist() == [0, 1]
     assert not any(math.isnan(v) for v in frame["amount"])

@@ -10,7 +10,7 @@ import serving.gateway.app as gateway_app
 
 
 class RecordingPool:
-    made: list["RecordingPool"] = []
+    made: list[RecordingPool] = []
 
     def __init__(self, size: int, launcher: object) -> None:
         self.size, self.filled, self.closed = size, 0, 0
@@ -30,17 +30,17 @@ def test_the_pool_is_the_leaders(monkeypatch):
 
     async def scenario() -> None:
         switch = gateway_app._WarmPoolSwitch(manager, 2)
-        switch.switch(False)                     # a follower: no pool
+        switch.switch(False)  # a follower: no pool
         assert manager.backend.pool is None
-        switch.switch(True)                      # takes the lead: a pool of 2, filling
-        switch.switch(True)                      # still leading: the same pool
+        switch.switch(True)  # takes the lead: a pool of 2, filling
+        switch.switch(True)  # still leading: the same pool
         await asyncio.sleep(0.1)
         assert len(RecordingPool.made) == 1 and manager.backend.pool is RecordingPool.made[0]
         assert RecordingPool.made[0].size == 2 and RecordingPool.made[0].filled == 1
-        switch.switch(False)                     # loses the lead: the pool's standbys stop
+        switch.switch(False)  # loses the lead: the pool's standbys stop
         await asyncio.sleep(0.1)
         assert manager.backend.pool is None and RecordingPool.made[0].closed == 1
         gateway_app._WarmPoolSwitch(manager, 0).switch(True)
-        assert manager.backend.pool is None      # size 0: no pool at all
+        assert manager.backend.pool is None  # size 0: no pool at all
 
     asyncio.run(scenario())

@@ -22,8 +22,10 @@ from serving.autoscaler.simulate.traces import SYNTHETIC, resolve
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m serving.autoscaler.simulate",
-                                description="Replay a trace against a model profile and autoscaling policies.")
+    p = argparse.ArgumentParser(
+        prog="python -m serving.autoscaler.simulate",
+        description="Replay a trace against a model profile and autoscaling policies.",
+    )
     p.add_argument("--trace", required=True, help=f"a CSV file, or one of {', '.join(SYNTHETIC)}")
     p.add_argument("--profile", default="cpu", help=f"a preset ({', '.join(PRESETS)}) or a YAML/JSON file")
     p.add_argument("--policy", default="all", help=f"{'|'.join(POLICIES + USER_VARIANTS)}|all (all = the first four)")
@@ -32,10 +34,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--plot", metavar="FILE.png", help="draw load, replicas and p99 over time")
     p.add_argument("--mean-rps", type=float, help="rescale a CSV trace to this mean rate (shape kept)")
     p.add_argument("--rate-scale", type=float, default=1.0, help="multiply the trace's rate (shape kept)")
-    p.add_argument("--warmup", type=float, default=0.0, help="seconds at the initial rate before the trace, not counted")
-    p.add_argument("--warm-pool", type=int, default=WARM_POOL, metavar="N",
-                   help=f"tollfree's standby replicas, refilled one at a time (default {WARM_POOL}, the gateway's "
-                        "TOLLFREE_WARM_POOL default; 0: cold starts like the pods of HPA/KPA)")
+    p.add_argument(
+        "--warmup", type=float, default=0.0, help="seconds at the initial rate before the trace, not counted"
+    )
+    p.add_argument(
+        "--warm-pool",
+        type=int,
+        default=WARM_POOL,
+        metavar="N",
+        help=f"tollfree's standby replicas, refilled one at a time (default {WARM_POOL}, the gateway's "
+        "TOLLFREE_WARM_POOL default; 0: cold starts like the pods of HPA/KPA)",
+    )
     p.add_argument("--no-warm-pool", action="store_const", const=0, dest="warm_pool", help="the same as --warm-pool 0")
     return p.parse_args(argv)
 
@@ -60,23 +69,30 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     results: dict[str, Result] = {}
     for policy in policies:
-        results[policy.name] = simulate(trace, profile, policy, seed=args.seed, timeline=bool(args.plot),
-                                        warmup_s=args.warmup)
+        results[policy.name] = simulate(
+            trace, profile, policy, seed=args.seed, timeline=bool(args.plot), warmup_s=args.warmup
+        )
     if args.json:
         print(json.dumps({name: r.summary() for name, r in results.items()}, indent=2))
     else:
-        print(f"trace {trace.name}: {len(trace.arrivals):,} requests over {trace.duration_s:.0f} s "
-              f"(mean {trace.mean_rps:.0f} req/s){'; ' + trace.note if trace.note else ''}")
-        print(f"profile {profile.name}: SLO {profile.slo_ms:g} ms, parallelism {profile.parallelism}, "
-              f"model load {profile.model_load_s:g} s; seed {args.seed}")
+        print(
+            f"trace {trace.name}: {len(trace.arrivals):,} requests over {trace.duration_s:.0f} s "
+            f"(mean {trace.mean_rps:.0f} req/s){'; ' + trace.note if trace.note else ''}"
+        )
+        print(
+            f"profile {profile.name}: SLO {profile.slo_ms:g} ms, parallelism {profile.parallelism}, "
+            f"model load {profile.model_load_s:g} s; seed {args.seed}"
+        )
         header = f"{'policy':<10} {'replica-s':>11} {'over SLO':>9} {'rejected':>9} {'p50 ms':>8} {'p99 ms':>9} {'to capacity':>11} {'events':>6}"
         print(header)
         for name, r in results.items():
             ttc = "-" if r.time_to_capacity_s is None else f"{r.time_to_capacity_s:.1f} s"
             if r.time_to_capacity_s is None and trace.step_at is not None:
                 ttc = "never"
-            print(f"{name:<10} {r.replica_seconds:>11,.0f} {r.over_slo_share:>9.2%} {r.rejected:>9,} "
-                  f"{r.p50_ms:>8.1f} {r.p99_ms:>9.1f} {ttc:>11} {r.scale_events:>6}")
+            print(
+                f"{name:<10} {r.replica_seconds:>11,.0f} {r.over_slo_share:>9.2%} {r.rejected:>9,} "
+                f"{r.p50_ms:>8.1f} {r.p99_ms:>9.1f} {ttc:>11} {r.scale_events:>6}"
+            )
     if args.plot:
         for r in results.values():
             r.timeline["slo_ms"] = profile.slo_ms

@@ -16,19 +16,18 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Optional
 
 from serving.autoscaler.simulate.engine import INF, Action, View
 
 # -- Kubernetes HPA --------------------------------------------------------------------------------
 # kube-controller-manager flags (cmd/kube-controller-manager/app/options/hpacontroller.go):
-HPA_SYNC_S = 15.0                 # --horizontal-pod-autoscaler-sync-period=15s
-HPA_TOLERANCE = 0.1               # --horizontal-pod-autoscaler-tolerance=0.1
-HPA_DOWNSCALE_WINDOW_S = 300.0    # --horizontal-pod-autoscaler-downscale-stabilization=5m0s
+HPA_SYNC_S = 15.0  # --horizontal-pod-autoscaler-sync-period=15s
+HPA_TOLERANCE = 0.1  # --horizontal-pod-autoscaler-tolerance=0.1
+HPA_DOWNSCALE_WINDOW_S = 300.0  # --horizontal-pod-autoscaler-downscale-stabilization=5m0s
 # pkg/apis/autoscaling/v2/defaults.go: default scaleUp rules
-HPA_UP_PERCENT = 100              # scaleUpLimitPercent = 100
-HPA_UP_PODS = 4                   # scaleUpLimitMinimumPods = 4
-HPA_UP_PERIOD_S = 15.0            # scaleUpPeriod = 15 (selectPolicy Max; stabilization 0)
+HPA_UP_PERCENT = 100  # scaleUpLimitPercent = 100
+HPA_UP_PODS = 4  # scaleUpLimitMinimumPods = 4
+HPA_UP_PERIOD_S = 15.0  # scaleUpPeriod = 15 (selectPolicy Max; stabilization 0)
 # default scaleDown rules: 100 % per 15 s (no rate limit in practice), stabilisation from the flag above.
 
 
@@ -47,13 +46,13 @@ class HPA:
     """
 
     name = "hpa"
-    warm_pool = 0               # a new pod: scheduling, container start, runtime import, model load
+    warm_pool = 0  # a new pod: scheduling, container start, runtime import, model load
     # A Service (kube-proxy) forwards connections and holds nothing: no queue of its own, no timeout
     # (pkg/proxy: iptables/IPVS rules only). What waits, waits in the pod's model server (its own room,
     # ``profile.queue_limit``: unbounded for a plain HTTP server).
-    front_queue: Optional[float] = None
-    replica_queue: Optional[float] = None
-    timeout_s: Optional[float] = None
+    front_queue: float | None = None
+    replica_queue: float | None = None
+    timeout_s: float | None = None
 
     def __init__(self, target: float, min_replicas: int = 1, max_replicas: int = 1000) -> None:
         self.target = target
@@ -62,10 +61,10 @@ class HPA:
         self.recommendations: deque[tuple[float, int]] = deque()
         self.scale_events: deque[tuple[float, int]] = deque()
         self.spec = 0
-        self.last_sync: Optional[float] = None
+        self.last_sync: float | None = None
         self.last_sample = None
 
-    def initial(self, load: float) -> tuple[int, Optional[int]]:
+    def initial(self, load: float) -> tuple[int, int | None]:
         self.spec = max(self.min_replicas, math.ceil(load / self.target))
         return self.spec, None
 
@@ -90,7 +89,7 @@ class HPA:
             return spec
         return new
 
-    def step(self, view: View) -> Optional[Action]:
+    def step(self, view: View) -> Action | None:
         if view.second is not None:
             self.last_sample = view.second
         now = view.now
@@ -125,17 +124,17 @@ class HPA:
 
 # -- Knative KPA -----------------------------------------------------------------------------------
 # config/core/configmaps/autoscaler.yaml and pkg/autoscaler/config/config.go defaults:
-KPA_TARGET = 100.0               # container-concurrency-target-default: "100"
-KPA_UTILISATION = 0.7            # container-concurrency-target-percentage: "70"
-KPA_STABLE_S = 60               # stable-window: "60s"
-KPA_PANIC_S = 6                 # panic-window-percentage: "10.0" (of the stable window) -> 6 s
-KPA_PANIC_THRESHOLD = 2.0       # panic-threshold-percentage: "200.0"
-KPA_TICK_S = 2.0                # tick-interval: 2s (pkg/autoscaler/config: TickInterval)
-KPA_MAX_UP = 1000.0             # max-scale-up-rate: "1000.0"
-KPA_MAX_DOWN = 2.0              # max-scale-down-rate: "2.0"
-KPA_ZERO_GRACE_S = 30.0         # scale-to-zero-grace-period: "30s" (enable-scale-to-zero: "true")
-KPA_TBC = 211.0                 # target-burst-capacity: "211" (activator in the path while spare capacity < it)
-KPA_ACTIVATOR_QUEUE = 10000     # pkg/activator/net/throttler.go: breakerQueueDepth = 10000
+KPA_TARGET = 100.0  # container-concurrency-target-default: "100"
+KPA_UTILISATION = 0.7  # container-concurrency-target-percentage: "70"
+KPA_STABLE_S = 60  # stable-window: "60s"
+KPA_PANIC_S = 6  # panic-window-percentage: "10.0" (of the stable window) -> 6 s
+KPA_PANIC_THRESHOLD = 2.0  # panic-threshold-percentage: "200.0"
+KPA_TICK_S = 2.0  # tick-interval: 2s (pkg/autoscaler/config: TickInterval)
+KPA_MAX_UP = 1000.0  # max-scale-up-rate: "1000.0"
+KPA_MAX_DOWN = 2.0  # max-scale-down-rate: "2.0"
+KPA_ZERO_GRACE_S = 30.0  # scale-to-zero-grace-period: "30s" (enable-scale-to-zero: "true")
+KPA_TBC = 211.0  # target-burst-capacity: "211" (activator in the path while spare capacity < it)
+KPA_ACTIVATOR_QUEUE = 10000  # pkg/activator/net/throttler.go: breakerQueueDepth = 10000
 # config/core/configmaps/defaults.yaml revision-timeout-seconds: "300" (pkg/apis/config/defaults.go
 # DefaultRevisionTimeoutSeconds = 5 * 60): a request not answered by then gets a timeout.
 KPA_TIMEOUT_S = 300.0
@@ -165,8 +164,8 @@ class KPA:
     """
 
     name = "kpa"
-    warm_pool = 0               # a new pod, as HPA's (Knative keeps no standby pods)
-    timeout_s: Optional[float] = KPA_TIMEOUT_S
+    warm_pool = 0  # a new pod, as HPA's (Knative keeps no standby pods)
+    timeout_s: float | None = KPA_TIMEOUT_S
 
     def __init__(self, container_concurrency: int = 0, max_replicas: int = 1000, name: str = "kpa") -> None:
         # containerConcurrency 0 (the default): target = container-concurrency-target-default x 70 %;
@@ -176,21 +175,22 @@ class KPA:
         self.target = (container_concurrency or KPA_TARGET) * KPA_UTILISATION
         self.max_replicas = max_replicas
         self.window: deque[float] = deque(maxlen=KPA_STABLE_S)
-        self.panic_time: Optional[float] = None
+        self.panic_time: float | None = None
         self.max_panic_pods = 0
-        self.last_tick: Optional[float] = None
-        self.zero_since: Optional[float] = None
+        self.last_tick: float | None = None
+        self.zero_since: float | None = None
         self.current = 0
-        self.front_queue: Optional[float] = None
-        self.replica_queue: Optional[float] = (KPA_BREAKER_QUEUE_FACTOR * container_concurrency
-                                               if container_concurrency > 0 else None)
+        self.front_queue: float | None = None
+        self.replica_queue: float | None = (
+            KPA_BREAKER_QUEUE_FACTOR * container_concurrency if container_concurrency > 0 else None
+        )
         self.panic_value = 0.0
 
-    def initial(self, load: float) -> tuple[int, Optional[int]]:
+    def initial(self, load: float) -> tuple[int, int | None]:
         self.current = max(1, math.ceil(load / self.target))
         return self.current, (self.cc or None)
 
-    def step(self, view: View) -> Optional[Action]:
+    def step(self, view: View) -> Action | None:
         # the activator is in the path while no pod is ready, or (target burst capacity) while the
         # spare capacity is under 211: then it buffers -- when it has a limit to enforce (cc > 0)
         total = self.cc or KPA_TARGET
@@ -217,9 +217,7 @@ class KPA:
         stable_pods = int(min(max(dspc, max_down), max_up))
         panic_pods = int(min(max(dppc, max_down), max_up))
         over = dppc / ready >= KPA_PANIC_THRESHOLD
-        if self.panic_time is None and over:
-            self.panic_time = now
-        elif over:
+        if (self.panic_time is None and over) or over:
             self.panic_time = now
         elif self.panic_time is not None and now > self.panic_time + KPA_STABLE_S:
             self.panic_time = None
@@ -247,12 +245,12 @@ class KPA:
 
 # -- Ray Serve -------------------------------------------------------------------------------------
 # python/ray/serve/config.py AutoscalingConfig defaults and num_replicas="auto" (doc/source/serve/autoscaling-guide.md):
-RAY_TARGET_ONGOING = 2.0        # target_ongoing_requests: 2
-RAY_MAX_ONGOING = 5             # max_ongoing_requests: 5 (per replica; beyond: queued at the router)
-RAY_UPSCALE_DELAY_S = 30.0      # upscale_delay_s: 30.0
-RAY_DOWNSCALE_DELAY_S = 600.0   # downscale_delay_s: 600.0
-RAY_LOOK_BACK_S = 30.0          # look_back_period_s: 30.0 (mean of the ongoing requests)
-RAY_CONTROL_LOOP_S = 0.1        # ray/serve/_private/constants.py: CONTROL_LOOP_INTERVAL_S = 0.1
+RAY_TARGET_ONGOING = 2.0  # target_ongoing_requests: 2
+RAY_MAX_ONGOING = 5  # max_ongoing_requests: 5 (per replica; beyond: queued at the router)
+RAY_UPSCALE_DELAY_S = 30.0  # upscale_delay_s: 30.0
+RAY_DOWNSCALE_DELAY_S = 600.0  # downscale_delay_s: 600.0
+RAY_LOOK_BACK_S = 30.0  # look_back_period_s: 30.0 (mean of the ongoing requests)
+RAY_CONTROL_LOOP_S = 0.1  # ray/serve/_private/constants.py: CONTROL_LOOP_INTERVAL_S = 0.1
 # max_queued_requests: -1 (ray/serve/_private/constants.py DEFAULT_MAX_QUEUED_REQUESTS = -1): the
 # router queue beyond max_ongoing_requests has no limit; HTTPOptions.request_timeout_s: None
 # (python/ray/serve/config.py): no timeout either.
@@ -271,12 +269,18 @@ class RayServe:
     # Ray starts a replica actor in an idle pre-started worker process when the raylet has one (its worker
     # pool prestarts about one per CPU); modelled as always there: the optimistic bound for Ray
     warm_pool = INF
-    front_queue: Optional[float] = INF      # the router's queue: unbounded
-    replica_queue: Optional[float] = 0.0    # a replica gets at most max_ongoing_requests
-    timeout_s: Optional[float] = None
+    front_queue: float | None = INF  # the router's queue: unbounded
+    replica_queue: float | None = 0.0  # a replica gets at most max_ongoing_requests
+    timeout_s: float | None = None
 
-    def __init__(self, min_replicas: int = 1, max_replicas: int = 1000, target_ongoing: float = RAY_TARGET_ONGOING,
-                 max_ongoing: int = RAY_MAX_ONGOING, name: str = "ray") -> None:
+    def __init__(
+        self,
+        min_replicas: int = 1,
+        max_replicas: int = 1000,
+        target_ongoing: float = RAY_TARGET_ONGOING,
+        max_ongoing: int = RAY_MAX_ONGOING,
+        name: str = "ray",
+    ) -> None:
         self.name = name
         self.target_ongoing = target_ongoing
         self.max_ongoing = max_ongoing
@@ -287,11 +291,11 @@ class RayServe:
         self.counter = 0
         self.target_replicas = 0
 
-    def initial(self, load: float) -> tuple[int, Optional[int]]:
+    def initial(self, load: float) -> tuple[int, int | None]:
         self.target_replicas = max(self.min_replicas, math.ceil(load / self.target_ongoing))
         return self.target_replicas, self.max_ongoing
 
-    def step(self, view: View) -> Optional[Action]:
+    def step(self, view: View) -> Action | None:
         if len(self.samples) == self.samples.maxlen:
             self.total -= self.samples[0]
         self.samples.append(view.in_flight)

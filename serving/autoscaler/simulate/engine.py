@@ -28,7 +28,6 @@ capacity; on a shared machine its cores and their busy share, ``profile.machine_
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import numpy as np
 
@@ -40,8 +39,19 @@ from serving.autoscaler.simulate.seconds import Seconds
 from serving.autoscaler.simulate.starts import Starts
 from serving.autoscaler.simulate.traces import Trace
 
-__all__ = ["INF", "STEP_S", "STEPS_PER_S", "TAIL_S", "Action", "Result", "SimPolicy", "View", "service_times",
-           "simulate", "with_warmup"]
+__all__ = [
+    "INF",
+    "STEPS_PER_S",
+    "STEP_S",
+    "TAIL_S",
+    "Action",
+    "Result",
+    "SimPolicy",
+    "View",
+    "service_times",
+    "simulate",
+    "with_warmup",
+]
 
 
 def service_times(trace: Trace, profile: ModelProfile, seed: int) -> np.ndarray:
@@ -60,13 +70,19 @@ def with_warmup(trace: Trace, warmup_s: float, seed: int) -> Trace:
     svc = None
     if trace.service_ms is not None:
         svc = np.concatenate([rng.choice(trace.service_ms, pre.size), trace.service_ms])
-    return Trace(name=trace.name, arrivals=np.concatenate([pre, trace.arrivals + warmup_s]), service_ms=svc,
-                 step_at=None if trace.step_at is None else trace.step_at + warmup_s,
-                 step_rate=trace.step_rate, note=trace.note)
+    return Trace(
+        name=trace.name,
+        arrivals=np.concatenate([pre, trace.arrivals + warmup_s]),
+        service_ms=svc,
+        step_at=None if trace.step_at is None else trace.step_at + warmup_s,
+        step_rate=trace.step_rate,
+        note=trace.note,
+    )
 
 
-def simulate(trace: Trace, profile: ModelProfile, policy: SimPolicy, seed: int = 0,
-             timeline: bool = True, warmup_s: float = 0.0) -> Result:
+def simulate(
+    trace: Trace, profile: ModelProfile, policy: SimPolicy, seed: int = 0, timeline: bool = True, warmup_s: float = 0.0
+) -> Result:
     """Run one policy over one trace; deterministic for ``seed``.
 
     With ``warmup_s``, the trace is preceded by that long at its initial rate (every policy settles,
@@ -86,8 +102,9 @@ class _Run:
     """One policy over one trace, a step at a time: the requests' part of the step (timeouts, the FIFO,
     the arrivals), then what is observed at its end, then the policy's say."""
 
-    def __init__(self, trace: Trace, profile: ModelProfile, policy: SimPolicy, seed: int, timeline: bool,
-                 warmup_s: float) -> None:
+    def __init__(
+        self, trace: Trace, profile: ModelProfile, policy: SimPolicy, seed: int, timeline: bool, warmup_s: float
+    ) -> None:
         arrivals = trace.arrivals
         self.trace, self.profile, self.policy, self.warmup_s = trace, profile, policy, warmup_s
         self.batched = profile.max_batch > 1
@@ -103,15 +120,15 @@ class _Run:
         initial_load = len(first) / max(10.0, 1e-9) * profile.mean_service_s
         replicas, self.limit = policy.initial(initial_load)
         self.pool.resize(0.0, 0, self.starts, self.pool.slots_for(self.limit))
-        self.pool.ready_at = [0.0] * replicas     # ready at t=0, not started: no standby taken
+        self.pool.ready_at = [0.0] * replicas  # ready at t=0, not started: no standby taken
         self.pool.heap[:] = [0.0] * (replicas * self.pool.slots)
         self.ready = replicas
         self.server_queue = INF if profile.queue_limit is None else float(profile.queue_limit)
-        self.timeout: Optional[float] = getattr(policy, "timeout_s", None)
+        self.timeout: float | None = getattr(policy, "timeout_s", None)
         self.finished = 0
         self.replica_seconds = 0.0
         self.scale_events = 0
-        self.time_to_capacity: Optional[float] = None
+        self.time_to_capacity: float | None = None
         self.room = self.waiting_room()
         self.batch_cap = self.batch_cap_for_limit()
 
@@ -175,10 +192,12 @@ class _Run:
         if (k + 1) % STEPS_PER_S == 0:
             sec = (k + 1) // STEPS_PER_S
             latencies = requests.latencies_in_second[sec - 1] if sec - 1 <= requests.last_second else []
-            second = self.seconds.close(sec, latencies, self.ready, provisioned, self.limit, requests.rejected,
-                                        self.starts.ready_in(t1))
-        return View(now=t1, in_flight=in_flight, queued=queued, ready=self.ready, provisioned=provisioned,
-                    second=second)
+            second = self.seconds.close(
+                sec, latencies, self.ready, provisioned, self.limit, requests.rejected, self.starts.ready_in(t1)
+            )
+        return View(
+            now=t1, in_flight=in_flight, queued=queued, ready=self.ready, provisioned=provisioned, second=second
+        )
 
     def share_cores(self, t1: float) -> float:
         """On a shared machine (``profile.machine_cores``): the cores' busy share at ``t1``, and the services
@@ -197,7 +216,7 @@ class _Run:
             if self.ready * self.profile.replica_rps(self.limit) >= self.trace.step_rate * 0.95:
                 self.time_to_capacity = t1 - step_at
 
-    def apply(self, action: Optional[Action], now: float, provisioned: int) -> None:
+    def apply(self, action: Action | None, now: float, provisioned: int) -> None:
         """The policy's action: replicas (within the profile's cap) and the per-replica admission limit."""
         if action is None:
             return
@@ -224,7 +243,17 @@ class _Run:
         served = latency[~np.isnan(latency)] * 1000.0
         over = int(np.count_nonzero(served > self.profile.slo_ms))
         p50, p99 = (float(x) for x in np.percentile(served, (50, 99))) if served.size else (math.nan, math.nan)
-        return Result(policy=self.policy.name, trace=self.trace.name, profile=self.profile.name,
-                      requests=n - n_warm, rejected=rejected, over_slo=over, replica_seconds=self.replica_seconds,
-                      p50_ms=p50, p99_ms=p99, time_to_capacity_s=self.time_to_capacity,
-                      scale_events=self.scale_events, timeline=self.seconds.timeline)
+        return Result(
+            policy=self.policy.name,
+            trace=self.trace.name,
+            profile=self.profile.name,
+            requests=n - n_warm,
+            rejected=rejected,
+            over_slo=over,
+            replica_seconds=self.replica_seconds,
+            p50_ms=p50,
+            p99_ms=p99,
+            time_to_capacity_s=self.time_to_capacity,
+            scale_events=self.scale_events,
+            timeline=self.seconds.timeline,
+        )

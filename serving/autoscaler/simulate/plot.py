@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from serving.autoscaler.simulate.engine import Result
 
@@ -15,6 +15,7 @@ class PlotUnavailable(RuntimeError):
 def plot(results: Mapping[str, Result], path: str | Path, title: str = "") -> Path:
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -29,7 +30,7 @@ def plot(results: Mapping[str, Result], path: str | Path, title: str = "") -> Pa
         axes[1].plot(tl["t"], tl["replicas"], label=name, linewidth=1.0)
         axes[2].plot(tl["t"], tl["p99_ms"], label=name, linewidth=0.8)
     axes[1].set_ylabel("replicas")
-    axes[1].set_yscale("symlog", linthresh=10)   # linear to 10, then logarithmic: a few and hundreds both show
+    axes[1].set_yscale("symlog", linthresh=10)  # linear to 10, then logarithmic: a few and hundreds both show
     axes[2].set_ylabel("p99 over 1 s (ms)")
     axes[2].set_yscale("log")
     axes[2].axhline(first_slo(results), color="grey", linestyle="--", linewidth=0.8)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Optional
 
 from serving.autoscaler.config import ScalingConfig
 from serving.autoscaler.controller import EntityScaler
@@ -14,11 +13,12 @@ from serving.autoscaler.simulate.baselines import HPA, KPA, RayServe
 from serving.autoscaler.simulate.engine import Action, SimPolicy, View
 from serving.autoscaler.simulate.profiles import ModelProfile
 
-
 # serving/__main__.py: TOLLFREE_WARM_POOL's default, one standby (refilled one at a time; see starts.py)
 WARM_POOL = 1
 # serving/traffic/dispatcher.py: a request waits at most max_wait_s (5.0 by default) in the gateway's queue, then 429
 GATEWAY_MAX_WAIT_S = 5.0
+
+
 def replica_serves(profile: ModelProfile) -> int:
     """What one replica predicts at once, as the gateway's batching plan reads it: a batch (or a request
     unbatched) per worker that predicts side by side."""
@@ -28,27 +28,32 @@ def replica_serves(profile: ModelProfile) -> int:
 class Tollfree:
     name = "tollfree"
 
-    def __init__(self, config: ScalingConfig, warm_pool: float = WARM_POOL, profile: Optional[ModelProfile] = None,
-                 stream_max_lag_s: Optional[float] = None) -> None:
+    def __init__(
+        self,
+        config: ScalingConfig,
+        warm_pool: float = WARM_POOL,
+        profile: ModelProfile | None = None,
+        stream_max_lag_s: float | None = None,
+    ) -> None:
         # the gateway seeds the starting target from what a replica measured of its model (policy.seeded)
         self.config = seeded(config, replica_serves(profile)) if profile is not None else config
         self.serves = replica_serves(profile) if profile is not None else None
         # fed by a stream whose entries may lag this long: what waits is its backlog (Sample.stream_backlog_per_s)
         self.stream_max_lag_s = stream_max_lag_s
         self.warm_pool = warm_pool
-        self.front_queue: Optional[float] = float(config.max_queue)  # the gateway's bounded queue
-        self.replica_queue: Optional[float] = 0.0   # the gateway admits at most max_concurrency per replica
-        self.timeout_s: Optional[float] = GATEWAY_MAX_WAIT_S
-        self.scaler: Optional[EntityScaler] = None
-        self.targets: list[tuple[float, float]] = []       # (t, target) after each vertical cycle
+        self.front_queue: float | None = float(config.max_queue)  # the gateway's bounded queue
+        self.replica_queue: float | None = 0.0  # the gateway admits at most max_concurrency per replica
+        self.timeout_s: float | None = GATEWAY_MAX_WAIT_S
+        self.scaler: EntityScaler | None = None
+        self.targets: list[tuple[float, float]] = []  # (t, target) after each vertical cycle
 
-    def initial(self, load: float) -> tuple[int, Optional[int]]:
+    def initial(self, load: float) -> tuple[int, int | None]:
         target = self.config.initial_target
         replicas = max(self.config.min_replicas, math.ceil(load / target))
         self.scaler = EntityScaler(self.config, replicas=replicas, serves=self.serves)
         return replicas, max_concurrency_for(self.config, target)
 
-    def step(self, view: View) -> Optional[Action]:
+    def step(self, view: View) -> Action | None:
         if view.second is None:
             return None
         assert self.scaler is not None
@@ -95,6 +100,7 @@ def make_policy(name: str, profile: ModelProfile, warm_pool: float = WARM_POOL, 
     if name == "kpa-user":
         return KPA(container_concurrency=knee, max_replicas=profile.max_replicas, name=name)
     if name == "ray-user":
-        return RayServe(max_replicas=profile.max_replicas, target_ongoing=profile.user_target,
-                        max_ongoing=knee, name=name)
+        return RayServe(
+            max_replicas=profile.max_replicas, target_ongoing=profile.user_target, max_ongoing=knee, name=name
+        )
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES + USER_VARIANTS)} or all")

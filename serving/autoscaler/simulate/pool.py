@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from typing import Optional
 
 from serving.autoscaler.simulate.profiles import ModelProfile
 from serving.autoscaler.simulate.starts import Starts
@@ -23,7 +22,7 @@ class Pool:
         self.slots = profile.parallelism
         self.heap: list[float] = []
 
-    def slots_for(self, limit: Optional[int]) -> int:
+    def slots_for(self, limit: int | None) -> int:
         p = self.profile
         if p.max_batch > 1 or limit is None:
             return p.parallelism
@@ -52,14 +51,14 @@ class Pool:
                 self.ready_at.append(t)
                 for _ in range(self.slots):
                     heapq.heappush(heap, t)
-            self.ready_at.sort()   # a warm start asked for now can be ready before a cold one asked earlier
+            self.ready_at.sort()  # a warm start asked for now can be ready before a cold one asked earlier
         elif replicas < n:
             remove = n - replicas
             starting = [r for r in self.ready_at if r > now]
             cancel = min(remove, len(starting))
             if cancel:
                 gone = starting[-cancel:]
-                del self.ready_at[n - cancel:]
+                del self.ready_at[n - cancel :]
                 counts: dict[float, int] = {}
                 for r in gone:
                     counts[r] = counts.get(r, 0) + self.slots
@@ -77,5 +76,5 @@ class Pool:
                 # finishes the request it holds: drain)
                 del self.ready_at[:rest]
                 heap.sort()
-                del heap[:rest * self.slots]
+                del heap[: rest * self.slots]
             heapq.heapify(heap)

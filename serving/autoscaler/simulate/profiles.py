@@ -24,7 +24,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import yaml
 
@@ -32,13 +32,13 @@ import yaml
 @dataclass(frozen=True)
 class ModelProfile:
     name: str
-    service_ms: float                  # median time of one request (or of a batch of one)
-    service_sigma: float               # lognormal shape of the service time
-    parallelism: int                   # requests (or batches) one replica serves at full speed at once
-    slo_ms: float                      # the latency SLO requests are judged against
-    user_target: float                 # per-replica concurrency a user would set after a load test (HPA)
+    service_ms: float  # median time of one request (or of a batch of one)
+    service_sigma: float  # lognormal shape of the service time
+    parallelism: int  # requests (or batches) one replica serves at full speed at once
+    slo_ms: float  # the latency SLO requests are judged against
+    user_target: float  # per-replica concurrency a user would set after a load test (HPA)
     max_batch: int = 1
-    batch_marginal: float = 0.0        # extra batch time per extra item, as a share of one item's time
+    batch_marginal: float = 0.0  # extra batch time per extra item, as a share of one item's time
     model_load_s: float = 10.0
     cold_start_s: float = 8.0
     warm_start_s: float = 0.5
@@ -46,17 +46,24 @@ class ModelProfile:
     # and refuses past): None -- unbounded, a plain HTTP server's default (uvicorn's limit_concurrency
     # is None, uvicorn/config.py; KServe's model server runs on it). A system that limits what reaches
     # a replica (a gateway, a queue-proxy breaker, a router) overrides it in the simulator.
-    queue_limit: Optional[int] = None
+    queue_limit: int | None = None
     max_replicas: int = 1000
-    machine_cores: int = 0             # the replicas share a machine of this many cores (0: their own machines)
-    cpu_share: float = 1.0             # of a request's service time, the share a core is busy (a waiting model: ~0)
+    machine_cores: int = 0  # the replicas share a machine of this many cores (0: their own machines)
+    cpu_share: float = 1.0  # of a request's service time, the share a core is busy (a waiting model: ~0)
 
     def __post_init__(self) -> None:
         for name in ("service_ms", "parallelism", "slo_ms", "user_target", "max_batch", "max_replicas"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"profile {self.name!r}: {name} must be positive")
-        for name in ("service_sigma", "batch_marginal", "model_load_s", "cold_start_s", "warm_start_s",
-                     "machine_cores", "cpu_share"):
+        for name in (
+            "service_sigma",
+            "batch_marginal",
+            "model_load_s",
+            "cold_start_s",
+            "warm_start_s",
+            "machine_cores",
+            "cpu_share",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"profile {self.name!r}: {name} must not be negative")
         if self.queue_limit is not None and self.queue_limit < 0:
@@ -64,7 +71,7 @@ class ModelProfile:
 
     @property
     def mean_service_s(self) -> float:
-        return self.service_ms / 1000.0 * math.exp(self.service_sigma ** 2 / 2)
+        return self.service_ms / 1000.0 * math.exp(self.service_sigma**2 / 2)
 
     def batch_factor(self, n: int) -> float:
         return 1.0 + self.batch_marginal * (n - 1)
@@ -84,16 +91,32 @@ class ModelProfile:
 PRESETS: dict[str, ModelProfile] = {
     # A CPU-bound model (gradient-boosted trees, small CNN): one request per core, 4 cores a replica.
     # A user would load-test it, see latency rise past 4 in flight, and set 70 % of that.
-    "cpu": ModelProfile(name="cpu", service_ms=40.0, service_sigma=0.4, parallelism=4, slo_ms=200.0,
-                        user_target=2.8, model_load_s=10.0),
+    "cpu": ModelProfile(
+        name="cpu", service_ms=40.0, service_sigma=0.4, parallelism=4, slo_ms=200.0, user_target=2.8, model_load_s=10.0
+    ),
     # An I/O-bound agent: each request mostly waits on tools/LLM calls; hundreds in flight a replica.
-    "io_agent": ModelProfile(name="io_agent", service_ms=1500.0, service_sigma=0.6, parallelism=256,
-                             slo_ms=10000.0, user_target=180.0, model_load_s=10.0),
+    "io_agent": ModelProfile(
+        name="io_agent",
+        service_ms=1500.0,
+        service_sigma=0.6,
+        parallelism=256,
+        slo_ms=10000.0,
+        user_target=180.0,
+        model_load_s=10.0,
+    ),
     # A batch-friendly embedding model: one worker a replica batches what waits (up to 64); a batch of n
     # costs 1 + 0.08 (n - 1) times a single request. Users would set ~70 % of the batch that fills in SLO.
-    "embedding": ModelProfile(name="embedding", service_ms=15.0, service_sigma=0.2, parallelism=1,
-                              max_batch=64, batch_marginal=0.08, slo_ms=150.0, user_target=11.0,
-                              model_load_s=10.0),
+    "embedding": ModelProfile(
+        name="embedding",
+        service_ms=15.0,
+        service_sigma=0.2,
+        parallelism=1,
+        max_batch=64,
+        batch_marginal=0.08,
+        slo_ms=150.0,
+        user_target=11.0,
+        model_load_s=10.0,
+    ),
 }
 
 

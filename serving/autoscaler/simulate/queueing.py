@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from heapq import heappop, heappush, heapreplace
-from typing import Callable, Optional
 
 import numpy as np
 
@@ -28,13 +28,13 @@ class Requests:
         self.service: list[float] = service_s.tolist()
         self.latency: list[float] = [math.nan] * len(self.arrival)
         self.finished_in_step = [0] * (n_steps + 2)
-        self.last_step = n_steps + 1     # completions after the end all land in the last step
+        self.last_step = n_steps + 1  # completions after the end all land in the last step
         self.latencies_in_second: list[list[float]] = [[] for _ in range(int(end_t) + 3)]
         self.last_second = len(self.latencies_in_second) - 1
-        self.waiting: deque[int] = deque()           # arrived, without a server yet, in arrival order
-        self.later_starts: deque[float] = deque()    # start times of requests given a server they wait for
-        self.rejected = 0                            # rejected or timed out so far
-        self.stretch = 1.0                           # services started now take this much longer (cores shared)
+        self.waiting: deque[int] = deque()  # arrived, without a server yet, in arrival order
+        self.later_starts: deque[float] = deque()  # start times of requests given a server they wait for
+        self.rejected = 0  # rejected or timed out so far
+        self.stretch = 1.0  # services started now take this much longer (cores shared)
 
     @property
     def queued(self) -> int:
@@ -49,8 +49,9 @@ class Requests:
             self.latency[i] = latency
             in_second.append(latency)
 
-    def start_batch(self, heap: list[float], batch: list[int], start: float,
-                    batch_factor: Callable[[int], float]) -> None:
+    def start_batch(
+        self, heap: list[float], batch: list[int], start: float, batch_factor: Callable[[int], float]
+    ) -> None:
         """A server (already taken off ``heap``) serves ``batch`` from ``start``."""
         done = start + self.service[batch[0]] * batch_factor(len(batch)) * self.stretch
         heappush(heap, done)
@@ -101,8 +102,9 @@ class Requests:
             if start > t0:
                 self.later_starts.append(start)
 
-    def start_waiting_batched(self, heap: list[float], t1: float, cap: int,
-                              batch_factor: Callable[[int], float]) -> None:
+    def start_waiting_batched(
+        self, heap: list[float], t1: float, cap: int, batch_factor: Callable[[int], float]
+    ) -> None:
         """Each server that frees before ``t1`` takes the FIFO's first ``cap`` requests as one batch."""
         waiting = self.waiting
         while waiting and heap and heap[0] < t1:
@@ -110,8 +112,16 @@ class Requests:
             size = min(cap, len(waiting))
             self.start_batch(heap, [waiting.popleft() for _ in range(size)], free, batch_factor)
 
-    def arrive(self, lo: int, hi: int, heap: list[float], t1: float, room: float, cap: int = 1,
-               batch_factor: Optional[Callable[[int], float]] = None) -> None:
+    def arrive(
+        self,
+        lo: int,
+        hi: int,
+        heap: list[float],
+        t1: float,
+        room: float,
+        cap: int = 1,
+        batch_factor: Callable[[int], float] | None = None,
+    ) -> None:
         """Requests ``lo`` to ``hi``, those arriving in the step ending at ``t1``. With batching
         (``batch_factor``), a server that frees within the step, at ``forming_at``, takes the arrivals up
         to then (at most ``cap``) as one batch; without, each request takes a server alone."""
@@ -149,7 +159,7 @@ class Requests:
         if forming:
             self.start_batch(heap, forming, forming_at, batch_factor)
 
-    def drain(self, heap: list[float], timeout: Optional[float]) -> None:
+    def drain(self, heap: list[float], timeout: float | None) -> None:
         """After the last step: what still waits is served by what is left, in order (no more arrivals),
         unless it would start past its timeout."""
         waiting, arrival = self.waiting, self.arrival

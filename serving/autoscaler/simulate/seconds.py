@@ -5,7 +5,6 @@ replicas' parallel capacity; with a shared machine, its cores and their busy sha
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import numpy as np
 
@@ -26,7 +25,7 @@ class Seconds:
         self.keep_timeline = timeline
         self.warmup_s = warmup_s
         self.timeline: dict[str, list] = {key: [] for key in TIMELINE_KEYS} if timeline else {}
-        self.rejected_mark = 0       # rejections counted up to the previous timeline row
+        self.rejected_mark = 0  # rejections counted up to the previous timeline row
         self.in_flight = 0.0
         self.queued = 0.0
         self.utilisation = 0.0
@@ -43,19 +42,36 @@ class Seconds:
         self.utilisation += (busy / capacity) if capacity else (1.0 if in_flight else 0.0)
         self.completed += completed
 
-    def close(self, sec: int, latencies: list[float], ready: int, provisioned: int, limit: Optional[int],
-              rejected: int, ready_in_s: float = 0.0) -> Sample:
+    def close(
+        self,
+        sec: int,
+        latencies: list[float],
+        ready: int,
+        provisioned: int,
+        limit: int | None,
+        rejected: int,
+        ready_in_s: float = 0.0,
+    ) -> Sample:
         """The Sample of second ``sec`` (``latencies``: of the requests completed in it; ``rejected``: so far)."""
         p50 = p99 = None
         if latencies:
             la = np.asarray(latencies) * 1000.0
             p50, p99 = (float(x) for x in np.percentile(la, (50, 99)))
-        sample = Sample(t=float(sec), in_flight=self.in_flight / STEPS_PER_S, ready_replicas=ready,
-                        replicas=provisioned, queue_depth=self.queued / STEPS_PER_S, requests=self.requests,
-                        completed=self.completed, latency_p50_ms=p50, latency_p99_ms=p99,
-                        utilisation=min(1.0, self.utilisation / STEPS_PER_S), cores=self.cores,
-                        cores_busy=min(1.0, self.cores_busy / STEPS_PER_S) if self.cores else None,
-                        ready_in_s=ready_in_s)
+        sample = Sample(
+            t=float(sec),
+            in_flight=self.in_flight / STEPS_PER_S,
+            ready_replicas=ready,
+            replicas=provisioned,
+            queue_depth=self.queued / STEPS_PER_S,
+            requests=self.requests,
+            completed=self.completed,
+            latency_p50_ms=p50,
+            latency_p99_ms=p99,
+            utilisation=min(1.0, self.utilisation / STEPS_PER_S),
+            cores=self.cores,
+            cores_busy=min(1.0, self.cores_busy / STEPS_PER_S) if self.cores else None,
+            ready_in_s=ready_in_s,
+        )
         if self.keep_timeline:
             if sec > self.warmup_s + 1e-9:
                 self._row(sec, latencies, ready, provisioned, limit, rejected, p99)
@@ -64,8 +80,16 @@ class Seconds:
         self.requests = self.completed = 0
         return sample
 
-    def _row(self, sec: int, latencies: list[float], ready: int, provisioned: int, limit: Optional[int],
-             rejected: int, p99: Optional[float]) -> None:
+    def _row(
+        self,
+        sec: int,
+        latencies: list[float],
+        ready: int,
+        provisioned: int,
+        limit: int | None,
+        rejected: int,
+        p99: float | None,
+    ) -> None:
         tl = self.timeline
         tl["t"].append(float(sec) - self.warmup_s)
         tl["rps"].append(self.requests)

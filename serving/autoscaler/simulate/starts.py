@@ -30,8 +30,8 @@ class Starts:
         self.warm_s = profile.warm_start_s + profile.model_load_s
         self.refill_s = profile.cold_start_s
         self.idle = standbys
-        self.refilled: list[float] = []     # when each standby being refilled is idle, ascending
-        self.filler_free_at = 0.0           # the serial refill's next free time
+        self.refilled: list[float] = []  # when each standby being refilled is idle, ascending
+        self.filler_free_at = 0.0  # the serial refill's next free time
         self.warm_starts = 0
         self.cold_starts = 0
 

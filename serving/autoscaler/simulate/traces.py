@@ -17,9 +17,9 @@ has a step, so the simulator can time how long capacity takes to catch up.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -28,10 +28,10 @@ import pandas as pd
 @dataclass(frozen=True)
 class Trace:
     name: str
-    arrivals: np.ndarray                  # seconds from 0, sorted
-    service_ms: Optional[np.ndarray] = None
-    step_at: Optional[float] = None       # when the load steps up (for time-to-capacity)
-    step_rate: Optional[float] = None     # the rate after the step (requests/s)
+    arrivals: np.ndarray  # seconds from 0, sorted
+    service_ms: np.ndarray | None = None
+    step_at: float | None = None  # when the load steps up (for time-to-capacity)
+    step_rate: float | None = None  # the rate after the step (requests/s)
     note: str = ""
 
     def __post_init__(self) -> None:
@@ -51,16 +51,20 @@ class Trace:
     def rate_per_second(self) -> np.ndarray:
         return np.bincount(self.arrivals.astype(np.int64))
 
-    def compress(self, factor: float) -> "Trace":
+    def compress(self, factor: float) -> Trace:
         """Time divided by ``factor``: the rate times ``factor``, the whole shape kept, faster."""
         if factor <= 0:
             raise ValueError("compress factor must be positive")
-        return replace(self, name=f"{self.name}/c{factor:g}", arrivals=self.arrivals / factor,
-                       step_at=None if self.step_at is None else self.step_at / factor,
-                       step_rate=None if self.step_rate is None else self.step_rate * factor,
-                       note=(self.note + f"; time compressed {factor:g}x").lstrip("; "))
+        return replace(
+            self,
+            name=f"{self.name}/c{factor:g}",
+            arrivals=self.arrivals / factor,
+            step_at=None if self.step_at is None else self.step_at / factor,
+            step_rate=None if self.step_rate is None else self.step_rate * factor,
+            note=(self.note + f"; time compressed {factor:g}x").lstrip("; "),
+        )
 
-    def superpose(self, copies: int, max_shift_s: float, seed: int) -> "Trace":
+    def superpose(self, copies: int, max_shift_s: float, seed: int) -> Trace:
         """``copies`` overlaid copies, each shifted by U(0, max_shift_s) seconds (wrapping at the end)."""
         if copies < 1:
             raise ValueError("copies must be >= 1")
@@ -75,11 +79,16 @@ class Trace:
         arr = np.concatenate(parts)
         order = np.argsort(arr, kind="stable")
         svc = np.concatenate(services)[order] if services is not None else None
-        return replace(self, name=f"{self.name}/x{copies}", arrivals=arr[order], service_ms=svc,
-                       step_rate=None if self.step_rate is None else self.step_rate * copies,
-                       note=(self.note + f"; {copies} copies superposed, shifts up to {max_shift_s:g}s").lstrip("; "))
+        return replace(
+            self,
+            name=f"{self.name}/x{copies}",
+            arrivals=arr[order],
+            service_ms=svc,
+            step_rate=None if self.step_rate is None else self.step_rate * copies,
+            note=(self.note + f"; {copies} copies superposed, shifts up to {max_shift_s:g}s").lstrip("; "),
+        )
 
-    def scale_to(self, mean_rps: float, seed: int, max_compress: float = 6.0, max_shift_s: float = 2.0) -> "Trace":
+    def scale_to(self, mean_rps: float, seed: int, max_compress: float = 6.0, max_shift_s: float = 2.0) -> Trace:
         """Reach ``mean_rps``: compress time up to ``max_compress``x, then superpose shifted copies."""
         factor = min(max_compress, max(1.0, mean_rps / self.mean_rps))
         out = self.compress(factor) if factor > 1 else self
@@ -87,7 +96,7 @@ class Trace:
         return out.superpose(copies, max_shift_s, seed) if copies > 1 else out
 
 
-def load_csv(path: str | Path, name: Optional[str] = None) -> Trace:
+def load_csv(path: str | Path, name: str | None = None) -> Trace:
     """A trace from a CSV with a ``timestamp`` column (seconds or ISO time) and optional ``service_ms``."""
     path = Path(path)
     if not path.is_file():
@@ -117,8 +126,7 @@ def load_csv(path: str | Path, name: Optional[str] = None) -> Trace:
     return Trace(name=name or path.stem, arrivals=seconds, service_ms=None if service is None else service[order])
 
 
-def from_rate(name: str, rate: Callable[[np.ndarray], np.ndarray], duration_s: float, seed: int,
-              **kw) -> Trace:
+def from_rate(name: str, rate: Callable[[np.ndarray], np.ndarray], duration_s: float, seed: int, **kw) -> Trace:
     """A non-homogeneous Poisson trace with ``rate(t)`` requests/s, drawn per 100 ms."""
     rng = np.random.default_rng(seed)
     dt = 0.1
@@ -131,44 +139,85 @@ def from_rate(name: str, rate: Callable[[np.ndarray], np.ndarray], duration_s: f
 
 def spike(base_rps: float = 300.0, seed: int = 0) -> Trace:
     """``base_rps`` for 120 s, up 10x within 5 s, held 180 s, back down for 180 s."""
+
     def rate(t: np.ndarray) -> np.ndarray:
         up = np.clip((t - 120.0) / 5.0, 0.0, 1.0)
         down = t >= 300.0
         return np.where(down, base_rps, base_rps * (1 + 9 * up))
-    return from_rate("spike", rate, 480.0, seed, step_at=120.0, step_rate=10 * base_rps,
-                     note=f"{base_rps:g} rps, 10x within 5 s at t=120 s for 180 s")
+
+    return from_rate(
+        "spike",
+        rate,
+        480.0,
+        seed,
+        step_at=120.0,
+        step_rate=10 * base_rps,
+        note=f"{base_rps:g} rps, 10x within 5 s at t=120 s for 180 s",
+    )
 
 
 def ramp(low_rps: float = 10.0, high_rps: float = 10_000.0, ramp_s: float = 30.0, seed: int = 0) -> Trace:
     """``low_rps`` for 60 s, linear to ``high_rps`` over ``ramp_s``, held 150 s."""
+
     def rate(t: np.ndarray) -> np.ndarray:
         return low_rps + (high_rps - low_rps) * np.clip((t - 60.0) / ramp_s, 0.0, 1.0)
-    return from_rate("ramp", rate, 60.0 + ramp_s + 150.0, seed, step_at=60.0, step_rate=high_rps,
-                     note=f"{low_rps:g} -> {high_rps:g} rps over {ramp_s:g} s at t=60 s")
+
+    return from_rate(
+        "ramp",
+        rate,
+        60.0 + ramp_s + 150.0,
+        seed,
+        step_at=60.0,
+        step_rate=high_rps,
+        note=f"{low_rps:g} -> {high_rps:g} rps over {ramp_s:g} s at t=60 s",
+    )
 
 
 def diurnal(mean_rps: float = 1000.0, day_s: float = 1200.0, seed: int = 0) -> Trace:
     """One day compressed into ``day_s``: night trough at 20 %, morning and evening peaks."""
+
     def rate(t: np.ndarray) -> np.ndarray:
         h = 24.0 * t / day_s
-        shape = (0.2 + 0.8 * np.exp(-((h - 11.0) / 3.0) ** 2) + 0.9 * np.exp(-((h - 19.0) / 2.5) ** 2))
+        shape = 0.2 + 0.8 * np.exp(-(((h - 11.0) / 3.0) ** 2)) + 0.9 * np.exp(-(((h - 19.0) / 2.5) ** 2))
         return mean_rps * shape / 0.62
+
     return from_rate("diurnal", rate, day_s, seed, note=f"a day in {day_s:g} s, mean ~{mean_rps:g} rps")
 
 
-def onoff(on_rps: float = 2000.0, off_rps: float = 20.0, on_s: float = 60.0, off_s: float = 120.0,
-          cycles: int = 4, seed: int = 0) -> Trace:
+def onoff(
+    on_rps: float = 2000.0,
+    off_rps: float = 20.0,
+    on_s: float = 60.0,
+    off_s: float = 120.0,
+    cycles: int = 4,
+    seed: int = 0,
+) -> Trace:
     """Bursts: ``on_rps`` for ``on_s`` then ``off_rps`` for ``off_s``, ``cycles`` times (starting off)."""
     period = on_s + off_s
+
     def rate(t: np.ndarray) -> np.ndarray:
         phase = t % period
         return np.where(phase >= off_s, on_rps, off_rps)
-    return from_rate("onoff", rate, period * cycles, seed, step_at=off_s, step_rate=on_rps,
-                     note=f"{cycles} x ({off_s:g} s at {off_rps:g} rps, {on_s:g} s at {on_rps:g} rps)")
+
+    return from_rate(
+        "onoff",
+        rate,
+        period * cycles,
+        seed,
+        step_at=off_s,
+        step_rate=on_rps,
+        note=f"{cycles} x ({off_s:g} s at {off_rps:g} rps, {on_s:g} s at {on_rps:g} rps)",
+    )
 
 
-def bursty(low_rps: float = 200.0, high_rps: float = 2000.0, low_mean_s: float = 40.0, high_mean_s: float = 20.0,
-           duration_s: float = 900.0, seed: int = 0) -> Trace:
+def bursty(
+    low_rps: float = 200.0,
+    high_rps: float = 2000.0,
+    low_mean_s: float = 40.0,
+    high_mean_s: float = 20.0,
+    duration_s: float = 900.0,
+    seed: int = 0,
+) -> Trace:
     """Two states, ``low_rps`` and ``high_rps``, each held for an exponentially distributed time (means
     ``low_mean_s`` and ``high_mean_s``): a Markov-modulated Poisson process, bursts of random length at
     random times (starting low)."""
@@ -183,12 +232,24 @@ def bursty(low_rps: float = 200.0, high_rps: float = 2000.0, low_mean_s: float =
 
     def rate(x: np.ndarray) -> np.ndarray:
         return levels[np.searchsorted(starts, x, side="right") - 1]
-    return from_rate("bursty", rate, duration_s, seed,
-                     note=f"{low_rps:g} / {high_rps:g} rps, states held ~{low_mean_s:g} / ~{high_mean_s:g} s (exponential)")
+
+    return from_rate(
+        "bursty",
+        rate,
+        duration_s,
+        seed,
+        note=f"{low_rps:g} / {high_rps:g} rps, states held ~{low_mean_s:g} / ~{high_mean_s:g} s (exponential)",
+    )
 
 
-def sawtooth(low_rps: float = 200.0, high_rps: float = 2000.0, rise_s: float = 240.0, hold_s: float = 30.0,
-             cycles: int = 3, seed: int = 0) -> Trace:
+def sawtooth(
+    low_rps: float = 200.0,
+    high_rps: float = 2000.0,
+    rise_s: float = 240.0,
+    hold_s: float = 30.0,
+    cycles: int = 3,
+    seed: int = 0,
+) -> Trace:
     """Repeated slow ramps: ``low_rps`` up to ``high_rps`` over ``rise_s``, held ``hold_s``, straight back
     down, ``cycles`` times. Each ramp is slower than a scale-up window, each drop faster than any
     scale-down window."""
@@ -197,12 +258,24 @@ def sawtooth(low_rps: float = 200.0, high_rps: float = 2000.0, rise_s: float = 2
     def rate(t: np.ndarray) -> np.ndarray:
         phase = t % period
         return low_rps + (high_rps - low_rps) * np.clip(phase / rise_s, 0.0, 1.0)
-    return from_rate("sawtooth", rate, period * cycles, seed,
-                     note=f"{cycles} x ({low_rps:g} -> {high_rps:g} rps over {rise_s:g} s, held {hold_s:g} s, drop)")
+
+    return from_rate(
+        "sawtooth",
+        rate,
+        period * cycles,
+        seed,
+        note=f"{cycles} x ({low_rps:g} -> {high_rps:g} rps over {rise_s:g} s, held {hold_s:g} s, drop)",
+    )
 
 
-def flash(base_rps: float = 200.0, peak_rps: float = 4000.0, decay_s: float = 60.0, at_s: tuple = (150.0, 600.0),
-          duration_s: float = 900.0, seed: int = 0) -> Trace:
+def flash(
+    base_rps: float = 200.0,
+    peak_rps: float = 4000.0,
+    decay_s: float = 60.0,
+    at_s: tuple = (150.0, 600.0),
+    duration_s: float = 900.0,
+    seed: int = 0,
+) -> Trace:
     """Flash crowds: ``base_rps``, and at each time of ``at_s`` a jump to ``peak_rps`` within 2 s that
     decays back exponentially (time constant ``decay_s``), as a link shared widely."""
     jitter = np.random.default_rng(seed + 7877).uniform(-30.0, 30.0, len(at_s))
@@ -215,15 +288,31 @@ def flash(base_rps: float = 200.0, peak_rps: float = 4000.0, decay_s: float = 60
             rise = np.clip(dt / 2.0, 0.0, 1.0)
             out = out + (peak_rps - base_rps) * rise * np.exp(-np.maximum(dt - 2.0, 0.0) / decay_s)
         return out
-    return from_rate("flash", rate, duration_s, seed, step_at=float(times[0]), step_rate=peak_rps,
-                     note=f"{base_rps:g} rps, jumps to {peak_rps:g} within 2 s decaying over ~{decay_s:g} s, "
-                          f"at t={', '.join(f'{x:.0f}' for x in times)} s")
+
+    return from_rate(
+        "flash",
+        rate,
+        duration_s,
+        seed,
+        step_at=float(times[0]),
+        step_rate=peak_rps,
+        note=f"{base_rps:g} rps, jumps to {peak_rps:g} within 2 s decaying over ~{decay_s:g} s, "
+        f"at t={', '.join(f'{x:.0f}' for x in times)} s",
+    )
 
 
-SYNTHETIC: dict[str, Callable[..., Trace]] = {"spike": spike, "ramp": ramp, "diurnal": diurnal, "onoff": onoff,
-                                              "bursty": bursty, "sawtooth": sawtooth, "flash": flash}
+SYNTHETIC: dict[str, Callable[..., Trace]] = {
+    "spike": spike,
+    "ramp": ramp,
+    "diurnal": diurnal,
+    "onoff": onoff,
+    "bursty": bursty,
+    "sawtooth": sawtooth,
+    "flash": flash,
+}
 
-def resolve(spec: str, seed: int = 0, rate_scale: float = 1.0, mean_rps: Optional[float] = None) -> Trace:
+
+def resolve(spec: str, seed: int = 0, rate_scale: float = 1.0, mean_rps: float | None = None) -> Trace:
     """A synthetic name (``spike``...), or a CSV path; ``mean_rps`` rescales a CSV keeping its shape."""
     if spec in SYNTHETIC:
         gen = SYNTHETIC[spec]
@@ -231,8 +320,8 @@ def resolve(spec: str, seed: int = 0, rate_scale: float = 1.0, mean_rps: Optiona
             return gen(seed=seed)
         # scale every rate argument by the same factor (shape kept)
         import inspect
-        params = {k: v.default * rate_scale for k, v in inspect.signature(gen).parameters.items()
-                  if k.endswith("_rps")}
+
+        params = {k: v.default * rate_scale for k, v in inspect.signature(gen).parameters.items() if k.endswith("_rps")}
         return gen(seed=seed, **params)
     trace = load_csv(spec)
     if mean_rps is not None:

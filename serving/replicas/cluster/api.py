@@ -33,8 +33,13 @@ def _failed(what: str, exc: ApiException) -> ClusterError:
 class KubernetesBackend:
     """One namespace's replica Deployments (``kubernetes.config`` loads the credentials before, see ``connect``)."""
 
-    def __init__(self, namespace: str, template: ReplicaTemplate, api_client: k8s.ApiClient | None = None,
-                 request_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        namespace: str,
+        template: ReplicaTemplate,
+        api_client: k8s.ApiClient | None = None,
+        request_timeout_s: float = 10.0,
+    ) -> None:
         if not namespace:
             raise ValueError("namespace must not be empty")
         self.namespace = namespace
@@ -52,7 +57,8 @@ class KubernetesBackend:
         name = wanted.name
         try:
             created = self.apps.create_namespaced_deployment(
-                self.namespace, k8s.V1Deployment.from_dict(objects["Deployment"]), _request_timeout=self.timeout)
+                self.namespace, k8s.V1Deployment.from_dict(objects["Deployment"]), _request_timeout=self.timeout
+            )
             uid, declared = created.metadata.uid, replicas
             log.info("created Deployment %s for %s with %d replica(s)", name, wanted.model_uri, replicas)
         except ApiException as exc:
@@ -75,16 +81,22 @@ class KubernetesBackend:
             scale = self.apps.read_namespaced_deployment_scale(name, self.namespace, _request_timeout=self.timeout)
             if scale.spec is not None and scale.spec.replicas == replicas:
                 return
-            self.apps.patch_namespaced_deployment_scale(name, self.namespace, {"spec": {"replicas": replicas}},
-                                                        _content_type=_MERGE_PATCH, _request_timeout=self.timeout)
+            self.apps.patch_namespaced_deployment_scale(
+                name,
+                self.namespace,
+                {"spec": {"replicas": replicas}},
+                _content_type=_MERGE_PATCH,
+                _request_timeout=self.timeout,
+            )
         except ApiException as exc:
             raise _failed(f"scale Deployment {name} to {replicas}", exc) from exc
 
     def delete(self, name: str) -> None:
         """The Deployment, and with it (garbage collection) its pods, Service and budget; gone already is fine."""
         try:
-            self.apps.delete_namespaced_deployment(name, self.namespace, propagation_policy="Background",
-                                                   _request_timeout=self.timeout)
+            self.apps.delete_namespaced_deployment(
+                name, self.namespace, propagation_policy="Background", _request_timeout=self.timeout
+            )
             log.info("deleted Deployment %s", name)
         except ApiException as exc:
             if exc.status != 404:
@@ -93,8 +105,9 @@ class KubernetesBackend:
     def managed(self) -> list[str]:
         """The names of the Deployments the gateways created in the namespace."""
         try:
-            found = self.apps.list_namespaced_deployment(self.namespace, label_selector=MANAGED_SELECTOR,
-                                                         _request_timeout=self.timeout)
+            found = self.apps.list_namespaced_deployment(
+                self.namespace, label_selector=MANAGED_SELECTOR, _request_timeout=self.timeout
+            )
         except ApiException as exc:
             raise _failed("list Deployments", exc) from exc
         return [d.metadata.name for d in found.items]
@@ -108,11 +121,14 @@ class KubernetesBackend:
     def _create_owned(self, objects: dict[str, dict[str, Any]], name: str, uid: str) -> None:
         creates = [("Service", self.core.create_namespaced_service, k8s.V1Service)]
         if "PodDisruptionBudget" in objects:
-            creates.append(("PodDisruptionBudget", self.policy.create_namespaced_pod_disruption_budget,
-                            k8s.V1PodDisruptionBudget))
+            creates.append(
+                ("PodDisruptionBudget", self.policy.create_namespaced_pod_disruption_budget, k8s.V1PodDisruptionBudget)
+            )
         for kind, create, model in creates:
             try:
-                create(self.namespace, model.from_dict(owned_by(objects[kind], name, uid)), _request_timeout=self.timeout)
+                create(
+                    self.namespace, model.from_dict(owned_by(objects[kind], name, uid)), _request_timeout=self.timeout
+                )
             except ApiException as exc:
                 if exc.status != 409:  # there already: it came with the Deployment before
                     raise _failed(f"create {kind} {name}", exc) from exc

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from serving.protocol.wire import REPLICA_TOKEN_ENV
 from serving.settings import PROJECT_DIR
 
-if TYPE_CHECKING:   # the Kubernetes client is imported only by a gateway that uses it (half a second)
+if TYPE_CHECKING:  # the Kubernetes client is imported only by a gateway that uses it (half a second)
     from serving.replicas.cluster.api import KubernetesBackend
     from serving.replicas.cluster.routes import Routes, SliceWatch
 
@@ -57,7 +57,9 @@ def cluster_from_environ(environ: Mapping[str, str]) -> Cluster | None:
     return from_environ(environ) if backend_name(environ) == "kubernetes" else None
 
 
-def from_environ(environ: Mapping[str, str], api_client: Any = None, namespace_file: Path = POD_NAMESPACE_FILE) -> Cluster:
+def from_environ(
+    environ: Mapping[str, str], api_client: Any = None, namespace_file: Path = POD_NAMESPACE_FILE
+) -> Cluster:
     """The cluster for ``TOLLFREE_BACKEND=kubernetes``; ``api_client`` (a ``kubernetes.client.ApiClient``) None
     loads the credentials."""
     from serving.replicas.cluster.api import KubernetesBackend
@@ -65,24 +67,31 @@ def from_environ(environ: Mapping[str, str], api_client: Any = None, namespace_f
     from serving.replicas.cluster.routes import Routes, SliceWatch
 
     if not environ.get(REPLICA_TOKEN_ENV):
-        raise ClusterSettingsError(f"TOLLFREE_BACKEND=kubernetes needs {REPLICA_TOKEN_ENV} (the gateways and the "
-                                   "replica pods share it: the Secret tollfree-replica-token)")
+        raise ClusterSettingsError(
+            f"TOLLFREE_BACKEND=kubernetes needs {REPLICA_TOKEN_ENV} (the gateways and the "
+            "replica pods share it: the Secret tollfree-replica-token)"
+        )
     namespace = environ.get("TOLLFREE_K8S_NAMESPACE")
     if not namespace:
         try:
             namespace = namespace_file.read_text().strip()
         except OSError:
-            raise ClusterSettingsError("TOLLFREE_K8S_NAMESPACE is not set and this is not a pod (no "
-                                       f"{namespace_file}): set the namespace of the replica Deployments") from None
+            raise ClusterSettingsError(
+                "TOLLFREE_K8S_NAMESPACE is not set and this is not a pod (no "
+                f"{namespace_file}): set the namespace of the replica Deployments"
+            ) from None
     try:
-        template = ReplicaTemplate.load(Path(environ.get("TOLLFREE_K8S_TEMPLATE") or DEFAULT_TEMPLATE),
-                                        environ.get("TOLLFREE_K8S_IMAGE") or None)
+        template = ReplicaTemplate.load(
+            Path(environ.get("TOLLFREE_K8S_TEMPLATE") or DEFAULT_TEMPLATE), environ.get("TOLLFREE_K8S_IMAGE") or None
+        )
     except TemplateError as exc:
         raise ClusterSettingsError(str(exc)) from exc
     if api_client is None:
         api_client = _credentials()
     routes = Routes()
-    return Cluster(KubernetesBackend(namespace, template, api_client), routes, SliceWatch(namespace, routes, api_client))
+    return Cluster(
+        KubernetesBackend(namespace, template, api_client), routes, SliceWatch(namespace, routes, api_client)
+    )
 
 
 def _credentials() -> Any:
@@ -95,6 +104,7 @@ def _credentials() -> Any:
         try:
             config.load_kube_config()
         except (config.ConfigException, OSError) as exc:
-            raise ClusterSettingsError("no Kubernetes credentials: not in a pod, and no usable kubeconfig "
-                                       f"({type(exc).__name__})") from None
+            raise ClusterSettingsError(
+                f"no Kubernetes credentials: not in a pod, and no usable kubeconfig ({type(exc).__name__})"
+            ) from None
     return k8s.ApiClient()

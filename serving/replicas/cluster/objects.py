@@ -22,7 +22,7 @@ import yaml
 REPLICA_SET_LABEL = "tollfree.io/replica-set"
 MANAGED_BY = ("app.kubernetes.io/managed-by", "tollfree-gateway")
 MANAGED_SELECTOR = f"{MANAGED_BY[0]}={MANAGED_BY[1]}"
-CONTAINER = "replica"   # the template's container that serves the model
+CONTAINER = "replica"  # the template's container that serves the model
 
 # Databricks' workload sizes are concurrency bands (Small 4, Medium 8-16, Large 16-64 requests at once);
 # here each is what one replica pod requests of a node. Limits bound memory only (CPU throttling would
@@ -44,7 +44,7 @@ def object_name(endpoint: str, entity: str, model_uri: str) -> str:
     """``tollfree-<endpoint>-<entity>-<8 hex>``, cut to a 63-character DNS-1123 label."""
     digest = hashlib.sha256(f"{endpoint}\0{entity}\0{model_uri}".encode()).hexdigest()[:8]
     readable = _NOT_DNS.sub("-", f"{endpoint}-{entity}".lower()).strip("-")
-    return f"tollfree-{readable[:63 - len('tollfree-') - 9].rstrip('-')}-{digest}"
+    return f"tollfree-{readable[: 63 - len('tollfree-') - 9].rstrip('-')}-{digest}"
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class ReplicaTemplate:
     deployment: dict[str, Any]
     service: dict[str, Any]
     budget: dict[str, Any] | None
-    image: str | None = None   # replaces the container's image when set (TOLLFREE_K8S_IMAGE)
+    image: str | None = None  # replaces the container's image when set (TOLLFREE_K8S_IMAGE)
 
     @classmethod
     def load(cls, path: Path, image: str | None = None) -> ReplicaTemplate:
@@ -80,7 +80,9 @@ class ReplicaTemplate:
         kinds: dict[str, dict[str, Any]] = {}
         for doc in docs:
             if not isinstance(doc, dict) or doc.get("kind") not in ("Deployment", "Service", "PodDisruptionBudget"):
-                raise TemplateError(f"replica template {path} may hold only a Deployment, a Service and a PodDisruptionBudget")
+                raise TemplateError(
+                    f"replica template {path} may hold only a Deployment, a Service and a PodDisruptionBudget"
+                )
             kinds[doc["kind"]] = doc
         if "Deployment" not in kinds or "Service" not in kinds:
             raise TemplateError(f"replica template {path} needs a Deployment and a Service")
@@ -92,8 +94,11 @@ class ReplicaTemplate:
         """The entity's objects by kind; the Service and the budget still need their owner (``owned_by``)."""
         name = wanted.name
         labels = {REPLICA_SET_LABEL: name, MANAGED_BY[0]: MANAGED_BY[1]}
-        annotations = {"tollfree.io/endpoint": wanted.endpoint, "tollfree.io/served-entity": wanted.entity,
-                       "tollfree.io/model-uri": wanted.model_uri}
+        annotations = {
+            "tollfree.io/endpoint": wanted.endpoint,
+            "tollfree.io/served-entity": wanted.entity,
+            "tollfree.io/model-uri": wanted.model_uri,
+        }
         selector = {"app.kubernetes.io/name": "tollfree-replica", REPLICA_SET_LABEL: name}
 
         deployment = _named(self.deployment, name, labels, annotations)
@@ -123,8 +128,16 @@ class ReplicaTemplate:
 def owned_by(obj: dict[str, Any], deployment_name: str, deployment_uid: str) -> dict[str, Any]:
     """``obj`` owned by the entity's Deployment: Kubernetes' garbage collector deletes it with the Deployment."""
     owned = copy.deepcopy(obj)
-    owned["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment_name,
-                                             "uid": deployment_uid, "controller": True, "blockOwnerDeletion": False}]
+    owned["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "name": deployment_name,
+            "uid": deployment_uid,
+            "controller": True,
+            "blockOwnerDeletion": False,
+        }
+    ]
     return owned
 
 
@@ -132,7 +145,7 @@ def _named(doc: dict[str, Any], name: str, labels: dict[str, str], annotations: 
     out = copy.deepcopy(doc)
     meta = out.setdefault("metadata", {})
     meta["name"] = name
-    meta.pop("namespace", None)    # the backend's namespace
+    meta.pop("namespace", None)  # the backend's namespace
     meta.setdefault("labels", {}).update(labels)
     meta.setdefault("annotations", {}).update(annotations)
     out.setdefault("spec", {})

@@ -35,18 +35,25 @@ PLAN_TIMEOUT_S = 2.0
 
 
 class PodSet(ReplicaSet):
-    def __init__(self, wanted: Wanted, model_name: str, version: str, routes: Routes,
-                 cluster: KubernetesBackend | None, **options: Any) -> None:
+    def __init__(
+        self,
+        wanted: Wanted,
+        model_name: str,
+        version: str,
+        routes: Routes,
+        cluster: KubernetesBackend | None,
+        **options: Any,
+    ) -> None:
         super().__init__(wanted.entity, model_name, version, None, endpoint=wanted.endpoint, **options)
         self.wanted_objects = wanted
         self.object_name = wanted.name
-        self.cluster = cluster            # None: routing only (a follower)
+        self.cluster = cluster  # None: routing only (a follower)
         self.followed = cluster is None
         self._routes = routes
         self._loop = asyncio.get_running_loop()
         self._plan_read = False
-        self._asked: list[float] = []     # when each pod asked for and not yet routed was asked for, oldest first
-        self._pod_start_s = 0.0           # how long the last such pod took from the ask to the routing (0: none yet)
+        self._asked: list[float] = []  # when each pod asked for and not yet routed was asked for, oldest first
+        self._pod_start_s = 0.0  # how long the last such pod took from the ask to the routing (0: none yet)
         routes.subscribe(self.object_name, self._from_watch)
 
     def _from_watch(self, pods: list[PodReplica]) -> None:
@@ -75,7 +82,7 @@ class PodSet(ReplicaSet):
                 return
         except (httpx.HTTPError, ValueError):
             pass
-        self._plan_read = False   # the next routing change asks the next pod
+        self._plan_read = False  # the next routing change asks the next pod
 
     def detach(self) -> None:
         """Stop following the watch; the routing stays as it is."""
@@ -104,8 +111,10 @@ class PodSet(ReplicaSet):
         deadline = time.monotonic() + timeout_s
         while len(self._replicas) < n:
             if time.monotonic() > deadline:
-                raise ReplicaStartError(f"{len(self._replicas)} of {n} pod(s) of Deployment {self.object_name} ready "
-                                        f"after {timeout_s:.0f}s; see kubectl describe deployment {self.object_name}")
+                raise ReplicaStartError(
+                    f"{len(self._replicas)} of {n} pod(s) of Deployment {self.object_name} ready "
+                    f"after {timeout_s:.0f}s; see kubectl describe deployment {self.object_name}"
+                )
             await asyncio.sleep(READY_POLL_S)
         if self.dispatcher is not None:
             self.dispatcher.capacity_changed()
@@ -116,7 +125,7 @@ class PodSet(ReplicaSet):
             return
         now = time.monotonic()
         more = n - max(self.wanted or 0, len(self._replicas))
-        self._asked = self._asked[:max(0, n - len(self._replicas))] + [now] * max(0, more)
+        self._asked = self._asked[: max(0, n - len(self._replicas))] + [now] * max(0, more)
         self.wanted = n
         self._spawn(self._scale(n))
 
@@ -136,7 +145,9 @@ class PodSet(ReplicaSet):
 
     def _cluster(self) -> KubernetesBackend:
         if self.cluster is None:
-            raise RuntimeError(f"{self.endpoint}/{self.name} routes to another gateway's Deployment: it cannot change it")
+            raise RuntimeError(
+                f"{self.endpoint}/{self.name} routes to another gateway's Deployment: it cannot change it"
+            )
         return self.cluster
 
     async def _scale(self, n: int) -> None:
@@ -145,4 +156,4 @@ class PodSet(ReplicaSet):
             log.info("Deployment %s of %s/%s scaled to %d", self.object_name, self.endpoint, self.name, n)
         except ClusterError as exc:
             log.error("%s", exc)
-            self.wanted = None   # the next step asks again
+            self.wanted = None  # the next step asks again

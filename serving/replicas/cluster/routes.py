@@ -30,7 +30,7 @@ from serving.replicas.cluster.objects import MANAGED_SELECTOR
 log = logging.getLogger(__name__)
 
 SERVICE_LABEL = "kubernetes.io/service-name"
-WATCH_TIMEOUT_S = 300     # the server ends a watch after this long; the next one resumes where it stopped
+WATCH_TIMEOUT_S = 300  # the server ends a watch after this long; the next one resumes where it stopped
 BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
 
 
@@ -80,11 +80,11 @@ class Routes:
     """The ready pods by Service (= replica-set) name; the sets that route to them subscribe by name."""
 
     def __init__(self) -> None:
-        self._slices: dict[str, tuple[str, list[tuple[str, int, str]]]] = {}   # slice -> (service, pods)
+        self._slices: dict[str, tuple[str, list[tuple[str, int, str]]]] = {}  # slice -> (service, pods)
         self._pods: dict[str, list[PodReplica]] = {}
         self._subscribers: dict[str, list[Callable[[list[PodReplica]], None]]] = {}
         self._lock = threading.Lock()
-        self.synced = threading.Event()   # the first list arrived
+        self.synced = threading.Event()  # the first list arrived
 
     def pods(self, name: str) -> list[PodReplica]:
         with self._lock:
@@ -149,8 +149,13 @@ class Routes:
 class SliceWatch:
     """Keeps ``routes`` in step with the namespace's EndpointSlices, on a thread of its own."""
 
-    def __init__(self, namespace: str, routes: Routes, api_client: k8s.ApiClient | None = None,
-                 sleep: Callable[[float], bool] | None = None) -> None:
+    def __init__(
+        self,
+        namespace: str,
+        routes: Routes,
+        api_client: k8s.ApiClient | None = None,
+        sleep: Callable[[float], bool] | None = None,
+    ) -> None:
         self.namespace = namespace
         self.routes = routes
         self.discovery = k8s.DiscoveryV1Api(api_client)
@@ -175,7 +180,7 @@ class SliceWatch:
             if response is not None:
                 try:
                     response.close()
-                except Exception:  # noqa: BLE001 - already closed by the reader
+                except Exception:
                     pass
         if self._thread is not None:
             self._thread.join(timeout_s)
@@ -190,14 +195,14 @@ class SliceWatch:
                 version = self._follow(version)
                 failures = 0
             except ApiException as exc:
-                if exc.status == 410:   # too old to resume: list afresh
+                if exc.status == 410:  # too old to resume: list afresh
                     version = None
                     continue
                 if self._stopping.is_set():
                     return
                 failures += 1
                 log.warning("EndpointSlice watch failed (HTTP %s); keeping the routing as it is", exc.status)
-            except Exception as exc:  # noqa: BLE001 - the connection to the API server, whatever broke it
+            except Exception as exc:
                 if self._stopping.is_set():
                     return
                 failures += 1
@@ -207,8 +212,9 @@ class SliceWatch:
                 self._sleep(BACKOFF_S[min(failures, len(BACKOFF_S)) - 1])
 
     def _list(self) -> str:
-        response = self.discovery.list_namespaced_endpoint_slice(self.namespace, label_selector=MANAGED_SELECTOR,
-                                                                  _preload_content=False)
+        response = self.discovery.list_namespaced_endpoint_slice(
+            self.namespace, label_selector=MANAGED_SELECTOR, _preload_content=False
+        )
         try:
             body = json.loads(response.data)
         finally:
@@ -220,9 +226,14 @@ class SliceWatch:
     def _follow(self, version: str) -> str:
         """One watch from ``version``; the version to resume from when the server ends it."""
         self._watch = k8s_watch.Watch(return_type="object")
-        for event in self._watch.stream(self.discovery.list_namespaced_endpoint_slice, self.namespace,
-                                        label_selector=MANAGED_SELECTOR, resource_version=version,
-                                        allow_watch_bookmarks=True, timeout_seconds=WATCH_TIMEOUT_S):
+        for event in self._watch.stream(
+            self.discovery.list_namespaced_endpoint_slice,
+            self.namespace,
+            label_selector=MANAGED_SELECTOR,
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=WATCH_TIMEOUT_S,
+        ):
             if self._stopping.is_set():
                 break
             kind, obj = event.get("type"), event.get("raw_object") or {}
