@@ -13,8 +13,8 @@ tollfree runs with the shipped defaults: the endpoint sets only its SLO, ``shed_
 default (``--shed`` / ``--hold`` force it), and its replicas start from the gateway's default warm
 pool of one standby refilled one at a time (``--warm-pool N``; 0 = cold starts like a pod). Baselines:
 HPA, KPA and Ray Serve at their defaults, and kpa-user / ray-user with the per-replica target a user
-would set (serving/autoscaler/simulate/policies.py); HPA and KPA pods start cold, Ray replicas from
-pre-started workers (serving/autoscaler/simulate/baselines.py).
+would set (simulator/policies.py); HPA and KPA pods start cold, Ray replicas from
+pre-started workers (simulator/baselines.py).
 
 Targets: per row, no baseline dominates tollfree, and tollfree is near the limit (bad <= floor + 1 %
 of the requests, replica-seconds <= 2x the clairvoyant bound, 1.5x on the median row); spike rows
@@ -44,10 +44,10 @@ from benchmarks.autoscaler_ablation import ABLATIONS, ablated
 from benchmarks.autoscaler_report import print_ablation, print_rows, print_summary, summary
 from benchmarks.autoscaler_targets import ALL_POLICIES, BASELINES
 from serving.autoscaler.config import ScalingConfig
-from serving.autoscaler.simulate import traces as tr
-from serving.autoscaler.simulate.engine import TAIL_S, service_times, simulate, with_warmup
-from serving.autoscaler.simulate.policies import WARM_POOL, Tollfree, make_policy, tollfree_config
-from serving.autoscaler.simulate.profiles import PRESETS
+from simulator import traces as tr
+from simulator.engine import TAIL_S, service_times, simulate, with_warmup
+from simulator.policies import WARM_POOL, Tollfree, make_policy, tollfree_config
+from simulator.profiles import PRESETS
 
 PROFILES = ("cpu", "io_agent", "embedding")
 WARMUP_S = 120.0
@@ -347,7 +347,7 @@ def ablation(pool, keys, by: dict, swept: list[dict], sets: list[str], rules: li
 
 def plots(ev: dict, out_dir: Path, args) -> list[str]:
     """PNGs of the three rows where tollfree wins most and the three where it loses most."""
-    from serving.autoscaler.simulate.plot import plot
+    from simulator.plot import plot
 
     best, worst = T.extremes(ev["rows"])
     out_dir.mkdir(parents=True, exist_ok=True)

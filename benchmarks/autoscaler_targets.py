@@ -23,7 +23,7 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 
-from serving.autoscaler.simulate.policies import POLICIES, USER_VARIANTS
+from simulator.policies import POLICIES, USER_VARIANTS
 
 # every policy runs on every row; tollfree is judged against the others
 ALL_POLICIES = POLICIES + USER_VARIANTS
@@ -32,7 +32,7 @@ BASELINES = tuple(p for p in ALL_POLICIES if p != "tollfree")
 # Tune on these only (seed 0 of the traces every rule so far was judged on) ...
 TUNING = tuple((t, 0) for t in ("azure_code", "azure_conv", "spike", "ramp", "diurnal", "onoff"))
 # ... and report on these too, generated once, never tuned on: seeds 1-5 of the synthetic traces and of
-# three shapes added for it (serving/autoscaler/simulate/traces.py: bursty, sawtooth, flash)
+# three shapes added for it (simulator/traces.py: bursty, sawtooth, flash)
 HELD_OUT = tuple(
     (t, s) for t in ("spike", "ramp", "diurnal", "onoff", "bursty", "sawtooth", "flash") for s in range(1, 6)
 )

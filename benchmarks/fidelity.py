@@ -32,11 +32,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from serving.autoscaler.simulate.engine import simulate
-from serving.autoscaler.simulate.policies import Tollfree, tollfree_config
-from serving.autoscaler.simulate.profiles import ModelProfile
-from serving.autoscaler.simulate.traces import Trace
 from serving.settings import TELEMETRY_OFF
+from simulator.engine import simulate
+from simulator.policies import Tollfree, tollfree_config
+from simulator.profiles import ModelProfile
+from simulator.traces import Trace
 
 os.environ.update({k: v for k, v in TELEMETRY_OFF.items() if k not in os.environ})  # before MLflow is imported
 

@@ -198,7 +198,7 @@ def _stray_replicas(logs: Path) -> list[int]:
             args = status.read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"serving.replica" in args and b"--port" in args:
+        if b"serving.replica_server" in args and b"--port" in args:
             pid, port = int(status.parent.name), int(args[args.index(b"--port") + 1])
             if is_replica_process(pid, port) and (logs / f"replica-{port}.log").exists():
                 found.append(pid)

@@ -46,7 +46,7 @@ def serve(port: int, address: str) -> None:
     import uvicorn
 
     from serving.protocol import frames, wire
-    from serving.replica.frames_server import FrameListener
+    from serving.replica_server.frames_server import FrameListener
 
     async def app(scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":

@@ -1,6 +1,6 @@
 """Resident memory of a model version's local replica processes, read from ``/proc``.
 
-The embedded backend runs replicas as ``python -m serving.replica --model-uri models:/NAME/VERSION`` (or forked
+The embedded backend runs replicas as ``python -m serving.replica_server --model-uri models:/NAME/VERSION`` (or forked
 with that command line as their title);
 this sums ``VmRSS`` over the processes serving that URI. Elsewhere (no ``/proc``, Kubernetes) it
 returns None and the canary's memory check stays pending.
@@ -42,7 +42,7 @@ def replica_rss_mb(model: str, version: str, proc: Path = PROC) -> float | None:
         if not pid_dir.name.isdigit():
             continue
         args = _cmdline(pid_dir)
-        if "serving.replica" in args and uri in args:
+        if "serving.replica_server" in args and uri in args:
             rss = _rss_mb(pid_dir)
             if rss is not None:
                 total, found = total + rss, True

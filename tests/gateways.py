@@ -60,19 +60,19 @@ def rows_body(world, n: int = 1, seed: int = 5) -> bytes:  # type: ignore[no-unt
 
 def command_words(process: psutil.Process) -> list[str]:
     """A process's command line as words: a replica forked by its gateway's fork server has its command
-    line as one string, its process title (``serving.replica.fork_server``)."""
+    line as one string, its process title (``serving.replica_server.fork_server``)."""
     return " ".join(process.cmdline()).split()
 
 
 def replica_processes(root: psutil.Process, *words: str) -> list[psutil.Process]:
-    """The live ``serving.replica`` processes under ``root``, at any depth (a forked replica is the child of its
+    """The live ``serving.replica_server`` processes under ``root``, at any depth (a forked replica is the child of its
     gateway's fork server), whose command line has each of ``words``."""
     out = []
     for child in root.children(recursive=True):
         try:
             command = command_words(child)
             if (
-                "serving.replica" in command
+                "serving.replica_server" in command
                 and all(w in command for w in words)
                 and child.status() != psutil.STATUS_ZOMBIE
             ):
@@ -83,7 +83,7 @@ def replica_processes(root: psutil.Process, *words: str) -> list[psutil.Process]
 
 
 def replicas_of(gateway: GatewayProcess) -> list[psutil.Process]:
-    """The gateway's serving replica processes (``serving.replica --model-uri``)."""
+    """The gateway's serving replica processes (``serving.replica_server --model-uri``)."""
     return replica_processes(psutil.Process(gateway.process.pid), "--model-uri")
 
 

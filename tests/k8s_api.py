@@ -67,7 +67,7 @@ def made_up_address() -> PodFactory:
 
 
 class LocalPods:
-    """Each pod a real ``python -m serving.replica`` process on 127.0.0.1 (the model from the container's
+    """Each pod a real ``python -m serving.replica_server`` process on 127.0.0.1 (the model from the container's
     ``--model-uri``), with ``env`` (where the Secret's token goes)."""
 
     def __init__(self, env: dict[str, str], log_dir: Path) -> None:

@@ -3,7 +3,7 @@ on the gateway's event loop, replica counts and limits applied by each served en
 
 - ``GatewaySignals`` is the controller's ``SignalSource``: each served entity's load meter (in flight,
   queued, arrivals, completions, latency; ``serving.traffic.load_meter``) plus its replicas' utilisation: the
-  rate of each replica's busy clock (``serving.replica.metrics.BusyClock``, carried on its replies and
+  rate of each replica's busy clock (``serving.replica_server.metrics.BusyClock``, carried on its replies and
   kept by the dispatcher, ``Dispatcher.busy_clocks``), so a
   model that waits (on a remote call, a sleep, a device) counts as busy as one that computes; the
   process's CPU from ``/proc`` only until a replica has answered.

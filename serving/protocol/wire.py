@@ -15,7 +15,7 @@ when the model reads none); for an error, ``first`` is the ``{"error_code", "mes
 without parsing it, and logs ``first`` and ``second`` as they are.
 
 Every envelope answer carries the replica's busy clock in ``BUSY_HEADER`` (seconds its predict calls
-ran, ``serving.replica.metrics.BusyClock``): the autoscaler's utilisation signal. Replicas the gateway
+ran, ``serving.replica_server.metrics.BusyClock``): the autoscaler's utilisation signal. Replicas the gateway
 starts accept calls only with the bearer token it puts in their environment as ``REPLICA_TOKEN_ENV``.
 """
 

@@ -1,7 +1,7 @@
 """The gateway's side of its replicas: start, stop, reach and measure them.
 
 replica_set    ``ReplicaSet``: one served entity's replicas and limits, and the only code that changes them
-local          replicas as local OS processes (``python -m serving.replica``): start, ready, stop
+local          replicas as local OS processes (``python -m serving.replica_server``): start, ready, stop
 local_backend  starts and stops local processes for the replica sets (warm pool first)
 forking        the gateway's fork server, which local replica processes are forked from
 warm_pool      standby processes with the runtime imported, waiting for a model

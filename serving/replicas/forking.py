@@ -5,7 +5,7 @@ imports (about 4.7 CPU-seconds a replica on the 2-core machine).
 Started on the first replica start, with the environment the gateway's replicas get. It is asked over its own
 stdin and stdout pipes only: it listens on no port and no path, so nothing but its gateway can have it fork.
 One that died is replaced at the next start (once per start); when one cannot start, starts fall back to a
-``python -m serving.replica`` process of their own (``local.start_replica``) from then on, and the log says so.
+``python -m serving.replica_server`` process of their own (``local.start_replica``) from then on, and the log says so.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class ForkServer:
             return self._running()
 
     def fork(self, args: list[str], log_path: Path) -> int | None:
-        """The pid of a replica forked with ``args`` (those of ``python -m serving.replica``) and its output
+        """The pid of a replica forked with ``args`` (those of ``python -m serving.replica_server``) and its output
         appended to ``log_path``; None when the fork server cannot fork one (start it another way)."""
         with self._lock:
             for _ in range(2):  # one that died since the last start is replaced once
@@ -96,7 +96,12 @@ class ForkServer:
         self._log_dir.mkdir(parents=True, exist_ok=True)
         with open(self._log_dir / "fork-server.log", "ab") as out:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "serving.replica.fork_server", " " * 2048],  # room for its children's titles
+                [
+                    sys.executable,
+                    "-m",
+                    "serving.replica_server.fork_server",
+                    " " * 2048,
+                ],  # room for its children's titles
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=out,

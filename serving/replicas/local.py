@@ -1,6 +1,6 @@
 """Replicas as local OS processes (the embedded backend): start, wait until ready, stop.
 
-Each replica is ``python -m serving.replica`` on a free loopback port: forked from the gateway's fork server
+Each replica is ``python -m serving.replica_server`` on a free loopback port: forked from the gateway's fork server
 (``forking``) when it has one, else a process of its own. A replica counts as ready only when its
 ``/health/ready`` answers, which it does only after its model is loaded and warmed.
 """
@@ -109,14 +109,14 @@ def process_running(pid: int) -> bool:
 
 
 def is_replica_process(pid: int, port: int) -> bool:
-    """``pid`` runs ``serving.replica`` on ``port`` (a registry row may outlive its process, and a pid be reused).
+    """``pid`` runs ``serving.replica_server`` on ``port`` (a registry row may outlive its process, and a pid be reused).
     A forked replica's command line is its process title, one string with spaces (``replica.fork_server``)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
             args = cmdline.read().replace(b"\0", b" ").split()
     except OSError:
         return False
-    return b"serving.replica" in args and b"--port" in args and str(port).encode() in args
+    return b"serving.replica_server" in args and b"--port" in args and str(port).encode() in args
 
 
 def adopt_replica(
@@ -253,7 +253,7 @@ def start_replica(
         return LocalReplica(model_uri=model_uri, host=host, port=port, process=ForeignProcess(pid), log_path=log_path)
     with open(log_path, "ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "serving.replica", *args],
+            [sys.executable, "-m", "serving.replica_server", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**env, OWNER_ENV: str(os.getpid())},  # the replica outlives us if we crash, and knows it

@@ -117,7 +117,7 @@ def _running_replicas(gateways: list[GatewayProcess]) -> list[int]:
     for proc in psutil.process_iter(["cmdline", "status"]):
         try:
             if (
-                "serving.replica" in command_words(proc)
+                "serving.replica_server" in command_words(proc)
                 and proc.info["status"] != psutil.STATUS_ZOMBIE
                 and proc.environ().get(OWNER_ENV) in owners
             ):
@@ -266,7 +266,7 @@ def _replica_pids(token: str) -> set[int]:
     for proc in psutil.process_iter(["cmdline", "status"]):
         try:
             if (
-                "serving.replica" in command_words(proc)
+                "serving.replica_server" in command_words(proc)
                 and proc.info["status"] != psutil.STATUS_ZOMBIE
                 and proc.environ().get(REPLICA_TOKEN_ENV) == token
             ):

@@ -23,8 +23,8 @@ from serving.gateway.auth import TokenRegistry
 from serving.generative import sse
 from serving.generative.chat import parse_chat_request
 from serving.protocol.errors import ApiError
-from serving.replica.chat import ChatModelError, ChatRuntime, load_runtime
-from serving.replica.chat_app import ChatReplicaApp
+from serving.replica_server.chat import ChatModelError, ChatRuntime, load_runtime
+from serving.replica_server.chat_app import ChatReplicaApp
 from serving.replicas.client import ReplicaClient
 from serving.replicas.local import free_port, start_replica, stop_replica, wait_ready
 from tests.fakes import in_process_gateway

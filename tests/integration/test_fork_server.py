@@ -55,7 +55,7 @@ def test_forked_replicas_look_like_spawned_ones_cost_a_fraction_of_the_imports_a
             words = command_words(process)
             assert words[1:] == [
                 "-m",
-                "serving.replica",
+                "serving.replica_server",
                 "--standby",
                 "--host",
                 "127.0.0.1",
@@ -103,7 +103,7 @@ def test_a_killed_fork_server_is_replaced_and_one_that_cannot_start_leaves_start
         assert not [
             c
             for c in psutil.Process().children()
-            if "serving.replica.fork_server" in command_words(c)
+            if "serving.replica_server.fork_server" in command_words(c)
             and c.pid != launcher.fork_server.pid
             and c.status() != psutil.STATUS_ZOMBIE
         ]
@@ -120,7 +120,7 @@ def test_a_bad_request_gets_a_clear_error_bad_replica_arguments_end_in_its_log_a
 ):
     """The fork server's own protocol, driven by hand: what a broken caller gets, and how it ends."""
     server = subprocess.Popen(
-        [sys.executable, "-m", "serving.replica.fork_server", " " * 256],
+        [sys.executable, "-m", "serving.replica_server.fork_server", " " * 256],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -163,10 +163,10 @@ def test_model_replicas_update_without_downtime_and_probe_routes_the_replica_ser
     [container] = replica["spec"]["template"]["spec"]["containers"]
     probes = _probe_paths(container)
     assert {"readinessProbe", "livenessProbe"} <= set(probes)
-    served = (PROJECT_DIR / "serving" / "replica" / "app.py").read_text()
+    served = (PROJECT_DIR / "serving" / "replica_server" / "app.py").read_text()
     for path in probes.values():
         assert f'"{path}"' in served, f"the replica serves no {path}"
-    assert container["command"][:3] == ["python", "-m", "serving.replica"]
+    assert container["command"][:3] == ["python", "-m", "serving.replica_server"]
     gateway_container = named("Deployment", "tollfree-gateway")["spec"]["template"]["spec"]["containers"][0]
     gateway_source = (PROJECT_DIR / "serving" / "gateway" / "app.py").read_text()
     for path in _probe_paths(gateway_container).values():

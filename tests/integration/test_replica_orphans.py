@@ -33,7 +33,7 @@ def _replica(tmp_path: Path, owner_pid: int, grace_s: float, what: list[str]) ->
     }
     out = open(tmp_path / f"replica-{port}.log", "ab")
     process = subprocess.Popen(
-        [sys.executable, "-m", "serving.replica", *what, "--port", str(port)],
+        [sys.executable, "-m", "serving.replica_server", *what, "--port", str(port)],
         cwd=ROOT,
         env=env,
         stdout=out,

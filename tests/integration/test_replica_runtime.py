@@ -22,8 +22,8 @@ from serving.protocol.errors import ApiError
 from serving.protocol.events import EVENT_CONTENT_TYPE, parse_event
 from serving.protocol.scoring import parse_scoring_request
 from serving.protocol.wire import BUSY_HEADER
-from serving.replica.app import create_replica_app, score_envelope, score_one
-from serving.replica.runtime import ModelRuntime
+from serving.replica_server.app import create_replica_app, score_envelope, score_one
+from serving.replica_server.runtime import ModelRuntime
 from tests.models import RowCostModel
 
 COLUMNS = [f"f{i}" for i in range(6)]

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from serving.autoscaler.signals import Sample
-from serving.autoscaler.simulate import traces as tr
-from serving.autoscaler.simulate.baselines import HPA, KPA, KPA_TIMEOUT_S, RayServe
-from serving.autoscaler.simulate.engine import View, simulate
-from serving.autoscaler.simulate.profiles import PRESETS
+from simulator import traces as tr
+from simulator.baselines import HPA, KPA, KPA_TIMEOUT_S, RayServe
+from simulator.engine import View, simulate
+from simulator.profiles import PRESETS
 
 
 def second(t: float, in_flight: float, ready: int) -> View:

@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from serving.autoscaler.simulate import traces as tr
-from serving.autoscaler.simulate.__main__ import main
-from serving.autoscaler.simulate.engine import simulate
-from serving.autoscaler.simulate.policies import make_policy
-from serving.autoscaler.simulate.profiles import PRESETS, load_profile
+from simulator import traces as tr
+from simulator.__main__ import main
+from simulator.engine import simulate
+from simulator.policies import make_policy
+from simulator.profiles import PRESETS, load_profile
 
 
 def small_spike(seed: int = 0) -> tr.Trace:

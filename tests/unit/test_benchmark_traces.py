@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from benchmarks.autoscaler import TRACES, load_trace
-from serving.autoscaler.simulate.traces import load_csv
+from simulator.traces import load_csv
 
 
 def test_the_azure_traces_load_from_a_clone_and_keep_their_attribution() -> None:

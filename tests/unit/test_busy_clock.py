@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from serving.gateway.autoscaling import MachineCpu, busy_share
-from serving.replica.metrics import BusyClock, ReplicaMetrics
+from serving.replica_server.metrics import BusyClock, ReplicaMetrics
 
 
 class Clock:

@@ -11,7 +11,7 @@ import uvloop
 
 from serving.protocol import frames, wire
 from serving.protocol.wire import ReplicaUnreachable
-from serving.replica.frames_server import FrameListener
+from serving.replica_server.frames_server import FrameListener
 from serving.replicas.frames_client import connect
 
 

@@ -45,7 +45,7 @@ LAYERS: dict[str, frozenset[str]] = {
     ),
     "streams": frozenset({"traffic", "protocol", "inference_log"}),  # Redis Streams front doors
     "replicas": frozenset({"traffic", "autoscaler", "protocol", "settings"}),
-    "replica": frozenset({"features", "generative", "traffic", "protocol", "settings"}),  # its own process
+    "replica_server": frozenset({"features", "generative", "traffic", "protocol", "settings"}),  # its own process
     "features": frozenset({"protocol"}),
     "generative": frozenset({"protocol"}),  # chat requests, AI gateway
     "traffic": frozenset({"protocol"}),

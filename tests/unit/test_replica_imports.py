@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 SCRIPT = """
-from serving.replica.imports import _unchecked, skip_feast_type_checks
+from serving.replica_server.imports import _unchecked, skip_feast_type_checks
 assert skip_feast_type_checks()
 import feast.feature_service
 assert feast.feature_service.typechecked is _unchecked

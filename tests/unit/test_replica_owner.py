@@ -8,7 +8,7 @@ import subprocess
 
 from fastapi.testclient import TestClient
 
-from serving.replica.owner import Adoptable, OwnerWatch, first_owner, pid_alive
+from serving.replica_server.owner import Adoptable, OwnerWatch, first_owner, pid_alive
 
 
 class Clock:

@@ -15,13 +15,13 @@ import pytest
 
 from serving.autoscaler.load import service_s
 from serving.autoscaler.signals import Sample
-from serving.autoscaler.simulate.engine import Action, View, simulate
-from serving.autoscaler.simulate.interface import INF
-from serving.autoscaler.simulate.profiles import ModelProfile
-from serving.autoscaler.simulate.traces import Trace
 from serving.gateway.autoscaling import GatewaySignals
 from serving.protocol.wire import WireAnswer, WireReply, WireRequest
 from serving.traffic.dispatcher import Dispatcher
+from simulator.engine import Action, View, simulate
+from simulator.interface import INF
+from simulator.profiles import ModelProfile
+from simulator.traces import Trace
 
 SERVICE_S = 0.05
 LIMIT = 4  # per replica: admitted at once, one predicted, three waiting inside it

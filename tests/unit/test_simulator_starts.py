@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from serving.autoscaler.simulate.profiles import ModelProfile
-from serving.autoscaler.simulate.starts import Starts
+from simulator.profiles import ModelProfile
+from simulator.starts import Starts
 
 PROFILE = ModelProfile(
     name="p",
@@ -59,7 +59,7 @@ def test_a_pool_size_that_is_not_a_whole_number_is_refused(bad):
 
 
 def test_the_simulator_cli_refuses_a_negative_warm_pool(capsys):
-    from serving.autoscaler.simulate.__main__ import main
+    from simulator.__main__ import main
 
     assert main(["--trace", "spike", "--warm-pool", "-1"]) == 2
     assert "--warm-pool" in capsys.readouterr().err

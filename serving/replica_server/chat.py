@@ -24,7 +24,7 @@ import orjson
 
 from serving.generative import sse
 from serving.generative.chat import ChatRequest, completion_text, delta_text, estimate_tokens, usage_body, usage_of
-from serving.replica.runtime import ModelRuntime
+from serving.replica_server.runtime import ModelRuntime
 
 log = logging.getLogger(__name__)
 

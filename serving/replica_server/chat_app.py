@@ -40,9 +40,9 @@ from serving.protocol.errors import (
     resolve_request_id,
     unauthenticated,
 )
-from serving.replica.app import _lifespan, _read_body, _respond, answer_probe
-from serving.replica.chat import ChatModelError, ChatRuntime
-from serving.replica.metrics import ReplicaMetrics
+from serving.replica_server.app import _lifespan, _read_body, _respond, answer_probe
+from serving.replica_server.chat import ChatModelError, ChatRuntime
+from serving.replica_server.metrics import ReplicaMetrics
 
 log = logging.getLogger(__name__)
 

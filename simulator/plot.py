@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from serving.autoscaler.simulate.engine import Result
+from simulator.engine import Result
 
 
 class PlotUnavailable(RuntimeError):

@@ -31,13 +31,13 @@ import math
 
 import numpy as np
 
-from serving.autoscaler.simulate.interface import INF, STEP_S, STEPS_PER_S, TAIL_S, Action, Result, SimPolicy, View
-from serving.autoscaler.simulate.pool import Pool
-from serving.autoscaler.simulate.profiles import ModelProfile
-from serving.autoscaler.simulate.queueing import Requests
-from serving.autoscaler.simulate.seconds import Seconds
-from serving.autoscaler.simulate.starts import Starts
-from serving.autoscaler.simulate.traces import Trace
+from simulator.interface import INF, STEP_S, STEPS_PER_S, TAIL_S, Action, Result, SimPolicy, View
+from simulator.pool import Pool
+from simulator.profiles import ModelProfile
+from simulator.queueing import Requests
+from simulator.seconds import Seconds
+from simulator.starts import Starts
+from simulator.traces import Trace
 
 __all__ = [
     "INF",

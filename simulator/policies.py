@@ -9,9 +9,9 @@ from dataclasses import replace
 from serving.autoscaler.config import ScalingConfig
 from serving.autoscaler.controller import EntityScaler
 from serving.autoscaler.policy import max_concurrency_for, seeded
-from serving.autoscaler.simulate.baselines import HPA, KPA, RayServe
-from serving.autoscaler.simulate.engine import Action, SimPolicy, View
-from serving.autoscaler.simulate.profiles import ModelProfile
+from simulator.baselines import HPA, KPA, RayServe
+from simulator.engine import Action, SimPolicy, View
+from simulator.profiles import ModelProfile
 
 # serving/__main__.py: TOLLFREE_WARM_POOL's default, one standby (refilled one at a time; see starts.py)
 WARM_POOL = 1

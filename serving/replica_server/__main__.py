@@ -1,4 +1,4 @@
-"""``python -m serving.replica --model-uri models:/NAME/VERSION --host 127.0.0.1 --port PORT``: one replica
+"""``python -m serving.replica_server --model-uri models:/NAME/VERSION --host 127.0.0.1 --port PORT``: one replica
 process (``--standby`` instead of ``--model-uri``: a warm-pool replica that waits for ``POST /load``)."""
 
 from __future__ import annotations
@@ -13,18 +13,18 @@ from typing import Any
 
 import uvicorn
 
-from serving.replica.imports import import_runtime, skip_feast_type_checks
+from serving.replica_server.imports import import_runtime, skip_feast_type_checks
 
 skip_feast_type_checks()  # before anything below imports Feast
 
 from serving.protocol.wire import REPLICA_KEEP_ALIVE_S, REPLICA_TOKEN_ENV  # noqa: E402
-from serving.replica.app import StandbyApp, create_replica_app  # noqa: E402
-from serving.replica.chat import load_runtime  # noqa: E402
-from serving.replica.frames_server import FrameListener  # noqa: E402
-from serving.replica.owner import DEFAULT_ORPHAN_S, ORPHAN_ENV, Adoptable, OwnerWatch, first_owner, watch  # noqa: E402
-from serving.replica.runtime import settle_heap  # noqa: E402
+from serving.replica_server.app import StandbyApp, create_replica_app  # noqa: E402
+from serving.replica_server.chat import load_runtime  # noqa: E402
+from serving.replica_server.frames_server import FrameListener  # noqa: E402
+from serving.replica_server.owner import DEFAULT_ORPHAN_S, ORPHAN_ENV, Adoptable, OwnerWatch, first_owner, watch  # noqa: E402
+from serving.replica_server.runtime import settle_heap  # noqa: E402
 
-log = logging.getLogger("serving.replica")
+log = logging.getLogger("serving.replica_server")
 
 
 def _preload_runtime(home: Path) -> Any:
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     from serving.settings import export_defaults
 
     parser = argparse.ArgumentParser(
-        prog="python -m serving.replica", description="Serve one MLflow model as a tollfree replica."
+        prog="python -m serving.replica_server", description="Serve one MLflow model as a tollfree replica."
     )
     parser.add_argument("--model-uri", help="the model to serve (required unless --standby)")
     parser.add_argument("--standby", action="store_true", help="warm pool: import the runtime, wait for POST /load")

@@ -9,8 +9,8 @@ import math
 import numpy as np
 
 from serving.autoscaler.signals import Sample
-from serving.autoscaler.simulate.interface import STEPS_PER_S
-from serving.autoscaler.simulate.profiles import ModelProfile
+from simulator.interface import STEPS_PER_S
+from simulator.profiles import ModelProfile
 
 TIMELINE_KEYS = ("t", "rps", "replicas", "ready", "p99_ms", "limit", "bad")
 

@@ -1,9 +1,9 @@
-"""``python -m serving.replica.fork_server``: the process a gateway forks its local replicas from.
+"""``python -m serving.replica_server.fork_server``: the process a gateway forks its local replicas from.
 
 A replica process spends most of its start importing the runtime it needs before it loads a model (MLflow and
 its SQLAlchemy store, scikit-learn, skops, Feast, uvicorn): about 4.7 CPU-seconds on the 2-core machine
 (2026-12-05). The fork server imports all that once, then forks a replica for each request of its gateway, and
-the child runs exactly what ``python -m serving.replica`` runs after its imports. The idea of gunicorn's
+the child runs exactly what ``python -m serving.replica_server`` runs after its imports. The idea of gunicorn's
 ``--preload`` and of the standard library's ``multiprocessing`` forkserver; not the latter itself, because its
 children are its parent's workers (joined or terminated when it exits), while a replica outlives a crashed
 gateway until the next one adopts it.
@@ -29,9 +29,9 @@ import sys
 from collections.abc import Callable
 from typing import IO, Any
 
-from serving.replica.imports import import_runtime, skip_feast_type_checks
+from serving.replica_server.imports import import_runtime, skip_feast_type_checks
 
-log = logging.getLogger("serving.replica.fork_server")
+log = logging.getLogger("serving.replica_server.fork_server")
 
 
 def _reap(_signum: int, _frame: Any) -> None:
@@ -57,7 +57,7 @@ def _retitle(title: str) -> None:
 
 
 def _child(run: Callable[[list[str]], int], args: list[str], log_path: str, protocol: tuple[int, int]) -> None:
-    """In the forked child: become what ``python -m serving.replica ARGS`` would be, run it, and exit."""
+    """In the forked child: become what ``python -m serving.replica_server ARGS`` would be, run it, and exit."""
     code = 1
     try:
         os.setsid()  # its own process group: a gateway stops it with killpg, as one it spawned
@@ -72,7 +72,7 @@ def _child(run: Callable[[list[str]], int], args: list[str], log_path: str, prot
         os.dup2(out, 2)
         os.close(out)
         os.close(devnull)
-        _retitle(" ".join([sys.executable, "-m", "serving.replica", *args]))
+        _retitle(" ".join([sys.executable, "-m", "serving.replica_server", *args]))
         logging.root.handlers.clear()  # the replica configures its own logging
         code = run(args)
     except SystemExit as exc:  # argparse's errors, or a sys.exit in the replica
@@ -132,7 +132,7 @@ def main() -> int:
     os.environ["SPT_NOENV"] = "1"
     skip_feast_type_checks()
     import_runtime()
-    from serving.replica.__main__ import main as replica_main
+    from serving.replica_server.__main__ import main as replica_main
 
     # what the imports made goes to the collector's permanent generation: a child's collections then never
     # write to those pages, so they stay shared with the fork server instead of being copied (gc.freeze's doc)

@@ -1,6 +1,6 @@
 """What users run today, re-implemented from the sources with their defaults (each cited).
 
-These are simulator policies (:class:`serving.autoscaler.simulate.engine.SimPolicy`): they observe a
+These are simulator policies (:class:`simulator.engine.SimPolicy`): they observe a
 :class:`View` every 100 ms and return an :class:`Action`. Each keeps to its own cadence, and each
 brings the queueing of its system's request path at its defaults (``front_queue``, ``replica_queue``,
 ``timeout_s``): where the system puts no limit, requests wait (and count over the SLO when they
@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from serving.autoscaler.simulate.engine import INF, Action, View
+from simulator.engine import INF, Action, View
 
 # -- Kubernetes HPA --------------------------------------------------------------------------------
 # kube-controller-manager flags (cmd/kube-controller-manager/app/options/hpacontroller.go):

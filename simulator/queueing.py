@@ -16,7 +16,7 @@ from heapq import heappop, heappush, heapreplace
 
 import numpy as np
 
-from serving.autoscaler.simulate.interface import STEPS_PER_S
+from simulator.interface import STEPS_PER_S
 
 
 class Requests:

@@ -1,6 +1,6 @@
 """One model replica: an OS process that loads one MLflow model and answers the scoring protocol.
 
-``python -m serving.replica --model-uri models:/NAME/VERSION --host 127.0.0.1 --port PORT``.
+``python -m serving.replica_server --model-uri models:/NAME/VERSION --host 127.0.0.1 --port PORT``.
 It is ready (``/health/ready`` 200) only after the model is loaded, warmed and profiled; the ready
 answer carries the micro-batching plan (``serving.traffic.batching``) the gateway follows.
 
@@ -8,7 +8,7 @@ Routes: ``POST /invocations`` (one scoring request, the MLflow protocol, for dir
 probes), ``POST /invocations/batch`` (the gateway's envelope of several, ``serving.protocol.wire``; its answer
 names the Unix socket where the same envelopes are taken in frames, ``serving.protocol.frames``),
 ``GET /health/ready`` and ``GET /health/live`` (probes; no token), ``GET /metrics`` (Prometheus,
-``serving.replica.metrics``). When ``TOLLFREE_REPLICA_TOKEN`` is set (the gateway sets it for the replicas
+``serving.replica_server.metrics``). When ``TOLLFREE_REPLICA_TOKEN`` is set (the gateway sets it for the replicas
 it starts) every route but the probes requires it as a bearer token. Both scoring routes also take a
 stream event (one row; content type ``application/x-tollfree-event+json``, ``serving.protocol.events``),
 its strings parsed by the model's input types.
@@ -46,8 +46,8 @@ from serving.protocol.errors import (
 )
 from serving.protocol.events import is_event_content_type, parse_event
 from serving.protocol.scoring import JSON_CONTENT_TYPE, ScoringRequest, parse_scoring_request, to_jsonable
-from serving.replica.metrics import ReplicaMetrics
-from serving.replica.runtime import ModelError, ModelRuntime, Prediction, settle_heap
+from serving.replica_server.metrics import ReplicaMetrics
+from serving.replica_server.runtime import ModelError, ModelRuntime, Prediction, settle_heap
 
 log = logging.getLogger(__name__)
 
@@ -326,7 +326,7 @@ def create_replica_app(
     """The app for a loaded runtime: ``ReplicaApp`` for scoring, ``ChatReplicaApp`` for a chat model."""
     metrics = ReplicaMetrics.create(model_uri, load_seconds)
     if not isinstance(runtime, ModelRuntime):
-        from serving.replica.chat_app import ChatReplicaApp  # it builds on this module
+        from serving.replica_server.chat_app import ChatReplicaApp  # it builds on this module
 
         return ChatReplicaApp(runtime, token=token, metrics=metrics)
     return ReplicaApp(runtime, token=token, max_rows=max_rows, metrics=metrics)
@@ -390,7 +390,7 @@ class StandbyApp:
 
     def _load(self, model_uri: str) -> Any:
         started = time.perf_counter()
-        from serving.replica.chat import load_runtime
+        from serving.replica_server.chat import load_runtime
 
         runtime = load_runtime(model_uri, self.home, store=self.store)
         # a request waits for this: no separate warm-up call (profiling predicts the example first, which warms

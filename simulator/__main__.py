@@ -1,4 +1,4 @@
-"""python -m serving.autoscaler.simulate --trace FILE|spike|ramp|diurnal|onoff [--profile NAME|FILE]
+"""python -m simulator --trace FILE|spike|ramp|diurnal|onoff [--profile NAME|FILE]
     [--policy tollfree|hpa|kpa|ray|kpa-user|ray-user|all] [--seed N] [--warm-pool N] [--json] [--plot FILE.png]
 
 Replays the trace against the profile under each policy and prints, per policy: replica-seconds,
@@ -14,17 +14,16 @@ import argparse
 import json
 import sys
 
-from serving.autoscaler.simulate.engine import Result, simulate
-from serving.autoscaler.simulate.plot import PlotUnavailable, plot
-from serving.autoscaler.simulate.policies import POLICIES, USER_VARIANTS, WARM_POOL, make_policy
-from serving.autoscaler.simulate.profiles import PRESETS, load_profile
-from serving.autoscaler.simulate.traces import SYNTHETIC, resolve
+from simulator.engine import Result, simulate
+from simulator.plot import PlotUnavailable, plot
+from simulator.policies import POLICIES, USER_VARIANTS, WARM_POOL, make_policy
+from simulator.profiles import PRESETS, load_profile
+from simulator.traces import SYNTHETIC, resolve
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m serving.autoscaler.simulate",
-        description="Replay a trace against a model profile and autoscaling policies.",
+        prog="python -m simulator", description="Replay a trace against a model profile and autoscaling policies."
     )
     p.add_argument("--trace", required=True, help=f"a CSV file, or one of {', '.join(SYNTHETIC)}")
     p.add_argument("--profile", default="cpu", help=f"a preset ({', '.join(PRESETS)}) or a YAML/JSON file")

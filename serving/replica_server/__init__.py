@@ -1,10 +1,10 @@
 """One model replica: the process that loads an MLflow model and answers the scoring protocol.
 
-Started as ``python -m serving.replica`` (``__main__``), or forked from the gateway's fork server, which runs
+Started as ``python -m serving.replica_server`` (``__main__``), or forked from the gateway's fork server, which runs
 the same ``main``; the gateway process never imports this package.
 
     app      the replica's ASGI app (and the warm pool's standby app)
     runtime  the loaded model: online features, the numpy fast path, batch predict, profiling
     metrics  the replica's Prometheus metrics and its busy clock
-    fork_server  ``python -m serving.replica.fork_server``: the runtime imported once, replicas forked from it
+    fork_server  ``python -m serving.replica_server.fork_server``: the runtime imported once, replicas forked from it
 """

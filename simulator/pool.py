@@ -9,8 +9,8 @@ from __future__ import annotations
 import bisect
 import heapq
 
-from serving.autoscaler.simulate.profiles import ModelProfile
-from serving.autoscaler.simulate.starts import Starts
+from simulator.profiles import ModelProfile
+from simulator.starts import Starts
 
 
 class Pool:

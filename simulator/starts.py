@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import math
 
-from serving.autoscaler.simulate.profiles import ModelProfile
+from simulator.profiles import ModelProfile
 
 
 class Starts:
