@@ -7,7 +7,8 @@ plots in benchmarks/plots/ are copied into the site beside the pages, as benchma
 
 Each data file holds ``benchmark``, ``title`` and ``runs``; each run ``id``, ``title``, ``command``, ``date``,
 ``commit``, ``machine_load``, ``columns`` and ``rows`` (cells as strings, as the run reported them), and
-optionally ``duration``, ``environment`` and ``verdicts``. What a run did not record says "not recorded".
+optionally ``command_note`` (how the command varied, in prose), ``duration``, ``environment`` and ``verdicts``.
+What a run did not record says "not recorded".
 """
 
 from __future__ import annotations
@@ -78,7 +79,10 @@ def render(run: dict) -> str:
     """One run as markdown: its title, its table, then how it was run and what it concluded."""
     lines = [f"**{run['title']}**", "", _row(run["columns"]), _row(["---"] * len(run["columns"]))]
     lines += [_row(row) for row in run["rows"]]
-    lines += ["", f"- Command: {_command(run['command'])}", f"- Date: {run['date']}; commit: {run['commit']}"]
+    command = _command(run["command"])
+    if run.get("command_note"):
+        command += f" ({run['command_note']})"
+    lines += ["", f"- Command: {command}", f"- Date: {run['date']}; commit: {run['commit']}"]
     lines.append(f"- Machine load: {run['machine_load']}")
     if run.get("duration"):
         lines.append(f"- Duration: {run['duration']}")

@@ -81,3 +81,5 @@ def test_a_command_not_recorded_is_not_shown_as_code() -> None:
     }
     assert "- Command: not recorded\n" in gen.render(run)
     assert "- Command: `python -m x`\n" in gen.render({**run, "command": "python -m x"})
+    noted = gen.render({**run, "command": "python -m x", "command_note": "then with `--y`"})
+    assert "- Command: `python -m x` (then with `--y`)\n" in noted
