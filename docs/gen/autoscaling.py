@@ -52,4 +52,3 @@ def page() -> str:
 
 with mkdocs_gen_files.open("reference/autoscaling.md", "w") as out:
     out.write(page())
-mkdocs_gen_files.set_edit_path("reference/autoscaling.md", "../../serving/autoscaler/config.py")

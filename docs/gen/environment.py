@@ -42,4 +42,3 @@ def page() -> str:
 
 with mkdocs_gen_files.open("reference/environment.md", "w") as out:
     out.write(page())
-mkdocs_gen_files.set_edit_path("reference/environment.md", "../../serving/settings.py")

@@ -107,4 +107,3 @@ with mkdocs_gen_files.open("reference/http-api.md", "w") as out:
     out.write(page(control, data_routes()))
 with mkdocs_gen_files.open("reference/openapi.json", "w") as out:
     json.dump(schema, out, indent=1)
-mkdocs_gen_files.set_edit_path("reference/http-api.md", "../../serving/gateway/control_plane.py")
