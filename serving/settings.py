@@ -94,3 +94,121 @@ def export_defaults(environ: MutableMapping[str, str]) -> Settings:
     # Prefect creates its home without parents and fails later, obscurely, if it cannot.
     Path(environ["PREFECT_HOME"]).expanduser().mkdir(parents=True, exist_ok=True)
     return settings
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One environment variable tollfree reads: its name, its default (as text; "-" when unset means off or
+    required) and what it means. ``ENVIRONMENT`` lists every one; the docs' reference page is generated from it."""
+
+    name: str
+    default: str
+    meaning: str
+    area: str
+
+
+# Every TOLLFREE_* variable read anywhere in serving/, flows/, monitoring/, infra/ and feature_repo/
+# (tests/unit/test_environment_table.py holds the code to this table, both ways).
+ENVIRONMENT: tuple[EnvVar, ...] = (
+    # every process
+    EnvVar(
+        "TOLLFREE_HOME",
+        "`.tollfree/` beside the project",
+        "the state folder: registry, features, endpoints, logs",
+        "all",
+    ),
+    EnvVar(
+        "TOLLFREE_TOKEN",
+        "- (required by the gateway)",
+        "the admin bearer token, 16 characters or more; never logged",
+        "all",
+    ),
+    EnvVar(
+        "TOLLFREE_GATEWAY_URL",
+        "the newest live gateway's record, else `http://127.0.0.1:8080`",
+        "the gateway the flows and `mlflow deployments -t tollfree` talk to",
+        "all",
+    ),
+    # the gateway
+    EnvVar(
+        "TOLLFREE_TOKENS_FILE",
+        "-",
+        "a JSON file of scoped tokens, each with its endpoints and an optional rate limit",
+        "gateway",
+    ),
+    EnvVar(
+        "TOLLFREE_STATE_URL",
+        "`sqlite:///$TOLLFREE_HOME/endpoints.db`",
+        "the serving tier's state store (SQLite or `postgresql://...`)",
+        "gateway",
+    ),
+    EnvVar(
+        "TOLLFREE_STATE_MIGRATE",
+        "`auto`",
+        "`manual`: refuse an old schema and name `python -m serving.state upgrade`",
+        "gateway",
+    ),
+    EnvVar("TOLLFREE_AUTOSCALE", "`on`", "`off`: no autoscaler in `python -m serving`", "gateway"),
+    EnvVar("TOLLFREE_WARM_POOL", "`1`", "standby replica processes kept with the runtime imported", "gateway"),
+    EnvVar(
+        "TOLLFREE_REQUEST_TIMEOUT_S", "`30`", "seconds a replica has to answer (`--request-timeout` wins)", "gateway"
+    ),
+    EnvVar("TOLLFREE_BACKEND", "`local`", "where replicas run: `local` processes or `kubernetes` pods", "gateway"),
+    EnvVar(
+        "TOLLFREE_K8S_NAMESPACE", "the gateway pod's namespace", "namespace of the replicas' Deployments", "kubernetes"
+    ),
+    EnvVar(
+        "TOLLFREE_K8S_TEMPLATE",
+        "`infra/k8s/replica/template.yaml`",
+        "the replica template the Deployments are rendered from",
+        "kubernetes",
+    ),
+    EnvVar("TOLLFREE_K8S_IMAGE", "the template's image", "replaces the replica container's image", "kubernetes"),
+    # replicas
+    EnvVar(
+        "TOLLFREE_REPLICA_TOKEN",
+        "the state folder's `replica.token` (required on Kubernetes)",
+        "the token replicas accept invocations with; gateways that share replicas share it",
+        "replica",
+    ),
+    EnvVar(
+        "TOLLFREE_REPLICA_ORPHAN_S",
+        "`60`",
+        "seconds a replica whose gateway died waits to be adopted before it stops",
+        "replica",
+    ),
+    EnvVar(
+        "TOLLFREE_REPLICA_OWNER_PID",
+        "set by the gateway",
+        "the pid of the gateway that started a local replica (not for users)",
+        "replica",
+    ),
+    # features
+    EnvVar("TOLLFREE_ONLINE_STORE", "`sqlite`", "Feast's online store: `sqlite` or `redis`", "features"),
+    EnvVar("TOLLFREE_REDIS", "-", "Redis's connection string for the online store (`host:port`)", "features"),
+    # make up
+    EnvVar("TOLLFREE_PREFECT_PORT", "`4200`", "the Prefect server's port", "stack"),
+    EnvVar("TOLLFREE_MLFLOW_PORT", "`5000`", "the MLflow server's port", "stack"),
+    EnvVar(
+        "TOLLFREE_GATEWAY_PORT",
+        "`8080`",
+        "the gateway's port (HAProxy's with several gateways; they take the ports after it)",
+        "stack",
+    ),
+    EnvVar("TOLLFREE_GATEWAYS", "`1`", "gateways `make up` starts (2 to 16: on PostgreSQL, behind HAProxy)", "stack"),
+    EnvVar("TOLLFREE_POSTGRES_PORT", "`5433`", "the stack's PostgreSQL port (several gateways)", "stack"),
+    EnvVar("TOLLFREE_POSTGRES_DIR", "`$TOLLFREE_HOME/postgres`", "the stack's PostgreSQL cluster folder", "stack"),
+    EnvVar("TOLLFREE_REDIS_PORT", "`6380`", "the stack's redis-server port (stream inputs' broker)", "stack"),
+    EnvVar("TOLLFREE_STREAM_RATE", "`5`", "events a second the stack's stream feed appends", "stack"),
+    EnvVar(
+        "TOLLFREE_STREAM_ENDPOINT", "`fraud`", "the endpoint the feed attaches its stream to (empty: none)", "stack"
+    ),
+    EnvVar("TOLLFREE_SEED_DATA", "`1`", "`0`: `make up` writes no demo data into an empty state folder", "stack"),
+    EnvVar("TOLLFREE_STACK_TIMEOUT_S", "`180`", "seconds `make up` waits for each service to answer", "stack"),
+    EnvVar(
+        "TOLLFREE_STACK_ID",
+        "set by `make up`",
+        "marks every process the stack started, so `make down` finds it (not for users)",
+        "stack",
+    ),
+)

@@ -22,6 +22,35 @@ REMOVED = {
 }
 
 
+# What each field of ScalingConfig means, for the docs' reference (generated from this mapping) and for users
+# reading the code; tests/unit/test_docs.py checks that every field has its line.
+FIELD_DOCS: dict[str, str] = {
+    "min_replicas": "replicas kept at least; set on the served entity (`min_replicas`), not in `autoscaling`",
+    "max_replicas": "replicas at most; set on the served entity (`max_replicas`, default 4 there)",
+    "scale_to_zero": "the last replica may leave once idle; set on the served entity (`scale_to_zero_enabled`)",
+    "idle_window_s": "with scale to zero, seconds without a request before the last replica leaves",
+    "provisioned_concurrency": "keep replicas for at least this many requests in flight",
+    "decision_interval_s": "seconds between two scale-downs (a scale-up happens at any second)",
+    "scale_up_window_s": "sizes for the peak load of this window or the load forecast at a new replica's start",
+    "scale_down_window_s": "a scale-down goes to the peak load of this window",
+    "tolerance": "a scale-down waits until that peak is this share under capacity",
+    "vertical": "the vertical axis: the per-replica target moves with what a replica serves well",
+    "vertical_interval_s": "seconds between two moves of the per-replica target",
+    "initial_target": "the starting per-replica target; left at its default, the replica's profile sets it",
+    "min_target": "the per-replica target at least",
+    "max_target": "the per-replica target at most",
+    "latency_slo_ms": "the p99 goal: the target drops when p99 passes 90 % of it; shedding keeps answers within 80 %",
+    "target_utilisation": "the share of a replica's time busy the target aims at",
+    "max_step_up": "one vertical move multiplies the target by at most this",
+    "max_step_down": "one vertical move multiplies the target by at least this (a fast decrease under stress)",
+    "vertical_metrics": "the signals the vertical axis reads: `latency`, `queue`, `utilisation`",
+    "admission_headroom": "a replica admits `ceil(target x admission_headroom)` requests at once",
+    "max_queue": "requests the gateway holds waiting for a replica, at most",
+    "shed_load": "`true`: refuse (429) what the measured throughput cannot answer within 80 % of `latency_slo_ms`; "
+    "`false`: hold up to `max_queue` requests, each at most 5 s",
+}
+
+
 class ScalingConfigError(ValueError):
     """A scaling config value is invalid; ``field`` names it."""
 

@@ -1,7 +1,7 @@
 """infra/: every Kubernetes manifest valid against the Kubernetes schemas in strict mode (unknown fields
 rejected), the pieces consistent with each other and with the code, the Dockerfile linted as far as can be
-without a Docker engine, the Grafana dashboard and the README in step with the gateway's metrics. (A real Prefect
-API taking the Kubernetes work pool's job template: ``test_deployments.py``.)"""
+without a Docker engine, the Grafana dashboard and the metrics reference (docs/reference/metrics.md) in step with
+the gateway's metrics. (A real Prefect API taking the Kubernetes work pool's job template: ``test_deployments.py``.)"""
 
 from __future__ import annotations
 
@@ -288,7 +288,7 @@ def test_dockerfile_stages_are_the_ones_the_manifests_use_and_run_as_non_root():
         ).with_suffix(".py").exists()
 
 
-# ---- metrics: dashboard and README ----------------------------------------------------------------
+# ---- metrics: dashboard and docs ----------------------------------------------------------------
 
 
 def exposed_metric_names() -> set[str]:
@@ -314,11 +314,11 @@ def autoscaler_metric_names() -> set[str]:
     return names
 
 
-def test_readme_documents_every_metric_name_the_gateway_and_the_autoscaler_expose():
-    readme = (PROJECT_DIR / "README.md").read_text()
+def test_the_metrics_page_documents_every_metric_name_the_gateway_and_the_autoscaler_expose():
+    page = (PROJECT_DIR / "docs" / "reference" / "metrics.md").read_text()
     assert {"tollfree_autoscaler_desired_replicas", "tollfree_autoscaler_ready_replicas"} <= autoscaler_metric_names()
-    missing = [name for name in sorted(exposed_metric_names() | autoscaler_metric_names()) if name not in readme]
-    assert not missing, f"README.md does not document: {missing}"
+    missing = [name for name in sorted(exposed_metric_names() | autoscaler_metric_names()) if name not in page]
+    assert not missing, f"docs/reference/metrics.md does not document: {missing}"
 
 
 def test_grafana_dashboard_queries_only_metrics_that_exist():

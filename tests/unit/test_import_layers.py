@@ -1,4 +1,4 @@
-"""serving/'s folders import one way only: down the layers written in the README's "Layout" section.
+"""serving/'s folders import one way only: down the layers written in docs/concepts/architecture.md.
 
 Every module under serving/ is parsed (``ast``: imports inside functions and ``TYPE_CHECKING`` blocks
 count too) and each import of another part of serving becomes an edge between two parts: a folder
@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SERVING = Path(__file__).resolve().parents[2] / "serving"
+LAYERS_PAGE = SERVING.parent / "docs" / "concepts" / "architecture.md"
 
-# Top to bottom; each part may import only parts below it, and only those it lists. The README's
-# "Layout" table says the same.
+# Top to bottom; each part may import only parts below it, and only those it lists. The layers table of
+# docs/concepts/architecture.md says the same.
 LAYERS: dict[str, frozenset[str]] = {
     "__main__": frozenset(
         {"gateway", "endpoints", "replicas", "inference_log", "state", "settings"}
@@ -166,18 +167,20 @@ def test_every_part_of_serving_is_in_the_table() -> None:
         for p in SERVING.iterdir()
         if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.name != "__init__.py")
     }
-    assert parts == set(LAYERS), f"add {sorted(parts - set(LAYERS))} to LAYERS (and to the README's Layout)"
+    assert parts == set(LAYERS), (
+        f"add {sorted(parts - set(LAYERS))} to LAYERS (and to docs/concepts/architecture.md's layers)"
+    )
 
 
-def test_the_readme_states_the_same_layers() -> None:
+def test_the_docs_state_the_same_layers() -> None:
     rows = {}
-    for line in (SERVING.parent / "README.md").read_text().splitlines():
+    for line in LAYERS_PAGE.read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 3 and cells[0].startswith("`") and cells[0].rstrip("`").endswith(("/", ".py")):
             name = cells[0].strip("`").removesuffix("/").removesuffix(".py")
             if name in LAYERS:
                 rows[name] = frozenset(c.strip(" `") for c in cells[2].split(",")) - {"-"}
-    assert list(rows) == ORDER, "the README's serving layout lists the parts in this order: " + ", ".join(ORDER)
+    assert list(rows) == ORDER, f"{LAYERS_PAGE.name}'s layers table lists the parts in this order: " + ", ".join(ORDER)
     assert rows == LAYERS, {k: sorted(v) for k, v in LAYERS.items() if rows.get(k) != v}
 
 
@@ -191,7 +194,7 @@ def test_no_import_runs_up_a_layer() -> None:
             bad.append(
                 f"{edge}: {edge.source} may import only {sorted(LAYERS[edge.source])}; {edge.target} is {where} it"
             )
-    assert not bad, "imports against the layers (README, Layout):\n" + "\n".join(bad)
+    assert not bad, "imports against the layers (docs/concepts/architecture.md):\n" + "\n".join(bad)
 
 
 def test_serving_imports_neither_the_flows_nor_monitoring_nor_prefect() -> None:
