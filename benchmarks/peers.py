@@ -42,7 +42,6 @@ import re
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -52,7 +51,7 @@ from benchmarks.common import Provenance, log
 from benchmarks.peers_models import MODELS
 from benchmarks.peers_report import CEILING, OURS, TARGETS, attach_decisions, medians, render, scaling_text, verdict
 from benchmarks.serving_load import WARMUP_S, cpu_delta, tree_cpu, wrk
-from benchmarks.serving_servers import VENV_BIN, Server, start_mlflow, start_tollfree
+from benchmarks.serving_servers import VENV_BIN, Server, start_mlflow, start_tollfree, throwaway_home
 
 TOLLFREE = ("tollfree", "tollfree-example", "tollfree-fixed")
 BATCHING = ("mlserver", "bentoml", "rayserve")  # peers with adaptive batching: each also runs with it on (-batch)
@@ -241,20 +240,9 @@ def _rounds(
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from infra.packages import PackageMissing, ensure_binary
-
-    try:
-        ensure_binary("wrk", "wrk")
-    except PackageMissing as exc:
-        raise SystemExit(str(exc)) from exc
-    home = Path(tempfile.mkdtemp(prefix="tollfree-bench-peers-"))
-    os.environ["TOLLFREE_HOME"] = str(home)
-    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{home / 'mlflow.db'}"
-    from serving.settings import export_defaults
-
-    export_defaults(os.environ)
+    """Per model, every server's rounds, their medians and the verdict; the peers' versions; the run's record."""
+    home = throwaway_home("tollfree-bench-peers-")
     env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    (home / "logs").mkdir()
     provenance = Provenance("benchmarks.peers", " ".join(_argv(args)).split())
     try:
         models = peers_models.prepare(args.models, home)

@@ -9,7 +9,9 @@ import secrets
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +19,32 @@ READY_TIMEOUT_S = 90.0
 VENV_BIN = Path(sys.executable).parent
 
 
+def throwaway_home(prefix: str) -> Path:
+    """wrk installed (Debian's package, installed if missing and root), then a temporary ``TOLLFREE_HOME`` with a
+    SQLite registry, set in this process's environment with the shipped defaults (telemetry off before MLflow
+    is imported). The caller removes it."""
+    from infra.packages import PackageMissing, ensure_binary
+
+    try:
+        ensure_binary("wrk", "wrk")
+    except PackageMissing as exc:
+        raise SystemExit(str(exc)) from exc
+    home = Path(tempfile.mkdtemp(prefix=prefix))
+    os.environ["TOLLFREE_HOME"] = str(home)
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{home / 'mlflow.db'}"
+    from serving.settings import export_defaults
+
+    export_defaults(os.environ)
+    (home / "logs").mkdir()
+    return home
+
+
 class Server:
     """A running server: where to send requests, which headers, which process tree to meter."""
 
-    def __init__(self, kind: str, url: str, path: str, headers: dict[str, str], pid: int, stop) -> None:  # type: ignore[no-untyped-def]
+    def __init__(
+        self, kind: str, url: str, path: str, headers: dict[str, str], pid: int, stop: Callable[[], Any] | None
+    ) -> None:
         self.kind, self.url, self.path, self.headers, self.pid, self._stop = kind, url, path, headers, pid, stop
 
     def stop(self) -> None:
