@@ -201,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps(report)
         if args.json
         else f"soak: {report['requests']} requests at {report['offered_rps']} req/s "
-        f"({args.load:.0%} of {report['capacity_rps']}) for {report['minutes']} min; errors {report['errors'] or 'none'}; "
+        f"({args.load:.0%} of {report['capacity_rps']}) for {report['minutes']} min; "
+        f"errors {report['errors'] or 'none'}; "
         f"p50 {report['p50_ms']} ms, p99 {report['p99_ms']} ms; RSS gateway {report['gateway_rss_mb']} MB, per replica "
         f"{report['replica_rss_mb']} MB (end of minute 1 -> end; worst growth {report['rss_growth']:+.1%}); "
         f"{'PASS' if report['passed'] else 'FAIL'}"
