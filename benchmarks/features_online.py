@@ -68,7 +68,7 @@ TARGET_PATHS = (
     "tollfree_reader",
     "tollfree_fast",
     "tollfree_fast_cold",
-)  # the target is on feature_service
+)  # the target is set on feature_service; the tollfree_* paths are held to the same budget
 
 ANCHORS = {
     "sqlite": (
@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(_table(result["rows"]))
     print()
-    print("target: the issue's target is on feature_service; the tollfree_* paths are held to the same budget")
+    print("target: set on feature_service; the tollfree_* paths are held to the same budget")
     for kind, text in result["anchors"].items():
         print(f"anchor_raw ({kind}): {text}")
     return 0

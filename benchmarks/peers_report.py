@@ -1,4 +1,4 @@
-"""The peers benchmark's verdict against the issue's targets and its markdown table (benchmarks/peers.py)."""
+"""The peers benchmark's verdict against its targets and its markdown table (benchmarks/peers.py)."""
 
 from __future__ import annotations
 
