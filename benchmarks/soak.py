@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 import psutil
 
+from benchmarks.common import Provenance
 from benchmarks.load import LoadResult, run_load
 
 ROWS = 20
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", type=Path, default=None)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-
+    provenance = Provenance("benchmarks.soak", argv)
     own_home = args.home is None
     home = Path(tempfile.mkdtemp(prefix="tollfree-soak-")) if own_home else args.home.resolve()
     os.environ["TOLLFREE_HOME"] = str(home)
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             row = {"minute": minute + 1, **_minute_row(part, gateway, headers)}
             minutes.append(row)
             print(json.dumps(row), flush=True)
-        report = _report(total, minutes, capacity, rate)
+        report = {**provenance.record(), **_report(total, minutes, capacity, rate)}
     finally:
         gateway.stop(grace_s=60)
         if own_home and not os.environ.get("TOLLFREE_KEEP_TEST_STATE"):
