@@ -33,35 +33,17 @@ from typing import Any
 from benchmarks.common import Provenance, log
 from benchmarks.serving import register_models
 from benchmarks.serving_load import WARMUP_S, check_one, wrk
-from benchmarks.serving_servers import READY_TIMEOUT_S, Server, throwaway_home
+from benchmarks.serving_servers import READY_TIMEOUT_S, Server, create_bench_endpoint, throwaway_home
 
 TARGET_TWO_OVER_ONE = 0.9
 
 
 def _gateways(model: dict[str, Any], env: dict[str, str], logs: Path, n: int, tag: str) -> list[Any]:
     """``n`` gateways on ``env``'s store, the endpoint created through the first and served by all."""
-    import httpx
-
-    from serving.gateway.process import start_gateway, wait_endpoint_ready
+    from serving.gateway.process import start_gateway
 
     started = [start_gateway(env, logs / f"gateway-{tag}-{i}.log", timeout_s=READY_TIMEOUT_S) for i in range(n)]
-    auth = {"Authorization": f"Bearer {env['TOLLFREE_TOKEN']}"}
-    created = httpx.post(
-        f"{started[0].url}/api/2.0/serving-endpoints",
-        headers=auth,
-        timeout=30,
-        json={
-            "name": "bench",
-            "config": {
-                "served_entities": [
-                    {"entity_name": model["name"], "entity_version": model["version"], "max_concurrency": 64}
-                ]
-            },
-        },
-    )
-    if created.status_code != 200:
-        raise RuntimeError(f"endpoint create: {created.status_code} {created.text[:300]}")
-    wait_endpoint_ready(started[0].url, env["TOLLFREE_TOKEN"], "bench", timeout_s=READY_TIMEOUT_S)
+    create_bench_endpoint(started[0].url, env["TOLLFREE_TOKEN"], model, {"max_concurrency": 64})
     return started
 
 
