@@ -76,7 +76,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 # --- set-up ------------------------------------------------------------------------------------------
 
 
-def register_models(home: Path, tracking_uri: str) -> dict[str, dict[str, Any]]:
+def register_models(home: Path, tracking_uri: str) -> dict[str, Any]:
     import cloudpickle
     import mlflow
     import pandas as pd
@@ -133,7 +133,7 @@ def _in_process(model: dict[str, Any], columns: list[str], row: list[float]) -> 
     frame = pd.DataFrame([row], columns=columns)
     for _ in range(200):
         pyfunc.predict(frame)
-    samples = []
+    samples: list[float] = []
     deadline = time.monotonic() + INPROC_MAX_S
     cpu0 = time.process_time()
     while len(samples) < INPROC_CALLS and time.monotonic() < deadline:
