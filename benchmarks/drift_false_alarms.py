@@ -251,8 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         "--alarm",
         choices=("verdict", "any-column"),
         default="verdict",
-        help="verdict: the run's drift verdict; any-column: any drifted column (the flow's rule before "
-        "the verdict followed the settings)",
+        help="verdict: the run's drift verdict; any-column: any drifted column alarms, whatever the "
+        "settings' drift_share (the rule the verdict is compared with)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     args = parser.parse_args(argv)

@@ -5,7 +5,7 @@
 A server process answers ``POST /invocations/batch`` on uvicorn (uvloop, httptools: the replica's HTTP
 server) and frame calls on a ``FrameListener`` (the replica's frame socket), both with the same fixed answer
 envelope and no model; the gateway's ``ReplicaClient`` sends one call at a time, first over HTTP only
-(``_post``, what every envelope cost before frames), then through ``send``, which goes in frames once the
+(``_post``, the HTTP path alone), then through ``send``, which goes in frames once the
 first answer named the socket. Prints the p50 and p90 round trip and the client's CPU per call (this
 process's user + system time over the calls), the gateway's share of the hop's cost; ``--json``, the
 same as one object with the run's provenance.

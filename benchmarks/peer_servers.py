@@ -3,8 +3,8 @@ served by what users would pick instead of tollfree, each from its own venv (ben
 127.0.0.1 only. Each start_<kind>() writes its script or config into `workdir`, starts one process tree in its
 own session (log: logs/<kind>.log), waits until it answers, and returns a Server (benchmarks/serving_servers.py)
 whose pid is the root of that tree. Every server takes numeric rows (a float array) or records (dicts, made
-into a DataFrame with pd.DataFrame.from_records) and returns `predict`'s labels; request_for() and
-predictions_of() speak each one's native format.
+into a DataFrame with pd.DataFrame.from_records) and returns `predict`'s labels; benchmarks/peer_wire.py
+speaks each one's native format.
 
 - mlserver: `mlserver start` (MLServer 1.7.1, mlserver_sklearn.SKLearnModel), `parallel_workers` inference
   processes behind one uvicorn front process; V2 protocol: rows as one FP64 tensor, records as a pandas-codec
