@@ -30,203 +30,32 @@ import json
 import math
 import os
 import sys
-import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
-from functools import lru_cache
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
-
 from benchmarks import autoscaler_targets as T
-from benchmarks.autoscaler_ablation import ABLATIONS, ablated
+from benchmarks.autoscaler_ablation import ABLATIONS
+from benchmarks.autoscaler_reach import reach
 from benchmarks.autoscaler_report import print_ablation, print_rows, print_summary, summary
+from benchmarks.autoscaler_runs import (
+    PROFILES,
+    SWEEP_SEEDS,
+    VERTICAL_CYCLES,
+    WARMUP_S,
+    best_fixed,
+    learn_one,
+    load_trace,
+    run_one,
+    sweep_grid,
+    sweep_one,
+    tollfree_policy,
+)
 from benchmarks.autoscaler_targets import ALL_POLICIES, BASELINES
+from benchmarks.common import Provenance
 from serving.autoscaler.config import ScalingConfig
-from simulator import traces as tr
-from simulator.engine import TAIL_S, service_times, simulate, with_warmup
-from simulator.policies import WARM_POOL, Tollfree, make_policy, tollfree_config
+from simulator.engine import simulate
+from simulator.policies import WARM_POOL, make_policy
 from simulator.profiles import PRESETS
-
-PROFILES = ("cpu", "io_agent", "embedding")
-WARMUP_S = 120.0
-REAL_MEAN_RPS = 2000.0
-TRACES = Path(__file__).resolve().parent / "traces"  # the two Azure LLM traces (README there: source, licence)
-CONSTANT_RPS = {"cpu": 1000.0, "io_agent": 2000.0, "embedding": 2000.0}
-VERTICAL_CYCLES = 3
-# The sweep's replica-seconds differ by 1-2 % between seeds, as much as neighbouring targets differ:
-# one seed picks its "best" by noise, so the sweep averages three.
-SWEEP_SEEDS = 3
-QUICK = {
-    "diurnal": {"day_s": 300.0},
-    "onoff": {"cycles": 2},
-    "bursty": {"duration_s": 300.0},
-    "sawtooth": {"cycles": 1},
-    "flash": {"at_s": (100.0,), "duration_s": 300.0},
-}
-
-
-@lru_cache(maxsize=8)
-def load_trace(name: str, seed: int, quick: bool) -> tr.Trace:
-    if name.startswith("azure_"):
-        path = TRACES / f"azure_llm_2023_{name.split('_', 1)[1]}.csv"
-        trace = tr.load_csv(path).scale_to(REAL_MEAN_RPS, seed=seed)
-        if quick:
-            trace = replace(trace, arrivals=trace.arrivals[trace.arrivals < 180.0])
-        return trace
-    return tr.SYNTHETIC[name](seed=seed, **(QUICK.get(name, {}) if quick else {}))
-
-
-def constant(rps: float, seconds: float, seed: int) -> tr.Trace:
-    return tr.from_rate("constant", lambda t: np.full_like(t, rps), seconds, seed)
-
-
-def tollfree_policy(profile_name: str, shed: bool | None, warm_pool: float, **overrides) -> Tollfree:
-    extra = dict(overrides)
-    if shed is not None:
-        extra["shed_load"] = shed
-    return make_policy("tollfree", PRESETS[profile_name], warm_pool=warm_pool, **extra)
-
-
-def run_one(job: tuple) -> dict:
-    trace_name, seed, profile_name, policy_name, quick, shed, warm_pool, rule = job
-    profile = PRESETS[profile_name]
-    t0 = time.perf_counter()
-    policy = (
-        tollfree_policy(profile_name, shed, warm_pool)
-        if policy_name == "tollfree"
-        else make_policy(policy_name, profile)
-    )
-    with ablated(rule):
-        result = simulate(
-            load_trace(trace_name, seed, quick), profile, policy, seed=seed, timeline=False, warmup_s=WARMUP_S
-        )
-    out = result.summary()
-    out.update(
-        trace=trace_name,
-        seed=seed,
-        profile=profile_name,
-        policy=policy_name,
-        bad=result.bad,
-        ablate=rule,
-        wall_s=round(time.perf_counter() - t0, 2),
-    )
-    return out
-
-
-def sweep_one(job: tuple) -> dict:
-    profile_name, target, seed, seconds, shed = job
-    policy = Tollfree(
-        tollfree_config(
-            PRESETS[profile_name],
-            vertical=False,
-            initial_target=target,
-            min_target=min(1.0, target),
-            max_target=max(1024.0, target),
-            **({} if shed is None else {"shed_load": shed}),
-        )
-    )
-    r = simulate(
-        constant(CONSTANT_RPS[profile_name], seconds, seed),
-        PRESETS[profile_name],
-        policy,
-        seed=seed,
-        timeline=False,
-        warmup_s=WARMUP_S,
-    )
-    return {
-        "profile": profile_name,
-        "target": target,
-        "replica_seconds": r.replica_seconds,
-        "bad_share": r.bad / r.requests,
-    }
-
-
-def learn_one(job: tuple) -> dict:
-    profile_name, seed, seconds, shed, warm_pool, rule = job
-    policy = tollfree_policy(profile_name, shed, warm_pool)
-    with ablated(rule):
-        simulate(
-            constant(CONSTANT_RPS[profile_name], seconds, seed),
-            PRESETS[profile_name],
-            policy,
-            seed=seed,
-            timeline=False,
-        )
-    return {"profile": profile_name, "seed": seed, "targets": [(round(t, 1), round(x, 3)) for t, x in policy.targets]}
-
-
-def sweep_grid(profile_name: str) -> list[float]:
-    p = PRESETS[profile_name]
-    cap = p.parallelism * p.max_batch
-    return sorted({round(cap * f, 2) for f in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5)})
-
-
-def best_fixed(swept: list[dict], profile_name: str) -> float | None:
-    """Fewest replica-seconds among the sweep's targets with <= 1 % bad, as means over the seeds."""
-    groups: dict[float, list[dict]] = {}
-    for r in swept:
-        if r["profile"] == profile_name:
-            groups.setdefault(r["target"], []).append(r)
-    means = [
-        (t, sum(r["replica_seconds"] for r in g) / len(g), sum(r["bad_share"] for r in g) / len(g))
-        for t, g in groups.items()
-    ]
-    ok = [m for m in means if m[2] <= 0.01]
-    return min(ok, key=lambda m: m[1])[0] if ok else None
-
-
-REACH_SMOOTH_S = 10  # the need is the 10-s mean rate: a burst shorter than a replica start is queued
-
-
-@lru_cache(maxsize=256)
-def reach(trace_name: str, profile_name: str, seed: int, quick: bool) -> dict:
-    """What no policy that keeps tollfree's scale-down window can do better than, on one trace x profile.
-
-    ``floor_bad``: the requests whose own service time (a batch of one) is over the SLO -- bad whatever
-    the capacity. ``bound_rs``: the replica-seconds of a clairvoyant policy that runs every replica 100 %
-    busy at its full (batched) throughput on the trace's 10-s mean rate, and, like tollfree, removes a
-    replica only after its need has stayed lower for the whole scale-down window (``scale_down_window_s``).
-    ``start_bad``: ``floor_bad`` plus what a policy that asks at once for every second's own rate cannot
-    answer in time, since a replica is ready only a warm start later (see :func:`start_excess`). All three
-    favour the policy (no headroom, a fluid queue with no variance, every start warm); a policy that
-    forecasts a rise can still beat ``start_bad``.
-    """
-    profile = PRESETS[profile_name]
-    window = int(tollfree_config(profile).scale_down_window_s)
-    full = with_warmup(load_trace(trace_name, seed, quick), WARMUP_S, seed)
-    n_warm = int(np.count_nonzero(full.arrivals < WARMUP_S))
-    svc_ms = service_times(full, profile, seed)[n_warm:] * 1000.0
-    end = int(math.ceil(full.arrivals[-1] + TAIL_S))
-    counts = pd.Series(np.bincount(full.arrivals.astype(np.int64), minlength=end + 1)[: end + 1], dtype=float)
-    rate = counts.rolling(REACH_SMOOTH_S, min_periods=1).sum() / REACH_SMOOTH_S
-    need = np.maximum(1.0, np.ceil(rate / profile.replica_rps() - 1e-9))
-    held = need.rolling(window + 1, min_periods=1).max()
-    floor = int(np.count_nonzero(svc_ms > profile.slo_ms))
-    start = int(math.ceil(profile.warm_start_s + profile.model_load_s))
-    asked = np.maximum(1.0, np.ceil(counts / profile.replica_rps() - 1e-9)).rolling(window + 1, min_periods=1).max()
-    ready = asked.shift(start).fillna(need.iloc[0])  # each second's own rate, asked at once, ready a start later
-    excess = start_excess(counts.to_numpy(), ready.to_numpy() * profile.replica_rps(), profile.slo_ms / 1000.0)
-    return {
-        "floor_bad": floor,
-        "bound_rs": float(held.iloc[int(WARMUP_S) :].sum()),
-        "start_bad": floor + int(excess[int(WARMUP_S) :].sum()),
-    }
-
-
-def start_excess(arrivals: np.ndarray, capacity_rps: np.ndarray, slo_s: float) -> np.ndarray:
-    """Per second, the requests a fluid queue in front of ``capacity_rps`` cannot answer within the SLO:
-    what waits beyond ``capacity x slo_s`` is bad."""
-    out = np.zeros(len(arrivals))
-    queue = 0.0
-    for i, (a, c) in enumerate(zip(arrivals, capacity_rps)):
-        queue = max(0.0, queue + a - c)
-        room = c * slo_s
-        if queue > room:
-            out[i] = queue - room
-            queue = room
-    return out
 
 
 def row_keys(sets: list[str], held_out_seeds: int = 5) -> list[tuple[str, str, int, str]]:
@@ -325,7 +154,7 @@ def baseline_runs(pool: ProcessPoolExecutor, keys, args) -> dict:
     return have
 
 
-def ablation(pool, keys, by: dict, swept: list[dict], sets: list[str], rules: list[str], args) -> list[dict]:
+def ablation(pool, keys, by: dict, swept: list[dict], sets: list[str], rules: list[str | None], args) -> list[dict]:
     """Per rule (None: as shipped) and set: the tally with that rule off."""
     seeds = learn_seeds(sets, args.quick, args.held_out_seeds)
     seconds = 300.0 if args.quick else 600.0
@@ -406,83 +235,79 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def simulate_all(args: argparse.Namespace, sets: list[str], keys: list) -> dict:
+    """Every run the targets need, on ``args.workers`` processes: each row x policy, the constant-load sweep and
+    what tollfree's vertical axis learns, then the ablation's reruns if asked."""
+    seconds = 300.0 if args.quick else 600.0
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        by = baseline_runs(pool, keys, args)
+        mine = run_all(pool, jobs_for(keys, ("tollfree",), args))
+        by.update({k[:4]: r for k, r in mine.items()})
+        sweeps = [(p, t, k, seconds, args.shed) for p in PROFILES for t in sweep_grid(p) for k in range(SWEEP_SEEDS)]
+        swept = list(pool.map(sweep_one, sweeps))
+        seeds = learn_seeds(sets, args.quick, args.held_out_seeds)
+        learned = list(
+            pool.map(learn_one, [(p, s, seconds, args.shed, args.warm_pool, None) for p in PROFILES for s in seeds])
+        )
+        ev = evaluate(keys, by, args)
+        vertical = vertical_checks(learned, swept, sets)
+        rules = [None, *ABLATIONS] if args.ablate == "all" else ([args.ablate] if args.ablate else [])
+        table = ablation(pool, keys, by, swept, sets, rules, args) if rules else []
+    return {"by": by, "ev": ev, "vertical": vertical, "learned": learned, "ablation": table}
+
+
+def print_text(done: dict, sets: list[str], args: argparse.Namespace) -> None:
+    """The rows of each set, the targets, what the vertical axis learned, the ablation's table, the plots."""
+    ev, vertical, learned = done["ev"], done["vertical"], done["learned"]
+    for s in sets:
+        print_rows(ev, s)
+    print_summary(ev, vertical, sets)
+    for p in PROFILES:
+        seeds = (f"seed {x['seed']}: {[t for _, t in x['targets']][:6]}" for x in learned if x["profile"] == p)
+        print(f"  learned {p}: " + "; ".join(seeds))
+    if done["ablation"]:
+        print_ablation(done["ablation"])
+    for p in done["plots"]:
+        print(f"plot: {p}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    started = time.perf_counter()
+    provenance = Provenance("benchmarks.autoscaler", argv)
     sets = ["tuning", "held-out"] if args.set == "both" else [args.set]
     keys = row_keys(sets, args.held_out_seeds)
-    seconds = 300.0 if args.quick else 600.0
     shed_used = ScalingConfig().shed_load if args.shed is None else args.shed
     print(
         f"{len(keys)} rows x {len(ALL_POLICIES)} policies, {args.workers} workers; tollfree: shed_load "
         f"{str(shed_used).lower()}, warm pool {args.warm_pool:g} ...",
         file=sys.stderr,
     )
-    with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        by = baseline_runs(pool, keys, args)
-        mine = run_all(pool, jobs_for(keys, ("tollfree",), args))
-        by.update({k[:4]: r for k, r in mine.items()})
-        swept = list(
-            pool.map(
-                sweep_one,
-                [(p, t, k, seconds, args.shed) for p in PROFILES for t in sweep_grid(p) for k in range(SWEEP_SEEDS)],
-            )
-        )
-        learned = list(
-            pool.map(
-                learn_one,
-                [
-                    (p, s, seconds, args.shed, args.warm_pool, None)
-                    for p in PROFILES
-                    for s in learn_seeds(sets, args.quick, args.held_out_seeds)
-                ],
-            )
-        )
-        ev = evaluate(keys, by, args)
-        vertical = vertical_checks(learned, swept, sets)
-        rules = [None, *ABLATIONS] if args.ablate == "all" else ([args.ablate] if args.ablate else [])
-        table = ablation(pool, keys, by, swept, sets, rules, args) if rules else []
-    pngs = plots(ev, Path(args.plots), args) if args.plots else []
-    elapsed = time.perf_counter() - started
+    done = simulate_all(args, sets, keys)
+    ev, vertical = done["ev"], done["vertical"]
+    done["plots"] = plots(ev, Path(args.plots), args) if args.plots else []
+    record = provenance.record()
     if args.json:
-        runs = [dict(r, quick=args.quick) for r in by.values()]
-        print(
-            json.dumps(
-                {
-                    "shed_load": shed_used,
-                    "warm_pool": args.warm_pool,
-                    "sets": sets,
-                    "runs": runs,
-                    "rows": [{k: v for k, v in r.items() if k not in ("mine", "baselines")} for r in ev["rows"]],
-                    "kept": ev["kept"],
-                    "vertical": vertical,
-                    "learned": learned,
-                    "summary": [summary(ev, s, vertical) for s in sets],
-                    "ablation": table,
-                    "plots": pngs,
-                    "elapsed_s": round(elapsed, 1),
-                    "loadavg": os.getloadavg(),
-                },
-                indent=1,
-                default=str,
-            )
-        )
+        report = {
+            **record,
+            "shed_load": shed_used,
+            "warm_pool": args.warm_pool,
+            "workers": args.workers,
+            "sets": sets,
+            "runs": [dict(r, quick=args.quick) for r in done["by"].values()],
+            "rows": [{k: v for k, v in r.items() if k not in ("mine", "baselines")} for r in ev["rows"]],
+            "kept": ev["kept"],
+            "vertical": vertical,
+            "learned": done["learned"],
+            "summary": [summary(ev, s, vertical) for s in sets],
+            "ablation": done["ablation"],
+            "plots": done["plots"],
+        }
+        print(json.dumps(report, indent=1, default=str))
         return 0
-    for s in sets:
-        print_rows(ev, s)
-    print_summary(ev, vertical, sets, args)
-    for p in PROFILES:
-        print(
-            f"  learned {p}: "
-            + "; ".join(f"seed {x['seed']}: {[t for _, t in x['targets']][:6]}" for x in learned if x["profile"] == p)
-        )
-    if table:
-        print_ablation(table)
-    for p in pngs:
-        print(f"plot: {p}")
+    print_text(done, sets, args)
     print(
-        f"tollfree: shed_load {str(shed_used).lower()}, warm pool {args.warm_pool:g}; {elapsed:.0f} s wall, "
-        f"{args.workers} workers, load average {os.getloadavg()[0]:.2f}"
+        f"tollfree: shed_load {str(shed_used).lower()}, warm pool {args.warm_pool:g}; {record['seconds']:.0f} s wall, "
+        f"{args.workers} workers, load average {record['loadavg_after'][0]:.2f}"
     )
     return 0
 

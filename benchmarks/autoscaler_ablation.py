@@ -3,8 +3,8 @@
 Every rule of the policy (``serving/autoscaler/policy.py``, ``load.py``, ``vertical.py``) is a named
 constant or a small helper; turning it off sets the constant to its neutral value or replaces the helper
 with the plain behaviour it refines (listed per rule below). Only the benchmark's worker processes are
-patched, for one run at a time. The rules removed after the ablation of 2026-12-02 are listed with their
-rows in benchmarks/README.md.
+patched, for one run at a time. Rules the ablation showed to earn nothing were removed from the policy;
+benchmarks/README.md lists them with their rows.
 """
 
 from __future__ import annotations

@@ -39,10 +39,13 @@ def print_rows(ev: dict, set_name: str) -> None:
         + "  ".join(f"{b:>16}" for b in BASELINES)
         + f"  {'floor':>7} {'start':>7} {'bound':>8} {'+bad %':>7} {'+start %':>8} {'rs/bound':>8}  targets"
     )
+
+    def cell(x: dict) -> str:
+        return f"{x['replica_seconds']:,.0f}/{x['bad']:,}"
+
     for r in ev["rows"]:
         if r["set"] != set_name:
             continue
-        cell = lambda x: f"{x['replica_seconds']:,.0f}/{x['bad']:,}"
         bs = "  ".join(f"{(('D ' if b in r['dominated_by'] else '') + cell(r['baselines'][b])):>16}" for b in BASELINES)
         verdict = ("ok" if not r["dominated_by"] else "DOMINATED") + (" near" if r["ok"] else " FAR")
         print(
@@ -52,12 +55,13 @@ def print_rows(ev: dict, set_name: str) -> None:
         )
 
 
-def print_summary(ev: dict, vertical: list[dict], sets: list[str], args) -> None:
+def print_summary(ev: dict, vertical: list[dict], sets: list[str]) -> None:
     for s in sets:
         t = summary(ev, s, vertical)
         print(
-            f"\n{s}: {t['rows']} rows; not dominated {t['pareto']}/{t['rows']}; near the limit {t['near']}/{t['rows']}; "
-            f"median replica-s / bound {t['median_rs_ratio']:.2f} ({'PASS' if t['median_ok'] else 'FAIL'}, <= 1.5); "
+            f"\n{s}: {t['rows']} rows; not dominated {t['pareto']}/{t['rows']}; "
+            f"near the limit {t['near']}/{t['rows']}; median replica-s / bound {t['median_rs_ratio']:.2f} "
+            f"({'PASS' if t['median_ok'] else 'FAIL'}, <= 1.5); "
             f"kept targets {t['kept']}/{t['kept_of']}"
         )
         m = t["model"]
@@ -71,23 +75,27 @@ def print_summary(ev: dict, vertical: list[dict], sets: list[str], args) -> None
             )
         for c in [k for k in ev["kept"] + vertical if k["set"] == s]:
             print(
-                f"  {'PASS' if c['ok'] else 'FAIL'}  {c['target']:<44} {c['trace']:<9} {c['seed']:>2} {c['profile']:<10} {c['detail']}"
+                f"  {'PASS' if c['ok'] else 'FAIL'}  {c['target']:<44} {c['trace']:<9} {c['seed']:>2} "
+                f"{c['profile']:<10} {c['detail']}"
             )
         for r in ev["rows"]:
             if r["set"] == s and r["out_of_reach"]:
                 print(
-                    f"  out of reach of any policy with the scale-down window: {r['trace']} {r['seed']} {r['profile']}: "
-                    f"{', '.join(r['out_of_reach'])} (at the floor {r['floor_bad']:,} under the bound {r['bound_rs']:,.0f})"
+                    f"  out of reach of any policy with the scale-down window: {r['trace']} {r['seed']} "
+                    f"{r['profile']}: {', '.join(r['out_of_reach'])} (at the floor {r['floor_bad']:,} under the "
+                    f"bound {r['bound_rs']:,.0f})"
                 )
 
 
 def print_ablation(table: list[dict]) -> None:
     print("\nablation (each rule off; tollfree's totals over the set's rows):")
     print(
-        f"{'rule off':<20} {'set':<9} {'not dom.':>8} {'near':>6} {'median':>7} {'kept':>6} {'bad':>11} {'replica-s':>11}"
+        f"{'rule off':<20} {'set':<9} {'not dom.':>8} {'near':>6} {'median':>7} {'kept':>6} {'bad':>11} "
+        f"{'replica-s':>11}"
     )
     for a in table:
         print(
             f"{a['rule']:<20} {a['set']:<9} {a['pareto']:>4}/{a['rows']:<3} {a['near']:>3}/{a['rows']:<3} "
-            f"{a['median_rs_ratio']:>7.2f} {a['kept']:>3}/{a['kept_of']:<2} {a['bad']:>11,} {a['replica_seconds']:>11,.0f}"
+            f"{a['median_rs_ratio']:>7.2f} {a['kept']:>3}/{a['kept_of']:<2} {a['bad']:>11,} "
+            f"{a['replica_seconds']:>11,.0f}"
         )

@@ -1,13 +1,13 @@
 """The autoscaler benchmark's trace sets and targets: pure functions over its result rows.
 
 A row is one trace instance (trace, seed) x profile; each policy's run of it is a dict with at least
-``bad``, ``replica_seconds`` and ``requests``. The targets (issue 19):
+``bad``, ``replica_seconds`` and ``requests``. The targets:
 
 1. Pareto: no baseline dominates tollfree (fewer-or-equal bad requests and fewer-or-equal
    replica-seconds, one of them strictly fewer).
 2. Near the limit: tollfree's bad requests at most the trace's floor plus 1 % of its requests, and its
-   replica-seconds at most 2x the clairvoyant bound under the same scale-down window (:func:`reach`);
-   1.5x on the median row.
+   replica-seconds at most 2x the clairvoyant bound under the same scale-down window
+   (``benchmarks.autoscaler_reach.reach``); 1.5x on the median row.
 3. Kept: spike rows with >= 5x fewer bad requests than HPA, ramp rows at capacity in < 60 s, and the
    vertical axis within 20 % of the best fixed target after 3 cycles and steady.
 

@@ -13,6 +13,7 @@ manifest. Prints one JSON line: the seconds of each step (imports and the model 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import multiprocessing
 import os
@@ -47,7 +48,7 @@ def limit(input_path: Path, output: Path, model_uri: str, workers: int) -> dict[
     _shared.update(method=method, matrix=matrix)
     edges = np.linspace(0, len(matrix), workers * 4 + 1).astype(int)
     with multiprocessing.get_context("fork").Pool(workers) as pool:
-        parts = pool.map(_predict_slice, list(zip(edges[:-1], edges[1:])))
+        parts = pool.map(_predict_slice, list(itertools.pairwise(edges)))
     predictions = np.concatenate(parts)
     if predictions.ndim == 2:
         predictions = predictions[:, -1]

@@ -187,7 +187,10 @@ def _register_plain(home: Path, version: str) -> str:
 
 
 def _feature_inputs(work: Path, info: dict[str, Any], sizes: list[int]) -> None:
-    """For each size (and 10 rows, mlflow's start-up), the last N rows' features: CSV for mlflow, parquet for tollfree."""
+    """For each size (and 10 rows, mlflow's start-up), the last N rows' features.
+
+    CSV (the model's columns) for mlflow, parquet (row key, timestamp and the model's columns) for tollfree.
+    """
     import pandas as pd
 
     from feature_repo import store as feature_store

@@ -7,10 +7,11 @@
 Every run draws a reference and a current window from one distribution (clean traffic) and asks the
 verdict whether the run drifts, with the endpoint's default drift settings (``DriftConfig()``) or
 ``--drift``. A clean run that alarms is a false alarm; a run whose current window has 3 numeric columns
-moved by half their standard deviation (``--shift-sd``) and does not alarm is a miss. The moved columns have
-no hard edge where they move (a bounded column moved past its bound is caught from a few rows). Scenarios (reference rows / current rows):
+moved by half their standard deviation (``--shift-sd``) and does not alarm is a miss. The moved columns
+have no hard edge where they move (a bounded column moved past its bound is caught from a few rows).
+Scenarios (reference rows / current rows):
 
-- ``reported``: the issue's case. scikit-learn's breast-cancer rows (30 numeric columns) drawn with
+- ``reported``: the case that was reported. scikit-learn's breast-cancer rows (30 numeric columns) drawn with
   replacement, plus a logistic regression's probability as the ``prediction`` column (31 columns);
   the first served window (1,000 rows) against the 153 rows a rolled-back challenger served after it.
 - ``small``, ``medium``, ``large``: 32 numeric columns of mixed shapes (normal, log-normal, gamma, beta,
@@ -31,21 +32,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
-from benchmarks.common import log
+from benchmarks.common import Provenance, log
 
 SHIFT_SD = 0.5
 SHIFTED = ("normal_0", "lognormal_0", "student_0")  # no hard edge where they move: K-S gets no easy support shift
@@ -200,34 +197,25 @@ def run_scenario(
     }
 
 
-def _commit() -> str:
-    root = Path(__file__).resolve().parents[1]
-    found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True)
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--", *VERDICT_CODE], cwd=root, capture_output=True, text=True
-    ).stdout.strip()
-    return found.stdout.strip() + (f" + uncommitted changes to {', '.join(VERDICT_CODE)}" if dirty else "")
-
-
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.2f} %"
 
 
 def table(report: dict[str, Any]) -> str:
     lines = [
-        f"drift verdict on clean traffic and with 3 columns shifted by {report['shift_sd']} sd ({report['engine']} engine, "
-        f"alarm: {report['alarm']}; "
-        f"settings {report['settings']})",
+        f"drift verdict on clean traffic and with 3 columns shifted by {report['shift_sd']} sd "
+        f"({report['engine']} engine, alarm: {report['alarm']}; settings {report['settings']})",
         f"{'scenario':<10} {'ref':>6} {'cur':>6} {'cols':>4} {'runs':>5} {'false alarms':>13} {'95 % CI':>19} "
         f"{'shift runs':>10} {'detected':>9} {'95 % CI':>19} {'only shifted named':>18}",
     ]
     for r in report["scenarios"] + [report["pooled"]]:
         ci = r["false_alarm_ci95"]
         dci = r["detection_ci95"]
+        caught = (_pct(dci[0]) + "-" + _pct(dci[1])) if dci else "-"
         lines.append(
             f"{r['scenario']:<10} {r['reference_rows']:>6} {r['current_rows']:>6} {r['columns']:>4} {r['runs']:>5} "
             f"{_pct(r['false_alarm_rate']):>13} {(_pct(ci[0]) + '-' + _pct(ci[1])) if ci else '-':>19} "
-            f"{r['shift_runs']:>10} {_pct(r['detection_rate']):>9} {(_pct(dci[0]) + '-' + _pct(dci[1])) if dci else '-':>19} "
+            f"{r['shift_runs']:>10} {_pct(r['detection_rate']):>9} {caught:>19} "
             f"{r['detections_naming_only_shifted']:>18}"
         )
     lines.append(
@@ -263,8 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         "--alarm",
         choices=("verdict", "any-column"),
         default="verdict",
-        help="verdict: the run's drift verdict; any-column: any drifted column (the flow's rule before "
-        "the verdict followed the settings)",
+        help="verdict: the run's drift verdict; any-column: any drifted column alarms, whatever the "
+        "settings' drift_share (the rule the verdict is compared with)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     args = parser.parse_args(argv)
@@ -273,8 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     from serving.endpoints.monitoring import DriftConfig, overridden
 
     config = overridden(DriftConfig, args.drift, "drift setting")
-    loadavg_before, started = os.getloadavg(), time.perf_counter()
-    date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    run = Provenance("benchmarks.drift_false_alarms", argv, VERDICT_CODE)
     results = [
         run_scenario(SCENARIOS[name], args.runs, args.shift_runs, config, args.engine, args.alarm, args.shift_sd)
         for name in (args.scenario or list(SCENARIOS))
@@ -296,18 +283,13 @@ def main(argv: list[str] | None = None) -> int:
         "detections_naming_only_shifted": "",
     }
     report = {
-        "command": "python -m benchmarks.drift_false_alarms " + " ".join(sys.argv[1:] if argv is None else argv),
-        "date": date,
-        "commit": _commit(),
+        **run.record(),
         "shift_sd": args.shift_sd,
         "engine": args.engine,
         "alarm": args.alarm,
         "settings": config.__dict__,
         "scenarios": results,
         "pooled": pooled,
-        "seconds": round(time.perf_counter() - started, 1),
-        "loadavg_before": loadavg_before,
-        "loadavg_after": os.getloadavg(),
     }
     print(json.dumps(report, indent=1, default=str) if args.json else table(report))
     return 0

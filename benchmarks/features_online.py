@@ -37,7 +37,6 @@ import shutil
 import sqlite3
 import sys
 import tempfile
-import time
 import warnings
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -45,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import log
+from benchmarks.common import Provenance, log
 from benchmarks.features_online_paths import (
     BATCH_VIEWS,
     ROUNDS,
@@ -68,7 +67,7 @@ TARGET_PATHS = (
     "tollfree_reader",
     "tollfree_fast",
     "tollfree_fast_cold",
-)  # the target is on feature_service
+)  # the target is set on feature_service; the tollfree_* paths are held to the same budget
 
 ANCHORS = {
     "sqlite": (
@@ -267,7 +266,7 @@ def _measure_store(
 # --- main --------------------------------------------------------------------------------------------
 
 
-def run(customers: int, iterations: int | None) -> dict[str, Any]:
+def run(customers: int, iterations: int | None, provenance: Provenance) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="tollfree-bench-features-"))
     os.environ["TOLLFREE_HOME"] = str(home)
     from serving.settings import export_defaults
@@ -280,8 +279,6 @@ def run(customers: int, iterations: int | None) -> dict[str, Any]:
         from feature_repo import store as feature_store
         from tests.services import redis_server
 
-        began = time.monotonic()
-        load_before = os.getloadavg()
         log(f"generating {customers} customers x {DAYS} days of synthetic data in {home} ...")
         tables, transactions, start = _build_tables(home, customers)
         end = datetime.now(UTC)
@@ -308,6 +305,7 @@ def run(customers: int, iterations: int | None) -> dict[str, Any]:
                     results[(kind, size)] = samples
         rows = _rows(results)
         return {
+            **provenance.record(),
             "benchmark": "features_online",
             "feature_service": SERVICE,
             "customers": customers,
@@ -322,14 +320,7 @@ def run(customers: int, iterations: int | None) -> dict[str, Any]:
                 "feature_service, 64 entities": "p99 <= 5 ms",
             },
             "rows": rows,
-            "machine": {
-                "cpus": os.cpu_count(),
-                "python": platform.python_version(),
-                "feast": feast.__version__,
-                "platform": platform.platform(),
-                "loadavg_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
-            },
-            "seconds": round(time.monotonic() - began, 1),
+            "versions": {"feast": feast.__version__, "platform": platform.platform()},
         }
     finally:
         shutil.rmtree(home, ignore_errors=True)
@@ -337,21 +328,21 @@ def run(customers: int, iterations: int | None) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
-    result = run(args.customers, args.iterations)
+    result = run(args.customers, args.iterations, Provenance("benchmarks.features_online", argv))
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    m = result["machine"]
     print(
         f"features_online: FeatureService {result['feature_service']}, {result['customers']} customers, "
-        f"{result['merchants']} merchants; feast {m['feast']}, python {m['python']}, {m['cpus']} cpus; "
-        f"in-process wall time per call, {result['rounds']} interleaved rounds; {result['seconds']} s in all; "
-        f"1-min load average before/after {m['loadavg_1m_before_after'][0]}/{m['loadavg_1m_before_after'][1]}"
+        f"{result['merchants']} merchants; feast {result['versions']['feast']}, python {result['python']}, "
+        f"{result['cpus']} cpus; in-process wall time per call, {result['rounds']} interleaved rounds; "
+        f"{result['seconds']} s in all; 1-min load average before/after {result['loadavg_before'][0]}/"
+        f"{result['loadavg_after'][0]}"
     )
     print()
     print(_table(result["rows"]))
     print()
-    print("target: the issue's target is on feature_service; the tollfree_* paths are held to the same budget")
+    print("target: set on feature_service; the tollfree_* paths are held to the same budget")
     for kind, text in result["anchors"].items():
         print(f"anchor_raw ({kind}): {text}")
     return 0

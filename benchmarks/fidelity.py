@@ -2,19 +2,21 @@
 
     python -m benchmarks.fidelity [--scenarios NAME,NAME] [--list] [--json]
 
-Does the simulator predict what the live autoscaler does? A :class:`Scenario` is a load shape (a 10x step, a ramp to
-it, two bursts), a warm-pool size, and the vertical axis and load shedding on or off. Its live run
-(:mod:`benchmarks.fidelity_live`) records every request, the replicas, the decisions, the gateway log and the replicas'
-metrics; this module measures the model's profile from them, replays the send times through ``engine.simulate`` with
-the tollfree policy at the same pool size and autoscaling block (shifted so that the ticks and 5-s decision boundaries
-fall on the gateway's) and compares the two on the live run's clock. A scenario passes when the simulator is within
-20 % on replica-seconds and time to capacity, and on bad requests within 20 % or 1 % of the requests; the run, when
-every scenario does.
+Does the simulator predict what the live autoscaler does? A scenario (benchmarks/fidelity_scenarios.py) is a
+load shape (a 10x step, a ramp to it, two bursts), a warm-pool size, and the vertical axis and load shedding on
+or off. Its live run (benchmarks/fidelity_live.py) records every request, the replicas, the decisions, the
+gateway log and the replicas' metrics; this module measures the model's profile from them, replays the send
+times through ``engine.simulate`` with the tollfree policy at the same pool size and autoscaling block (shifted
+so that the ticks and 5-s decision boundaries fall on the gateway's) and compares the two on the live run's
+clock. A scenario passes when the simulator is within 20 % on replica-seconds and time to capacity, and on bad
+requests within 20 % or 1 % of the requests; the run, when every scenario does. ``--json`` prints one object:
+the run's provenance and, per scenario, the comparison, the profile, the timelines and every request.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import math
@@ -23,98 +25,26 @@ import re
 import shutil
 import statistics
 import sys
-import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from serving.settings import TELEMETRY_OFF
+from benchmarks import fidelity_report
+from benchmarks.common import Provenance
+from benchmarks.fidelity_scenarios import BY_NAME, MAX_REPLICAS, NAME, SLO_MS, Scenario, listing
 from simulator.engine import simulate
 from simulator.policies import Tollfree, tollfree_config
 from simulator.profiles import ModelProfile
 from simulator.traces import Trace
-
-os.environ.update({k: v for k, v in TELEMETRY_OFF.items() if k not in os.environ})  # before MLflow is imported
-
-from tests.e2e.test_autoscaler_live import BASE_RPS, PER_ROW_S, SCALE_DOWN_WINDOW_S, STEP_RPS
+from tests.e2e.test_autoscaler_live import PER_ROW_S, STEP_RPS
 
 log = logging.getLogger(__name__)
 
-NAME = "fidelity"
-BASE_S = 8.0  # every shape starts with BASE_RPS for this long; its step comes then
-SLO_MS = 500.0  # the endpoint's latency_slo_ms (ScalingConfig's default), for both sides
-MAX_REPLICAS = 4
 GAP_LIMIT = 0.20
 BAD_SHARE = 0.01  # bad requests also pass within this share of the scenario's requests
-SHAPES = ("step", "ramp", "bursty")
-
-
-def load_phases(shape: str) -> list[tuple[float, float]]:
-    """The shape's load as (rate req/s, seconds) phases: BASE_RPS for BASE_S, then a 10x step held 20 s; a ramp to it in
-    ten 2-s phases, held 8 s; or two 5-s bursts at it, each followed by 7 s at the base rate."""
-    base, peak = float(BASE_RPS), float(STEP_RPS)
-    after = {
-        "step": [(peak, 20.0)],
-        "bursty": [(peak, 5.0), (base, 7.0)] * 2,
-        "ramp": [(base + (peak - base) * (k + 1) / 10, 2.0) for k in range(10)] + [(peak, 8.0)],
-    }
-    if shape not in after:
-        raise ValueError(f"unknown load shape {shape!r} (one of {', '.join(SHAPES)})")
-    return [(base, BASE_S)] + after[shape]
-
-
-@dataclass(frozen=True)
-class Scenario:
-    """One live run and its replay: a load shape, the warm-pool size, the vertical axis and load shedding."""
-
-    name: str
-    shape: str
-    pool: int
-    vertical: bool
-    shed: bool
-
-    # every shape's step: the phase after the base one, at BASE_S; time to capacity is against the peak rate
-    step_index, step_at, step_rate = 1, BASE_S, float(STEP_RPS)
-
-    @property
-    def phases(self) -> list[tuple[float, float]]:
-        return load_phases(self.shape)
-
-    @property
-    def autoscaling(self) -> dict[str, Any]:
-        """The endpoint's autoscaling block, the simulated policy's too. The vertical axis on, no ``initial_target``:
-        the gateway seeds it from the model's batching plan, as ``Tollfree(profile=...)`` does."""
-        block: dict[str, Any] = {
-            "scale_down_window_s": SCALE_DOWN_WINDOW_S,
-            "initial_target": 1,
-            "vertical": self.vertical,
-            "shed_load": self.shed,
-        }
-        if self.vertical:
-            del block["initial_target"]
-        return block
-
-    @property
-    def settings(self) -> str:
-        flag = ("off", "on")
-        return f"{self.shape}, warm pool {self.pool}, vertical {flag[self.vertical]}, shed {flag[self.shed]}"
-
-
-SCENARIOS = (
-    Scenario("step-pool3", "step", 3, vertical=False, shed=False),  # the live autoscaler test's setting
-    Scenario("step-pool1", "step", 1, vertical=False, shed=False),
-    Scenario("step-pool1-vertical", "step", 1, vertical=True, shed=False),
-    Scenario("step-pool1-vertical-shed", "step", 1, vertical=True, shed=True),
-    Scenario("ramp-pool1-vertical", "ramp", 1, vertical=True, shed=False),
-    Scenario("ramp-pool3-shed", "ramp", 3, vertical=False, shed=True),
-    Scenario("bursty-pool1-vertical-shed", "bursty", 1, vertical=True, shed=True),
-    Scenario("bursty-pool3-vertical", "bursty", 3, vertical=True, shed=False),
-)
-BY_NAME = {s.name: s for s in SCENARIOS}
 
 
 # t and sent: s from the load's start; status None: no answer; ready: replica processes serving
@@ -146,8 +76,9 @@ def trace_from_records(
     )
 
 
-def phase_shift(decisions: Sequence[dict], before: float, interval: float = 5.0) -> float:  # decision_interval_s
-    """The delay that puts the simulator's ticks and boundaries (1 + k x interval) on the gateway's (its last boundary)."""
+def phase_shift(decisions: Sequence[dict], before: float, interval: float = 5.0) -> float:
+    """The delay that puts the simulator's ticks and boundaries (1 + k x interval) on the gateway's (its last
+    boundary before ``before``); ``interval`` is the autoscaler's decision_interval_s."""
     bounds = [d["t"] for d in decisions if d["t"] < before and d.get("inputs", {}).get("boundary") is True]
     return (1.0 - bounds[-1]) % interval if bounds else 0.0
 
@@ -253,7 +184,8 @@ def log_events(lines: Sequence[str], origin_wall: float, endpoint: str = NAME) -
 
 
 def start_times(decisions: Sequence[dict], added: Sequence[tuple], cold_pids: set[int]) -> dict[str, list[float]]:
-    """Each added replica's decision-to-ready (from the first decision asking its count); cold if begun with the model."""
+    """Each added replica's decision-to-ready (from the first decision asking its count); cold if begun with the
+    model."""
     out: dict[str, list[float]] = {"warm": [], "cold": []}
     asked = sorted((float(d["t"]), int(d["replicas"])) for d in decisions)
     for t, pid, count in added:
@@ -268,7 +200,7 @@ def start_times(decisions: Sequence[dict], added: Sequence[tuple], cold_pids: se
 def refill_times(started: Sequence[tuple], polls: Sequence[Poll]) -> list[float]:
     """Each standby started during the run: from its start (the log) to the next rise of the idle count."""
     ordered = sorted(polls, key=lambda p: p.t)
-    rises = [b.t for a, b in zip(ordered, ordered[1:]) if b.pool_idle > a.pool_idle]
+    rises = [b.t for a, b in itertools.pairwise(ordered) if b.pool_idle > a.pool_idle]
     out = []
     for t, _, with_model in started:
         if not with_model and t >= 0 and (later := [r for r in rises if r > t]):
@@ -384,61 +316,6 @@ def analyse(run: dict[str, Any], scenario: Scenario) -> dict[str, Any]:
     }
 
 
-def cell(value: float | None, fmt: str = "{:.1f}") -> str:
-    return "-" if value is None else fmt.format(value)
-
-
-def table(report: dict[str, Any]) -> str:
-    """One scenario's comparison, its profile and the replica timelines (changes only) as text."""
-    p, m, tl = report["profile"], report["measured"], report["timelines"]
-    rounded = json.dumps(
-        {k: round(p[k], 3) for k in ("service_ms", "service_sigma", "model_load_s", "warm_start_s", "cold_start_s")}
-        | {k: m[k] for k in ("starts", "refills_s")}
-    )
-    lines = [
-        f"{report['scenario']} ({report['settings']}): {'PASS' if report['passed'] else 'FAIL'}; "
-        f"{report['requests']} requests {report['statuses']}; load {report['loadavg']}; "
-        f"warm/cold starts {report['warm_starts']}/{report['cold_starts']}; shift {report['shift_s']:.2f} s",
-        f"  profile and starts measured: {rounded}",
-        f"  {'metric':<22}{'live':>9}{'sim':>9}{'gap':>8}",
-    ]
-    for row in report["compare"]:
-        lines.append(
-            f"  {row['metric']:<22}{cell(row['live']):>9}{cell(row['sim']):>9}"
-            f"{cell(row['gap'], '{:+.0%}'):>8} {row['verdict']}".rstrip()
-        )
-    rows = list(zip(tl["live"]["t"], *(tl[k][f] for k in ("live", "sim") for f in ("ready", "provisioned"))))
-    changes = [
-        f"{r[0]:.1f}s {r[1]}/{r[2]} {r[3]}/{r[4]}" for i, r in enumerate(rows) if not i or r[1:] != rows[i - 1][1:]
-    ]
-    return "\n".join(
-        lines
-        + [
-            f"  ready/provisioned live sim (step {report['step_at']:.1f} s, load ends "
-            f"{report['load_end']:.1f} s): " + "; ".join(changes)
-        ]
-    )
-
-
-def summary_line(report: dict[str, Any]) -> str:
-    """The scenario's verdict and its judged gaps (bad: with both counts)."""
-    rows = {row["metric"]: row for row in report["compare"] if row["metric"] in JUDGED}
-    return f"  {report['scenario']:<28}{'PASS' if report['passed'] else 'FAIL':<6}" + "  ".join(
-        f"{key} {cell(row['gap'], '{:+.0%}')}"
-        + (f" ({row['live']} vs {row['sim']})" if key == "bad" else "")
-        + ("" if row["verdict"] == "PASS" else " FAIL")
-        for key, row in rows.items()
-    )
-
-
-def listing() -> str:
-    return "\n".join(
-        f"{s.name:<28}{s.settings}; phases (req/s, s) "
-        + ", ".join(f"({rate:g}, {seconds:g})" for rate, seconds in s.phases)
-        for s in SCENARIOS
-    )
-
-
 def chosen(names: str, parser: argparse.ArgumentParser) -> list[Scenario]:
     picked = [n.strip() for n in names.split(",") if n.strip()]
     if unknown := [n for n in picked if n not in BY_NAME]:
@@ -464,36 +341,27 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    (home, version), began, reports = prepare(), time.monotonic(), []
+    provenance = Provenance("benchmarks.fidelity", argv)
+    (home, version), reports = prepare(), []
     try:
         for scenario in scenarios:
             log.info("live run, scenario %s (%s)", scenario.name, scenario.settings)
             reports.append(analyse(run_live(home, version, scenario), scenario))
             if not args.json:
-                print(table(reports[-1]), flush=True)
+                print(fidelity_report.table(reports[-1]), flush=True)
     finally:
         if not os.environ.get("TOLLFREE_KEEP_TEST_STATE"):
             shutil.rmtree(home, ignore_errors=True)
     passed = all(r["passed"] for r in reports)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "benchmark": "fidelity",
-                    "date": datetime.now().isoformat(timespec="seconds"),
-                    "reports": reports,
-                    "wall_s": round(time.monotonic() - began, 1),
-                    "passed": passed,
-                }
-            )
-        )
+        print(json.dumps({**provenance.record(), "benchmark": "fidelity", "reports": reports, "passed": passed}))
     else:
         verdict = (
             f"fidelity: {'PASS' if passed else 'FAIL'} ({sum(r['passed'] for r in reports)}/{len(reports)} "
             f"scenarios; within {GAP_LIMIT:.0%} on replica_seconds and time_to_capacity_s, on bad within "
             f"{GAP_LIMIT:.0%} or {BAD_SHARE:.0%} of the requests)"
         )
-        print("\n".join(["summary:"] + [summary_line(r) for r in reports] + [verdict]))
+        print("\n".join(["summary:"] + [fidelity_report.summary_line(r) for r in reports] + [verdict]))
     return 0 if passed else 1
 
 

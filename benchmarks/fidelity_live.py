@@ -25,7 +25,8 @@ from typing import Any
 import httpx
 import psutil
 
-from benchmarks.fidelity import MAX_REPLICAS, NAME, Poll, Record, Scenario, log_events, metric_sum
+from benchmarks.fidelity import Poll, Record, log_events, metric_sum
+from benchmarks.fidelity_scenarios import MAX_REPLICAS, NAME, Scenario
 from benchmarks.load import Outcome, run_load
 from serving.gateway.process import environ_with, start_gateway, wait_endpoint_ready
 from serving.settings import TELEMETRY_OFF, export_defaults

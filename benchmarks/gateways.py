@@ -22,48 +22,28 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import secrets
 import shutil
 import signal
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import log
-from benchmarks.serving import _register_models
+from benchmarks.common import Provenance, log
+from benchmarks.serving import register_models
 from benchmarks.serving_load import WARMUP_S, check_one, wrk
-from benchmarks.serving_servers import READY_TIMEOUT_S, Server
+from benchmarks.serving_servers import READY_TIMEOUT_S, Server, create_bench_endpoint, throwaway_home
 
 TARGET_TWO_OVER_ONE = 0.9
 
 
 def _gateways(model: dict[str, Any], env: dict[str, str], logs: Path, n: int, tag: str) -> list[Any]:
     """``n`` gateways on ``env``'s store, the endpoint created through the first and served by all."""
-    import httpx
-
-    from serving.gateway.process import start_gateway, wait_endpoint_ready
+    from serving.gateway.process import start_gateway
 
     started = [start_gateway(env, logs / f"gateway-{tag}-{i}.log", timeout_s=READY_TIMEOUT_S) for i in range(n)]
-    auth = {"Authorization": f"Bearer {env['TOLLFREE_TOKEN']}"}
-    created = httpx.post(
-        f"{started[0].url}/api/2.0/serving-endpoints",
-        headers=auth,
-        timeout=30,
-        json={
-            "name": "bench",
-            "config": {
-                "served_entities": [
-                    {"entity_name": model["name"], "entity_version": model["version"], "max_concurrency": 64}
-                ]
-            },
-        },
-    )
-    if created.status_code != 200:
-        raise RuntimeError(f"endpoint create: {created.status_code} {created.text[:300]}")
-    wait_endpoint_ready(started[0].url, env["TOLLFREE_TOKEN"], "bench", timeout_s=READY_TIMEOUT_S)
+    create_bench_endpoint(started[0].url, env["TOLLFREE_TOKEN"], model, {"max_concurrency": 64})
     return started
 
 
@@ -104,72 +84,23 @@ def _load(servers: list[Server], body: str, concurrency: int, seconds: int, home
     }
 
 
-def run(seconds: int, concurrency: int) -> dict[str, Any]:
-    from infra.packages import ensure_binary
+def run(seconds: int, concurrency: int, provenance: Provenance) -> dict[str, Any]:
+    """The three set-ups in turn, each on a fresh store; the two-over-one ratio and its verdict; the run's record."""
     from tests.services import postgres_server
 
-    ensure_binary("wrk", "wrk")
-    home = Path(tempfile.mkdtemp(prefix="tollfree-bench-gateways-"))
-    os.environ["TOLLFREE_HOME"] = str(home)
-    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{home / 'mlflow.db'}"
-    from serving.settings import export_defaults
-
-    export_defaults(os.environ)
-    logs = home / "logs"
-    logs.mkdir()
-    load_before = os.getloadavg()[0]
-    began = time.monotonic()
+    home = throwaway_home("tollfree-bench-gateways-")
     rows = []
     try:
-        setup = _register_models(home, os.environ["MLFLOW_TRACKING_URI"])
+        setup = register_models(home, os.environ["MLFLOW_TRACKING_URI"])
         model, body = setup["models"]["light"], setup["body"]
         with postgres_server() as pg:
             for tag, n in (("one-sqlite", 1), ("one-postgres", 1), ("two-postgres", 2)):
                 state = f"sqlite:///{home / (tag + '.db')}" if tag.endswith("sqlite") else pg.url(pg.new_database())
-                env = {
-                    **os.environ,
-                    "TOLLFREE_TOKEN": secrets.token_urlsafe(24),
-                    "TOLLFREE_WARM_POOL": "0",
-                    "TOLLFREE_STATE_URL": state,
-                    "TOLLFREE_REPLICA_TOKEN": secrets.token_urlsafe(24),
-                }
-                gateways = _gateways(model, env, logs, n, tag)
-                try:
-                    auth = {"Authorization": f"Bearer {env['TOLLFREE_TOKEN']}"}
-                    servers = [
-                        Server(tag, g.url, "/serving-endpoints/bench/invocations", auth, g.process.pid, None)
-                        for g in gateways
-                    ]
-                    deadline = time.monotonic() + 30  # a follower routes once it has read the registry
-                    for server in servers:
-                        while True:
-                            try:
-                                check_one(server, body)
-                                break
-                            except RuntimeError:
-                                if time.monotonic() > deadline:
-                                    raise
-                                time.sleep(0.2)
-                    row = {
-                        "setup": tag,
-                        "gateways": n,
-                        "concurrency": concurrency,
-                        **_load(servers, body, concurrency, seconds, home),
-                        "replicas_after": _replicas(state),
-                    }
-                    rows.append(row)
-                    log(
-                        f"{tag:13s} {row['rps']:8.1f} rps  errors {row['errors']}  p50 {row['p50_ms']} ms  "
-                        f"replicas {row['replicas_after']}"
-                    )
-                finally:
-                    for g in reversed(gateways):
-                        g.stop()
-                    for pid in _stray_replicas(logs):
-                        os.killpg(pid, signal.SIGKILL)
+                rows.append(_one_setup(tag, n, state, model, body, concurrency, seconds, home))
         one = next(r for r in rows if r["setup"] == "one-sqlite")["rps"]
         two = next(r for r in rows if r["setup"] == "two-postgres")["rps"]
         return {
+            **provenance.record(),
             "benchmark": "gateways",
             "seconds_per_point": seconds,
             "warmup_s": WARMUP_S,
@@ -177,15 +108,61 @@ def run(seconds: int, concurrency: int) -> dict[str, Any]:
             "two_over_one": two / one,
             "target": f">= {TARGET_TWO_OVER_ONE}",
             "pass": two / one >= TARGET_TWO_OVER_ONE,
-            "machine": {
-                "python": platform.python_version(),
-                "cpus": os.cpu_count(),
-                "loadavg_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-            },
-            "wall_s": round(time.monotonic() - began, 1),
         }
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def _one_setup(
+    tag: str, n: int, state: str, model: dict[str, Any], body: str, concurrency: int, seconds: int, home: Path
+) -> dict[str, Any]:
+    """``n`` gateways on the store at ``state`` serving ``model``, loaded together; their row of the table."""
+    env = {
+        **os.environ,
+        "TOLLFREE_TOKEN": secrets.token_urlsafe(24),
+        "TOLLFREE_WARM_POOL": "0",
+        "TOLLFREE_STATE_URL": state,
+        "TOLLFREE_REPLICA_TOKEN": secrets.token_urlsafe(24),
+    }
+    logs = home / "logs"
+    gateways = _gateways(model, env, logs, n, tag)
+    try:
+        auth = {"Authorization": f"Bearer {env['TOLLFREE_TOKEN']}"}
+        servers = [
+            Server(tag, g.url, "/serving-endpoints/bench/invocations", auth, g.process.pid, None) for g in gateways
+        ]
+        for server in servers:
+            _until_routing(server, body)
+        row = {
+            "setup": tag,
+            "gateways": n,
+            "concurrency": concurrency,
+            **_load(servers, body, concurrency, seconds, home),
+            "replicas_after": _replicas(state),
+        }
+        log(
+            f"{tag:13s} {row['rps']:8.1f} rps  errors {row['errors']}  p50 {row['p50_ms']} ms  "
+            f"replicas {row['replicas_after']}"
+        )
+        return row
+    finally:
+        for g in reversed(gateways):
+            g.stop()
+        for pid in _stray_replicas(logs):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def _until_routing(server: Server, body: str, timeout_s: float = 30.0) -> None:
+    """Waits until ``server`` answers ``body``: a follower routes once it has read the registry."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            check_one(server, body)
+            return
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def _stray_replicas(logs: Path) -> list[int]:
@@ -213,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 1 <= args.seconds <= 120 or not 2 <= args.concurrency <= 256:
         parser.error("--seconds must be in 1..120 and --concurrency in 2..256")
-    result = run(args.seconds, args.concurrency)
+    result = run(args.seconds, args.concurrency, Provenance("benchmarks.gateways", argv))
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -228,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\ntwo gateways / one gateway at c={args.concurrency}: {result['two_over_one']:.2f} "
         f"(target {result['target']}): {'PASS' if result['pass'] else 'FAIL'}; load average before/after "
-        f"{result['machine']['loadavg_1m_before_after']}; {result['wall_s']} s"
+        f"{result['loadavg_before'][0]}/{result['loadavg_after'][0]}; {result['seconds']} s"
     )
     return 0
 

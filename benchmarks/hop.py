@@ -1,18 +1,20 @@
 """The gateway-to-replica hop alone: one envelope of one request, HTTP against frames on the replica's Unix socket.
 
-    python -m benchmarks.hop [--calls 5000]
+    python -m benchmarks.hop [--calls 5000] [--json]
 
 A server process answers ``POST /invocations/batch`` on uvicorn (uvloop, httptools: the replica's HTTP
 server) and frame calls on a ``FrameListener`` (the replica's frame socket), both with the same fixed answer
 envelope and no model; the gateway's ``ReplicaClient`` sends one call at a time, first over HTTP only
-(``_post``, what every envelope cost before frames), then through ``send``, which goes in frames once the
+(``_post``, the HTTP path alone), then through ``send``, which goes in frames once the
 first answer named the socket. Prints the p50 and p90 round trip and the client's CPU per call (this
-process's user + system time over the calls), the gateway's share of the hop's cost.
+process's user + system time over the calls), the gateway's share of the hop's cost; ``--json``, the
+same as one object with the run's provenance.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import statistics
@@ -20,6 +22,8 @@ import subprocess
 import sys
 import time
 from typing import Any
+
+from benchmarks.common import Provenance
 
 ANSWER = b'{"items":[[200,1,3,0]]}\n[1]'
 
@@ -131,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m benchmarks.hop", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--calls", type=int, default=5000)
+    parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     parser.add_argument("--serve", nargs=2, metavar=("PORT", "ADDRESS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.calls < 1:
@@ -157,15 +162,16 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(0.05)
         import uvloop
 
-        load = os.getloadavg()[0]
+        provenance = Provenance("benchmarks.hop", argv)
         result = uvloop.run(_measure(f"http://127.0.0.1:{port}", args.calls))
     finally:
         server.terminate()
         server.wait(timeout=10)
-    print(
-        f"python -m benchmarks.hop --calls {args.calls}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
-        f"1-min load average before {load:.2f}"
-    )
+    record = provenance.record()
+    if args.json:
+        print(json.dumps({**record, "calls": args.calls, "hops": result}, indent=1))
+        return 0
+    print(f"{record['command']}; {record['date']}; 1-min load average before {record['loadavg_before'][0]:.2f}")
     print("| hop | p50 round trip | p90 | gateway (client) CPU per call |\n| --- | ---: | ---: | ---: |")
     for name, row in result.items():
         print(f"| {name} | {row['p50_us']:.0f} us | {row['p90_us']:.0f} us | {row['client_cpu_us_per_call']:.0f} us |")

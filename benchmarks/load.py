@@ -50,7 +50,7 @@ class LoadResult:
         values = sorted(o.latency_s for o in self.with_status(status))
         if not values:
             return float("nan")
-        return values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))]
+        return values[min(len(values) - 1, round(q / 100 * (len(values) - 1)))]
 
     def summary(self) -> str:
         ok = self.with_status(200)
@@ -95,7 +95,8 @@ async def run_load(
     timeout_s: float = 40.0,
     stop: asyncio.Event | None = None,
 ) -> LoadResult:
-    """Send ``body`` to ``url`` for ``duration_s``: closed loop with ``concurrency`` workers, or open loop at ``rate``."""
+    """Send ``body`` to ``url`` for ``duration_s``: closed loop with ``concurrency`` workers, or open loop at
+    ``rate``."""
     headers = {"Authorization": f"Bearer {token}", "content-type": "application/json"}
     result = LoadResult()
     connector = aiohttp.TCPConnector(limit=max_outstanding if rate else concurrency, force_close=False)

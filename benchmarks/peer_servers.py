@@ -3,8 +3,8 @@ served by what users would pick instead of tollfree, each from its own venv (ben
 127.0.0.1 only. Each start_<kind>() writes its script or config into `workdir`, starts one process tree in its
 own session (log: logs/<kind>.log), waits until it answers, and returns a Server (benchmarks/serving_servers.py)
 whose pid is the root of that tree. Every server takes numeric rows (a float array) or records (dicts, made
-into a DataFrame with pd.DataFrame.from_records) and returns `predict`'s labels; request_for() and
-predictions_of() speak each one's native format.
+into a DataFrame with pd.DataFrame.from_records) and returns `predict`'s labels; benchmarks/peer_wire.py
+speaks each one's native format.
 
 - mlserver: `mlserver start` (MLServer 1.7.1, mlserver_sklearn.SKLearnModel), `parallel_workers` inference
   processes behind one uvicorn front process; V2 protocol: rows as one FP64 tensor, records as a pandas-codec
@@ -53,13 +53,12 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from benchmarks.peer_process import BATCH_SIZE, BATCH_WAIT_S, ROWS_CODE, loopback_port, start_process
+from benchmarks.peer_wire import MODEL_NAME
 from benchmarks.serving_servers import Server
 
 PEER_KINDS = ("mlserver", "bentoml", "rayserve", "kserve", "uvicorn")
-MODEL_NAME = "peer"
 # ---------------------------------------------------------------------------------------------- the peers
 
 
@@ -357,61 +356,3 @@ STARTERS: dict[str, Callable[..., Server]] = {
     "kserve": start_kserve,
     "uvicorn": start_uvicorn,
 }
-
-
-# ---------------------------------------------------------------------------------------------- wire formats
-
-
-def _v2_request(rows: list) -> dict[str, Any]:
-    """Open Inference (V2): numeric rows as one FP64 tensor; records as a pandas-codec request."""
-    if not (rows and isinstance(rows[0], dict)):
-        width = len(rows[0]) if rows else 0
-        return {
-            "inputs": [
-                {
-                    "name": "input-0",
-                    "shape": [len(rows), width],
-                    "datatype": "FP64",
-                    "data": [float(v) for row in rows for v in row],
-                }
-            ]
-        }
-    inputs = []
-    for column, first in rows[0].items():
-        values = [row[column] for row in rows]
-        if isinstance(first, str):
-            inputs.append(
-                {
-                    "name": column,
-                    "shape": [len(rows)],
-                    "datatype": "BYTES",
-                    "data": values,
-                    "parameters": {"content_type": "str"},
-                }
-            )
-        else:
-            inputs.append(
-                {"name": column, "shape": [len(rows)], "datatype": "FP64", "data": [float(v) for v in values]}
-            )
-    return {"parameters": {"content_type": "pd"}, "inputs": inputs}
-
-
-def request_for(kind: str, rows: list) -> tuple[str, str, dict[str, str]]:
-    """(path, JSON body, extra headers) of one request carrying `rows` in the peer's native format."""
-    headers = {"Content-Type": "application/json"}
-    if kind == "mlserver":
-        return f"/v2/models/{MODEL_NAME}/infer", json.dumps(_v2_request(rows)), headers
-    paths = {"bentoml": "/predict", "rayserve": "/", "kserve": f"/v1/models/{MODEL_NAME}:predict", "uvicorn": "/"}
-    if kind not in paths:
-        raise KeyError(f"unknown peer {kind!r}")
-    return paths[kind], json.dumps({"instances": rows}), headers
-
-
-def predictions_of(kind: str, answer_json: Any) -> list:
-    """The predicted labels in a peer's answer (parsed JSON or its text)."""
-    answer = json.loads(answer_json) if isinstance(answer_json, (str, bytes)) else answer_json
-    if kind == "mlserver":
-        return list(answer["outputs"][0]["data"])
-    if kind == "bentoml":
-        return list(answer)
-    return list(answer["predictions"])

@@ -38,31 +38,21 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import re
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from benchmarks.common import log
+from benchmarks import peers_models
+from benchmarks.common import Provenance, log
+from benchmarks.peers_models import MODELS
 from benchmarks.peers_report import CEILING, OURS, TARGETS, attach_decisions, medians, render, scaling_text, verdict
 from benchmarks.serving_load import WARMUP_S, cpu_delta, tree_cpu, wrk
-from benchmarks.serving_servers import VENV_BIN, Server, start_mlflow, start_tollfree
+from benchmarks.serving_servers import VENV_BIN, Server, start_mlflow, start_tollfree, throwaway_home
 
-SEED = 20263
-FEATURES = 20
-TRAIN_ROWS = 4000
-MODELS = {
-    "light": "GBDT 100 trees, depth 3, 20 float columns",
-    "heavy": "GBDT 500 trees, depth 6, 20 float columns",
-    "pipeline": "scaler on 19 floats + one-hot 'cat', GBDT 100 trees depth 3",
-}
 TOLLFREE = ("tollfree", "tollfree-example", "tollfree-fixed")
 BATCHING = ("mlserver", "bentoml", "rayserve")  # peers with adaptive batching: each also runs with it on (-batch)
 
@@ -95,126 +85,6 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         if name not in every:
             parser.error(f"unknown server {name!r}: one of {', '.join(every)}")
     return args
-
-
-# --- models and requests -------------------------------------------------------------------------------
-
-
-def _fit(key: str, rng: np.random.Generator) -> tuple[Any, Any, list[str]]:
-    """The estimator, a frame of its training inputs, its input columns."""
-    import pandas as pd
-    from sklearn.compose import ColumnTransformer
-    from sklearn.ensemble import GradientBoostingClassifier
-    from sklearn.pipeline import Pipeline
-    from sklearn.preprocessing import OneHotEncoder, StandardScaler
-
-    x = rng.normal(size=(TRAIN_ROWS, FEATURES))
-    y = ((x[:, 0] + 0.5 * x[:, 1] * x[:, 2] - x[:, 3] + rng.normal(scale=0.5, size=TRAIN_ROWS)) > 0).astype(int)
-    columns = [f"f{i}" for i in range(FEATURES)]
-    frame = pd.DataFrame(x, columns=columns)
-    trees, depth = (500, 6) if key == "heavy" else (100, 3)
-    gbdt = GradientBoostingClassifier(n_estimators=trees, max_depth=depth, random_state=SEED)
-    if key != "pipeline":
-        return gbdt.fit(frame, y), frame, columns
-    columns = [*columns[:-1], "cat"]
-    frame = frame.iloc[:, :-1].assign(cat=np.where(x[:, -1] > 0.5, "a", np.where(x[:, -1] > -0.5, "b", "c")))
-    y = np.where(frame["cat"] == "a", 1 - y, y)
-    prep = ColumnTransformer(
-        [("num", StandardScaler(), columns[:-1]), ("cat", OneHotEncoder(handle_unknown="ignore"), ["cat"])]
-    )
-    return Pipeline([("prep", prep), ("gbdt", gbdt)]).fit(frame, y), frame, columns
-
-
-def _pip() -> list[str]:
-    import cloudpickle
-    import mlflow
-    import sklearn
-
-    return [
-        f"mlflow=={mlflow.__version__}",
-        f"scikit-learn=={sklearn.__version__}",
-        f"cloudpickle=={cloudpickle.__version__}",
-    ]
-
-
-def _register(key: str, estimator: Any, frame: Any, *, example: bool) -> dict[str, str]:
-    import mlflow
-    from mlflow.models import infer_signature
-
-    name = f"peers-{key}{'-example' if example else ''}"
-    with mlflow.start_run():
-        # cloudpickle, as benchmarks/serving.py logs its models (skops asks for the tree types to be trusted)
-        info = mlflow.sklearn.log_model(
-            estimator,
-            name="model",
-            signature=infer_signature(frame, estimator.predict(frame)),
-            input_example=frame.iloc[:5] if example else None,
-            registered_model_name=name,
-            serialization_format="cloudpickle",
-            pip_requirements=_pip(),
-        )
-    return {"name": name, "version": str(info.registered_model_version)}
-
-
-def _prepare(keys: list[str], home: Path) -> dict[str, dict[str, Any]]:
-    """Per model: the estimator as a joblib file, its MLflow registrations, sample rows and their predictions."""
-    import joblib
-    import mlflow
-
-    experiment = mlflow.create_experiment("bench-peers", artifact_location=(home / "artifacts").resolve().as_uri())
-    mlflow.set_experiment(experiment_id=experiment)
-    rng = np.random.default_rng(SEED)
-    out = {}
-    for key in keys:
-        began = time.monotonic()
-        estimator, frame, columns = _fit(key, rng)
-        path = home / f"{key}.joblib"
-        joblib.dump(estimator, path)
-        rows = frame.sample(32, random_state=SEED).reset_index(drop=True)
-        out[key] = {
-            "estimator": estimator,
-            "path": path,
-            "columns": columns,
-            "frame": rows,
-            "plain": _register(key, estimator, frame, example=False),
-            "example": _register(key, estimator, frame, example=True),
-            "expected": [int(v) for v in estimator.predict(rows)],
-            "in_process_ms": _in_process_p50(estimator, rows.iloc[:1]),
-        }
-        log(f"model {key}: {MODELS[key]}, fitted and registered in {time.monotonic() - began:.1f}s")
-    return out
-
-
-def _in_process_p50(estimator: Any, row: Any, calls: int = 500) -> float:
-    """The p50 in ms of the estimator's own predict on one row as a DataFrame, in this process, after warm-up."""
-    took = []
-    for i in range(calls + 50):
-        started = time.perf_counter()
-        estimator.predict(row)
-        if i >= 50:
-            took.append(time.perf_counter() - started)
-    return float(np.median(took) * 1000)
-
-
-def _request(kind: str, model: dict[str, Any], n: int) -> tuple[str, str, dict[str, str]]:
-    """(path, body, headers) of a request with the first ``n`` sample rows, in ``kind``'s native format."""
-    rows = model["frame"].iloc[:n]
-    if kind in OURS:
-        split = json.loads(rows.to_json(orient="split", index=False))
-        return "", json.dumps({"dataframe_split": split}), {}
-    from benchmarks.peer_servers import request_for
-
-    records = model["columns"][-1] == "cat"
-    data = rows.to_dict(orient="records") if records else rows.to_numpy().tolist()
-    return request_for(kind.partition("-")[0], data)
-
-
-def _predictions(kind: str, answer: Any) -> list[Any]:
-    if kind in OURS:
-        return list(answer["predictions"])
-    from benchmarks.peer_servers import predictions_of
-
-    return list(predictions_of(kind.partition("-")[0], answer))
 
 
 # --- servers -------------------------------------------------------------------------------------------
@@ -268,7 +138,7 @@ def _decisions(server: Server) -> list[dict[str, Any]]:
 def _check(kind: str, server: Server, model: dict[str, Any], n: int) -> None:
     import httpx
 
-    path, body, headers = _request(kind, model, n)
+    path, body, headers = peers_models.request(kind, model, n)
     answer = httpx.post(
         server.url + (path or server.path),
         content=body,
@@ -278,7 +148,7 @@ def _check(kind: str, server: Server, model: dict[str, Any], n: int) -> None:
     if answer.status_code != 200:
         raise RuntimeError(f"{kind}: sample request gave HTTP {answer.status_code}: {answer.text[:300]}")
     if kind != CEILING:
-        got = [int(v) for v in _predictions(kind, answer.json())]
+        got = [int(v) for v in peers_models.predictions(kind, answer.json())]
         if got != model["expected"][:n]:
             raise RuntimeError(f"{kind}: predictions differ from the model's own: {got[:8]} vs {model['expected'][:8]}")
 
@@ -286,7 +156,7 @@ def _check(kind: str, server: Server, model: dict[str, Any], n: int) -> None:
 def _point(
     kind: str, server: Server, model: dict[str, Any], n: int, c: int, seconds: int, script: Path
 ) -> dict[str, Any]:
-    path, body, headers = _request(kind, model, n)
+    path, body, headers = peers_models.request(kind, model, n)
     target = Server(kind, server.url, path or server.path, {**server.headers, **headers}, server.pid, None)
     started = time.monotonic()  # the system's monotonic clock: the gateway stamps its decisions with it too
     wrk(target, body, c, WARMUP_S, script)
@@ -370,23 +240,12 @@ def _rounds(
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from infra.packages import PackageMissing, ensure_binary
-
-    try:
-        ensure_binary("wrk", "wrk")
-    except PackageMissing as exc:
-        raise SystemExit(str(exc)) from exc
-    home = Path(tempfile.mkdtemp(prefix="tollfree-bench-peers-"))
-    os.environ["TOLLFREE_HOME"] = str(home)
-    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{home / 'mlflow.db'}"
-    from serving.settings import export_defaults
-
-    export_defaults(os.environ)
+    """Per model, every server's rounds, their medians and the verdict; the peers' versions; the run's record."""
+    home = throwaway_home("tollfree-bench-peers-")
     env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    (home / "logs").mkdir()
-    began, load_before = time.monotonic(), os.getloadavg()[0]
+    provenance = Provenance("benchmarks.peers", " ".join(_argv(args)).split())
     try:
-        models = _prepare(args.models, home)
+        models = peers_models.prepare(args.models, home)
         results: dict[str, Any] = {}
         versions: dict[str, dict[str, str]] = {}
         for key, model in models.items():
@@ -410,23 +269,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         import sklearn
 
         return {
+            **provenance.record(),
             "benchmark": "peers",
-            "command": "python -m benchmarks.peers " + " ".join(_argv(args)),
-            "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
             "seconds_per_point": args.seconds,
             "warmup_s": WARMUP_S,
             "results": results,
             "targets": TARGETS,
             "peer_versions": versions,
-            "machine": {
-                "python": platform.python_version(),
-                "cpus": os.cpu_count(),
+            "versions": {
                 "mlflow": mlflow.__version__,
                 "sklearn": sklearn.__version__,
                 "wrk": subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.splitlines()[0],
-                "loadavg_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
             },
-            "wall_s": round(time.monotonic() - began, 1),
         }
     finally:
         shutil.rmtree(home, ignore_errors=True)

@@ -1,4 +1,4 @@
-"""The peers benchmark's verdict against the issue's targets and its markdown table (benchmarks/peers.py)."""
+"""The peers benchmark's verdict against its targets and its markdown table (benchmarks/peers.py)."""
 
 from __future__ import annotations
 
@@ -165,12 +165,13 @@ def table(rows: list[dict[str, Any]], info: dict[str, dict[str, Any]]) -> str:
 
 def render(result: dict[str, Any], warmup_s: float) -> str:
     """The whole run as text: its command, date, machine and versions, then each model's table and verdict."""
-    m = result["machine"]
+    tools = result["versions"]
+    load = [result["loadavg_before"][0], result["loadavg_after"][0]]
     out = [
-        f"{result['command']}\n{result['date_utc']} UTC; {m['wrk']}; python {m['python']}, mlflow {m['mlflow']}, sklearn "
-        f"{m['sklearn']}; {m['cpus']} cpus shared by wrk and the server; {warmup_s} s warm-up + "
-        f"{result['seconds_per_point']} s per point; {result['wall_s']} s in all; 1-min load average before/after "
-        f"{m['loadavg_1m_before_after']}"
+        f"{result['command']}\n{result['date']} at {result['commit']}; {tools['wrk']}; python {result['python']}, "
+        f"mlflow {tools['mlflow']}, sklearn {tools['sklearn']}; {result['cpus']} cpus shared by wrk and the server; "
+        f"{warmup_s} s warm-up + {result['seconds_per_point']} s per point; {result['seconds']} s in all; "
+        f"1-min load average before/after {load}"
     ]
     out += [f"{kind}: {', '.join(f'{k} {x}' for k, x in v.items())}" for kind, v in result["peer_versions"].items()]
     for key, res in result["results"].items():

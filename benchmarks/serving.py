@@ -6,7 +6,7 @@ One run, same models, same load generator, everything on 127.0.0.1. In a throw-a
 plain sklearn models are registered (SQLite registry, no FeatureService, so every server takes the same
 20 numeric columns):
 
-  light   GradientBoostingClassifier(n_estimators=100, max_depth=3): the issue's anchor model
+  light   GradientBoostingClassifier(n_estimators=100, max_depth=3): the anchor model of the targets
   heavy   GradientBoostingClassifier(n_estimators=500, max_depth=6)
 
 Per model, one server at a time (never two under load at once):
@@ -28,23 +28,20 @@ uvicorn + workers) from /proc over the timed window, per 2xx response. The limit
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import platform
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks.common import log
+from benchmarks.common import Provenance, log
 from benchmarks.serving_load import WARMUP_S, measure
-from benchmarks.serving_servers import VENV_BIN, Server, start_mlflow, start_tollfree
+from benchmarks.serving_servers import VENV_BIN, start_mlflow, start_tollfree, throwaway_home
 
 SEED = 20262
 FEATURES = 20
@@ -79,7 +76,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 # --- set-up ------------------------------------------------------------------------------------------
 
 
-def _register_models(home: Path, tracking_uri: str) -> dict[str, dict[str, Any]]:
+def register_models(home: Path, tracking_uri: str) -> dict[str, Any]:
     import cloudpickle
     import mlflow
     import pandas as pd
@@ -136,7 +133,7 @@ def _in_process(model: dict[str, Any], columns: list[str], row: list[float]) -> 
     frame = pd.DataFrame([row], columns=columns)
     for _ in range(200):
         pyfunc.predict(frame)
-    samples = []
+    samples: list[float] = []
     deadline = time.monotonic() + INPROC_MAX_S
     cpu0 = time.process_time()
     while len(samples) < INPROC_CALLS and time.monotonic() < deadline:
@@ -190,58 +187,20 @@ def _verdict(rows: list[dict[str, Any]], inproc: dict[str, Any]) -> dict[str, An
     return out
 
 
-def run(seconds: int, levels: list[int]) -> dict[str, Any]:
-    from infra.packages import PackageMissing, ensure_binary
-
-    try:
-        ensure_binary("wrk", "wrk")  # Debian's package, installed here if missing (as root)
-    except PackageMissing as exc:
-        raise SystemExit(str(exc)) from exc
-    home = Path(tempfile.mkdtemp(prefix="tollfree-bench-serving-"))
-    os.environ["TOLLFREE_HOME"] = str(home)
-    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{home / 'mlflow.db'}"
-    from serving.settings import export_defaults
-
-    export_defaults(os.environ)  # telemetry off, before MLflow is imported
+def run(seconds: int, levels: list[int], provenance: Provenance) -> dict[str, Any]:
+    """Per model, the in-process limit and every server at every concurrency; the verdicts; the run's record."""
+    home = throwaway_home("tollfree-bench-serving-")
     env = dict(os.environ)
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"  # mlflow models serve runs the uvicorn on PATH
-    logs = home / "logs"
-    logs.mkdir()
-    script = home / "post.lua"
-    running: list[Server] = []
-    began = time.monotonic()
-    load_before = os.getloadavg()[0]
     try:
-        setup = _register_models(home, os.environ["MLFLOW_TRACKING_URI"])
+        setup = register_models(home, os.environ["MLFLOW_TRACKING_URI"])
         body = setup["body"]
         results = {}
         for key, model in setup["models"].items():
             log(f"model {key}: {model['label']}")
             inproc = _in_process(model, setup["columns"], setup["row"])
             log(f"  in-process  p50 {inproc['p50_ms']:.3f} ms  p99 {inproc['p99_ms']:.3f} ms ({inproc['calls']} calls)")
-            rows: list[dict[str, Any]] = []
-            failures: dict[str, str] = {}
-            for kind in SERVERS:
-                t0 = time.monotonic()
-                try:
-                    if kind == "tollfree":
-                        server = start_tollfree(model, env, logs)
-                    else:
-                        server = start_mlflow(model, 1 if kind == "mlflow-1w" else 2, env, logs)
-                except Exception as exc:  # report and go on with the other servers
-                    failures[kind] = f"start: {exc}"
-                    log(f"  {kind}: FAILED to start: {exc}")
-                    continue
-                running.append(server)
-                log(f"  {kind} ready in {time.monotonic() - t0:.1f}s at {server.url}")
-                try:
-                    rows += measure(server, body, levels, seconds, script)
-                except Exception as exc:
-                    failures[kind] = f"load: {exc}"
-                    log(f"  {kind}: FAILED under load: {exc}")
-                finally:
-                    server.stop()
-                    running.remove(server)
+            rows, failures = _each_server(model, body, levels, seconds, env, home)
             results[key] = {
                 "model": model,
                 "in_process": inproc,
@@ -253,6 +212,7 @@ def run(seconds: int, levels: list[int]) -> dict[str, Any]:
         import sklearn
 
         return {
+            **provenance.record(),
             "benchmark": "serving",
             "load_generator": subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.splitlines()[0],
             "loopback": "127.0.0.1",
@@ -262,20 +222,38 @@ def run(seconds: int, levels: list[int]) -> dict[str, Any]:
             "body": body,
             "results": results,
             "targets": TARGETS,
-            "machine": {
-                "python": platform.python_version(),
-                "cpus": os.cpu_count(),
-                "mlflow": mlflow.__version__,
-                "sklearn": sklearn.__version__,
-                "loadavg_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-            },
-            "wall_s": round(time.monotonic() - began, 1),
+            "versions": {"mlflow": mlflow.__version__, "sklearn": sklearn.__version__},
         }
     finally:
-        for server in running:
-            with contextlib.suppress(Exception):
-                server.stop()
         shutil.rmtree(home, ignore_errors=True)
+
+
+def _each_server(
+    model: dict[str, Any], body: str, levels: list[int], seconds: int, env: dict[str, str], home: Path
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Every server in turn on ``model``: started, loaded at each level, stopped; a failure is noted, not raised."""
+    rows: list[dict[str, Any]] = []
+    failures: dict[str, str] = {}
+    for kind in SERVERS:
+        t0 = time.monotonic()
+        try:
+            if kind == "tollfree":
+                server = start_tollfree(model, env, home / "logs")
+            else:
+                server = start_mlflow(model, 1 if kind == "mlflow-1w" else 2, env, home / "logs")
+        except Exception as exc:  # report and go on with the other servers
+            failures[kind] = f"start: {exc}"
+            log(f"  {kind}: FAILED to start: {exc}")
+            continue
+        log(f"  {kind} ready in {time.monotonic() - t0:.1f}s at {server.url}")
+        try:
+            rows += measure(server, body, levels, seconds, home / "post.lua")
+        except Exception as exc:
+            failures[kind] = f"load: {exc}"
+            log(f"  {kind}: FAILED under load: {exc}")
+        finally:
+            server.stop()
+    return rows, failures
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -289,14 +267,14 @@ def _table(result: dict[str, Any]) -> str:
     ]
     inproc = result["in_process"]
     lines.append(
-        f"| in-process pyfunc | 1 | {_fmt(inproc['rps'])} | {_fmt(inproc['p50_ms'], 2)} | {_fmt(inproc['p99_ms'], 2)} | 0 | "
-        f"{_fmt(inproc['cpu_s_per_1000'], 3)} |"
+        f"| in-process pyfunc | 1 | {_fmt(inproc['rps'])} | {_fmt(inproc['p50_ms'], 2)} | "
+        f"{_fmt(inproc['p99_ms'], 2)} | 0 | {_fmt(inproc['cpu_s_per_1000'], 3)} |"
     )
     for r in result["rows"]:
         lines.append(
-            f"| {r['server']} | {r['concurrency']} | {_fmt(r['rps'])} | {_fmt(r['p50_ms'], 2)} | {_fmt(r['p99_ms'], 2)} | "
-            f"{r['errors']} | {_fmt(r['cpu_s_per_1000'], 3)} ({_fmt(r['cpu_root_s_per_1000'], 3)} / "
-            f"{_fmt(r['cpu_descendants_s_per_1000'], 3)}) |"
+            f"| {r['server']} | {r['concurrency']} | {_fmt(r['rps'])} | {_fmt(r['p50_ms'], 2)} | "
+            f"{_fmt(r['p99_ms'], 2)} | {r['errors']} | {_fmt(r['cpu_s_per_1000'], 3)} "
+            f"({_fmt(r['cpu_root_s_per_1000'], 3)} / {_fmt(r['cpu_descendants_s_per_1000'], 3)}) |"
         )
     return "\n".join(lines)
 
@@ -305,45 +283,44 @@ def _interrupted(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parse_args(argv)
-    signal.signal(signal.SIGTERM, _interrupted)  # clean up (servers, temp folder) on SIGTERM too
-    result = run(args.seconds, args.levels)
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return 0
-    m = result["machine"]
-    print(
+def _text(result: dict[str, Any]) -> str:
+    """The run's set-up line, then per model its table and verdicts."""
+    tools, load = result["versions"], [result["loadavg_before"][0], result["loadavg_after"][0]]
+    lines = [
         f"serving: {result['load_generator']}, loopback, single-row dataframe_split, {WARMUP_S} s warm-up + "
-        f"{result['seconds_per_point']} s per point; python {m['python']}, mlflow {m['mlflow']}, sklearn {m['sklearn']}, "
-        f"{m['cpus']} cpus (load generator on the same cores); {result['wall_s']} s in all; 1-min load average "
-        f"before/after {m['loadavg_1m_before_after'][0]}/{m['loadavg_1m_before_after'][1]}"
-    )
+        f"{result['seconds_per_point']} s per point; python {result['python']}, mlflow {tools['mlflow']}, "
+        f"sklearn {tools['sklearn']}, {result['cpus']} cpus (load generator on the same cores); "
+        f"{result['seconds']} s in all; 1-min load average before/after {load[0]}/{load[1]}"
+    ]
     for key, res in result["results"].items():
-        print()
-        print(f"## {key}: {res['model']['label']} (models:/{res['model']['name']}/{res['model']['version']})")
-        print()
-        print(_table(res))
-        print()
+        model = res["model"]
+        lines += ["", f"## {key}: {model['label']} (models:/{model['name']}/{model['version']})", "", _table(res), ""]
         v = res["verdict"]
         if "rps_ratio_c32" in v:
-            print(
+            lines.append(
                 f"tollfree rps / mlflow-2w rps at c=32: {v['rps_ratio_c32']['value']:.2f} (target >= "
                 f"{TARGETS['rps_ratio_c32_min']}): {'PASS' if v['rps_ratio_c32']['pass'] else 'FAIL'}"
             )
             p = v["p99_c32_ms"]
-            print(
+            lines.append(
                 f"p99 at c=32: tollfree {p['tollfree']:.1f} ms vs mlflow-2w {p['mlflow_2w']:.1f} ms (target lower): "
                 f"{'PASS' if p['pass'] else 'FAIL'}"
             )
         if "p50_c1_minus_inprocess_ms" in v:
             g = v["p50_c1_minus_inprocess_ms"]
-            print(
+            lines.append(
                 f"tollfree p50 - in-process p50 at c=1: {g['value']:.2f} ms (target <= "
                 f"{TARGETS['p50_over_inprocess_c1_max_ms']} ms): {'PASS' if g['pass'] else 'FAIL'}"
             )
-        for kind, why in res["failures"].items():
-            print(f"FAILED {kind}: {why}")
+        lines += [f"FAILED {kind}: {why}" for kind, why in res["failures"].items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupted)  # clean up (servers, temp folder) on SIGTERM too
+    result = run(args.seconds, args.levels, Provenance("benchmarks.serving", argv))
+    print(json.dumps(result, indent=2) if args.json else _text(result))
     return 0
 
 

@@ -61,7 +61,8 @@ wrk.headers["Content-Type"] = "application/json"
 done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
-    "WRKJSON {\\"requests\\":%%d,\\"duration_us\\":%%d,\\"p50_us\\":%%d,\\"p99_us\\":%%d,\\"mean_us\\":%%f,\\"max_us\\":%%d,"
+    "WRKJSON {\\"requests\\":%%d,\\"duration_us\\":%%d,\\"p50_us\\":%%d,\\"p99_us\\":%%d,"
+    .. "\\"mean_us\\":%%f,\\"max_us\\":%%d,"
     .. "\\"non2xx\\":%%d,\\"connect\\":%%d,\\"read\\":%%d,\\"write\\":%%d,\\"timeout\\":%%d}\\n",
     summary.requests, summary.duration, latency:percentile(50), latency:percentile(99), latency.mean, latency.max,
     e.status, e.connect, e.read, e.write, e.timeout))
@@ -136,7 +137,7 @@ def measure(server: Server, body: str, levels: list[int], seconds: int, script: 
         }
         rows.append(row)
         log(
-            f"  {server.kind:10s} c={c:<3d} {row['rps']:8.1f} rps  p50 {row['p50_ms']:7.2f} ms  p99 {row['p99_ms']:7.2f} ms"
-            f"  errors {errors}  cpu/1000 {row['cpu_s_per_1000'] or float('nan'):.3f} s"
+            f"  {server.kind:10s} c={c:<3d} {row['rps']:8.1f} rps  p50 {row['p50_ms']:7.2f} ms  "
+            f"p99 {row['p99_ms']:7.2f} ms  errors {errors}  cpu/1000 {row['cpu_s_per_1000'] or float('nan'):.3f} s"
         )
     return rows

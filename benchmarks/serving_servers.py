@@ -9,7 +9,9 @@ import secrets
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +19,32 @@ READY_TIMEOUT_S = 90.0
 VENV_BIN = Path(sys.executable).parent
 
 
+def throwaway_home(prefix: str) -> Path:
+    """wrk installed (Debian's package, installed if missing and root), then a temporary ``TOLLFREE_HOME`` with a
+    SQLite registry, set in this process's environment with the shipped defaults (telemetry off before MLflow
+    is imported). The caller removes it."""
+    from infra.packages import PackageMissing, ensure_binary
+
+    try:
+        ensure_binary("wrk", "wrk")
+    except PackageMissing as exc:
+        raise SystemExit(str(exc)) from exc
+    home = Path(tempfile.mkdtemp(prefix=prefix))
+    os.environ["TOLLFREE_HOME"] = str(home)
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{home / 'mlflow.db'}"
+    from serving.settings import export_defaults
+
+    export_defaults(os.environ)
+    (home / "logs").mkdir()
+    return home
+
+
 class Server:
     """A running server: where to send requests, which headers, which process tree to meter."""
 
-    def __init__(self, kind: str, url: str, path: str, headers: dict[str, str], pid: int, stop) -> None:  # type: ignore[no-untyped-def]
+    def __init__(
+        self, kind: str, url: str, path: str, headers: dict[str, str], pid: int, stop: Callable[[], Any] | None
+    ) -> None:
         self.kind, self.url, self.path, self.headers, self.pid, self._stop = kind, url, path, headers, pid, stop
 
     def stop(self) -> None:
@@ -90,6 +114,25 @@ def start_mlflow(model: dict[str, Any], workers: int, env: dict[str, str], logs:
     return Server(f"mlflow-{workers}w", url, "/invocations", {}, process.pid, stop)
 
 
+def create_bench_endpoint(url: str, token: str, model: dict[str, Any], entity: dict[str, Any]) -> None:
+    """Endpoint ``bench`` serving ``model`` (its name and version; ``entity`` adds to the served entity), created
+    through the gateway at ``url`` and waited for until ready."""
+    import httpx
+
+    from serving.gateway.process import wait_endpoint_ready
+
+    served = {"entity_name": model["name"], "entity_version": model["version"], **entity}
+    created = httpx.post(
+        f"{url}/api/2.0/serving-endpoints",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+        json={"name": "bench", "config": {"served_entities": [served]}},
+    )
+    if created.status_code != 200:
+        raise RuntimeError(f"endpoint create: {created.status_code} {created.text[:300]}")
+    wait_endpoint_ready(url, token, "bench", timeout_s=READY_TIMEOUT_S)
+
+
 def start_tollfree(
     model: dict[str, Any],
     env: dict[str, str],
@@ -101,7 +144,7 @@ def start_tollfree(
     """The gateway and endpoint ``bench``; ``entity`` adds to its served entity (default: ``max_concurrency`` 64)."""
     import httpx
 
-    from serving.gateway.process import start_gateway, wait_endpoint_ready
+    from serving.gateway.process import start_gateway
 
     token = secrets.token_urlsafe(24)
     # no warm pool: nothing but the gateway and the endpoint's replica runs (max_concurrency 64 fixes one
@@ -119,26 +162,7 @@ def start_tollfree(
         gateway.stop()
 
     try:
-        created = httpx.post(
-            f"{gateway.url}/api/2.0/serving-endpoints",
-            headers=auth,
-            timeout=30,
-            json={
-                "name": "bench",
-                "config": {
-                    "served_entities": [
-                        {
-                            "entity_name": model["name"],
-                            "entity_version": model["version"],
-                            **({"max_concurrency": 64} if entity is None else entity),
-                        }
-                    ]
-                },
-            },
-        )
-        if created.status_code != 200:
-            raise RuntimeError(f"endpoint create: {created.status_code} {created.text[:300]}")
-        wait_endpoint_ready(gateway.url, token, "bench", timeout_s=READY_TIMEOUT_S)
+        create_bench_endpoint(gateway.url, token, model, {"max_concurrency": 64} if entity is None else entity)
     except BaseException:
         stop()
         raise

@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 import psutil
 
+from benchmarks.common import Provenance
 from benchmarks.load import LoadResult, run_load
 
 ROWS = 20
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", type=Path, default=None)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-
+    provenance = Provenance("benchmarks.soak", argv)
     own_home = args.home is None
     home = Path(tempfile.mkdtemp(prefix="tollfree-soak-")) if own_home else args.home.resolve()
     os.environ["TOLLFREE_HOME"] = str(home)
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             row = {"minute": minute + 1, **_minute_row(part, gateway, headers)}
             minutes.append(row)
             print(json.dumps(row), flush=True)
-        report = _report(total, minutes, capacity, rate)
+        report = {**provenance.record(), **_report(total, minutes, capacity, rate)}
     finally:
         gateway.stop(grace_s=60)
         if own_home and not os.environ.get("TOLLFREE_KEEP_TEST_STATE"):
@@ -201,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps(report)
         if args.json
         else f"soak: {report['requests']} requests at {report['offered_rps']} req/s "
-        f"({args.load:.0%} of {report['capacity_rps']}) for {report['minutes']} min; errors {report['errors'] or 'none'}; "
+        f"({args.load:.0%} of {report['capacity_rps']}) for {report['minutes']} min; "
+        f"errors {report['errors'] or 'none'}; "
         f"p50 {report['p50_ms']} ms, p99 {report['p99_ms']} ms; RSS gateway {report['gateway_rss_mb']} MB, per replica "
         f"{report['replica_rss_mb']} MB (end of minute 1 -> end; worst growth {report['rss_growth']:+.1%}); "
         f"{'PASS' if report['passed'] else 'FAIL'}"

@@ -11,214 +11,33 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
-import platform
-import secrets
-import shutil
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from datetime import UTC, datetime
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import httpx
-import psutil
 import redis
 
-from benchmarks.batch_setup import environ, log
-from feature_repo import synthetic
-from infra.redis import RedisServer
-from serving.gateway.process import start_gateway, wait_endpoint_ready
+from benchmarks.batch_setup import log
+from benchmarks.common import Provenance, percentile
+from benchmarks.streams_figures import drain_rate, due, gauge, group_lag, recovery_s
+from benchmarks.streams_report import table, verdicts
+from benchmarks.streams_stack import ENDPOINT, GROUP, SINK, SOURCE, Gateway, SinkReader, append, events, world
 from serving.inference_log import read_inference_log
-from serving.replicas.local import free_port
 from serving.streams.broker import entry_ms
-from tests.world import build_world
 
-ENDPOINT, SOURCE, SINK, DEAD, GROUP = "fraud-stream", "tx", "scores", "tx-dead", "tollfree"
 NAIVE_SOURCE, NAIVE_SINK = "naive-tx", "naive-scores"
-P99_MS, RATIO, RECOVERY_S = 50.0, 5.0, 60.0
-ROLES = ("gateway", "replicas", "redis", "bench")
-
-
-def percentile(values: Iterable[float], q: float) -> float:
-    """The q-th percentile (0-100), nearest rank: the smallest value with at least q % of the values at or below it."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered) - 1e-9) - 1))] if ordered else math.nan
-
-
-def _text(value: Any) -> Any:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def due(rate: float, elapsed_s: float) -> int:
-    """Events a producer at ``rate``/s has to have appended ``elapsed_s`` after its start (the first at 0)."""
-    return 0 if elapsed_s < 0 else int(rate * elapsed_s + 1e-9) + 1
-
-
-def drain_rate(sink_ids: Iterable[str]) -> float:
-    """Results per second between the first and the last of ``sink_ids`` (by their ms); 0 if under 1 ms apart."""
-    ms = sorted(entry_ms(i) for i in sink_ids)
-    return (len(ms) - 1) / ((ms[-1] - ms[0]) / 1000) if len(ms) > 1 and ms[-1] > ms[0] else 0.0
-
-
-def group_lag(groups: list[dict], group: str) -> int | None:
-    """The group's unacknowledged entries from XINFO GROUPS (``lag`` + ``pending``); None if missing or unknown."""
-    info = next(
-        (i for i in ({_text(k): v for k, v in g.items()} for g in groups) if _text(i.get("name")) == group), None
-    )
-    return None if info is None or info.get("lag") is None else int(info["lag"]) + int(info["pending"])
-
-
-def gauge(metrics: str, name: str, endpoint: str, label: str = "") -> float | None:
-    """The sum of a Prometheus family's samples for ``endpoint`` (and ``label``, e.g. ``outcome="retry"``); None if none."""
-    values = [
-        float(line.rsplit(" ", 1)[1])
-        for line in metrics.splitlines()
-        if line.startswith(name + "{") and f'endpoint="{endpoint}"' in line and label in line
-    ]
-    return sum(values) if values else None
-
-
-def recovery_s(samples: list[tuple[float, int | None]], since: float, level: float) -> float | None:
-    """Seconds from ``since`` to the first sample whose lag is at or below ``level`` again after one above it
-    (the burst seen: samples taken while it was still being appended do not count); None: none yet."""
-    above = next((t for t, lag in samples if t > since and lag is not None and lag > level), None)
-    if above is None:
-        return None
-    return next((t - since for t, lag in samples if t > above and lag is not None and lag <= level), None)
-
-
-def world(work: Path) -> Path:
-    """``tests.world.build_world`` in ``work/home``, reused on the day it was built (the features stay in TTL)."""
-    home, marker, today = work / "home", work / "world.json", datetime.now(UTC).date().isoformat()
-    os.environ.update(
-        environ(home, TOLLFREE_TOKEN=os.environ.get("TOLLFREE_TOKEN") or "bench-" + secrets.token_hex(16))
-    )
-    if not marker.exists() or json.loads(marker.read_text()).get("day") != today:
-        shutil.rmtree(home, ignore_errors=True)
-        log(f"building the world in {home} (the materialize and train flows) ...")
-        build_world()
-        marker.write_text(json.dumps({"day": today}))
-    return home
-
-
-def events(home: Path, n: int) -> list[dict[str, str]]:
-    rows = synthetic.read_transactions(home / "data").sample(frac=1.0, random_state=7)
-    out = [
-        {"customer_id": str(c), "merchant_id": str(m), "amount": repr(float(a))}
-        for c, m, a in zip(rows["customer_id"], rows["merchant_id"], rows["amount"])
-    ]
-    return [out[i % len(out)] for i in range(n)]
-
-
-def append(client: Any, stream: str, batch: list[dict[str, str]]) -> list[str]:
-    """``batch`` appended in one pipeline (XADD each); their ids."""
-    pipe = client.pipeline(transaction=False)
-    for event in batch:
-        pipe.xadd(stream, event)
-    return [i.decode() for i in pipe.execute()]
-
-
-class SinkReader:
-    """A stream's new entries, read incrementally: event id -> the sink ids of its results."""
-
-    def __init__(self, client: Any, stream: str) -> None:
-        last = client.xrevrange(stream, "+", "-", count=1)
-        self.client, self.stream, self.cursor = client, stream, "(" + (last[0][0].decode() if last else "0-0")
-        self.seen: dict[str, list[str]] = {}
-
-    def poll(self) -> dict[str, list[str]]:
-        while chunk := self.client.xrange(self.stream, self.cursor, "+", count=10_000):
-            for sink_id, fields in chunk:
-                self.seen.setdefault(fields[b"event_id"].decode(), []).append(sink_id.decode())
-            self.cursor = "(" + chunk[-1][0].decode()
-        return self.seen
-
-    def wait(self, ids: list[str], timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while not all(map(self.poll().__contains__, ids)):
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.5)
-        return True
-
-
-class Gateway:
-    """This run's redis-server and gateway, the endpoint, and CPU seconds per process."""
-
-    def __init__(self, work: Path, home: Path) -> None:
-        for stale in [
-            *work.glob("redis"),
-            *home.glob("endpoints.db*"),
-        ]:  # a fresh broker and state store (no autoscaler
-            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()  # state kept from an earlier run's endpoint)
-        self.home, self.redis = home, RedisServer(free_port(), work / "redis").start()  # persistent, as the stack's
-        self.client, self.token = redis.Redis(port=self.redis.port), os.environ["TOLLFREE_TOKEN"]
-        self.process = start_gateway(dict(os.environ), home / "logs" / "gateway-streams-bench.log", timeout_s=240)
-        self.api = httpx.Client(
-            base_url=self.process.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=120
-        )
-
-    def deploy(self, replicas: int | None, create: bool) -> None:
-        """The endpoint with ``replicas`` pinned (None: the default scaling), the stream input's default batching."""
-        url, entity = self.redis.url, {"entity_name": "fraud", "entity_alias": "champion"}
-        pinned = {"min_replicas": replicas, "max_replicas": replicas} if replicas else {}
-        config = {
-            "served_entities": [{**entity, **pinned}],
-            "stream_inputs": [
-                {
-                    "source": f"{url}/{SOURCE}",
-                    "sink": f"{url}/{SINK}",
-                    "dead_letter": f"{url}/{DEAD}",
-                    "group": GROUP,
-                    "batch_size": 100,
-                    "max_wait_ms": 10,
-                }
-            ],
-        }
-        answer = (
-            self.api.post("/api/2.0/serving-endpoints", json={"name": ENDPOINT, "config": config})
-            if create
-            else self.api.put(f"/api/2.0/serving-endpoints/{ENDPOINT}/config", json=config)
-        )
-        answer.raise_for_status()
-        wait_endpoint_ready(self.process.url, self.token, ENDPOINT, timeout_s=300)
-
-    def cpu(self) -> dict[int, tuple[str, float]]:
-        """pid -> (role, user + system CPU seconds) of the gateway, its children (replicas, standby), redis, this process."""
-        procs = [
-            ("gateway", self.process.process.pid),
-            ("redis", getattr(self.redis.process, "pid", 0)),
-            ("bench", os.getpid()),
-        ]
-        procs += [("replicas", c.pid) for c in psutil.Process(self.process.process.pid).children(recursive=True)]
-        out = {}
-        for role, pid in procs:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                out[pid] = (role, sum(psutil.Process(pid).cpu_times()[:2]))
-        return out
-
-    def stop(self) -> None:
-        with contextlib.suppress(httpx.HTTPError):
-            self.api.delete(f"/api/2.0/serving-endpoints/{ENDPOINT}")
-        self.process.stop(grace_s=60)
-        self.redis.stop()
-
-    def cores(self, before: dict[int, tuple[str, float]], seconds: float) -> dict[str, float]:
-        """Cores used per role since ``before`` (``cpu()`` then), over ``seconds``; a process that ended is not counted."""
-        out = dict.fromkeys(ROLES, 0.0)
-        for pid, (role, cpu) in self.cpu().items():
-            out[role] += cpu - before.get(pid, (role, 0.0))[1]
-        return {role: round(v / seconds, 2) for role, v in out.items()}
 
 
 def naive(gw: Gateway, batch: list[dict[str, str]]) -> dict[str, Any]:
-    """The issue's naive consumer: one XREAD of one entry, one HTTP invocation, one XADD, per event, in turn."""
+    """The naive consumer the target compares with: per event in turn, one XREAD of one entry, one HTTP
+    invocation, one XADD."""
     gw.client.delete(NAIVE_SOURCE)  # read from its start: the whole batch is in it before the clock starts
     last, ids, sink = "0-0", append(gw.client, NAIVE_SOURCE, batch), SinkReader(gw.client, NAIVE_SINK)
     url, done = f"{gw.process.url}/serving-endpoints/{ENDPOINT}/invocations", 0
@@ -399,77 +218,13 @@ def burst(
     }
 
 
-def verdicts(r: dict[str, Any]) -> list[dict[str, Any]]:
-    """The issue's three targets, PASS/FAIL with the figure; "bounded" lag: never a second of events behind."""
-    c, n, s, b = r["ceiling"], r["naive"], r["steady"], r["burst"]
-    ratio, rec = c["events_per_s"] / n["events_per_s"] if n["events_per_s"] else math.inf, b["recovery_s"]
-    return [
-        {
-            "target": f"throughput >= {RATIO:g}x the naive consumer",
-            "pass": ratio >= RATIO and c["complete"],
-            "figure": f"{ratio:.1f}x ({c['events_per_s']} vs {n['events_per_s']} events/s)",
-        },
-        {
-            "target": f"at 50 % of the ceiling: p99 <= {P99_MS:g} ms, lag bounded (<= 1 s of events)",
-            "pass": s["p99_ms"] <= P99_MS and s["max_lag"] is not None and s["max_lag"] <= s["rate"] and s["complete"],
-            "figure": f"p99 {s['p99_ms']} ms (p50 {s['p50_ms']}, max {s['max_ms']}), max lag {s['max_lag']} at {s['rate']}/s",
-        },
-        {
-            "target": f"10x burst: lag back to steady within {RECOVERY_S:g} s, no event lost or doubled",
-            "pass": rec is not None and rec <= RECOVERY_S and b["lost"] == 0 and b["doubled"] == 0 and b["complete"],
-            "figure": f"back in {rec} s (level {b['steady_level']}, peak {b['peak_lag']}); lost {b['lost']}, doubled "
-            f"{b['doubled']} of {b['events']}; replicas up to {b['peak_replicas']:g}",
-        },
-    ]
-
-
-def table(r: dict[str, Any]) -> str:
-    n, c, s, b, k = r["naive"], r["ceiling"], r["steady"], r["burst"], r["run"]["replicas"]
-    rows = [
-        (f"naive consumer, {k} replica", n["results"], n["events_per_s"], "", "", n),
-        (f"tollfree ceiling, {k} replica", c["results"], c["events_per_s"], "", "", c),
-        (
-            f"tollfree at 50 %, {k} replica",
-            s["results"],
-            f"{s['offered_per_s']} offered",
-            f"{s['p50_ms']} / {s['p99_ms']}",
-            s["max_lag"],
-            s,
-        ),
-        (
-            "10x burst, scaling 1-4",
-            f"{b['burst_events']} + {b['events'] - b['burst_events']}",
-            f"{b['rate']} + burst",
-            "",
-            f"{b['peak_lag']}, back in {b['recovery_s']} s",
-            b,
-        ),
-    ]
-    lines = [
-        "| phase | events | events/s | p50 / p99 ms | max lag | cores: gateway / replicas / redis / bench |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    for *cells, phase in rows:
-        used = " / ".join(f"{phase['cpu_cores'][x]:.2f}" for x in ROLES)
-        lines.append("| " + " | ".join([*map(str, cells), used]) + " |")
-    lines += [f"{'PASS' if v['pass'] else 'FAIL'}  {v['target']}: {v['figure']}" for v in r["verdicts"]]
-    lines.append("steady latency p50/p99 ms by part: " + ", ".join(f"{p} {v}" for p, v in s["breakdown_ms"].items()))
-    lines.append("replicas (s from the burst: ready, desired): " + ", ".join(f"{t}: {v}" for t, v in b["replicas"]))
-    return "\n".join(lines)
-
-
 def versions() -> dict[str, str]:
+    """The redis-server and the Python packages the figures depend on."""
     from importlib.metadata import version
 
     server = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
-    )
     return {
-        "python": platform.python_version(),
         "redis-server": next((w[2:] for w in server if w.startswith("v=")), "?"),
-        "commit": commit.stdout.strip(),
-        "cpus": str(os.cpu_count()),
         **{p: version(p) for p in ("redis", "httpx", "mlflow", "feast", "scikit-learn")},
     }
 
@@ -509,17 +264,16 @@ def main(argv: list[str] | None = None) -> int:
     args.warm_s, args.steady_s, args.burst_s, args.recovery_timeout_s = (
         (2.0, 8.0, 2.0, 60.0) if args.quick else (5.0, 30.0, 10.0, 180.0)
     )
-    before, started = os.getloadavg(), time.time()
-    report = run(args)
-    report["run"] = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "warm_pool": os.environ.get("TOLLFREE_WARM_POOL", "1"),
-        "seconds": round(time.time() - started),
-        "command": " ".join(["python -m benchmarks.streams", *(sys.argv[1:] if argv is None else argv)]),
-        "loadavg_before": [round(x, 2) for x in before],
-        "replicas": args.replicas,
-        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-        "versions": versions(),
+    provenance = Provenance("benchmarks.streams", argv)
+    phases = run(args)
+    report = {
+        **provenance.record(),
+        "run": {
+            "warm_pool": os.environ.get("TOLLFREE_WARM_POOL", "1"),
+            "replicas": args.replicas,
+            "versions": versions(),
+        },
+        **phases,
     }
     print(table(report) + "\n" + json.dumps(report))
     return 0 if all(v["pass"] for v in report["verdicts"]) else 1

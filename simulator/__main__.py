@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.plot:
         try:
-            import matplotlib  # noqa: F401
+            import matplotlib  # noqa: F401 -- imported only to fail early, before the runs, if it is missing
         except ImportError:
             print("error: --plot needs matplotlib, which is not installed in this environment", file=sys.stderr)
             return 2
@@ -82,7 +82,10 @@ def main(argv: list[str] | None = None) -> int:
             f"profile {profile.name}: SLO {profile.slo_ms:g} ms, parallelism {profile.parallelism}, "
             f"model load {profile.model_load_s:g} s; seed {args.seed}"
         )
-        header = f"{'policy':<10} {'replica-s':>11} {'over SLO':>9} {'rejected':>9} {'p50 ms':>8} {'p99 ms':>9} {'to capacity':>11} {'events':>6}"
+        header = (
+            f"{'policy':<10} {'replica-s':>11} {'over SLO':>9} {'rejected':>9} {'p50 ms':>8} {'p99 ms':>9} "
+            f"{'to capacity':>11} {'events':>6}"
+        )
         print(header)
         for name, r in results.items():
             ttc = "-" if r.time_to_capacity_s is None else f"{r.time_to_capacity_s:.1f} s"

@@ -1,5 +1,8 @@
 """What users run today, re-implemented from the sources with their defaults (each cited).
 
+Paths cited in the Knative and Ray sections are in those projects' repositories (knative/serving,
+ray-project/ray), not in this one.
+
 These are simulator policies (:class:`simulator.engine.SimPolicy`): they observe a
 :class:`View` every 100 ms and return an :class:`Action`. Each keeps to its own cadence, and each
 brings the queueing of its system's request path at its defaults (``front_queue``, ``replica_queue``,

@@ -109,7 +109,7 @@ class _Run:
         self.trace, self.profile, self.policy, self.warmup_s = trace, profile, policy, warmup_s
         self.batched = profile.max_batch > 1
         end_t = float(arrivals[-1]) + TAIL_S
-        self.n_steps = int(math.ceil(end_t * STEPS_PER_S)) + 1
+        self.n_steps = math.ceil(end_t * STEPS_PER_S) + 1
         # arrivals before the end of each step: step k's arrivals are step_ends[k - 1] to step_ends[k]
         self.step_ends = np.searchsorted(arrivals, np.arange(1, self.n_steps + 1) * STEP_S, side="left").tolist()
         self.requests = Requests(arrivals, service_times(trace, profile, seed), self.n_steps, end_t)
@@ -212,9 +212,13 @@ class _Run:
     def note_capacity(self, t1: float) -> None:
         """After the trace's step, the first time the ready replicas can serve 95 % of its new rate."""
         step_at = self.trace.step_at
-        if step_at is not None and self.time_to_capacity is None and t1 >= step_at:
-            if self.ready * self.profile.replica_rps(self.limit) >= self.trace.step_rate * 0.95:
-                self.time_to_capacity = t1 - step_at
+        if (
+            step_at is not None
+            and self.time_to_capacity is None
+            and t1 >= step_at
+            and self.ready * self.profile.replica_rps(self.limit) >= self.trace.step_rate * 0.95
+        ):
+            self.time_to_capacity = t1 - step_at
 
     def apply(self, action: Action | None, now: float, provisioned: int) -> None:
         """The policy's action: replicas (within the profile's cap) and the per-replica admission limit."""

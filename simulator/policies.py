@@ -77,7 +77,7 @@ def tollfree_config(profile: ModelProfile, **overrides) -> ScalingConfig:
 
 
 POLICIES = ("tollfree", "hpa", "kpa", "ray")
-# The issue fixes KPA's and Ray's settings at their defaults; those defaults assume a model that holds
+# The comparison fixes KPA's and Ray's settings at their defaults; those defaults assume a model that holds
 # ~100 (KPA) or ~5 (Ray) requests at once. The "-user" variants are what a user of that system would
 # set for the profile after a load test: KPA containerConcurrency = the per-pod knee (user_target / 0.7,
 # so the target is user_target), Ray target_ongoing_requests = user_target and max_ongoing_requests =

@@ -1,6 +1,7 @@
 """The per-second record: the :class:`Sample` a policy gets at every full second (means over the
 second's steps, latency p50/p99 of the requests completed in it, utilisation = busy share of the
-replicas' parallel capacity; with a shared machine, its cores and their busy share) and, when asked for, the timeline drawn by ``--plot``."""
+replicas' parallel capacity; with a shared machine, its cores and their busy share) and, when asked
+for, the timeline drawn by ``--plot``."""
 
 from __future__ import annotations
 

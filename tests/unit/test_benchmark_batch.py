@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from benchmarks.batch import FEATURES_GIVEN, LIMIT, MLFLOW, verdicts
+from benchmarks.batch_report import FEATURES_GIVEN, LIMIT, MLFLOW, verdicts
 
 
 def row(tool: str, rows: int, wall_s: float, work_s: float) -> dict:

@@ -1,6 +1,6 @@
-"""The generative benchmark's pure parts (benchmarks/generative.py): percentiles, server-sent events cut and classified,
-TTFT and ITL from a stream's recorded timeline, the clients' results merged, the verdicts and the markdown table.
-No process is started here."""
+"""The generative benchmark's pure parts (benchmarks/generative_client.py, benchmarks/generative_report.py):
+percentiles, server-sent events cut and classified, TTFT and ITL from a stream's recorded timeline, the
+clients' results merged, the verdicts and the markdown table. No process is started here."""
 
 from __future__ import annotations
 
@@ -10,18 +10,9 @@ import time
 
 import orjson
 
-from benchmarks.generative import (
-    event_kind,
-    machine_busy_s,
-    per_token_us,
-    percentile,
-    proc_cpu_s,
-    split_events,
-    stream_figures,
-    summarize,
-    table,
-    verdicts,
-)
+from benchmarks.common import percentile
+from benchmarks.generative_client import event_kind, machine_busy_s, proc_cpu_s, split_events, stream_figures
+from benchmarks.generative_report import per_token_us, summarize, table, verdicts
 
 
 def _chunk(content: str | None = None, **extra: object) -> bytes:

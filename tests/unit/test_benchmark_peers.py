@@ -7,8 +7,8 @@ import json
 
 import pandas as pd
 
-from benchmarks.peer_servers import predictions_of, request_for
-from benchmarks.peers import _predictions, _request
+from benchmarks.peer_wire import predictions_of, request_for
+from benchmarks.peers_models import predictions, request
 from benchmarks.peers_report import table as _table
 from benchmarks.peers_report import verdict as _verdict
 
@@ -20,13 +20,13 @@ def _model(records: bool) -> dict:
 
 
 def test_tollfree_and_mlflow_get_dataframe_split_and_peers_their_native_format():
-    path, body, headers = _request("tollfree", _model(records=False), 2)
+    path, body, _ = request("tollfree", _model(records=False), 2)
     assert path == "" and json.loads(body) == {
         "dataframe_split": {"columns": ["f0", "f1"], "data": [[0.5, 2.0], [1.5, 3.0]]}
     }
-    path, body, _ = _request("kserve", _model(records=False), 1)
+    path, body, _ = request("kserve", _model(records=False), 1)
     assert path == "/v1/models/peer:predict" and json.loads(body) == {"instances": [[0.5, 2.0]]}
-    path, body, _ = _request("bentoml-batch", _model(records=True), 2)  # a variant speaks its peer's format
+    path, body, _ = request("bentoml-batch", _model(records=True), 2)  # a variant speaks its peer's format
     assert path == "/predict" and json.loads(body)["instances"] == [{"f0": 0.5, "cat": "a"}, {"f0": 1.5, "cat": "b"}]
     path, body, _ = request_for("mlserver", [[0.5, 2.0]])
     v2 = json.loads(body)
@@ -36,8 +36,8 @@ def test_tollfree_and_mlflow_get_dataframe_split_and_peers_their_native_format()
 
 
 def test_answers_are_read_back_as_labels():
-    assert _predictions("mlflow-2w", {"predictions": [1, 0]}) == [1, 0]
-    assert _predictions("mlserver-batch", {"outputs": [{"data": [0, 1]}]}) == [0, 1]
+    assert predictions("mlflow-2w", {"predictions": [1, 0]}) == [1, 0]
+    assert predictions("mlserver-batch", {"outputs": [{"data": [0, 1]}]}) == [0, 1]
     assert predictions_of("bentoml", "[1, 1]") == [1, 1]
 
 

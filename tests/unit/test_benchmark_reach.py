@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.autoscaler import reach
 from benchmarks.autoscaler_ablation import ABLATIONS, ablated
+from benchmarks.autoscaler_reach import reach
 from benchmarks.autoscaler_targets import dominates, extremes, near_limit, row_checks, unreachable, vertical_check
 from serving.autoscaler import policy
 

@@ -7,7 +7,9 @@ import math
 
 import pytest
 
-from benchmarks.streams import drain_rate, due, entry_ms, gauge, group_lag, percentile, recovery_s
+from benchmarks.common import percentile
+from benchmarks.streams_figures import drain_rate, due, gauge, group_lag, recovery_s
+from serving.streams.broker import entry_ms
 
 
 def test_percentile_is_the_nearest_rank():
@@ -25,7 +27,7 @@ def test_percentile_is_the_nearest_rank():
 def test_p99_of_a_thousand_latencies_is_the_tenth_largest():
     latencies = [10] * 990 + [50 + i for i in range(10)]  # the ten slowest: 50..59
     assert percentile(latencies, 99) == 10
-    assert percentile(latencies + [60], 99) == 50
+    assert percentile([*latencies, 60], 99) == 50
 
 
 def test_due_paces_a_fixed_rate_with_the_first_event_at_the_start():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.autoscaler import TRACES, load_trace
+from benchmarks.autoscaler_runs import TRACES, load_trace
 from simulator.traces import load_csv
 
 

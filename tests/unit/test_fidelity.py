@@ -6,6 +6,7 @@ No processes: recorded data is made up here; the live runs themselves are ``pyth
 
 from __future__ import annotations
 
+import itertools
 import math
 from datetime import datetime
 
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from benchmarks import fidelity as f
+from benchmarks import fidelity_scenarios as fs
 
 
 def records() -> list[f.Record]:
@@ -121,13 +123,14 @@ def stamp(seconds: float) -> str:
 
 def test_start_and_refill_times_from_the_gateway_log_and_the_decisions():
     origin = 1_800_000_000 + 100.0
+    backend = "INFO gateway serving.autoscaler.backends.local: replica pid"
     lines = [
         f"{stamp(100 - 30)} INFO gateway serving.local_replicas: started replica pid 10 for  on port 1",
         f"{stamp(109.0)} INFO gateway serving.local_replicas: started replica pid 11 for models:/rowcost/1 on port 2",
-        f"{stamp(109.5)} INFO gateway serving.autoscaler.backends.local: replica pid 10 added to fidelity/rowcost-1 (2 now)",
+        f"{stamp(109.5)} {backend} 10 added to fidelity/rowcost-1 (2 now)",
         f"{stamp(109.6)} INFO gateway serving.replicas.local: forked replica pid 12 for  on port 3",
-        f"{stamp(129.0)} INFO gateway serving.autoscaler.backends.local: replica pid 11 added to fidelity/rowcost-1 (3 now)",
-        f"{stamp(110.0)} INFO gateway serving.autoscaler.backends.local: replica pid 99 added to other/x-1 (2 now)",
+        f"{stamp(129.0)} {backend} 11 added to fidelity/rowcost-1 (3 now)",
+        f"{stamp(110.0)} {backend} 99 added to other/x-1 (2 now)",
         "  a traceback line",
     ]
     events = f.log_events(lines, origin)
@@ -156,7 +159,7 @@ def test_the_profile_from_the_measurements():
     assert f.service_figures(records(), 8.0, (0.0, 0.0))["service_ms"] == pytest.approx(32.0)  # no replica reading
     m = {**figures, "model_load_s": 0.4, "starts": {"warm": [0.5, 0.6, 0.7], "cold": [20.4]}, "refills_s": [15.0]}
     profile = f.measured_profile(m)
-    assert (profile.parallelism, profile.slo_ms, profile.max_replicas) == (1, f.SLO_MS, f.MAX_REPLICAS)
+    assert (profile.parallelism, profile.slo_ms, profile.max_replicas) == (1, fs.SLO_MS, fs.MAX_REPLICAS)
     assert profile.warm_start_s + profile.model_load_s == pytest.approx(0.6)  # the measured decision-to-ready
     assert profile.cold_start_s + profile.model_load_s == pytest.approx(20.4)
     no_cold = f.measured_profile({**m, "starts": {"warm": [0.5], "cold": []}})
@@ -188,30 +191,30 @@ def test_the_trace_takes_the_scenarios_step_rate_and_time_to_capacity_is_against
 
 
 def test_the_shapes_phases_and_their_step():
-    step, ramp, bursty = (f.load_phases(shape) for shape in ("step", "ramp", "bursty"))
+    step, ramp, bursty = (fs.load_phases(shape) for shape in ("step", "ramp", "bursty"))
     assert step == [(8.0, 8.0), (80.0, 20.0)]
     assert [sum(s for _, s in p) for p in (step, ramp, bursty)] == [28.0, 36.0, 32.0]
     assert ramp[0] == (8.0, 8.0) and ramp[-1] == (80.0, 8.0) and len(ramp) == 12
     rising = [r for r, _ in ramp[1:11]]
     assert rising == pytest.approx([8 + 7.2 * (k + 1) for k in range(10)]) and rising[-1] == 80.0
-    assert all(b > a for a, b in zip(rising, rising[1:])) and {s for _, s in ramp[1:11]} == {2.0}
+    assert all(b > a for a, b in itertools.pairwise(rising)) and {s for _, s in ramp[1:11]} == {2.0}
     assert bursty == [(8.0, 8.0), (80.0, 5.0), (8.0, 7.0), (80.0, 5.0), (8.0, 7.0)]  # two 5-s bursts at 80
     with pytest.raises(ValueError):
-        f.load_phases("sawtooth")
-    for shape in f.SHAPES:
-        scenario = f.Scenario("x", shape, 1, vertical=False, shed=False)
+        fs.load_phases("sawtooth")
+    for shape in fs.SHAPES:
+        scenario = fs.Scenario("x", shape, 1, vertical=False, shed=False)
         before = scenario.phases[: scenario.step_index]
         assert sum(s for _, s in before) == scenario.step_at == 8.0 and scenario.step_rate == 80.0
         assert scenario.phases[scenario.step_index][0] > scenario.phases[0][0]  # the step: the first high phase
 
 
 def test_the_scenarios_cover_each_shape_both_pools_and_the_switches():
-    scenarios = f.SCENARIOS
-    assert len(scenarios) == 8 and len({s.name for s in scenarios}) == 8 and f.BY_NAME["step-pool3"] == scenarios[0]
-    assert {s.shape for s in scenarios} == set(f.SHAPES)
+    scenarios = fs.SCENARIOS
+    assert len(scenarios) == 8 and len({s.name for s in scenarios}) == 8 and fs.BY_NAME["step-pool3"] == scenarios[0]
+    assert {s.shape for s in scenarios} == set(fs.SHAPES)
     assert {s.pool for s in scenarios} == {1, 3}
     assert {s.vertical for s in scenarios} == {s.shed for s in scenarios} == {True, False}
-    live_test = f.BY_NAME["step-pool3"]  # the live e2e test's setting
+    live_test = fs.BY_NAME["step-pool3"]  # the live e2e test's setting
     assert (live_test.shape, live_test.pool, live_test.vertical, live_test.shed) == ("step", 3, False, False)
     for s in scenarios:
         assert s.name.startswith(f"{s.shape}-pool{s.pool}")
@@ -219,9 +222,9 @@ def test_the_scenarios_cover_each_shape_both_pools_and_the_switches():
 
 
 def test_the_autoscaling_block_leaves_the_starting_target_to_the_gateway_with_the_vertical_axis_on():
-    off = f.Scenario("a", "step", 3, vertical=False, shed=True).autoscaling
+    off = fs.Scenario("a", "step", 3, vertical=False, shed=True).autoscaling
     assert off == {"scale_down_window_s": 20, "initial_target": 1, "vertical": False, "shed_load": True}
-    on = f.Scenario("b", "ramp", 1, vertical=True, shed=False).autoscaling
+    on = fs.Scenario("b", "ramp", 1, vertical=True, shed=False).autoscaling
     assert on == {"scale_down_window_s": 20, "vertical": True, "shed_load": False}
 
 
@@ -237,10 +240,10 @@ def test_the_replay_runs_the_scenarios_block_at_its_pool_size(monkeypatch):
     )
     seen = {}
     monkeypatch.setattr(f, "simulate", lambda trace, prof, policy, **kw: seen.update(trace=trace, policy=policy))
-    for scenario in (f.BY_NAME["step-pool3"], f.BY_NAME["bursty-pool1-vertical-shed"]):
+    for scenario in (fs.BY_NAME["step-pool3"], fs.BY_NAME["bursty-pool1-vertical-shed"]):
         f.replay({"records": records(), "step_at": 8.2}, profile, shift=0.5, scenario=scenario)
         config, policy = seen["policy"].config, seen["policy"]
-        assert policy.warm_pool == scenario.pool and config.max_replicas == f.MAX_REPLICAS
+        assert policy.warm_pool == scenario.pool and config.max_replicas == fs.MAX_REPLICAS
         assert (config.vertical, config.shed_load, config.scale_down_window_s) == (scenario.vertical, scenario.shed, 20)
         assert config.initial_target == 1  # set (vertical off), or seeded from a serial model's profile (on)
         assert seen["trace"].step_at == pytest.approx(8.7) and seen["trace"].step_rate == scenario.step_rate
