@@ -158,7 +158,13 @@ def skew(
     monitoring = record.config.monitoring or MonitoringConfig()
     if not monitoring.enabled:
         logger.info("%s: monitoring is off in the endpoint's config; nothing checked", endpoint)
-        summary = {"endpoint": endpoint, "verdict": "disabled", "rows": 0, "versions": {}, "findings": []}
+        summary: dict[str, Any] = {
+            "endpoint": endpoint,
+            "verdict": "disabled",
+            "rows": 0,
+            "versions": {},
+            "findings": [],
+        }
         _summary_artifact(endpoint, summary)
         return summary
     window_hours = window_hours if window_hours is not None else monitoring.window_hours
@@ -185,7 +191,7 @@ def skew(
         _summary_artifact(endpoint, summary)
         _event("tollfree.skew-drift.not-enough-data", endpoint, {"rows": len(current), "min_rows": min_rows})
         return summary
-    models = {e.name: e.entity_name for e in record.config.served_entities}
+    models = {e.name: e.entity_name for e in record.config.served_entities if e.entity_name is not None}
     check = VersionCheck(
         settings,
         MlflowClient(settings.tracking_uri),
@@ -197,7 +203,7 @@ def skew(
         prediction_drift,
         now,
     )
-    summary: dict[str, Any] = {"endpoint": endpoint, "versions": {}, "rows": len(current)}
+    summary = {"endpoint": endpoint, "versions": {}, "rows": len(current)}
     findings: list[str] = []
     for (entity, version), rows in current.groupby(["served_entity", "model_version"]):
         model_name = models.get(entity, str(entity).rsplit("-", 1)[0])

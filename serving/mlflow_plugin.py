@@ -269,7 +269,7 @@ class TollfreeDeploymentClient(BaseDeploymentClient):
             raise _error("give exactly one of deployment_name or endpoint")
         name = str(deployment_name if deployment_name is not None else endpoint)
         chat = isinstance(inputs, Mapping) and "messages" in inputs
-        body = {**dict(inputs), **(params or {})} if chat else scoring_body(inputs, params)  # type: ignore[arg-type]
+        body = {**dict(inputs), **(params or {})} if chat else scoring_body(inputs, params)
         payload = self._call("POST", f"/serving-endpoints/{quote(name, safe='')}/invocations", body)
         if chat:
             return PredictionsResponse(payload)  # a chat endpoint's answer: the chat.completion object
@@ -277,7 +277,7 @@ class TollfreeDeploymentClient(BaseDeploymentClient):
             raise _error(f"the gateway's answer for {name} has no predictions", "INTERNAL_ERROR")
         return PredictionsResponse(payload)
 
-    def predict_stream(self, deployment_name=None, inputs=None, endpoint=None, params=None):  # type: ignore[no-untyped-def]
+    def predict_stream(self, deployment_name=None, inputs=None, endpoint=None, params=None):
         """A chat endpoint's streamed answer: each ``chat.completion.chunk`` as a dict, as the gateway relays it."""
         if (deployment_name is None) == (endpoint is None):
             raise _error("give exactly one of deployment_name or endpoint")

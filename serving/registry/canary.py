@@ -58,10 +58,13 @@ class EndpointApi(Protocol):
 
 
 class Verdict(Protocol):
-    """What ``monitoring.canary.canary_verdict`` returns, as far as acting on it goes."""
+    """What ``monitoring.canary.canary_verdict`` returns, as far as acting on it goes (read-only, so a frozen
+    dataclass satisfies it)."""
 
-    decision: str  # ok | warn | rollback | insufficient
-    reason: str
+    @property
+    def decision(self) -> str: ...  # ok | warn | rollback | insufficient
+    @property
+    def reason(self) -> str: ...
 
     def table(self) -> list[dict[str, Any]]: ...
 

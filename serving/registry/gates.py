@@ -39,12 +39,16 @@ class ProbeFigures:
 class GroupGap(Protocol):
     """What the fairness gate reads (``monitoring.fairness.group_rates`` measures it): the rate per group
     (each with ``group``, ``rate`` and ``rows``), the largest gap, and the groups at its two ends (None
-    when fewer than two groups have enough rows)."""
+    when fewer than two groups have enough rows). Read-only, so a frozen dataclass satisfies it."""
 
-    rate: str
-    groups: Sequence[Any]
-    gap: float
-    worst: tuple[str, str] | None
+    @property
+    def rate(self) -> str: ...
+    @property
+    def groups(self) -> Sequence[Any]: ...
+    @property
+    def gap(self) -> float: ...
+    @property
+    def worst(self) -> tuple[str, str] | None: ...
 
 
 def _fmt(values: Mapping[str, float]) -> str:
