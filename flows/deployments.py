@@ -216,12 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-output", help="folder the daily batch-score deployment writes")
     parser.add_argument("--labels-input", help="parquet or CSV of delayed labels the daily label ingestion reads")
     args = parser.parse_args(argv)
-    kwargs = dict(
-        batch_input=args.batch_input,
-        batch_output=args.batch_output,
-        labels_input=args.labels_input,
-        policies=args.policies,
-    )
+    kwargs = {
+        "batch_input": args.batch_input,
+        "batch_output": args.batch_output,
+        "labels_input": args.labels_input,
+        "policies": args.policies,
+    }
     if args.work_pool is None:
         serve(*deployments(**kwargs))
         return 0

@@ -9,6 +9,7 @@ the run ends Failed, naming the gate, and no alias moves.
 from __future__ import annotations
 
 import argparse
+import functools
 import getpass
 import os
 import tempfile
@@ -36,7 +37,11 @@ from serving.settings import Settings
 
 POLICY_DIR = Path(__file__).resolve().parent / "policies"  # MODEL.yaml, one per model
 # MLflow calls retry with exponential backoff (1, 2, 4 s) before the run fails.
-MLFLOW_RETRIES = dict(retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=1), retry_jitter_factor=0.2)
+MLFLOW_RETRIES = {
+    "retries": 3,
+    "retry_delay_seconds": exponential_backoff(backoff_factor=1),
+    "retry_jitter_factor": 0.2,
+}
 
 
 class PromotionBlocked(RuntimeError):
@@ -150,9 +155,8 @@ def evaluate_gates(
         elif name in gates.SERVING_GATES:
             if serving is None:  # one probe (or more: see gates.serving_gates) for both gates
                 probe_cfg = policy.gates.get("latency", cfg)
-                serving = gates.serving_gates(
-                    policy.gates, lambda: serve_and_measure(settings, uri, rows, input_names, service, probe_cfg)
-                )
+                measure = functools.partial(serve_and_measure, settings, uri, rows, input_names, service, probe_cfg)
+                serving = gates.serving_gates(policy.gates, measure)
             results.append(serving[name])
         elif name == "data":
             results.append(gates.data_gate(cfg, candidate["tags"]))

@@ -53,7 +53,8 @@ NOT_FEATURES = ("request_id", "timestamp", "row", "event_timestamp", "transactio
 
 
 def drift_config(values: dict[str, Any] | None) -> DriftConfig:
-    """``DriftConfig`` with ``values`` overriding its defaults; an unknown key or a mistyped value is refused by name."""
+    """``DriftConfig`` with ``values`` overriding its defaults; an unknown key or a mistyped value is refused by
+    name."""
     return overridden(DriftConfig, values, "drift setting")
 
 

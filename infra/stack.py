@@ -2,10 +2,11 @@
 
 ``up`` starts, in the background and on 127.0.0.1, a Prefect server (API and UI), an MLflow server
 (tracking, registry, UI) on the state folder's SQLite database, a redis-server (the stream inputs' broker,
-``infra.redis``), the gateway, a Prefect process worker, and the demo's stream feed (``infra.stream_feed``); it registers every deployment of ``flows/deployments.py`` on the process work pool and prints
-the URLs. With ``TOLLFREE_GATEWAYS=N`` (N >= 2) the one gateway becomes a PostgreSQL state store, N gateways
-and HAProxy in front of them (``infra.services``). ``down`` stops exactly what ``up`` started, by the recorded process ids. All state stays in
-``TOLLFREE_HOME``, so ``up`` after ``down`` finds every run, model and endpoint again.
+``infra.redis``), the gateway, a Prefect process worker, and the demo's stream feed (``infra.stream_feed``);
+it registers every deployment of ``flows/deployments.py`` on the process work pool and prints the URLs. With
+``TOLLFREE_GATEWAYS=N`` (N >= 2) the one gateway becomes a PostgreSQL state store, N gateways and HAProxy in
+front of them (``infra.services``). ``down`` stops exactly what ``up`` started, by the recorded process ids.
+All state stays in ``TOLLFREE_HOME``, so ``up`` after ``down`` finds every run, model and endpoint again.
 
 Ports: ``TOLLFREE_PREFECT_PORT`` (4200), ``TOLLFREE_MLFLOW_PORT`` (5000), ``TOLLFREE_GATEWAY_PORT`` (8080),
 ``TOLLFREE_REDIS_PORT`` (6380).
@@ -362,9 +363,8 @@ def status(config: StackConfig, environ: Mapping[str, str]) -> int:
             print(f"  {name:<15} pid {pid:<8} {state:<24} {url}")
         extra = marked(record.stack_id)
         known = {p.pid for p in record.services.values()}
-        print(
-            f"  + {len([p for p, _ in extra if p not in known])} process(es) started by them (replicas, flow runs, helpers)"
-        )
+        spawned = len([p for p, _ in extra if p not in known])
+        print(f"  + {spawned} process(es) started by them (replicas, flow runs, helpers)")
         for line in _deployment_lines(config, client):
             print(line)
         for line in _endpoint_lines(config, client, token):

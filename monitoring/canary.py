@@ -35,6 +35,8 @@ from serving.endpoints.monitoring import CanaryThresholds
 OK, WARN, ROLLBACK = "ok", "warn", "rollback"
 INSUFFICIENT, INCONCLUSIVE, PENDING = "insufficient", "inconclusive", "pending"
 
+DEFAULT_THRESHOLDS = CanaryThresholds()  # frozen: one instance serves every call
+
 
 @dataclass(frozen=True)
 class Check:
@@ -313,7 +315,10 @@ def _memory_check(champion: pd.DataFrame, challenger: pd.DataFrame, config: Cana
     p_c, growth_c = memory_trend(champion) if n_c >= 2 else (1.0, 0.0)
     last_x = float(challenger.sort_values("timestamp")["rss_mb"].iloc[-1])
     last_c = float(champion.sort_values("timestamp")["rss_mb"].iloc[-1]) if n_c else None
-    figures = f"memory_trend: challenger RSS growth {growth_x:+.0%} (Kendall p={p_x:.3g}), champion {growth_c:+.0%} (p={p_c:.3g})"
+    figures = (
+        f"memory_trend: challenger RSS growth {growth_x:+.0%} (Kendall p={p_x:.3g}), "
+        f"champion {growth_c:+.0%} (p={p_c:.3g})"
+    )
     champion_rises = p_c < config.alpha and growth_c >= growth_x / 2
     if p_x < config.alpha and growth_x > config.memory_growth and not champion_rises:
         return Check(
@@ -341,7 +346,7 @@ def canary_verdict(
     challenger: str,
     since: datetime,
     now: datetime,
-    config: CanaryThresholds = CanaryThresholds(),
+    config: CanaryThresholds = DEFAULT_THRESHOLDS,
     labels: pd.DataFrame | None = None,
     memory: pd.DataFrame | None = None,
 ) -> CanaryVerdict:

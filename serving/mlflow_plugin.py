@@ -41,7 +41,7 @@ _CONFIG_KEYS = (
     "stream_inputs",
 )
 _SCALE_KEYS = ("min_replicas", "max_replicas", "max_concurrency", "scale_to_zero_enabled", "workload_size")
-_KEEP_KEYS = ("name", "entity_name", "workload_type", "environment_vars") + _SCALE_KEYS
+_KEEP_KEYS = ("name", "entity_name", "workload_type", "environment_vars", *_SCALE_KEYS)
 
 
 def _error(message: str, code: str = "INVALID_PARAMETER_VALUE") -> MlflowException:
@@ -308,7 +308,8 @@ class TollfreeDeploymentClient(BaseDeploymentClient):
                         if "error" in chunk:
                             error = chunk["error"]
                             raise _error(
-                                f"tollfree gateway: the stream ended with {error.get('error_code')}: {error.get('message')}"
+                                "tollfree gateway: the stream ended with "
+                                f"{error.get('error_code')}: {error.get('message')}"
                             )
                         yield chunk
         except httpx.HTTPError as exc:
@@ -335,7 +336,7 @@ class TollfreeDeploymentClient(BaseDeploymentClient):
         if reply.is_success and isinstance(payload, dict):
             return payload
         error = payload if isinstance(payload, dict) else {}
-        known = error.get("error_code") in ErrorCode.keys()
+        known = error.get("error_code") in ErrorCode.keys()  # noqa: SIM118 - a protobuf enum has no __contains__
         code = str(error["error_code"]) if known else ErrorCode.Name(get_error_code(reply.status_code))
         message = str(error.get("message") or reply.reason_phrase or "no message").replace(self._token, "***")
         raise _error(f"tollfree gateway: {code}: {message} (HTTP {reply.status_code})", code)

@@ -46,7 +46,8 @@ def check_run_id(run_id: str) -> str:
     """A run id is one path segment: letters, digits, ``-``, ``_``, ``.``; at most 128 characters."""
     if not run_id or len(run_id) > 128 or not set(run_id) <= _RUN_ID_CHARS or run_id.startswith("."):
         raise ValueError(
-            f"run id must be 1-128 characters of letters, digits, '-', '_' or '.', not starting with '.'; got {run_id[:130]!r}"
+            "run id must be 1-128 characters of letters, digits, '-', '_' or '.', not starting with '.'; "
+            f"got {run_id[:130]!r}"
         )
     return run_id
 

@@ -233,7 +233,10 @@ class SqliteStoreReader(OnlineStoreReader):
         out = []
         for view, keys in work:
             marks = ",".join("?" * len(keys))
-            sql = f"SELECT entity_key, feature_name, value, event_ts FROM {self._tables[view.name]} WHERE entity_key IN ({marks})"
+            sql = (
+                f"SELECT entity_key, feature_name, value, event_ts FROM {self._tables[view.name]} "
+                f"WHERE entity_key IN ({marks})"
+            )
             with self._lock:
                 rows = self._connection().execute(sql, keys).fetchall() if keys else []
             position = {name: j for j, name in enumerate(view.features)}

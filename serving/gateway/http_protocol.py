@@ -51,4 +51,3 @@ class OneWriteHttpTools(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn's own
         # _OneWritePerTurn is not an asyncio.Transport: it has the parts uvicorn calls and delegates the rest
         super().connection_made(_OneWritePerTurn(transport, self.loop))  # type: ignore[arg-type]  # duck-typed
-

@@ -189,7 +189,8 @@ def data_gate(cfg: Mapping[str, Any], tags: Mapping[str, str]) -> GateResult:
             "data", False, "not validated", "gx.success=true", "the training data has no validation result"
         )
     ok = tags["gx.success"] == "true"
-    value = f"suite {tags.get('gx.suite', '?')}: {tags.get('gx.successful', '?')}/{tags.get('gx.evaluated', '?')} expectations"
+    passed, evaluated = tags.get("gx.successful", "?"), tags.get("gx.evaluated", "?")
+    value = f"suite {tags.get('gx.suite', '?')}: {passed}/{evaluated} expectations"
     if not ok and cfg.get("require_success", True):
         return GateResult("data", False, value, "gx.success=true", f"failed: {tags.get('gx.failed', 'see the run')}")
     return GateResult("data", True, value, "gx.success=true", "training data passed its suite")

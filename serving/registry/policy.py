@@ -91,7 +91,7 @@ def _check_gate(path: Path, name: str, key_node: yaml.Node, node: yaml.Node) -> 
             if key == "probes" and (number < 1 or number != int(number)):
                 raise _fail(path, v, f"{name}.probes must be a whole number of at least 1")
         elif key == "min":
-            for metric, (mk, mv) in _mapping(path, v, f"{name}.min").items():
+            for metric, (_, mv) in _mapping(path, v, f"{name}.min").items():
                 _number(path, mv, f"{name}.min.{metric}")
         elif key == "vs_champion":
             sub = _mapping(path, v, f"{name}.vs_champion")
