@@ -30,7 +30,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,20 @@ def discard(staging: Path, created_root: Path | None = None) -> None:
     if created_root is not None:
         with contextlib.suppress(OSError):  # not empty: another run wrote there meanwhile
             created_root.rmdir()
+
+
+@contextlib.contextmanager
+def staged(output_root: Path, run_id: str) -> Iterator[Path]:
+    """A new staging directory for the run, published as ``run=ID/`` when the block ends; when the block or the
+    publish raises, discarded with the output root if this run created it (see ``discard``)."""
+    created_root = not output_root.exists()
+    staging = new_staging(output_root, run_id)
+    try:
+        yield staging
+        publish(staging, run_dir(output_root, run_id))
+    except BaseException:
+        discard(staging, output_root if created_root else None)
+        raise
 
 
 def remove_stale_staging(output_root: Path, run_id: str) -> list[Path]:
