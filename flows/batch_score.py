@@ -5,8 +5,9 @@
 
 Input: parquet (a file or a directory) with the row key, the entity keys, the request-time fields and
 ``event_timestamp``; for a model registered without a FeatureService, the row key, ``event_timestamp``
-and the model's signature columns (features given; no feature store is opened). Output: ``OUTPUT/run=ID/version=V/date=D/part-*.parquet`` plus a ``_SUCCESS``
-manifest, published in one rename; the same run id replaces its own output and nothing else.
+and the model's signature columns (features given; no feature store is opened).
+Output: ``OUTPUT/run=ID/version=V/date=D/part-*.parquet`` plus a ``_SUCCESS`` manifest, published in one rename;
+the same run id replaces its own output and nothing else.
 Progress: a Prefect progress artifact (``batch-score-<run id>``) and log lines (rows done, rows/s).
 """
 

@@ -40,8 +40,9 @@ from flows.replica_memory import replica_rss_mb
 from monitoring.canary import CanaryVerdict, canary_verdict
 from serving.endpoints.monitoring import CanaryThresholds
 from serving.inference_log import read_inference_log
-from serving.registry.canary import Judge, Outcome, exclusive, outcome, run_once
+from serving.registry.canary import Judge, Outcome, outcome, run_once
 from serving.registry.canary_steps import CanaryPlan, CanaryState, with_memory
+from serving.registry.canary_store import exclusive
 from serving.settings import Settings
 
 EVENT_PREFIX = "tollfree.canary."

@@ -180,8 +180,9 @@ def summary(result: dict[str, Any], settings: Settings, seconds: float) -> str:
         f"ROC-AUC {t['metrics']['eval_roc_auc']:.3f} on the later slice (run {t['run_id']})",
         f"  promote    v{p['version']} passed {len(p['gates'])} gates -> @{p['alias']}: "
         + "; ".join(f"{g['gate']} {g['value']}" for g in p["gates"] if g["gate"] in ("latency", "fairness")),
-        f"  serve      {s['requests']} HTTP requests via {s['url']} served by {s['served_by']}: p50 {s['p50_ms']:.1f} ms, "
-        f"p99 {s['p99_ms']:.1f} ms; {s['flagged']} flagged; unknown customer -> HTTP {s['unknown_entity_status']}",
+        f"  serve      {s['requests']} HTTP requests via {s['url']} served by {s['served_by']}: "
+        f"p50 {s['p50_ms']:.1f} ms, p99 {s['p99_ms']:.1f} ms; {s['flagged']} flagged; "
+        f"unknown customer -> HTTP {s['unknown_entity_status']}",
         f"  batch      {b['rows']} rows scored -> {b['output']}",
         f"  monitor    {d.get('verdict')}: {d.get('versions', {})}",
         "",
@@ -198,7 +199,7 @@ def summary(result: dict[str, Any], settings: Settings, seconds: float) -> str:
 def quiet_third_party_warnings() -> None:
     """Ignore every warning attributed to a module of a ``THIRD_PARTY`` package, those loggers' warnings and MLflow's
     download progress bars."""
-    pattern = r"(%s)(\.|$)" % "|".join(THIRD_PARTY)
+    pattern = rf"({'|'.join(THIRD_PARTY)})(\.|$)"
     warnings.filterwarnings("ignore", module=pattern)
     # A warning raised while a module is compiled (an invalid escape sequence) names its file, not its module.
     warnings.filterwarnings("ignore", module=r".*[/\\]site-packages[/\\]")

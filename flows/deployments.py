@@ -27,10 +27,10 @@ from flows.batch_score import batch_score
 from flows.canary import canary_all
 from flows.labels import ingest_labels
 from flows.materialize import materialize
-from flows.promote import POLICY_DIR, promote
+from flows.promote import PROMOTION_POLICY_DIR, promote
 from flows.skew import skew_all
 from flows.train import train
-from serving.registry.policy import load_policy
+from serving.registry.promotion_policy import load_policy
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 HOURLY = "0 * * * *"
@@ -55,7 +55,7 @@ class TrainingDefinition:
     feature_service: str
 
 
-def training_definitions(folder: Path = POLICY_DIR) -> list[TrainingDefinition]:
+def training_definitions(folder: Path = PROMOTION_POLICY_DIR) -> list[TrainingDefinition]:
     """Every policy in ``folder`` that names a FeatureService (the train flow trains through one), checked."""
     policies = [load_policy(path) for path in sorted(folder.glob("*.yaml"))]
     return [TrainingDefinition(p.model, p.feature_service) for p in policies if p.feature_service]
@@ -99,7 +99,7 @@ def deployments(
     batch_input: str | None = None,
     batch_output: str | None = None,
     labels_input: str | None = None,
-    policies: Path = POLICY_DIR,
+    policies: Path = PROMOTION_POLICY_DIR,
 ) -> list[RunnerDeployment]:
     """The deployments with their schedules: monitoring covers every endpoint the gateway serves, retraining
     and promotion every model with a training definition; retraining registers a ``candidate``, never promotes."""
@@ -209,19 +209,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--policies",
         type=Path,
-        default=POLICY_DIR,
+        default=PROMOTION_POLICY_DIR,
         help="folder of promotion policies: each naming a FeatureService is a model to retrain",
     )
     parser.add_argument("--batch-input", help="parquet the daily batch-score deployment reads")
     parser.add_argument("--batch-output", help="folder the daily batch-score deployment writes")
     parser.add_argument("--labels-input", help="parquet or CSV of delayed labels the daily label ingestion reads")
     args = parser.parse_args(argv)
-    kwargs = dict(
-        batch_input=args.batch_input,
-        batch_output=args.batch_output,
-        labels_input=args.labels_input,
-        policies=args.policies,
-    )
+    kwargs = {
+        "batch_input": args.batch_input,
+        "batch_output": args.batch_output,
+        "labels_input": args.labels_input,
+        "policies": args.policies,
+    }
     if args.work_pool is None:
         serve(*deployments(**kwargs))
         return 0

@@ -52,7 +52,7 @@ def for_each_endpoint(
             failed[endpoint] = reason[:500]
             results[endpoint] = {"error": failed[endpoint]}
             logger.warning("%s on %s failed: %s", name, endpoint, failed[endpoint])
-    rows = [
+    rows: list[dict[str, str | None]] = [
         {
             "endpoint": e,
             "outcome": "failed" if e in failed else "completed",

@@ -9,6 +9,7 @@ the run ends Failed, naming the gate, and no alias moves.
 from __future__ import annotations
 
 import argparse
+import functools
 import getpass
 import os
 import tempfile
@@ -30,13 +31,17 @@ from flows.fan_out import artifact_key
 from monitoring.fairness import group_rates
 from serving.registry import gates, lifecycle, versions
 from serving.registry.errors import answering
-from serving.registry.policy import Policy, load_policy, policy_for
+from serving.registry.promotion_policy import PromotionPolicy, load_policy, policy_for
 from serving.replicas.probe import probe_model
 from serving.settings import Settings
 
-POLICY_DIR = Path(__file__).resolve().parent / "policies"  # MODEL.yaml, one per model
+PROMOTION_POLICY_DIR = Path(__file__).resolve().parent / "promotion_policies"  # MODEL.yaml, one per model
 # MLflow calls retry with exponential backoff (1, 2, 4 s) before the run fails.
-MLFLOW_RETRIES = dict(retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=1), retry_jitter_factor=0.2)
+MLFLOW_RETRIES = {
+    "retries": 3,
+    "retry_delay_seconds": exponential_backoff(backoff_factor=1),
+    "retry_jitter_factor": 0.2,
+}
 
 
 class PromotionBlocked(RuntimeError):
@@ -113,7 +118,7 @@ def serve_and_measure(
 
 @task
 def evaluate_gates(
-    settings: Settings, policy: Policy, candidate: dict[str, Any], model_name: str
+    settings: Settings, policy: PromotionPolicy, candidate: dict[str, Any], model_name: str
 ) -> list[gates.GateResult]:
     uri = f"models:/{model_name}/{candidate['version']}"
     info = mlflow.models.get_model_info(uri)
@@ -150,9 +155,8 @@ def evaluate_gates(
         elif name in gates.SERVING_GATES:
             if serving is None:  # one probe (or more: see gates.serving_gates) for both gates
                 probe_cfg = policy.gates.get("latency", cfg)
-                serving = gates.serving_gates(
-                    policy.gates, lambda: serve_and_measure(settings, uri, rows, input_names, service, probe_cfg)
-                )
+                measure = functools.partial(serve_and_measure, settings, uri, rows, input_names, service, probe_cfg)
+                serving = gates.serving_gates(policy.gates, measure)
             results.append(serving[name])
         elif name == "data":
             results.append(gates.data_gate(cfg, candidate["tags"]))
@@ -175,7 +179,7 @@ def evaluate_gates(
 
 @task(**MLFLOW_RETRIES)
 def record_results(
-    tracking_uri: str, model_name: str, version: str, policy: Policy, results: list[gates.GateResult]
+    tracking_uri: str, model_name: str, version: str, policy: PromotionPolicy, results: list[gates.GateResult]
 ) -> None:
     lifecycle.record_gates(
         MlflowClient(tracking_uri), model_name, version, results, policy.path.name, datetime.now(UTC)
@@ -194,7 +198,7 @@ def promote(model_name: str = "fraud", version: str | None = None, policy_file: 
     """Gate a candidate (the ``candidate`` alias by default) and move it to ``challenger``."""
     logger = get_run_logger()
     policy = (
-        load_policy(Path(policy_file)) if policy_file else policy_for(model_name, POLICY_DIR)
+        load_policy(Path(policy_file)) if policy_file else policy_for(model_name, PROMOTION_POLICY_DIR)
     )  # refused before anything runs
     settings = Settings.from_environ(os.environ)
     mlflow.set_tracking_uri(settings.tracking_uri)
@@ -238,7 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=promote.__doc__)
     parser.add_argument("--model", default="fraud")
     parser.add_argument("--version", default=None)
-    parser.add_argument("--policy", default=None, help="policy file (default flows/policies/MODEL.yaml)")
+    parser.add_argument(
+        "--policy", default=None, help="promotion policy file (default flows/promotion_policies/MODEL.yaml)"
+    )
     args = parser.parse_args(argv)
     promote(model_name=args.model, version=args.version, policy_file=args.policy)
     return 0

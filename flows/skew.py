@@ -53,7 +53,8 @@ NOT_FEATURES = ("request_id", "timestamp", "row", "event_timestamp", "transactio
 
 
 def drift_config(values: dict[str, Any] | None) -> DriftConfig:
-    """``DriftConfig`` with ``values`` overriding its defaults; an unknown key or a mistyped value is refused by name."""
+    """``DriftConfig`` with ``values`` overriding its defaults; an unknown key or a mistyped value is refused by
+    name."""
     return overridden(DriftConfig, values, "drift setting")
 
 
@@ -102,6 +103,13 @@ def save_report(result: DriftResult, folder: Path, name: str) -> Path:
 
 def _event(name: str, endpoint: str, payload: dict[str, Any]) -> None:
     emit_event(event=name, resource={"prefect.resource.id": f"tollfree.endpoint.{endpoint}"}, payload=payload)
+
+
+def _nothing_compared(endpoint: str, verdict: str, rows: int) -> dict[str, Any]:
+    """The summary (and its artifact) of a run that compared no version."""
+    summary = {"endpoint": endpoint, "verdict": verdict, "rows": rows, "versions": {}, "findings": []}
+    _summary_artifact(endpoint, summary)
+    return summary
 
 
 def _summary_artifact(endpoint: str, summary: dict[str, Any]) -> None:
@@ -158,9 +166,7 @@ def skew(
     monitoring = record.config.monitoring or MonitoringConfig()
     if not monitoring.enabled:
         logger.info("%s: monitoring is off in the endpoint's config; nothing checked", endpoint)
-        summary = {"endpoint": endpoint, "verdict": "disabled", "rows": 0, "versions": {}, "findings": []}
-        _summary_artifact(endpoint, summary)
-        return summary
+        return _nothing_compared(endpoint, "disabled", 0)
     window_hours = window_hours if window_hours is not None else monitoring.window_hours
     min_rows = min_rows if min_rows is not None else monitoring.min_rows
     config = drift_config(drift if drift is not None else monitoring.drift)
@@ -175,17 +181,9 @@ def skew(
             window_hours,
             min_rows,
         )
-        summary = {
-            "endpoint": endpoint,
-            "verdict": "not enough data",
-            "rows": len(current),
-            "versions": {},
-            "findings": [],
-        }
-        _summary_artifact(endpoint, summary)
         _event("tollfree.skew-drift.not-enough-data", endpoint, {"rows": len(current), "min_rows": min_rows})
-        return summary
-    models = {e.name: e.entity_name for e in record.config.served_entities}
+        return _nothing_compared(endpoint, "not enough data", len(current))
+    models = {e.name: e.entity_name for e in record.config.served_entities if e.entity_name is not None}
     check = VersionCheck(
         settings,
         MlflowClient(settings.tracking_uri),

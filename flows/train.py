@@ -100,24 +100,7 @@ def fit_and_log(
         )
         mlflow.log_metrics(metrics)
         mlflow.set_tags({"feature_service": service_name, "tollfree.git_commit": commit, **validation.as_tags()})
-        dataset = mlflow.data.from_pandas(
-            train[[training.ROW_KEY, *names, training.LABEL]],
-            source=str(settings.data_dir / "transactions.parquet"),
-            name=f"{service_name}-train",
-            targets=training.LABEL,
-        )
-        mlflow.log_input(dataset, context="training")
-        with tempfile.TemporaryDirectory() as tmp:
-            reference = Path(tmp) / "train.parquet"
-            train[
-                [training.ROW_KEY, "event_timestamp", *names, training.LABEL, training.SENSITIVE_ATTRIBUTE]
-            ].to_parquet(reference, index=False)
-            mlflow.log_artifact(str(reference), artifact_path="training")
-            held_out = Path(tmp) / "eval.parquet"
-            evaluation[
-                [training.ROW_KEY, *training.REQUEST_COLUMNS, *names, training.LABEL, training.SENSITIVE_ATTRIBUTE]
-            ].to_parquet(held_out, index=False)
-            mlflow.log_artifact(str(held_out), artifact_path="evaluation")
+        _log_data(train, evaluation, names, service_name, settings)
         example = train[names].head(3)
         info = mlflow.sklearn.log_model(
             model,
@@ -142,6 +125,31 @@ def fit_and_log(
         "metrics": metrics,
         "model_uri": versions.model_uri(model_name, alias),
     }
+
+
+def _log_data(
+    train: pd.DataFrame, evaluation: pd.DataFrame, names: list[str], service_name: str, settings: Settings
+) -> None:
+    """The active run's data: the training rows as its MLflow input, and as artifacts the training rows (the
+    drift reference) and the held-out rows (what the promote flow's gates score)."""
+    dataset = mlflow.data.from_pandas(
+        train[[training.ROW_KEY, *names, training.LABEL]],
+        source=str(settings.data_dir / "transactions.parquet"),
+        name=f"{service_name}-train",
+        targets=training.LABEL,
+    )
+    mlflow.log_input(dataset, context="training")
+    with tempfile.TemporaryDirectory() as tmp:
+        reference = Path(tmp) / "train.parquet"
+        train[[training.ROW_KEY, "event_timestamp", *names, training.LABEL, training.SENSITIVE_ATTRIBUTE]].to_parquet(
+            reference, index=False
+        )
+        mlflow.log_artifact(str(reference), artifact_path="training")
+        held_out = Path(tmp) / "eval.parquet"
+        evaluation[
+            [training.ROW_KEY, *training.REQUEST_COLUMNS, *names, training.LABEL, training.SENSITIVE_ATTRIBUTE]
+        ].to_parquet(held_out, index=False)
+        mlflow.log_artifact(str(held_out), artifact_path="evaluation")
 
 
 @flow(name="train")

@@ -95,10 +95,10 @@ def check_python(python: str, env: dict[str, str]) -> None:
         )
     except OSError as exc:
         raise BootstrapError(f"cannot run {python!r} ({exc}); set PYTHON=/path/to/python3.11") from exc
-    found = done.stdout.strip()
-    if done.returncode != 0 or found != "%d.%d" % PYTHON_VERSION:
+    found, wanted = done.stdout.strip(), ".".join(map(str, PYTHON_VERSION))
+    if done.returncode != 0 or found != wanted:
         raise BootstrapError(
-            f"tollfree needs Python {'%d.%d' % PYTHON_VERSION}; {python!r} is "
+            f"tollfree needs Python {wanted}; {python!r} is "
             f"{found or 'not a working Python'}: run make with PYTHON=/path/to/python3.11"
         )
 

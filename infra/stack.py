@@ -2,10 +2,11 @@
 
 ``up`` starts, in the background and on 127.0.0.1, a Prefect server (API and UI), an MLflow server
 (tracking, registry, UI) on the state folder's SQLite database, a redis-server (the stream inputs' broker,
-``infra.redis``), the gateway, a Prefect process worker, and the demo's stream feed (``infra.stream_feed``); it registers every deployment of ``flows/deployments.py`` on the process work pool and prints
-the URLs. With ``TOLLFREE_GATEWAYS=N`` (N >= 2) the one gateway becomes a PostgreSQL state store, N gateways
-and HAProxy in front of them (``infra.services``). ``down`` stops exactly what ``up`` started, by the recorded process ids. All state stays in
-``TOLLFREE_HOME``, so ``up`` after ``down`` finds every run, model and endpoint again.
+``infra.redis``), the gateway, a Prefect process worker, and the demo's stream feed (``infra.stream_feed``);
+it registers every deployment of ``flows/deployments.py`` on the process work pool and prints the URLs. With
+``TOLLFREE_GATEWAYS=N`` (N >= 2) the one gateway becomes a PostgreSQL state store, N gateways and HAProxy in
+front of them (``infra.services``). ``down`` stops exactly what ``up`` started, by the recorded process ids.
+All state stays in ``TOLLFREE_HOME``, so ``up`` after ``down`` finds every run, model and endpoint again.
 
 Ports: ``TOLLFREE_PREFECT_PORT`` (4200), ``TOLLFREE_MLFLOW_PORT`` (5000), ``TOLLFREE_GATEWAY_PORT`` (8080),
 ``TOLLFREE_REDIS_PORT`` (6380).
@@ -17,8 +18,6 @@ starts. The admin token comes from ``TOLLFREE_TOKEN`` or is generated once into 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import logging
 import os
 import shutil
@@ -26,28 +25,24 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-
-import httpx
 
 from infra.packages import PackageMissing
 from infra.processes import ProcessRecord, marked, spawn, stop_pids, stop_record, stop_records
 from infra.services import (
-    HOST,
-    PORT_DEFAULTS,
     PROJECT_DIR,
     STARTUP_TIMEOUT_S,
     WORK_POOL,
     Service,
-    StackConfig,
-    admin_token,
     child_environ,
     port_free,
     services,
     wait_healthy,
 )
+from infra.stack_config import HOST, PORT_DEFAULTS, StackConfig, admin_token
+from infra.stack_record import StackRecord
+from infra.stack_status import status
 
 # Seconds each service gets to stop on SIGTERM before SIGKILL (the gateway drains and stops its replicas).
 GRACE_S = {
@@ -68,40 +63,6 @@ def grace_s(name: str) -> float:
 
 def is_gateway(name: str) -> bool:
     return name == "gateway" or name.startswith("gateway-")
-
-
-# ---- the record of what runs -------------------------------------------------------------------
-
-
-@dataclass
-class StackRecord:
-    stack_id: str
-    services: dict[str, ProcessRecord]
-    gateways: int = 1
-
-    @classmethod
-    def load(cls, path: Path) -> StackRecord | None:
-        if not path.exists():
-            return None
-        data = json.loads(path.read_text())
-        return cls(
-            data["stack_id"],
-            {s["name"]: ProcessRecord.from_json(s) for s in data["services"]},
-            int(data.get("gateways", 1)),
-        )
-
-    def save(self, path: Path, config: StackConfig) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = {
-            "stack_id": self.stack_id,
-            "home": str(config.home),
-            "ports": config.ports,
-            "gateways": config.gateways,
-            "services": [r.to_json() for r in self.services.values()],
-        }
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=2) + "\n")
-        tmp.replace(path)
 
 
 # ---- the commands ------------------------------------------------------------------------------
@@ -196,29 +157,52 @@ def up(config: StackConfig, environ: Mapping[str, str]) -> int:
                 f"error: port {service.port} on {HOST} is taken (for {service.name}); "
                 f"set {_port_variable(config, service.port)} to another"
             )
-    started: list[ProcessRecord] = []
-    kept = sorted(live)
+    start = _Starts(config, wanted, record)
+    try:
+        registered = _start_in_order(config, env, start)
+    except (RuntimeError, subprocess.TimeoutExpired, PackageMissing) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        start.undo()
+        if not live:  # a stack of this run alone: whatever its processes started goes too
+            stop_pids(marked(stack_id), 10.0)
+        return 1
+    write_env_file(config)
+    print(summary(config, registered, kept=sorted(live)))
+    return 0
 
-    def start(*names: str) -> list[tuple[Service, ProcessRecord]]:
+
+class _Starts:
+    """Starts services of ``wanted`` by name, those not in the record yet, each recorded (and the record saved)
+    as it starts; ``undo`` stops those it started, newest first, and takes them off the record."""
+
+    def __init__(self, config: StackConfig, wanted: list[Service], record: StackRecord) -> None:
+        self.config, self.wanted, self.record = config, wanted, record
+        self.started: list[ProcessRecord] = []
+
+    def __call__(self, *names: str) -> list[tuple[Service, ProcessRecord]]:
         out = []
-        for service in wanted:
-            if service.name in names and service.name not in record.services:
+        for service in self.wanted:
+            if service.name in names and service.name not in self.record.services:
                 if service.prepare is not None:
                     service.prepare()
-                proc = spawn(
-                    service.name,
-                    service.argv,
-                    service.env,
-                    config.log_dir / f"{service.name}.log",
-                    PROJECT_DIR,
-                    user=service.user,
-                )
-                record.services[service.name] = proc
-                record.save(config.record_path, config)
-                started.append(proc)
+                log_path = self.config.log_dir / f"{service.name}.log"
+                proc = spawn(service.name, service.argv, service.env, log_path, PROJECT_DIR, user=service.user)
+                self.record.services[service.name] = proc
+                self.record.save(self.config.record_path, self.config)
+                self.started.append(proc)
                 out.append((service, proc))
         return out
 
+    def undo(self) -> None:
+        for proc in reversed(self.started):
+            stop_record(proc, grace_s(proc.name))
+            del self.record.services[proc.name]
+        self.record.save(self.config.record_path, self.config)
+
+
+def _start_in_order(config: StackConfig, env: Mapping[str, str], start: _Starts) -> list[str]:
+    """Seed the demo's data, start each service once what it needs answers, and register the deployments
+    meanwhile; the deployments registered. A failure stops the registration under way."""
     registration: subprocess.Popen[bytes] | None = None
     try:
         seeded = seed_data(config)
@@ -232,7 +216,8 @@ def up(config: StackConfig, environ: Mapping[str, str]) -> int:
         # through the MLflow client, which retries until the server answers.
         broker = start("redis")  # the stream inputs' broker, up before the gateways consume from it
         wait_healthy(broker)
-        others = start("mlflow-server") + start(*[s.name for s in wanted if is_gateway(s.name)]) + start("haproxy")
+        gateways = [s.name for s in start.wanted if is_gateway(s.name)]
+        others = start("mlflow-server") + start(*gateways) + start("haproxy")
         wait_healthy(prefect)
         registration = start_registration(config, env)  # needs only Prefect
         worker = start("worker")
@@ -240,20 +225,11 @@ def up(config: StackConfig, environ: Mapping[str, str]) -> int:
         registered = finish_registration(config, registration)
         wait_healthy(worker)
         start("stream-feed")  # once the gateways answer: it attaches its stream to the demo's endpoint
-    except (RuntimeError, subprocess.TimeoutExpired, PackageMissing) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        return registered
+    except BaseException:
         if registration is not None and registration.poll() is None:
             registration.kill()
-        for proc in reversed(started):
-            stop_record(proc, grace_s(proc.name))
-            del record.services[proc.name]
-        if not live:  # a stack of this run alone: whatever its processes started goes too
-            stop_pids(marked(stack_id), 10.0)
-        record.save(config.record_path, config)
-        return 1
-    write_env_file(config)
-    print(summary(config, registered, kept=kept))
-    return 0
+        raise
 
 
 def _port_variable(config: StackConfig, port: int) -> str:
@@ -331,106 +307,6 @@ def down(config: StackConfig) -> int:
     config.env_file.unlink(missing_ok=True)
     print(f"tollfree is down; state kept in {config.home}")
     return 0
-
-
-def status(config: StackConfig, environ: Mapping[str, str]) -> int:
-    record = StackRecord.load(config.record_path)
-    if record is None:
-        print(f"tollfree is not running (no stack recorded in {config.record_path}); start it with make up")
-        return 3
-    token = environ.get("TOLLFREE_TOKEN") or (
-        config.token_file.read_text().strip() if config.token_file.exists() else ""
-    )
-    config = dataclasses.replace(config, gateways=record.gateways)  # what runs, whatever this shell says
-    env = child_environ(config, environ, record.stack_id, token)
-    ok = True
-    rows = []
-    with httpx.Client(timeout=3.0) as client:
-        for service in services(config, env):
-            proc = record.services.get(service.name)
-            if proc is None or not proc.alive():
-                ok = False
-                rows.append((service.name, "-", "stopped", service.url or ""))
-                continue
-            healthy = service.healthy(client)
-            ok &= healthy
-            rows.append(
-                (service.name, str(proc.pid), "running" if healthy else "running, not answering", service.url or "")
-            )
-        print(f"tollfree stack in {config.home}:")
-        for name, pid, state, url in rows:
-            print(f"  {name:<15} pid {pid:<8} {state:<24} {url}")
-        extra = marked(record.stack_id)
-        known = {p.pid for p in record.services.values()}
-        print(
-            f"  + {len([p for p, _ in extra if p not in known])} process(es) started by them (replicas, flow runs, helpers)"
-        )
-        for line in _deployment_lines(config, client):
-            print(line)
-        for line in _endpoint_lines(config, client, token):
-            print(line)
-    return 0 if ok else 3
-
-
-def _stream_lines(endpoint: dict) -> list[str]:
-    """An endpoint's stream inputs with their consumer group's lag, read from their Redis server."""
-    import redis
-
-    from serving.streams.config import StreamAddress
-
-    lines = []
-    for stream in endpoint.get("config", {}).get("stream_inputs", []):
-        source = StreamAddress.parse(stream["source"], "source")
-        try:
-            with redis.Redis(host=source.host, port=source.port, socket_timeout=3) as client:
-                group = next(
-                    (g for g in client.xinfo_groups(source.stream) if g["name"].decode() == stream["group"]), None
-                )
-            lag = (
-                "no consumer group yet"
-                if group is None
-                else f"lag {int(group.get('lag') or 0) + int(group['pending'])} entries ({group['pending']} in flight)"
-            )
-        except redis.RedisError as exc:
-            lag = f"broker not answering ({type(exc).__name__})"
-        lines.append(
-            f"      stream {source.url} -> {stream['sink'].rsplit('/', 1)[-1]}  group {stream['group']}: {lag}"
-        )
-    return lines
-
-
-def _deployment_lines(config: StackConfig, client: httpx.Client) -> list[str]:
-    try:
-        flows = {f["id"]: f["name"] for f in client.post(f"{config.prefect_api}/flows/filter", json={}).json()}
-        found = client.post(f"{config.prefect_api}/deployments/filter", json={}).json()
-    except (httpx.HTTPError, ValueError):
-        return ["  deployments: Prefect API not answering"]
-    lines = [f"  deployments ({len(found)}):"]
-    for d in sorted(found, key=lambda d: (flows.get(d["flow_id"], ""), d["name"])):
-        crons = [s["schedule"].get("cron") or s["schedule"].get("interval") for s in d.get("schedules", [])]
-        when = ", ".join(str(c) for c in crons) if crons else "on trigger / on demand"
-        paused = " (paused)" if d.get("paused") else ""
-        name = f"{flows.get(d['flow_id'], '?')}/{d['name']}"
-        lines.append(f"    {name:<28} {when:<24}{paused}  pool {d.get('work_pool_name')}")
-    return lines
-
-
-def _endpoint_lines(config: StackConfig, client: httpx.Client, token: str) -> list[str]:
-    try:
-        answer = client.get(
-            f"{config.url('gateway')}/api/2.0/serving-endpoints", headers={"Authorization": f"Bearer {token}"}
-        )
-        endpoints = answer.json().get("endpoints", []) if answer.status_code == 200 else None
-    except (httpx.HTTPError, ValueError):
-        endpoints = None
-    if endpoints is None:
-        return ["  endpoints: gateway not answering"]
-    lines = [f"  endpoints ({len(endpoints)}):"]
-    for e in endpoints:
-        state = e.get("state", {})
-        lines.append(f"    {e['name']:<16} {state.get('ready')} / {state.get('config_update')}")
-        lines.extend(_stream_lines(e))
-    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

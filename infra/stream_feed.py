@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 import redis
+from redis.typing import EncodableT, FieldT
 
 log = logging.getLogger("tollfree.stream_feed")
 
@@ -83,7 +84,8 @@ def attach(api: httpx.Client, endpoint: str, wanted: Mapping[str, Any]) -> bool:
     return True
 
 
-def rows(home: Path) -> list[dict[str, str]]:
+def rows(home: Path) -> list[dict[FieldT, EncodableT]]:
+    """The events to append, each a dict of strings (typed as XADD takes its fields)."""
     from feature_repo import synthetic
 
     frame = synthetic.read_transactions(home / "data")[list(COLUMNS)]

@@ -30,6 +30,7 @@ from serving.endpoints.monitoring import P_VALUE_METHODS, DriftConfig
 
 CHI2_CONTINGENCY = "chi2_contingency"  # one of P_VALUE_METHODS: drift when the score is below the threshold
 MIN_EXPECTED = 5.0  # Cochran's rule for the chi-square approximation
+DEFAULT_DRIFT = DriftConfig()  # frozen: one instance serves every call
 
 
 @dataclass(frozen=True)
@@ -212,7 +213,7 @@ def compute_drift(
     reference: pd.DataFrame,
     current: pd.DataFrame,
     columns: list[str],
-    config: DriftConfig = DriftConfig(),
+    config: DriftConfig = DEFAULT_DRIFT,
     report: bool = False,
 ) -> DriftResult:
     """Score each column with its explicit method and judge the run. With ``report``, the scores are read from

@@ -24,9 +24,16 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-KEEP_ALIVE_S = 75  # seconds an idle client connection stays open (see main)
+if TYPE_CHECKING:
+    import uvicorn
+
+    from serving.endpoints.store import EndpointStore
+    from serving.gateway.listener import RecordingServer
+    from serving.settings import Settings
+
+KEEP_ALIVE_S = 75  # seconds an idle client connection stays open (see _server_options)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -59,53 +66,55 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Refused(Exception):
+    """A setting the gateway cannot start with: main prints it and exits with status 2."""
+
+
 def main(argv: list[str] | None = None) -> int:
     from serving.settings import export_defaults
 
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s gateway %(name)s: %(message)s")
     settings = export_defaults(os.environ)
-
-    from serving.endpoints.manager import EndpointManager
-    from serving.endpoints.resolver import mlflow_resolver
-    from serving.endpoints.store import EndpointStore
-    from serving.gateway.app import create_gateway_app
-    from serving.gateway.auth import TokenRegistry
-    from serving.gateway.http_protocol import OneWriteHttpTools
-    from serving.gateway.metrics import GatewayMetrics
-    from serving.inference_log import InferenceLogWriter
-    from serving.state.database import StateStoreError
-
     try:
-        tokens = TokenRegistry.from_environ(os.environ)
-    except ValueError as exc:
+        app = _gateway_app(args, settings)
+    except _Refused as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    timeout_s = _request_timeout(args.request_timeout)
-    if timeout_s is None:
-        print(
-            "the request timeout (--request-timeout or TOLLFREE_REQUEST_TIMEOUT_S) must be a number of seconds "
-            "in (0, 3600]",
-            file=sys.stderr,
-        )
-        return 2
-    settings.home.mkdir(parents=True, exist_ok=True)
+    _serve(app, args, _server_options(args), settings.gateways_dir)
+    return 0
+
+
+def _gateway_app(args: argparse.Namespace, settings: Settings) -> Any:
+    """The gateway's ASGI app, from the command line and the environment; _Refused names a setting it cannot
+    start with."""
+    from serving.endpoints.manager import EndpointManager
+    from serving.endpoints.resolver import mlflow_resolver
+    from serving.gateway.app import create_gateway_app
+    from serving.gateway.auth import TokenRegistry
+    from serving.gateway.metrics import GatewayMetrics
+    from serving.inference_log import InferenceLogWriter
     from serving.replicas.cluster.connect import ClusterSettingsError, cluster_from_environ
 
     try:
+        tokens = TokenRegistry.from_environ(os.environ)
         cluster = cluster_from_environ(os.environ)  # None: local replica processes
-    except ClusterSettingsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        store = EndpointStore(settings.state_url, migrate=os.environ.get("TOLLFREE_STATE_MIGRATE", "auto") != "manual")
-    except (
-        StateStoreError
-    ) as exc:  # unreachable, or a schema to migrate first: the message names the URL, never its password
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except (ValueError, ClusterSettingsError) as exc:
+        raise _Refused(str(exc)) from None
+    timeout_s = _request_timeout(args.request_timeout)
+    if timeout_s is None:
+        raise _Refused(
+            "the request timeout (--request-timeout or TOLLFREE_REQUEST_TIMEOUT_S) must be a number of seconds "
+            "in (0, 3600]"
+        )
+    pool = os.environ.get("TOLLFREE_WARM_POOL", "1")
+    if not pool.isdigit():
+        raise _Refused(f"TOLLFREE_WARM_POOL must be a whole number of standby replicas (got {pool[:20]!r})")
+    if args.admin_port is not None and args.admin_port == args.port and (args.admin_host or args.host) == args.host:
+        raise _Refused("--admin-port must differ from --port")
+    settings.home.mkdir(parents=True, exist_ok=True)
     manager = EndpointManager(
-        store,
+        _endpoint_store(settings),
         mlflow_resolver(settings.tracking_uri),
         replica_env=os.environ,
         log_dir=settings.home / "logs",
@@ -113,37 +122,43 @@ def main(argv: list[str] | None = None) -> int:
         request_timeout_s=timeout_s,
         cluster=cluster,
     )
-    pool = os.environ.get("TOLLFREE_WARM_POOL", "1")
-    if not pool.isdigit():
-        print(f"TOLLFREE_WARM_POOL must be a whole number of standby replicas (got {pool[:20]!r})", file=sys.stderr)
-        return 2
     metrics = GatewayMetrics.create()  # one registry: the gateway's, the inference log's, the autoscaler's
-    warm_pool = int(pool) if cluster is None else 0  # pods start from their image, not from local standbys
-    app = create_gateway_app(
+    return create_gateway_app(
         manager,
         tokens,
         InferenceLogWriter(settings.inference_log_dir, registry=metrics.registry),
         metrics=metrics,
         autoscale=os.environ.get("TOLLFREE_AUTOSCALE", "on") != "off",
-        warm_pool_size=warm_pool,
+        warm_pool_size=int(pool) if cluster is None else 0,  # pods start from their image, not local standbys
         stream_claim_idle_s=args.stream_claim_idle,
     )
+
+
+def _endpoint_store(settings: Settings) -> EndpointStore:
+    from serving.endpoints.store import EndpointStore
+    from serving.state.database import StateStoreError
+
+    try:
+        return EndpointStore(settings.state_url, migrate=os.environ.get("TOLLFREE_STATE_MIGRATE", "auto") != "manual")
+    except StateStoreError as exc:  # unreachable, or a schema to migrate first: it names the URL, never its password
+        raise _Refused(str(exc)) from None
+
+
+def _server_options(args: argparse.Namespace) -> dict[str, Any]:
+    """uvicorn's settings for each server the gateway runs."""
+    from serving.gateway.http_protocol import OneWriteHttpTools
+
     # An idle keep-alive connection is kept 75 s (nginx's default; uvicorn's is 5 s): longer than the idle expiry
     # of the clients in front (httpx 5 s, load balancers 60 s), so a client never reuses a connection the gateway
     # is closing at that moment: that race failed a POST with a ReadError, which no client retries by itself.
-    server = dict(
-        log_level=args.log_level,
-        access_log=False,
-        timeout_graceful_shutdown=20,
-        loop="uvloop",
-        http=OneWriteHttpTools,
-        timeout_keep_alive=KEEP_ALIVE_S,
-    )
-    if args.admin_port is not None and args.admin_port == args.port and (args.admin_host or args.host) == args.host:
-        print("--admin-port must differ from --port", file=sys.stderr)
-        return 2
-    _serve(app, args, server, settings.gateways_dir)
-    return 0
+    return {
+        "log_level": args.log_level,
+        "access_log": False,
+        "timeout_graceful_shutdown": 20,
+        "loop": "uvloop",
+        "http": OneWriteHttpTools,
+        "timeout_keep_alive": KEEP_ALIVE_S,
+    }
 
 
 def _serve(app: Any, args: argparse.Namespace, server: dict[str, Any], records: Path) -> None:
@@ -177,7 +192,7 @@ def _request_timeout(given: float | None) -> float | None:
     return timeout_s if 0 < timeout_s <= 3600 else None
 
 
-async def _serve_both(public, admin) -> None:  # type: ignore[no-untyped-def]
+async def _serve_both(public: uvicorn.Server, admin: RecordingServer) -> None:
     """The public server owns the signals and the app's lifespan (replicas, inference log); the admin
     server follows it: it stops when the public one is told to."""
 

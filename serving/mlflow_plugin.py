@@ -41,7 +41,7 @@ _CONFIG_KEYS = (
     "stream_inputs",
 )
 _SCALE_KEYS = ("min_replicas", "max_replicas", "max_concurrency", "scale_to_zero_enabled", "workload_size")
-_KEEP_KEYS = ("name", "entity_name", "workload_type", "environment_vars") + _SCALE_KEYS
+_KEEP_KEYS = ("name", "entity_name", "workload_type", "environment_vars", *_SCALE_KEYS)
 
 
 def _error(message: str, code: str = "INVALID_PARAMETER_VALUE") -> MlflowException:
@@ -269,7 +269,7 @@ class TollfreeDeploymentClient(BaseDeploymentClient):
             raise _error("give exactly one of deployment_name or endpoint")
         name = str(deployment_name if deployment_name is not None else endpoint)
         chat = isinstance(inputs, Mapping) and "messages" in inputs
-        body = {**dict(inputs), **(params or {})} if chat else scoring_body(inputs, params)  # type: ignore[arg-type]
+        body = {**dict(inputs), **(params or {})} if chat else scoring_body(inputs, params)
         payload = self._call("POST", f"/serving-endpoints/{quote(name, safe='')}/invocations", body)
         if chat:
             return PredictionsResponse(payload)  # a chat endpoint's answer: the chat.completion object
@@ -277,7 +277,7 @@ class TollfreeDeploymentClient(BaseDeploymentClient):
             raise _error(f"the gateway's answer for {name} has no predictions", "INTERNAL_ERROR")
         return PredictionsResponse(payload)
 
-    def predict_stream(self, deployment_name=None, inputs=None, endpoint=None, params=None):  # type: ignore[no-untyped-def]
+    def predict_stream(self, deployment_name=None, inputs=None, endpoint=None, params=None):
         """A chat endpoint's streamed answer: each ``chat.completion.chunk`` as a dict, as the gateway relays it."""
         if (deployment_name is None) == (endpoint is None):
             raise _error("give exactly one of deployment_name or endpoint")
@@ -308,7 +308,8 @@ class TollfreeDeploymentClient(BaseDeploymentClient):
                         if "error" in chunk:
                             error = chunk["error"]
                             raise _error(
-                                f"tollfree gateway: the stream ended with {error.get('error_code')}: {error.get('message')}"
+                                "tollfree gateway: the stream ended with "
+                                f"{error.get('error_code')}: {error.get('message')}"
                             )
                         yield chunk
         except httpx.HTTPError as exc:
@@ -335,7 +336,7 @@ class TollfreeDeploymentClient(BaseDeploymentClient):
         if reply.is_success and isinstance(payload, dict):
             return payload
         error = payload if isinstance(payload, dict) else {}
-        known = error.get("error_code") in ErrorCode.keys()
+        known = error.get("error_code") in ErrorCode.keys()  # noqa: SIM118 - a protobuf enum has no __contains__
         code = str(error["error_code"]) if known else ErrorCode.Name(get_error_code(reply.status_code))
         message = str(error.get("message") or reply.reason_phrase or "no message").replace(self._token, "***")
         raise _error(f"tollfree gateway: {code}: {message} (HTTP {reply.status_code})", code)

@@ -73,7 +73,7 @@ def run_local(
             prepared = ahead.result()
             if i + 1 < len(chunks):
                 ahead = pool.submit(prepare, ctx, chunks[i + 1])
-            result = finish(ctx, chunk, prepared)  # type: ignore[arg-type]
+            result = finish(ctx, chunk, prepared)  # type: ignore[arg-type]  # finish takes what its own prepare made
             on_done(result)
             results.append(result)
     finally:

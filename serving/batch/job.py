@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from serving.batch import engines, input_check, model_columns, output_layout, partition, validation_process
 from serving.batch.chunks import Chunk, ChunkResult, ScoringContext, plan_chunks, preload
@@ -151,20 +152,12 @@ def score_dataset(
     scored into the hidden staging directory meanwhile and a refused input stops the run. Either way the
     verdict comes before anything is published, and a refused input leaves no output."""
     started = time.perf_counter()
-    output_layout.check_run_id(run_id)
-    if engine not in engines.ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(engines.ENGINES)}, got {engine!r}")
-    if chunk_rows <= 0:
-        raise ValueError(f"chunk_rows must be > 0, got {chunk_rows}")
+    _check_arguments(run_id, engine, chunk_rows)
     in_child = validation_process.wanted(validation)
     with validation_process.ValidationProcess() if in_child else contextlib.nullcontext() as validator:
         model, spec, plan = _check_input(Path(input_path), model_uri, home, tracking_uri, key_column, engine, validator)
         checked = time.perf_counter()
-        root = Path(output_root)
-        final = output_layout.run_dir(root, run_id)
-        created_root = not root.exists()
-        staging = output_layout.new_staging(root, run_id)
-        try:
+        with output_layout.staged(Path(output_root), run_id) as staging:
             chunks = _chunks(plan, spec, chunk_rows, staging / WORK_DIR if regroup else None)
             log.info(
                 "batch %s: %d rows in %d file(s), %d chunk(s)%s, %s -> version %s, engine %s%s",
@@ -206,29 +199,36 @@ def score_dataset(
                 }
             )
             output_layout.write_manifest(staging, manifest)
-            output_layout.publish(staging, final)
-        except BaseException:
-            output_layout.discard(staging, root if created_root else None)
-            raise
+    return _published(run_id, output_layout.run_dir(Path(output_root), run_id), manifest, len(chunks), started)
+
+
+def _check_arguments(run_id: str, engine: str, chunk_rows: int) -> None:
+    output_layout.check_run_id(run_id)
+    if engine not in engines.ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(engines.ENGINES)}, got {engine!r}")
+    if chunk_rows <= 0:
+        raise ValueError(f"chunk_rows must be > 0, got {chunk_rows}")
+
+
+def _published(run_id: str, final: Path, manifest: dict[str, Any], chunks: int, started: float) -> BatchResult:
+    """A published run's result, from its manifest, and its log lines."""
     seconds = time.perf_counter() - started
-    missing = manifest["rows_without_features"]
+    rows, missing, files = manifest["rows"], manifest["rows_without_features"], len(manifest["files"])
     if missing:
         log.warning(
             "batch %s: %d of %d rows had no features in the store (prediction left null)", run_id, missing, rows
         )
-    log.info(
-        "batch %s: published %d rows in %d files to %s in %.1f s", run_id, rows, len(manifest["files"]), final, seconds
-    )
+    log.info("batch %s: published %d rows in %d files to %s in %.1f s", run_id, rows, files, final, seconds)
     return BatchResult(
         rows,
         final,
-        model_uri,
-        model.version,
+        manifest["model_uri"],
+        manifest["model_version"],
         seconds,
         missing,
-        len(manifest["files"]),
-        len(chunks),
-        engine,
+        files,
+        chunks,
+        manifest["engine"],
         manifest["stage_seconds"],
     )
 

@@ -30,7 +30,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,8 @@ def check_run_id(run_id: str) -> str:
     """A run id is one path segment: letters, digits, ``-``, ``_``, ``.``; at most 128 characters."""
     if not run_id or len(run_id) > 128 or not set(run_id) <= _RUN_ID_CHARS or run_id.startswith("."):
         raise ValueError(
-            f"run id must be 1-128 characters of letters, digits, '-', '_' or '.', not starting with '.'; got {run_id[:130]!r}"
+            "run id must be 1-128 characters of letters, digits, '-', '_' or '.', not starting with '.'; "
+            f"got {run_id[:130]!r}"
         )
     return run_id
 
@@ -81,6 +82,20 @@ def discard(staging: Path, created_root: Path | None = None) -> None:
     if created_root is not None:
         with contextlib.suppress(OSError):  # not empty: another run wrote there meanwhile
             created_root.rmdir()
+
+
+@contextlib.contextmanager
+def staged(output_root: Path, run_id: str) -> Iterator[Path]:
+    """A new staging directory for the run, published as ``run=ID/`` when the block ends; when the block or the
+    publish raises, discarded with the output root if this run created it (see ``discard``)."""
+    created_root = not output_root.exists()
+    staging = new_staging(output_root, run_id)
+    try:
+        yield staging
+        publish(staging, run_dir(output_root, run_id))
+    except BaseException:
+        discard(staging, output_root if created_root else None)
+        raise
 
 
 def remove_stale_staging(output_root: Path, run_id: str) -> list[Path]:

@@ -122,8 +122,10 @@ class ChatPlane:
         charge = request.prompt_tokens() + (request.max_tokens or DEFAULT_COMPLETION_BUDGET)
         reservation = self.budgets.reserve(name, who.name, ai.rate_limits, charge)
         try:
-            key = ("chat", request.cache_key()) if live.cache is not None and not request.stream else None
-            hit = live.cache.get(key) if key is not None and key[1] is not None else None  # type: ignore[union-attr]
+            cache = live.cache if not request.stream else None
+            body_key = request.cache_key() if cache is not None else None
+            key = ("chat", body_key.decode()) if body_key is not None else None  # the body is JSON: UTF-8
+            hit = cache.get(key) if cache is not None and key is not None else None
             if hit is not None:
                 outcome.entity, outcome.version, body = hit
                 outcome.cached = True
@@ -151,8 +153,8 @@ class ChatPlane:
                     body = await read_whole(attempt.target, attempt.response)
                     body = guard_output(body, ai)
                     self._observe_whole(outcome, body, request)
-                    if key is not None and key[1] is not None:
-                        live.cache.put(key, (outcome.entity, outcome.version, body))  # type: ignore[union-attr]
+                    if cache is not None and key is not None:
+                        cache.put(key, (outcome.entity, outcome.version, body))
                     await send_json(send, 200, body, request_id, {"served-model-name": str(outcome.entity)})
             except UpstreamFailed as failed:
                 raise failed.to_api_error(self.timeout_s) from None

@@ -48,5 +48,6 @@ class _OneWritePerTurn:
 class OneWriteHttpTools(HttpToolsProtocol):
     """Pass as uvicorn's ``http``."""
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(_OneWritePerTurn(transport, self.loop))  # type: ignore[arg-type]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn's own
+        # _OneWritePerTurn is not an asyncio.Transport: it has the parts uvicorn calls and delegates the rest
+        super().connection_made(_OneWritePerTurn(transport, self.loop))  # type: ignore[arg-type]  # duck-typed

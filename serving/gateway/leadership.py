@@ -92,9 +92,11 @@ class Leadership:
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        self._listener = ChangeListener(
-            self.manager.store.database.url, lambda: loop.call_soon_threadsafe(self._changed.set)
-        )
+
+        def changed() -> None:  # on the listener's thread: wake this loop
+            loop.call_soon_threadsafe(self._changed.set)
+
+        self._listener = ChangeListener(self.manager.store.database.url, changed)
         self._listener.start()
         while True:
             try:

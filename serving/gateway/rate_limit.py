@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from serving.protocol.errors import ApiError
 
@@ -46,7 +46,7 @@ class RateLimit:
         return cls(float(rate), float(burst))
 
 
-def _positive(value: Any) -> bool:
+def _positive(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 

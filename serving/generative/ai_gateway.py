@@ -55,10 +55,8 @@ class AiGatewayConfig:
     fallbacks: bool = False
     input_pii: str = "NONE"  # NONE | BLOCK | MASK
     output_pii: str = "NONE"
-    redact: tuple[str, ...] = ()
-    inference_table: tuple[
-        tuple[str, Any], ...
-    ] = ()  # its Unity Catalog fields as given (returned, not used)  # pattern names applied to payloads before the inference-log record is written
+    redact: tuple[str, ...] = ()  # pattern names applied to payloads before the inference-log record is written
+    inference_table: tuple[tuple[str, Any], ...] = ()  # its Unity Catalog fields as given (returned, not used)
 
 
 def _object(value: Any, path: str, accepted: tuple[str, ...]) -> Mapping[str, Any]:

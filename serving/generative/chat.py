@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 
@@ -263,7 +263,7 @@ def _names(keys: Iterable[Any]) -> list[str]:
     return names[:_MAX_NAMES] + ([f"... {len(names) - _MAX_NAMES} more"] if len(names) > _MAX_NAMES else [])
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

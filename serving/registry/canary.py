@@ -1,4 +1,4 @@
-"""A canary on an endpoint, run by anything (the canary flow runs it): its durable state, its lock, its moves.
+"""A canary on an endpoint, run by anything (the canary flow runs it): its moves.
 
 ``run_once`` reads the endpoint through the gateway's API and the endpoint's state, then does one thing:
 starts a canary (the model's ``challenger`` joins the endpoint as a second served entity, pinned to its
@@ -10,21 +10,15 @@ removes the losing entity of a finished one once it has drained. The verdict is 
 its statistics live in ``monitoring/``, which this package does not import.
 
 Traffic moves by a config change through the API (``EndpointApi``); a traffic-only change restarts no
-replica. The state is a JSON file per endpoint under ``$TOLLFREE_HOME/canary/``, written atomically, and
-mirrored as ``canary.*`` tags on the challenger's version; ``exclusive`` lets one run per endpoint act.
+replica (``endpoint_traffic``). The state is kept between runs by ``canary_store`` (a JSON file per endpoint and
+a lock that lets one run per endpoint act) and mirrored as ``canary.*`` tags on the challenger's version.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import json
-import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import quote
 
 from serving.registry import lifecycle, versions
 from serving.registry.canary_steps import (
@@ -41,27 +35,22 @@ from serving.registry.canary_steps import (
     drained,
     next_action,
 )
+from serving.registry.canary_store import load_state, save_state
+from serving.registry.endpoint_traffic import EndpointApi, config_body, entity_input, routes_of, served, set_traffic
 from serving.settings import Settings
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
 
-class EndpointApi(Protocol):
-    """The gateway's serving-endpoints API as the canary drives it (the flows' ``GatewayApi``)."""
-
-    def get(self, endpoint: str) -> dict[str, Any]: ...
-
-    def apply(self, endpoint: str, body: dict[str, Any], timeout_s: float = 300.0) -> dict[str, Any]:
-        """PUT a config and wait for it to settle; the settled view."""
-        ...
-
-
 class Verdict(Protocol):
-    """What ``monitoring.canary.canary_verdict`` returns, as far as acting on it goes."""
+    """What ``monitoring.canary.canary_verdict`` returns, as far as acting on it goes (read-only, so a frozen
+    dataclass satisfies it)."""
 
-    decision: str  # ok | warn | rollback | insufficient
-    reason: str
+    @property
+    def decision(self) -> str: ...  # ok | warn | rollback | insufficient
+    @property
+    def reason(self) -> str: ...
 
     def table(self) -> list[dict[str, Any]]: ...
 
@@ -72,41 +61,6 @@ Judge = Callable[[CanaryState, datetime], tuple[CanaryState, Verdict]]
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-# ---- durable state -------------------------------------------------------------------------------
-def state_path(settings: Settings, endpoint: str) -> Path:
-    return settings.home / "canary" / f"{quote(endpoint, safe='')}.json"
-
-
-def load_state(settings: Settings, endpoint: str) -> CanaryState | None:
-    path = state_path(settings, endpoint)
-    return CanaryState.from_dict(json.loads(path.read_text())) if path.exists() else None
-
-
-def save_state(settings: Settings, state: CanaryState) -> None:
-    path = state_path(settings, state.endpoint)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(state.to_dict(), indent=1, default=str))
-    os.replace(tmp, path)
-
-
-@contextlib.contextmanager
-def exclusive(settings: Settings, endpoint: str) -> Iterator[bool]:
-    """One canary run per endpoint at a time; yields False if another holds the lock."""
-    path = state_path(settings, endpoint).with_suffix(".lock")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _tag(client: MlflowClient, state: CanaryState, **tags: Any) -> None:
@@ -133,69 +87,6 @@ def outcome(
         champion_version=state.champion_version if state else None,
         checks=verdict.table() if verdict else [],
     )
-
-
-# ---- endpoint configs ----------------------------------------------------------------------------
-_ENTITY_KEYS = (
-    "name",
-    "entity_name",
-    "workload_size",
-    "workload_type",
-    "scale_to_zero_enabled",
-    "environment_vars",
-    "min_replicas",
-    "max_replicas",
-    "max_concurrency",
-    "autoscaling",
-)
-
-
-def entity_input(view_entity: Mapping[str, Any]) -> dict[str, Any]:
-    """A served entity of an endpoint view as a config input: an alias entity keeps its alias only."""
-    out = {k: view_entity[k] for k in _ENTITY_KEYS if k in view_entity}
-    if view_entity.get("entity_alias"):
-        out["entity_alias"] = view_entity["entity_alias"]
-    else:
-        out["entity_version"] = str(view_entity["entity_version"])
-    return out
-
-
-def routes_of(view: Mapping[str, Any]) -> dict[str, int]:
-    """Served entity name -> traffic percentage of the endpoint's current config."""
-    return {r["served_entity_name"]: int(r["traffic_percentage"]) for r in view["config"]["traffic_config"]["routes"]}
-
-
-def config_body(view: Mapping[str, Any], entities: list[dict[str, Any]], routes: Mapping[str, int]) -> dict[str, Any]:
-    """A config request with ``entities`` and ``routes``, keeping the view's cache, capture and monitoring
-    settings, so a traffic change resends every entity exactly as it was (an alias stays an alias)."""
-    body: dict[str, Any] = {
-        "served_entities": entities,
-        "traffic_config": {
-            "routes": [
-                {"served_entity_name": e["name"], "traffic_percentage": int(routes.get(e["name"], 0))} for e in entities
-            ]
-        },
-    }
-    for key in ("response_cache", "auto_capture_config", "monitoring"):
-        if key in view["config"]:
-            body[key] = view["config"][key]
-    return body
-
-
-def _entity(view: dict[str, Any], name: str) -> dict[str, Any] | None:
-    return next((e for e in view["config"]["served_entities"] if e["name"] == name), None)
-
-
-def _set_traffic(
-    api: EndpointApi, endpoint: str, view: dict[str, Any], routes: dict[str, int], timeout_s: float
-) -> dict[str, Any]:
-    entities = [entity_input(e) for e in view["config"]["served_entities"]]
-    settled = api.apply(endpoint, config_body(view, entities, routes), timeout_s)
-    if settled["state"]["config_update"] != "NOT_UPDATING" or routes_of(settled) != {**routes_of(view), **routes}:
-        raise RuntimeError(
-            f"endpoint {endpoint}: traffic change did not apply ({settled.get('state_message', settled['state'])})"
-        )
-    return settled
 
 
 # ---- starting ------------------------------------------------------------------------------------
@@ -338,7 +229,7 @@ def _evaluate(
     timeout_s: float,
 ) -> tuple[Outcome, CanaryState]:
     endpoint, now = state.endpoint, utc_now()
-    if _entity(view, state.champion_entity) is None or _entity(view, state.challenger_entity) is None:
+    if served(view, state.champion_entity) is None or served(view, state.challenger_entity) is None:
         why = "the endpoint's config no longer serves both the champion and the challenger; canary abandoned"
         state = state.moved(now, status=FAILED, ended=now.isoformat(), cleaned=True, last_reason=why)
         return outcome(endpoint, "abandoned", why, state), state
@@ -355,7 +246,7 @@ def _act(
     if action.kind == HOLD:
         return state.moved(utc_now(), last_decision=HOLD, last_reason=action.reason)
     routes = {state.champion_entity: 100 - action.traffic, state.challenger_entity: action.traffic}
-    _set_traffic(api, endpoint, view, routes, timeout_s)
+    set_traffic(api, endpoint, view, routes, timeout_s)
     now = utc_now()
     if action.kind == ROLLBACK:
         lifecycle.drop(client, state.model, lifecycle.CHALLENGER, state.challenger_version)

@@ -39,12 +39,16 @@ class ProbeFigures:
 class GroupGap(Protocol):
     """What the fairness gate reads (``monitoring.fairness.group_rates`` measures it): the rate per group
     (each with ``group``, ``rate`` and ``rows``), the largest gap, and the groups at its two ends (None
-    when fewer than two groups have enough rows)."""
+    when fewer than two groups have enough rows). Read-only, so a frozen dataclass satisfies it."""
 
-    rate: str
-    groups: Sequence[Any]
-    gap: float
-    worst: tuple[str, str] | None
+    @property
+    def rate(self) -> str: ...
+    @property
+    def groups(self) -> Sequence[Any]: ...
+    @property
+    def gap(self) -> float: ...
+    @property
+    def worst(self) -> tuple[str, str] | None: ...
 
 
 def _fmt(values: Mapping[str, float]) -> str:
@@ -185,7 +189,8 @@ def data_gate(cfg: Mapping[str, Any], tags: Mapping[str, str]) -> GateResult:
             "data", False, "not validated", "gx.success=true", "the training data has no validation result"
         )
     ok = tags["gx.success"] == "true"
-    value = f"suite {tags.get('gx.suite', '?')}: {tags.get('gx.successful', '?')}/{tags.get('gx.evaluated', '?')} expectations"
+    passed, evaluated = tags.get("gx.successful", "?"), tags.get("gx.evaluated", "?")
+    value = f"suite {tags.get('gx.suite', '?')}: {passed}/{evaluated} expectations"
     if not ok and cfg.get("require_success", True):
         return GateResult("data", False, value, "gx.success=true", f"failed: {tags.get('gx.failed', 'see the run')}")
     return GateResult("data", True, value, "gx.success=true", "training data passed its suite")

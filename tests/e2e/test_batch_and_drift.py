@@ -68,7 +68,7 @@ def test_batch_refuses_bad_input_before_writing(world, batch_input, tmp_path):
         batch_score(
             input_path=str(batch_input), output=str(tmp_path / "o2"), model_uri=f"models:/{MODEL_NAME}@nope", run_id="x"
         )
-    with pytest.raises(FileNotFoundError, match="missing.parquet"):
+    with pytest.raises(FileNotFoundError, match=r"missing\.parquet"):
         batch_score(input_path=str(tmp_path / "missing.parquet"), output=str(tmp_path / "o3"), run_id="x")
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
 

@@ -26,7 +26,7 @@ from flows.labels import ingest_labels
 from serving.gateway.process import wait_endpoint_ready
 from serving.inference_log import read_inference_log
 from serving.registry import versions
-from serving.registry.canary import load_state
+from serving.registry.canary_store import load_state
 from tests.models import FlakyModel, SleepyModel
 from tests.world import MODEL_NAME
 

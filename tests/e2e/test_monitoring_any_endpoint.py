@@ -68,7 +68,8 @@ def log_own_model(world, name: str) -> str:  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def own(world, gateway: LiveGateway) -> dict[str, str]:
-    """``byo`` v1 on the endpoint ``byo`` (monitoring: a 60-request first window) and ``byo_gone`` v1 on ``byo-gone``."""
+    """``byo`` v1 on the endpoint ``byo`` (monitoring: a 60-request first window) and ``byo_gone`` v1 on
+    ``byo-gone``."""
     logged_versions = {"byo": log_own_model(world, MODEL), "gone": log_own_model(world, GONE)}
     with gateway.client(gateway.admin) as api:
         for endpoint, model in (("byo", MODEL), ("byo-gone", GONE)):

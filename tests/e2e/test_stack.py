@@ -3,8 +3,9 @@
 
 up -> the Prefect API lists every deployment with its schedule, the UIs answer -> a deployment run
 triggered from the Prefect CLI completes and shows its artifact -> an endpoint created through HAProxy
-answers -> the demo's stream feed reaches it -> status says what runs (the stream with its lag) -> down -> no process of ours is left (recorded pids, and everything
-carrying the stack's mark) -> up again: the endpoint, its config and alias, and the token are back -> down.
+answers -> the demo's stream feed reaches it -> status says what runs (the stream with its lag) -> down -> no
+process of ours is left (recorded pids, and everything carrying the stack's mark) -> up again: the endpoint,
+its config and alias, and the token are back -> down.
 """
 
 from __future__ import annotations

@@ -126,7 +126,7 @@ def test_a_completed_training_run_event_starts_a_promote_run(prefect_harness):
 
 
 def test_every_model_with_a_training_definition_gets_its_training_and_promotion(tmp_path):
-    policy = (Path(__file__).resolve().parents[2] / "flows" / "policies" / "fraud.yaml").read_text()
+    policy = (Path(__file__).resolve().parents[2] / "flows" / "promotion_policies" / "fraud.yaml").read_text()
     (tmp_path / "fraud.yaml").write_text(policy)
     (tmp_path / "churn.yaml").write_text(
         policy.replace("model: fraud", "model: churn").replace("feature_service: fraud_v1", "feature_service: churn_v1")

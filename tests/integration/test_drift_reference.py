@@ -84,7 +84,7 @@ def test_a_dataset_pinned_by_name_is_loaded_from_its_source_and_an_unknown_name_
     ref = _reference(world, MODEL, own, {"reference": {"dataset": "holdout"}})
     assert ref.described.startswith("dataset 'holdout' logged on run") and list(ref.frame.columns) == ["a", "b"]
     assert len(ref.frame) == 50 and ref.served is None
-    with pytest.raises(LookupError, match="no dataset named 'nope'.*holdout"):
+    with pytest.raises(LookupError, match=r"no dataset named 'nope'.*holdout"):
         _reference(world, MODEL, own, {"reference": {"dataset": "nope"}})
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -129,7 +131,7 @@ def test_feature_tables_are_stored_by_key_range_and_join_the_same_as_in_time_ord
             for i in range(meta.num_row_groups)
         ]
         # consecutive row groups share at most their boundary key: each covers a narrow key range
-        assert all(prev[1] <= cur[0] for prev, cur in zip(ranges, ranges[1:])), (name, ranges[:5])
+        assert all(prev[1] <= cur[0] for prev, cur in itertools.pairwise(ranges)), (name, ranges[:5])
         frame = pd.read_parquet(tmp_path / "sorted" / feature_store.TABLE_PATHS[name])
         assert frame.equals(frame.sort_values(feature_store.table_order(name), kind="stable", ignore_index=True))
 

@@ -272,7 +272,7 @@ def test_dockerfile_stages_are_the_ones_the_manifests_use_and_run_as_non_root():
     instructions = _instructions()
     stages = [args.split()[-1] for op, args in instructions if op == "FROM"]
     assert stages == ["runtime", "worker"]
-    assert [args for op, args in instructions if op == "FROM"][0].startswith("python:3.11")
+    assert next(args for op, args in instructions if op == "FROM").startswith("python:3.11")
     users = [args for op, args in instructions if op == "USER"]
     assert users[-1] == "10001"
     images = {

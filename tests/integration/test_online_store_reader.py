@@ -87,7 +87,7 @@ def test_fast_frame_equals_feast_frame(stores, request_rows, kind, size):
 def test_store_reader_equals_get_online_features_per_view(stores, request_rows, kind):
     store = stores[kind]
     reader = OnlineFeatureReader(store, SERVICE)._fast.store_reader
-    columns = {k: request_rows[k].tolist() + [10**9] for k in ("customer_id", "merchant_id")}  # last: unknown
+    columns = {k: [*request_rows[k].tolist(), 10**9] for k in ("customer_id", "merchant_id")}  # last: unknown
     got = reader.read(columns)
     for spec in reader.views:
         refs = [f"{spec.name}:{f}" for f in spec.features]

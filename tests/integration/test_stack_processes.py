@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from infra.processes import MARK, marked, spawn, start_ticks, stop_pids, stop_record
-from infra.services import StackConfig, admin_token, child_environ, port_free, services
-from infra.stack import StackRecord, write_env_file
+from infra.services import child_environ, port_free, services
+from infra.stack import write_env_file
+from infra.stack_config import StackConfig, admin_token
+from infra.stack_record import StackRecord
 
 
 def test_ports_come_from_the_environment_and_are_checked(tmp_path: Path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
@@ -45,7 +47,7 @@ def test_buckets_hold_every_row_once_in_disjoint_key_ranges(tmp_path):
     parts = [pd.read_parquet(f.path) for f in regrouped.files]
     assert sorted(pd.concat(parts)["transaction_id"]) == list(range(5000))
     ranges = [(p["customer_id"].min(), p["customer_id"].max()) for p in parts]
-    assert all(hi < lo for (_, hi), (lo, _) in zip(ranges, ranges[1:]))  # disjoint, ascending
+    assert all(hi < lo for (_, hi), (lo, _) in itertools.pairwise(ranges))  # disjoint, ascending
     assert list(parts[0].columns) == SPEC.columns
     chunks = plan_chunks(regrouped, 1000)
     assert sum(c.length for c in chunks) == 5000 and all(c.row_group is None for c in chunks)

@@ -66,11 +66,11 @@ def test_a_venv_is_current_only_with_the_same_digest_and_a_python_that_starts(tm
 
 
 def test_a_failed_uv_install_says_so_and_leaves_nothing_half_installed(tmp_path, env):
-    with pytest.raises(bootstrap.BootstrapError, match="could not install uv==0.0.0"):
+    with pytest.raises(bootstrap.BootstrapError, match=r"could not install uv==0\.0\.0"):
         bootstrap.ensure_uv("/bin/false", "0.0.0", env, tools=tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_python_of_another_version_is_refused_by_name(env):
-    with pytest.raises(bootstrap.BootstrapError, match="needs Python 3.11; '/bin/false' is not a working Python"):
+    with pytest.raises(bootstrap.BootstrapError, match=r"needs Python 3\.11; '/bin/false' is not a working Python"):
         bootstrap.check_python("/bin/false", env)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from mlflow.exceptions import MlflowException
 
-from serving.registry import canary
+from serving.registry import canary, canary_store, endpoint_traffic
 from serving.registry.canary_steps import ACTIVE, PROMOTED, ROLLED_BACK, CanaryPlan
 from serving.settings import Settings
 
@@ -49,7 +49,7 @@ class Endpoint:
 
     def __init__(self, name: str, entities: list[dict[str, Any]]) -> None:
         self.view: dict[str, Any] = {"name": name, "state": {"config_update": "NOT_UPDATING"}, "config": {}}
-        self.apply(name, canary.config_body({"config": {}}, entities, {entities[0]["name"]: 100}))
+        self.apply(name, endpoint_traffic.config_body({"config": {}}, entities, {entities[0]["name"]: 100}))
 
     def get(self, endpoint: str) -> dict[str, Any]:
         return copy.deepcopy(self.view)
@@ -59,7 +59,7 @@ class Endpoint:
         return self.get(endpoint)
 
     def routes(self) -> dict[str, int]:
-        return canary.routes_of(self.view)
+        return endpoint_traffic.routes_of(self.view)
 
 
 def verdicts(*decisions: str):  # a judge that hands out these decisions in turn
@@ -94,14 +94,14 @@ def test_a_challenger_starts_beside_the_champion_advances_and_is_promoted(world)
     promoted = run(world, verdicts("ok"))
     assert promoted["action"] == "promote" and api.routes() == {"m-1": 0, "m-2": 100}
     assert registry.aliases == {"champion": "2", "previous": "1"}
-    assert canary.load_state(settings, "e").status == PROMOTED
+    assert canary_store.load_state(settings, "e").status == PROMOTED
     cleaned = run(world)
     assert cleaned["action"] == "cleaned" and [e["name"] for e in api.view["config"]["served_entities"]] == ["m-2"]
     assert run(world)["action"] == "idle"  # no challenger left to start
 
 
 def test_a_rollback_verdict_takes_the_traffic_and_the_alias_away(world):
-    settings, registry, api = world
+    _, registry, api = world
     run(world)
     rolled = run(world, verdicts("rollback"))
     assert rolled["action"] == "rollback" and api.routes() == {"m-1": 100, "m-2": 0}
@@ -110,14 +110,14 @@ def test_a_rollback_verdict_takes_the_traffic_and_the_alias_away(world):
 
 
 def test_without_a_challenger_nothing_starts(world):
-    settings, registry, api = world
+    settings, registry, _ = world
     del registry.aliases["challenger"]
-    assert run(world)["action"] == "idle" and canary.load_state(settings, "e") is None
+    assert run(world)["action"] == "idle" and canary_store.load_state(settings, "e") is None
 
 
 def test_one_run_per_endpoint_at_a_time(world):
     settings = world[0]
-    with canary.exclusive(settings, "e") as first, canary.exclusive(settings, "e") as second:
+    with canary_store.exclusive(settings, "e") as first, canary_store.exclusive(settings, "e") as second:
         assert (first, second) == (True, False)
 
 
@@ -126,7 +126,7 @@ def _split(
 ) -> None:
     """A split set by hand (as an update_config through the SDK would), not by the canary."""
     entities = [{"name": n, "entity_name": (model or {}).get(n, "m"), "entity_version": v} for n, v in versions.items()]
-    api.apply("e", canary.config_body({"config": {}}, entities, shares))
+    api.apply("e", endpoint_traffic.config_body({"config": {}}, entities, shares))
 
 
 def test_a_split_set_by_hand_is_adopted_and_rolled_back_like_a_canary_of_its_own(world):
@@ -134,7 +134,7 @@ def test_a_split_set_by_hand_is_adopted_and_rolled_back_like_a_canary_of_its_own
     _split(api, {"blue": 80, "green": 20}, {"blue": "1", "green": "2"})
     adopted = run(world)
     assert adopted["action"] == "adopted" and adopted["traffic"] == 20 and "set by hand" in adopted["reason"]
-    state = canary.load_state(settings, "e")
+    state = canary_store.load_state(settings, "e")
     assert (state.champion_entity, state.challenger_entity, state.status) == ("blue", "green", ACTIVE)
     assert api.routes() == {"blue": 80, "green": 20}  # adopting moves no traffic
     rolled = run(world, verdicts("rollback"))
@@ -146,7 +146,7 @@ def test_without_the_alias_the_smaller_share_is_the_challenger_and_it_advances_f
     settings, registry, api = world
     del registry.aliases["challenger"]
     _split(api, {"a": 30, "b": 70}, {"a": "2", "b": "1"})
-    assert run(world)["action"] == "adopted" and canary.load_state(settings, "e").challenger_entity == "a"
+    assert run(world)["action"] == "adopted" and canary_store.load_state(settings, "e").challenger_entity == "a"
     advanced = run(world, verdicts("ok"))
     assert advanced["action"] == "advance" and api.routes() == {"a": 50, "b": 50}  # the next step above 30
 
@@ -156,7 +156,7 @@ def test_a_split_between_two_models_or_equal_shares_without_alias_is_reported_no
     _split(api, {"a": 90, "b": 10}, {"a": "1", "b": "1"}, model={"a": "m", "b": "other"})
     two_models = run(world)
     assert two_models["action"] == "idle" and "two different models" in two_models["reason"]
-    assert api.routes() == {"a": 90, "b": 10} and canary.load_state(settings, "e") is None
+    assert api.routes() == {"a": 90, "b": 10} and canary_store.load_state(settings, "e") is None
     del registry.aliases["challenger"]
     _split(api, {"a": 50, "b": 50}, {"a": "1", "b": "3"})
     equal = run(world)

@@ -102,7 +102,7 @@ def test_the_report_scores_and_judges_as_the_stat_tests_called_directly():
     current = pd.concat([traffic(rng, 300), categories(rng, 300)], axis=1)
     current["x7"] += reference["x7"].std()
     reference.loc[5, "x1"], current.loc[9, "x2"] = np.nan, np.inf
-    columns = COLUMNS[:8] + ["channel", "merchant"]
+    columns = [*COLUMNS[:8], "channel", "merchant"]
     fast = compute_drift(reference, current, columns)
     full = compute_drift(reference, current, columns, report=True)
     assert full.snapshot is not None and fast.snapshot is None

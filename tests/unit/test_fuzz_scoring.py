@@ -163,7 +163,7 @@ def test_row_limit_is_413_for_every_format():
         except ApiError as err:
             assert err.status_code == 413, body
         else:
-            raise AssertionError(f"{list(body)[0]} over the row limit was accepted")
+            raise AssertionError(f"{next(iter(body))} over the row limit was accepted")
     csv = ("a,b\n" + "1,2\n" * 6).encode()
     try:
         parse_scoring_request(csv, "text/csv", max_rows=5)

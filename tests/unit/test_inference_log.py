@@ -23,20 +23,20 @@ FIELDS = list(INFERENCE_LOG_SCHEMA.names)
 
 def make(i: int, endpoint: str = "churn", ts: datetime | None = None, **kw: object) -> InferenceRecord:
     ok = i % 3 != 0
-    values: dict[str, object] = dict(
-        request_id=f"req-{endpoint}-{i:05d}",
-        timestamp=ts if ts is not None else T0 + timedelta(milliseconds=i),
-        endpoint=endpoint,
-        served_entity="churn-model-1" if ok else None,
-        model_version="7" if ok else None,
-        status_code=200 if ok else 429,
-        latency_ms=1.25 + i,
-        inputs=f'[{{"customer_id": {i}, "note": "{SECRET} é"}}]' if ok else None,
-        served_features='[{"tenure": 3.5}]' if ok else None,
-        outputs="[0.25]" if ok else None,
-        error_code=None if ok else "REQUEST_LIMIT_EXCEEDED",
-        rows=1 if ok else 0,
-    )
+    values: dict[str, object] = {
+        "request_id": f"req-{endpoint}-{i:05d}",
+        "timestamp": ts if ts is not None else T0 + timedelta(milliseconds=i),
+        "endpoint": endpoint,
+        "served_entity": "churn-model-1" if ok else None,
+        "model_version": "7" if ok else None,
+        "status_code": 200 if ok else 429,
+        "latency_ms": 1.25 + i,
+        "inputs": f'[{{"customer_id": {i}, "note": "{SECRET} é"}}]' if ok else None,
+        "served_features": '[{"tenure": 3.5}]' if ok else None,
+        "outputs": "[0.25]" if ok else None,
+        "error_code": None if ok else "REQUEST_LIMIT_EXCEEDED",
+        "rows": 1 if ok else 0,
+    }
     values.update(kw)
     return InferenceRecord(**values)  # type: ignore[arg-type]
 

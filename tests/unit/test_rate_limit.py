@@ -86,5 +86,5 @@ def test_parse_fills_the_burst_from_the_rate(value, ok):
     ],
 )
 def test_parse_refuses_nonsense_naming_where(value):
-    with pytest.raises(ValueError, match="^here"):
+    with pytest.raises(ValueError, match=r"^here"):
         RateLimit.parse(value, "here")

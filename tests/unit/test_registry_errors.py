@@ -14,7 +14,7 @@ def _connection_failure() -> MlflowException:
         try:
             raise requests.exceptions.ConnectionError("connection refused")
         except requests.exceptions.ConnectionError as exc:
-            raise MlflowException(f"API request to http://127.0.0.1:9/api failed with exception {exc}")
+            raise MlflowException(f"API request to http://127.0.0.1:9/api failed with exception {exc}")  # noqa: B904 - as MLflow raises it
     except MlflowException as wrapped:  # MLflow raises it inside the except block: the cause is the context
         return wrapped
 

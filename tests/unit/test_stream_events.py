@@ -155,7 +155,7 @@ def test_a_model_input_type_no_event_can_carry_is_refused() -> None:
 def test_without_named_inputs_every_field_is_a_string_column_in_the_events_order() -> None:
     request = parse_event(event(b="2", a="x", c="3.5"), None)
     assert request.columns == ["b", "a", "c"]
-    assert request.frame.iloc[0].tolist() == ["2", "x", "3.5"] and (request.frame.dtypes == object).all()
+    assert request.frame.iloc[0].tolist() == ["2", "x", "3.5"] and (request.frame.dtypes == "object").all()
     assert request.numeric_matrix(["b", "c"]) is None  # strings: the pandas path decides
     assert refused(b"{}", None).message == "event has no fields"
 

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from serving.registry.policy import PolicyError, load_policy, policy_for
+from serving.registry.promotion_policy import PromotionPolicyError, load_policy, policy_for
 
-SHIPPED = Path(__file__).resolve().parents[2] / "flows" / "policies"  # the promote flow's default folder
+SHIPPED = Path(__file__).resolve().parents[2] / "flows" / "promotion_policies"  # the promote flow's default folder
 
 GOOD = """\
 model: m
@@ -54,14 +54,14 @@ def test_a_good_policy_loads(tmp_path):
     ],
 )
 def test_bad_policies_are_refused_naming_the_line(tmp_path, text, line, words):
-    with pytest.raises(PolicyError) as err:
+    with pytest.raises(PromotionPolicyError) as err:
         load_policy(write(tmp_path, text))
     assert f"line {line}" in str(err.value) and words in str(err.value)
 
 
 def test_missing_policy_and_wrong_model(tmp_path):
-    with pytest.raises(PolicyError, match="no promotion policy"):
+    with pytest.raises(PromotionPolicyError, match="no promotion policy"):
         policy_for("nobody", tmp_path)
     (tmp_path / "m2.yaml").write_text(GOOD)  # a file named for m2 that declares model m
-    with pytest.raises(PolicyError, match="is for model 'm'"):
+    with pytest.raises(PromotionPolicyError, match="is for model 'm'"):
         policy_for("m2", tmp_path)

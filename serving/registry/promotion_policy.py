@@ -1,4 +1,4 @@
-"""Promotion policies: one YAML file per model (the promote flow's are in ``flows/policies/``), checked
+"""Promotion policies: one YAML file per model (the promote flow's are in ``flows/promotion_policies/``), checked
 before anything runs.
 
 An unknown gate, an unknown key or a missing threshold is refused with the file and line named.
@@ -38,12 +38,12 @@ NUMERIC = {
 RATES = frozenset({"false_positive_rate", "true_positive_rate", "flag_rate"})
 
 
-class PolicyError(ValueError):
+class PromotionPolicyError(ValueError):
     """A policy file that cannot be used; the message names the file and line."""
 
 
 @dataclass(frozen=True)
-class Policy:
+class PromotionPolicy:
     path: Path
     model: str
     endpoint: str | None
@@ -52,8 +52,8 @@ class Policy:
     gates: dict[str, dict[str, Any]]
 
 
-def _fail(path: Path, node: yaml.Node, message: str) -> PolicyError:
-    return PolicyError(f"policy {path} line {node.start_mark.line + 1}: {message}")
+def _fail(path: Path, node: yaml.Node, message: str) -> PromotionPolicyError:
+    return PromotionPolicyError(f"promotion policy {path} line {node.start_mark.line + 1}: {message}")
 
 
 def _mapping(path: Path, node: yaml.Node, what: str) -> dict[str, tuple[yaml.Node, yaml.Node]]:
@@ -91,7 +91,7 @@ def _check_gate(path: Path, name: str, key_node: yaml.Node, node: yaml.Node) -> 
             if key == "probes" and (number < 1 or number != int(number)):
                 raise _fail(path, v, f"{name}.probes must be a whole number of at least 1")
         elif key == "min":
-            for metric, (mk, mv) in _mapping(path, v, f"{name}.min").items():
+            for metric, (_, mv) in _mapping(path, v, f"{name}.min").items():
                 _number(path, mv, f"{name}.min.{metric}")
         elif key == "vs_champion":
             sub = _mapping(path, v, f"{name}.vs_champion")
@@ -104,15 +104,15 @@ def _check_gate(path: Path, name: str, key_node: yaml.Node, node: yaml.Node) -> 
     return yaml.safe_load(yaml.serialize(node)) or {}
 
 
-def load_policy(path: Path) -> Policy:
+def load_policy(path: Path) -> PromotionPolicy:
     """Parse and check a policy file; every error names the line."""
     path = Path(path)
     try:
         root = yaml.compose(path.read_text())
     except yaml.YAMLError as exc:
-        raise PolicyError(f"policy {path} is not valid YAML: {exc}") from exc
+        raise PromotionPolicyError(f"promotion policy {path} is not valid YAML: {exc}") from exc
     if root is None:
-        raise PolicyError(f"policy {path} is empty")
+        raise PromotionPolicyError(f"promotion policy {path} is empty")
     top = _mapping(path, root, "the policy")
     for key, (k, _) in top.items():
         if key not in TOP_KEYS:
@@ -125,7 +125,7 @@ def load_policy(path: Path) -> Policy:
     if not gates:
         raise _fail(path, top["gates"][1], "no gates declared")
     plain = yaml.safe_load(yaml.serialize(root))
-    return Policy(
+    return PromotionPolicy(
         path,
         str(plain["model"]),
         plain.get("endpoint"),
@@ -135,12 +135,12 @@ def load_policy(path: Path) -> Policy:
     )
 
 
-def policy_for(model_name: str, folder: Path) -> Policy:
+def policy_for(model_name: str, folder: Path) -> PromotionPolicy:
     """The policy of ``model_name``: ``folder/MODEL.yaml``, checked, and refused if it is another model's."""
     path = folder / f"{model_name}.yaml"
     if not path.exists():
-        raise PolicyError(f"no promotion policy for model {model_name!r}: expected {path}")
+        raise PromotionPolicyError(f"no promotion policy for model {model_name!r}: expected {path}")
     policy = load_policy(path)
     if policy.model != model_name:
-        raise PolicyError(f"policy {path} is for model {policy.model!r}, not {model_name!r}")
+        raise PromotionPolicyError(f"promotion policy {path} is for model {policy.model!r}, not {model_name!r}")
     return policy
