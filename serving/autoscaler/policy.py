@@ -10,13 +10,13 @@ for the larger of the scale-up window's peak load and the load forecast at that 
 second's load plus the trend of the last ``FORECAST_S`` seconds, a median of pairwise slopes that a step
 does not move, counted when the seconds rise more consistently than noise, times the lead time), and a
 queue that stood through those seconds with nothing starting (clients in a closed loop) served within the
-latency goal; an
-entity fed by a stream adds its backlog's arrivals (``Sample.stream_backlog_per_s``) times the service time. Replicas = ``ceil(need / target)``, the target
-being the per-replica concurrency the vertical axis learns (at most what a replica predicts at once,
-``PolicyState.serves``, when that was measured). Up at any second the need is over the
-replicas' capacity; down only at a ``decision_interval_s`` boundary, sized on the scale-down window's peak
-and only when it is ``tolerance`` under capacity. The last replica leaves only through the idle window;
-replicas that share one machine (``Sample.cores``) do not grow past its cores while they are busy.
+latency goal; an entity fed by a stream adds its backlog's arrivals (``Sample.stream_backlog_per_s``) times
+the service time. Replicas = ``ceil(need / target)``, the target being the per-replica concurrency the
+vertical axis learns (at most what a replica predicts at once, ``PolicyState.serves``, when that was
+measured). Up at any second the need is over the replicas' capacity; down only at a ``decision_interval_s``
+boundary, sized on the scale-down window's peak and only when it is ``tolerance`` under capacity. The last
+replica leaves only through the idle window; replicas that share one machine (``Sample.cores``) do not grow
+past its cores while they are busy.
 
 The vertical axis (every ``vertical_interval_s``, ``vertical.py``) sets the target. The gateway's
 admission limit is ``target x admission_headroom`` and, with ``shed_load``, its queue holds what the

@@ -4,9 +4,9 @@ replica offers one (``serving.protocol.frames``), else over HTTP on one keep-ali
 The first envelope to a replica goes over HTTP; a replica on this machine (a loopback address) names its frame
 socket in that answer, and later envelopes go there. A frame socket that cannot be reached is not tried again (that
 replica is served over HTTP); a connection that closes is forgotten, and the next envelope goes over HTTP,
-whose answer names the socket again if the replica is still there. aiohttp rather than httpx for HTTP: at thousands of calls a second
-the client's own per-request work is the gateway's largest cost after the server side, and aiohttp's is a
-fraction of httpx's.
+whose answer names the socket again if the replica is still there. aiohttp rather than httpx for HTTP: at
+thousands of calls a second the client's own per-request work is the gateway's largest cost after the server
+side, and aiohttp's is a fraction of httpx's.
 """
 
 from __future__ import annotations
