@@ -93,7 +93,7 @@ def backend(api) -> tuple[KubernetesBackend, FakeKubernetes]:
 @pytest.fixture()
 def watched(api) -> Iterator[tuple[Routes, SliceWatch]]:
     """The routing and its EndpointSlice watch against the stand-in, stopped after the test."""
-    routes = Routes()
+    routes = Routes(NS)
     watch = SliceWatch(NS, routes, api_client(api[1]))
     watch.start()
     yield routes, watch

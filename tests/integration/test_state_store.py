@@ -1,6 +1,6 @@
 """The state store's schema and availability: Alembic migrations (from a database made before them, under
 concurrent gateways, refused when asked), a PostgreSQL that is unreachable at start or goes away while
-serving, and the replica registry. Real SQLite files and a real PostgreSQL server; no message may carry the
+serving, and the replica table. Real SQLite files and a real PostgreSQL server; no message may carry the
 password."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from serving.replicas.local import free_port, replica_token
 from serving.state import migrate
 from serving.state.changes import ChangeListener
 from serving.state.database import StateStoreError, open_database
-from serving.state.replica_registry import ReplicaRegistry, ReplicaRow
+from serving.state.replica_table import ReplicaRow, ReplicaTable
 from tests.integration.test_endpoint_store import make_record
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,6 +155,7 @@ def test_a_postgresql_outage_is_a_503_naming_the_store_and_the_store_recovers(po
 
 def _row(port: int, owner: int, entity: str = "m-1", pid: int = 1) -> ReplicaRow:
     return ReplicaRow(
+        replica_id=f"local:127.0.0.1:{port}:{pid}",
         host="127.0.0.1",
         port=port,
         pid=pid,
@@ -168,21 +169,22 @@ def _row(port: int, owner: int, entity: str = "m-1", pid: int = 1) -> ReplicaRow
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-def test_the_replica_registry_replaces_only_its_own_gateway_rows(backend, tmp_path, request) -> None:
+def test_the_replica_table_replaces_only_its_own_gateway_rows(backend, tmp_path, request) -> None:
     if backend == "sqlite":
         store = EndpointStore(tmp_path / "endpoints.db")
     else:
         server = request.getfixturevalue("postgres")
         store = EndpointStore(server.url(server.new_database()))
-    registry = ReplicaRegistry(store.database)
-    registry.replace("ep", "m-1", "models:/m/1", 100, [_row(1, 100), _row(2, 100)])
-    registry.replace("ep", "m-1", "models:/m/1", 200, [_row(3, 200)])  # another live gateway's replica
-    registry.replace("ep", "m-1", "models:/m/1", 100, [_row(2, 100)])  # gateway 100 scaled down to one
-    assert sorted((r.port, r.owner_pid) for r in registry.all()) == [(2, 100), (3, 200)]
-    registry.replace("ep", "m-1", "models:/m/1", 300, [_row(2, 300)])  # gateway 300 adopted port 2 from 100
-    assert sorted((r.port, r.owner_pid) for r in registry.all()) == [(2, 300), (3, 200)]
-    registry.forget([_row(3, 200)])
-    assert [(r.port, r.owner_pid) for r in registry.all()] == [(2, 300)]
+    table = ReplicaTable(store.database)
+    table.replace("ep", "m-1", "models:/m/1", 100, [_row(1, 100), _row(2, 100)])
+    table.replace("ep", "m-1", "models:/m/1", 200, [_row(3, 200)])  # another live gateway's replica
+    table.replace("ep", "m-1", "models:/m/1", 100, [_row(2, 100)])  # gateway 100 scaled down to one
+    assert sorted((r.port, r.owner_pid) for r in table.all()) == [(2, 100), (3, 200)]
+    table.replace("ep", "m-1", "models:/m/1", 300, [_row(2, 300)])  # gateway 300 adopted port 2 from 100
+    assert sorted((r.port, r.owner_pid) for r in table.all()) == [(2, 300), (3, 200)]
+    table.forget([_row(3, 200)])
+    assert [(r.port, r.owner_pid) for r in table.all()] == [(2, 300)]
+    assert [r.replica_id for r in table.all()] == ["local:127.0.0.1:2:1"]
     store.close()
 
 
@@ -212,7 +214,7 @@ def test_a_write_through_one_gateway_is_heard_by_the_others_at_once(postgres) ->
             "put": lambda: writer.put(writer.get("fraud")),
             "compare_and_set": lambda: writer.compare_and_set("fraud", 1, writer.get("fraud")),
             "delete": lambda: writer.delete("fraud"),
-            "registry": lambda: ReplicaRegistry(writer.database).replace("ep", "m-1", "models:/m/1", 1, [_row(9, 1)]),
+            "replica table": lambda: ReplicaTable(writer.database).replace("ep", "m-1", "models:/m/1", 1, [_row(9, 1)]),
         }
         for what, write in writes.items():
             time.sleep(0.05)

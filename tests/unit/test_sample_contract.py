@@ -32,7 +32,7 @@ class SerialReplica:
     """One replica that predicts one call at a time (its one predict thread) and keeps a busy clock."""
 
     def __init__(self) -> None:
-        self.url, self.outstanding, self.pid = "serial", 0, -1
+        self.url, self.outstanding, self.pid, self.id = "serial", 0, None, "fake:serial"
         self.lock = asyncio.Lock()
         self.busy_s = 0.0
         self.calls = 0

@@ -88,7 +88,7 @@ def from_environ(
         raise ClusterSettingsError(str(exc)) from exc
     if api_client is None:
         api_client = _credentials()
-    routes = Routes()
+    routes = Routes(namespace)
     return Cluster(
         KubernetesBackend(namespace, template, api_client), routes, SliceWatch(namespace, routes, api_client)
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -27,6 +28,7 @@ from serving.replicas.cluster.objects import Wanted
 from serving.replicas.cluster.routes import PodReplica, Routes
 from serving.replicas.local import ReplicaStartError
 from serving.replicas.replica_set import ReplicaSet
+from serving.traffic.replica import Replica
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,7 @@ class PodSet(ReplicaSet):
         except RuntimeError:  # the loop is closed: the gateway has stopped
             pass
 
-    def route_to(self, replicas: list[Any]) -> None:
+    def route_to(self, replicas: Sequence[Replica]) -> None:
         now, before = time.monotonic(), len(self._replicas)
         super().route_to(replicas)
         for _ in range(min(len(self._asked), max(0, len(self._replicas) - before))):
@@ -72,7 +74,7 @@ class PodSet(ReplicaSet):
             self._plan_read = True
             self._spawn(self._read_plan(replicas[0]))
 
-    async def _read_plan(self, pod: PodReplica) -> None:
+    async def _read_plan(self, pod: Replica) -> None:
         """The batching plan from ``pod``'s ready answer; none (no batching) if it does not give one."""
         try:
             async with httpx.AsyncClient(timeout=PLAN_TIMEOUT_S) as client:
