@@ -48,7 +48,7 @@ def import_runtime() -> None:
 
     from feature_repo import store  # noqa: F401
     from serving.features import reader  # noqa: F401
-    from serving.replica_server import app, chat, runtime  # noqa: F401
+    from serving.replica_server import app, chat, runtime, standby  # noqa: F401
 
     try:
         # MLflow checks a model's requirements against the installed packages on load; the package map
