@@ -107,8 +107,7 @@ def decide(config: ScalingConfig, signals: Signals, state: PolicyState, now: flo
     last = signals.last
     if state.started_at is None:
         state = replace(state, started_at=now, last_busy=now)
-    busy_now = last is not None and (last.requests > 0 or last.in_flight > 0)
-    if busy_now:
+    if last is not None and (last.requests > 0 or last.in_flight > 0):  # busy now
         state = replace(state, last_busy=max(last.t, state.last_busy or last.t))
     inputs: dict[str, Any] = {}
     vertical = config.vertical and _due(state.last_vertical, state.started_at, config.vertical_interval_s, now)

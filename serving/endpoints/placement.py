@@ -35,7 +35,7 @@ class Placement:
             return self._pods(endpoint, entity, lead=True)
         return ReplicaSet(
             str(entity.name),
-            entity.entity_name,
+            _model_name(entity),
             str(entity.resolved_version),
             self.backend,
             endpoint=endpoint,
@@ -51,7 +51,7 @@ class Placement:
             return self._pods(endpoint, entity, lead=False)
         replica_set = ReplicaSet(
             str(entity.name),
-            entity.entity_name,
+            _model_name(entity),
             str(entity.resolved_version),
             None,
             endpoint=endpoint,
@@ -96,7 +96,7 @@ class Placement:
         )
         return PodSet(
             wanted,
-            entity.entity_name,
+            _model_name(entity),
             str(entity.resolved_version),
             self.cluster.routes,
             self.cluster.backend if lead else None,
@@ -113,6 +113,13 @@ def served_keys(records: Iterable[spec.EndpointRecord]) -> set[ReplicaSetKey]:
         for r in records
         for e in spec.registry_entities(r.config)
     }
+
+
+def _model_name(entity: spec.ServedEntityInput) -> str:
+    """The registry model a served entity serves (every entity placed on replicas has one)."""
+    if entity.entity_name is None:
+        raise ValueError(f"served entity {entity.name} names no registry model: it has no replicas to place")
+    return entity.entity_name
 
 
 def _limit(entity: spec.ServedEntityInput) -> int:

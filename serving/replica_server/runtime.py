@@ -275,7 +275,7 @@ class ModelRuntime:
                 features = self.feature_reader.read(joined_frame(list(requests)))
                 output = self._call_features(features)
             elif all(m is not None for m in matrices):
-                features, output = None, self._call_numpy(np.vstack(matrices))  # type: ignore[arg-type]
+                features, output = None, self._call_numpy(np.vstack([m for m in matrices if m is not None]))
             elif len({tuple(r.frame.columns if r.columns is None else r.columns) for r in requests}) > 1:
                 return None  # one frame would fill a column a request lacks with NaN: each alone says what is missing
             else:  # pyfunc on the requests' frames as one: one schema check and one predict for them all

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 
 from serving.protocol import frames, wire
 from serving.replicas.frames_client import FrameConnection, connect
+from serving.traffic.replica import Replica
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +55,12 @@ class ReplicaClient:
             await self._session.close()
             self._session = None
 
-    async def send(self, replica: Any, requests: list[wire.WireRequest]) -> wire.WireReply:
+    async def send(self, replica: Replica, requests: list[wire.WireRequest]) -> wire.WireReply:
         """The replica's answers, one per request, in order, with its busy clock; ReplicaUnreachable if
         there are none."""
         envelope = wire.encode_requests(requests)
         connection = await self._frames(replica.url) if len(envelope) <= frames.MAX_CALL else None
+        busy: float | None
         if connection is not None:
             busy, body = await connection.call(envelope)
         else:

@@ -24,7 +24,7 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from serving.protocol.errors import ApiError, timeout, unavailable
@@ -136,8 +136,14 @@ class Dispatcher:
         self._pump()
         self._wake()
         waiting = [e.future for e in entered if isinstance(e, _Pending)]
-        answers = iter(await asyncio.gather(*waiting, return_exceptions=True))
-        return [e if isinstance(e, AdmissionRefused) else next(answers) for e in entered]  # type: ignore[misc]
+        answers: Iterator[WireAnswer | BaseException] = iter(await asyncio.gather(*waiting, return_exceptions=True))
+        out: list[WireAnswer | Exception] = []
+        for e in entered:
+            answer = e if isinstance(e, AdmissionRefused) else next(answers)
+            if not isinstance(answer, (WireAnswer, Exception)):  # a cancelled future (never by the dispatcher)
+                raise answer
+            out.append(answer)
+        return out
 
     def _enqueue(self, request: WireRequest) -> _Pending:
         if len(self._queue) >= self.max_queue and self._pick() is None:

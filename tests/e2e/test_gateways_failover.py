@@ -4,8 +4,8 @@ from the registry, publishes its load, writes its changes to the store for the l
 
 What must hold:
 - an endpoint created through HAProxy is rolled out by the leader and served by both gateways;
-- load sent to the follower alone (12 clients, 32 rows a request) reaches the leader's autoscaler (the leader counts the follower's
-  load: its own is zero);
+- load sent to the follower alone (12 clients, 32 rows a request) reaches the leader's autoscaler (the leader
+  counts the follower's load: its own is zero);
 - ``kill -9`` of the leader under 12 closed-loop clients through HAProxy: no failed request at plain clients (HAProxy
   retries and redispatches), the follower takes the lease within 10 s, adopts the dead leader's replicas (same
   processes) and continues the autoscaler from the leader's record;

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from alembic import command
 from sqlalchemy import text
 
 from serving.endpoints.store import EndpointStore
@@ -23,6 +24,7 @@ from serving.state import migrate
 from serving.state.changes import ChangeListener
 from serving.state.database import StateStoreError, open_database
 from serving.state.replica_table import ReplicaRow, ReplicaTable
+from serving.traffic.replica import process_id
 from tests.integration.test_endpoint_store import make_record
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,7 +79,7 @@ def test_a_schema_newer_than_this_code_is_refused(tmp_path: Path) -> None:
     EndpointStore(path)
     with sqlite3.connect(path) as db:
         db.execute("UPDATE alembic_version SET version_num = '9999'")
-    with pytest.raises(StateStoreError, match="revision 9999.*run a newer tollfree"):
+    with pytest.raises(StateStoreError, match=r"revision 9999.*run a newer tollfree"):
         EndpointStore(path)
 
 
@@ -186,6 +188,27 @@ def test_the_replica_table_replaces_only_its_own_gateway_rows(backend, tmp_path,
     assert [(r.port, r.owner_pid) for r in table.all()] == [(2, 300)]
     assert [r.replica_id for r in table.all()] == ["local:127.0.0.1:2:1"]
     store.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_replica_rows_from_before_the_replica_id_get_their_process_id(backend, tmp_path, request) -> None:
+    if backend == "sqlite":
+        database = open_database(f"sqlite:///{tmp_path / 'endpoints.db'}")
+    else:
+        server = request.getfixturevalue("postgres")
+        database = open_database(server.url(server.new_database()))
+    with database.engine.begin() as connection:
+        command.upgrade(migrate._config(connection), "0004")
+        connection.execute(
+            text(
+                "INSERT INTO replicas (host, port, pid, endpoint, entity, model_uri, backend, owner_pid, started_at) "
+                "VALUES ('127.0.0.1', 8001, 41, 'ep', 'm-1', 'models:/m/1', 'local', 7, 1.0)"
+            )
+        )
+    migrate.upgrade(database)
+    assert [r.replica_id for r in ReplicaTable(database).all()] == ["local:127.0.0.1:8001:41"]
+    assert process_id("127.0.0.1", 8001, 41) == "local:127.0.0.1:8001:41"  # the id the gateway gives the process
+    database.engine.dispose()
 
 
 def test_the_replica_token_is_kept_in_the_state_folder_readable_only_by_its_owner(tmp_path: Path) -> None:

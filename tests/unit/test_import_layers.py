@@ -137,7 +137,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt) :] + [nxt]
+                return [*stack[stack.index(nxt) :], nxt]
             if nxt not in state:
                 found = visit(nxt)
                 if found:
@@ -241,7 +241,8 @@ def test_the_gateway_process_loads_neither_feast_nor_the_replica_runtime() -> No
     code = (
         "import sys; import serving.gateway.app, serving.__main__; "
         "print(sorted({m.split('.')[0] if not m.startswith('serving') else m for m in sys.modules "
-        "if m.split('.')[0] in ('feast', 'sklearn') or m.split('.')[:2] in (['serving', 'replica_server'], ['serving', 'features'])}))"
+        "if m.split('.')[0] in ('feast', 'sklearn') "
+        "or m.split('.')[:2] in (['serving', 'replica_server'], ['serving', 'features'])}))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=SERVING.parent, check=True

@@ -148,13 +148,13 @@ class Routes:
             for service in changed:
                 known = {p.url: p for p in self._pods.get(service, [])}
                 fresh = sorted({(h, p, n) for h, p, n in grouped.get(service, [])})
-                pods = [known.get(_url(h, p)) or PodReplica(h, p, n, self.namespace) for h, p, n in fresh]
-                if [p.url for p in pods] == [p.url for p in self._pods.get(service, [])]:
+                routed = [known.get(_url(h, p)) or PodReplica(h, p, n, self.namespace) for h, p, n in fresh]
+                if [p.url for p in routed] == [p.url for p in self._pods.get(service, [])]:
                     continue
-                self._pods[service] = pods
-                calls += [(listener, list(pods)) for listener in self._subscribers.get(service, [])]
-        for listener, pods in calls:
-            listener(pods)
+                self._pods[service] = routed
+                calls += [(listener, list(routed)) for listener in self._subscribers.get(service, [])]
+        for listener, routed in calls:
+            listener(routed)
 
 
 class SliceWatch:
@@ -223,7 +223,8 @@ class SliceWatch:
                 self._sleep(BACKOFF_S[min(failures, len(BACKOFF_S)) - 1])
 
     def _list(self) -> str:
-        response = self.discovery.list_namespaced_endpoint_slice(
+        # without preloading the client returns urllib3's response, not the model its stub names
+        response: Any = self.discovery.list_namespaced_endpoint_slice(
             self.namespace, label_selector=MANAGED_SELECTOR, _preload_content=False
         )
         try:
