@@ -81,8 +81,8 @@ class Placement:
             for e in spec.registry_entities(config)
         }
         try:
-            for name in set(await run_in_threadpool(self.cluster.backend.managed)) - needed:
-                await run_in_threadpool(self.cluster.backend.delete, name)
+            for name in set(await run_in_threadpool(self.cluster.deployments.managed)) - needed:
+                await run_in_threadpool(self.cluster.deployments.delete, name)
         except Exception as exc:
             log.error("left-over Deployments not removed: %s", exc)
 
@@ -99,7 +99,7 @@ class Placement:
             _model_name(entity),
             str(entity.resolved_version),
             self.cluster.routes,
-            self.cluster.backend if lead else None,
+            self.cluster.deployments if lead else None,
             max_concurrency=_limit(entity),
             scaling=spec.scaling_config(entity, stored=True) if lead else None,
         )

@@ -71,8 +71,8 @@ def test_a_pod_set_measures_its_pods_from_the_ask_to_the_routing(monkeypatch) ->
 
     async def scenario() -> tuple[float, float, float]:
         scaled: list[int] = []
-        cluster = SimpleNamespace(scale=lambda name, n: scaled.append(n))
-        pods = ps.PodSet(Wanted("ep", "m-1", "models:/m/1"), "m", "1", Routes("ns"), cluster)  # type: ignore[arg-type]
+        deployments = SimpleNamespace(scale=lambda name, n: scaled.append(n))  # a stand-in: scale only
+        pods = ps.PodSet(Wanted("ep", "m-1", "models:/m/1"), "m", "1", Routes("ns"), deployments)  # type: ignore[arg-type]  # the stand-in
         pods.route_to([PodReplica("10.0.0.1", 8080, "a", "ns")])
         before = pods.ready_in_s()
         pods.scale_to(3)  # two pods asked for at t=100

@@ -47,8 +47,9 @@ def _uid(deployment: k8s.V1Deployment, name: str) -> str:
     return str(deployment.metadata.uid)
 
 
-class KubernetesBackend:
-    """One namespace's replica Deployments (``kubernetes.config`` loads the credentials before, see ``connect``)."""
+class DeploymentApi:
+    """One namespace's replica Deployments, through the API server (``kubernetes.config`` loads the credentials
+    before, see ``connect``)."""
 
     def __init__(
         self,

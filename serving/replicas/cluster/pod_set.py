@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 from starlette.concurrency import run_in_threadpool
 
-from serving.replicas.cluster.api import ClusterError, KubernetesBackend
+from serving.replicas.cluster.api import ClusterError, DeploymentApi
 from serving.replicas.cluster.objects import Wanted
 from serving.replicas.cluster.routes import PodReplica, Routes
 from serving.replicas.local import ReplicaStartError
@@ -43,14 +43,14 @@ class PodSet(ReplicaSet):
         model_name: str,
         version: str,
         routes: Routes,
-        cluster: KubernetesBackend | None,
+        deployments: DeploymentApi | None,
         **options: Any,
     ) -> None:
         super().__init__(wanted.entity, model_name, version, None, endpoint=wanted.endpoint, **options)
         self.wanted_objects = wanted
         self.object_name = wanted.name
-        self.cluster = cluster  # None: routing only (a follower)
-        self.followed = cluster is None
+        self.deployments = deployments  # None: routing only (a follower)
+        self.followed = deployments is None
         self._routes = routes
         self._loop = asyncio.get_running_loop()
         self._plan_read = False
@@ -93,7 +93,7 @@ class PodSet(ReplicaSet):
     @property
     def starting(self) -> int:
         """Pods asked for that are not ready yet."""
-        return max(0, (self.wanted or 0) - len(self._replicas)) if self.cluster is not None else 0
+        return max(0, (self.wanted or 0) - len(self._replicas)) if self.deployments is not None else 0
 
     def ready_count(self) -> int:
         return len(self._replicas)
@@ -105,9 +105,9 @@ class PodSet(ReplicaSet):
     async def start(self, n: int, timeout_s: float) -> None:
         """Create (or adopt) the Deployment with at least ``n`` pods and wait until ``n`` are ready and routed;
         ReplicaStartError if they are not within ``timeout_s``."""
-        cluster = self._cluster()
+        deployments = self._deployments()
         try:
-            self.wanted = await run_in_threadpool(cluster.apply, self.wanted_objects, n)
+            self.wanted = await run_in_threadpool(deployments.apply, self.wanted_objects, n)
         except ClusterError as exc:
             raise ReplicaStartError(str(exc)) from exc
         deadline = time.monotonic() + timeout_s
@@ -139,22 +139,22 @@ class PodSet(ReplicaSet):
         self._replicas = []
         for task in list(self._tasks):
             task.cancel()
-        if self.cluster is not None and not cancel_starts:
+        if self.deployments is not None and not cancel_starts:
             try:
-                await run_in_threadpool(self.cluster.delete, self.object_name)
+                await run_in_threadpool(self.deployments.delete, self.object_name)
             except ClusterError as exc:
                 log.error("%s: the leader's next start removes it (it is no endpoint's)", exc)
 
-    def _cluster(self) -> KubernetesBackend:
-        if self.cluster is None:
+    def _deployments(self) -> DeploymentApi:
+        if self.deployments is None:
             raise RuntimeError(
                 f"{self.endpoint}/{self.name} routes to another gateway's Deployment: it cannot change it"
             )
-        return self.cluster
+        return self.deployments
 
     async def _scale(self, n: int) -> None:
         try:
-            await run_in_threadpool(self._cluster().scale, self.object_name, n)
+            await run_in_threadpool(self._deployments().scale, self.object_name, n)
             log.info("Deployment %s of %s/%s scaled to %d", self.object_name, self.endpoint, self.name, n)
         except ClusterError as exc:
             log.error("%s", exc)
