@@ -49,11 +49,11 @@ def _gateways(model: dict[str, Any], env: dict[str, str], logs: Path, n: int, ta
 
 def _replicas(state_url: str) -> int:
     from serving.state.database import open_database
-    from serving.state.replica_registry import ReplicaRegistry
+    from serving.state.replica_table import ReplicaTable
 
     database = open_database(state_url)
     try:
-        return sum(1 for r in ReplicaRegistry(database).all() if r.endpoint == "bench")
+        return sum(1 for r in ReplicaTable(database).all() if r.endpoint == "bench")
     finally:
         database.engine.dispose()
 

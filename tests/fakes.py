@@ -24,12 +24,18 @@ from serving.protocol.wire import ReplicaUnreachable, WireAnswer, WireReply, Wir
 from serving.replicas.replica_set import ReplicaSet
 
 
-@dataclass(eq=False)  # one replica is one object: the dispatcher keys its readings by it
+@dataclass(eq=False)  # the dispatcher keys its readings by the replica's id, one per url here
 class FakeReplica:
     url: str
     outstanding: int = 0
     up: bool = True
     reachable: bool = True
+
+    pid: int | None = None
+
+    @property
+    def id(self) -> str:
+        return f"fake:{self.url}"
 
     def alive(self) -> bool:
         return self.up

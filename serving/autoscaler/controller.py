@@ -1,11 +1,11 @@
-"""The controller: collect signals, decide, apply through a backend, record every decision.
+"""The controller: collect signals, decide, apply through an actuator, record every decision.
 
-Two narrow seams (the gateway and the backends plug in here):
+Two narrow seams (the gateway and the simulator plug in here):
 
 * :class:`SignalSource` -- ``sample(now) -> {(endpoint, entity): Sample}``: one per-second sample per
   served entity (in-flight requests incl. queued, per-replica in-flight, latency p50/p99 over the last
   second, queue depth, utilisation/CPU, memory). See :class:`serving.autoscaler.signals.Sample`.
-* :class:`Backend` -- ``set_replicas(endpoint, entity, n)`` and ``ready_replicas(endpoint, entity)``.
+* :class:`Actuator` -- ``set_replicas(endpoint, entity, n)`` and ``ready_replicas(endpoint, entity)``.
   ``set_replicas`` may raise; the controller logs it and retries with exponential backoff.
 
 Two optional sinks take the decision's per-entity limits: ``concurrency_sink`` the per-replica admission
@@ -45,8 +45,9 @@ class SignalSource(Protocol):
         ...
 
 
-class Backend(Protocol):
-    """What applies a replica count: local processes, Kubernetes Deployments, the simulator."""
+class Actuator(Protocol):
+    """What applies a replica count: in the gateway each served entity's replica set (whose replicas are local
+    processes or Kubernetes pods), or the simulator."""
 
     def set_replicas(self, endpoint: str, entity: str, n: int) -> None:
         """Ask for ``n`` replicas; may raise on failure (the controller retries)."""
@@ -123,7 +124,7 @@ class Controller:
     def __init__(
         self,
         source: SignalSource,
-        backend: Backend,
+        actuator: Actuator,
         configs: Mapping[EntityKey, ScalingConfig],
         *,
         retry: RetryPolicy = RetryPolicy(),
@@ -133,7 +134,7 @@ class Controller:
         reconcile_s: float = 30.0,
     ) -> None:
         self.source = source
-        self.backend = backend
+        self.actuator = actuator
         self.retry = retry
         self.concurrency_sink = concurrency_sink
         self.queue_sink = queue_sink
@@ -213,7 +214,7 @@ class Controller:
         endpoint, entity = key
         wanted = max(decision.replicas, scaler.floor)  # never below the provisioned minimum
         try:
-            ready = self.backend.ready_replicas(endpoint, entity)
+            ready = self.actuator.ready_replicas(endpoint, entity)
         except Exception as exc:
             log.warning("autoscaler: ready_replicas failed for %s/%s: %s", endpoint, entity, type(exc).__name__)
             ready = self._ready.get(key, 0)
@@ -230,9 +231,9 @@ class Controller:
             except Exception as exc:
                 log.warning("autoscaler: queue bound update failed for %s/%s: %s", endpoint, entity, type(exc).__name__)
         pending = self._pending.get(key)
-        # a new desired count needs an apply; so does a backend that stays below the floor (a replica
+        # a new desired count needs an apply; so does an actuator that stays below the floor (a replica
         # died) or above the count applied (one came up after a scale-down, or was scaled by hand):
-        # the same count is re-applied every ``reconcile_s`` until the backend agrees
+        # the same count is re-applied every ``reconcile_s`` until the actuator agrees
         applied_n = self._applied.get(key)
         drifted = ready < scaler.floor or (applied_n is not None and ready > applied_n)
         lost = drifted and now - self._applied_at.get(key, now) >= self.reconcile_s
@@ -243,7 +244,7 @@ class Controller:
         if pending is not None and now >= pending.next_at - 1e-9:
             pending.attempts += 1
             try:
-                self.backend.set_replicas(endpoint, entity, pending.replicas)
+                self.actuator.set_replicas(endpoint, entity, pending.replicas)
             except Exception as exc:
                 applied, error = False, f"{type(exc).__name__}: {exc}"[:200]
                 self.apply_failures[key] = self.apply_failures.get(key, 0) + 1
@@ -264,7 +265,7 @@ class Controller:
                 self._applied_at[key] = now
                 del self._pending[key]
                 try:  # the gauge shows the count after the apply (replicas removed leave the routing at once)
-                    self._ready[key] = self.backend.ready_replicas(endpoint, entity)
+                    self._ready[key] = self.actuator.ready_replicas(endpoint, entity)
                 except Exception as exc:
                     log.warning("autoscaler: ready_replicas failed for %s/%s: %s", endpoint, entity, type(exc).__name__)
         if decision.horizontal or decision.vertical or applied is not None:
@@ -321,13 +322,15 @@ class _ControllerCollector(Collector):
             "tollfree_autoscaler_desired_replicas", "Replicas the autoscaler asks for", labels=labels
         )
         ready = GaugeMetricFamily(
-            "tollfree_autoscaler_ready_replicas", "Replicas the backend reports ready", labels=labels
+            "tollfree_autoscaler_ready_replicas", "Replicas the actuator reports ready", labels=labels
         )
         target = GaugeMetricFamily(
             "tollfree_autoscaler_target_concurrency", "Learned per-replica target concurrency", labels=labels
         )
         decisions = CounterMetricFamily("tollfree_autoscaler_decisions", "Decisions recorded", labels=labels)
-        failures = CounterMetricFamily("tollfree_autoscaler_apply_failures", "Failed backend applies", labels=labels)
+        failures = CounterMetricFamily(
+            "tollfree_autoscaler_apply_failures", "Failed replica count applies", labels=labels
+        )
         with self.c._lock:
             for key, scaler in self.c.scalers.items():
                 lv = list(key)

@@ -10,13 +10,13 @@ for the larger of the scale-up window's peak load and the load forecast at that 
 second's load plus the trend of the last ``FORECAST_S`` seconds, a median of pairwise slopes that a step
 does not move, counted when the seconds rise more consistently than noise, times the lead time), and a
 queue that stood through those seconds with nothing starting (clients in a closed loop) served within the
-latency goal; an
-entity fed by a stream adds its backlog's arrivals (``Sample.stream_backlog_per_s``) times the service time. Replicas = ``ceil(need / target)``, the target
-being the per-replica concurrency the vertical axis learns (at most what a replica predicts at once,
-``PolicyState.serves``, when that was measured). Up at any second the need is over the
-replicas' capacity; down only at a ``decision_interval_s`` boundary, sized on the scale-down window's peak
-and only when it is ``tolerance`` under capacity. The last replica leaves only through the idle window;
-replicas that share one machine (``Sample.cores``) do not grow past its cores while they are busy.
+latency goal; an entity fed by a stream adds its backlog's arrivals (``Sample.stream_backlog_per_s``) times
+the service time. Replicas = ``ceil(need / target)``, the target being the per-replica concurrency the
+vertical axis learns (at most what a replica predicts at once, ``PolicyState.serves``, when that was
+measured). Up at any second the need is over the replicas' capacity; down only at a ``decision_interval_s``
+boundary, sized on the scale-down window's peak and only when it is ``tolerance`` under capacity. The last
+replica leaves only through the idle window; replicas that share one machine (``Sample.cores``) do not grow
+past its cores while they are busy.
 
 The vertical axis (every ``vertical_interval_s``, ``vertical.py``) sets the target. The gateway's
 admission limit is ``target x admission_headroom`` and, with ``shed_load``, its queue holds what the
@@ -107,8 +107,7 @@ def decide(config: ScalingConfig, signals: Signals, state: PolicyState, now: flo
     last = signals.last
     if state.started_at is None:
         state = replace(state, started_at=now, last_busy=now)
-    busy_now = last is not None and (last.requests > 0 or last.in_flight > 0)
-    if busy_now:
+    if last is not None and (last.requests > 0 or last.in_flight > 0):  # busy now
         state = replace(state, last_busy=max(last.t, state.last_busy or last.t))
     inputs: dict[str, Any] = {}
     vertical = config.vertical and _due(state.last_vertical, state.started_at, config.vertical_interval_s, now)

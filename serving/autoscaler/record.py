@@ -35,7 +35,8 @@ def from_record(record: Mapping[str, Any], config: ScalingConfig, shift: float) 
     config's bounds; KeyError or TypeError if the record is not one of ``to_record``'s."""
     names = {f.name for f in fields(PolicyState)}
     values = {k: v for k, v in record["policy"].items() if k in names}
-    state = PolicyState(**{k: (_moved(v, shift) if k in _STATE_TIMES else v) for k, v in values.items()})
+    moved: dict[str, Any] = {k: (_moved(v, shift) if k in _STATE_TIMES else v) for k, v in values.items()}
+    state = PolicyState(**moved)
     state = replace(state, target=min(config.max_target, max(config.min_target, state.target)))
     sample_names = {f.name for f in fields(Sample)}
     samples = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from serving.autoscaler.config import ScalingConfig
 from serving.autoscaler.signals import Sample, Signals
@@ -101,21 +101,25 @@ def retune(config: ScalingConfig, signals: Signals, state: PolicyState, now: flo
     p99_stress = _weighted_p99(_stress_samples(active, window))
     p99_stress = p99 if p99_stress is None else p99_stress
     util = _mean([s.utilisation for s in active if s.utilisation is not None])
-    lat_on = "latency" in metrics and p99 is not None
-    util_on = "utilisation" in metrics and util is not None
+    lat = p99 if "latency" in metrics else None  # the readings of the metrics in use (None: not used)
+    used_util = util if "utilisation" in metrics else None
     # per-metric hysteresis: enter above the high mark, leave below the low one
-    lat_stressed = lat_on and p99_stress > slo * (LATENCY_LOW if state.latency_stressed else LATENCY_HIGH)
+    lat_stressed = (
+        lat is not None
+        and p99_stress is not None
+        and p99_stress > slo * (LATENCY_LOW if state.latency_stressed else LATENCY_HIGH)
+    )
     queue_stressed = "queue" in metrics and queued_share > (QUEUE_LOW if state.queue_stressed else QUEUE_HIGH)
-    util_high = util_on and util > (UTIL_LOW if state.utilisation_high else UTIL_HIGH)
+    util_high = used_util is not None and used_util > (UTIL_LOW if state.utilisation_high else UTIL_HIGH)
     state = replace(state, latency_stressed=lat_stressed, queue_stressed=queue_stressed, utilisation_high=util_high)
     busy = _mean([(s.in_flight - s.queue_depth) / s.ready_replicas for s in active]) or 0.0  # in service a replica
     by_util = (
-        _by_utilisation(config, busy, util, p99 if lat_on else None, queued_share)
-        if util_on and util > MEASURABLE_UTIL and busy > 0
+        _by_utilisation(config, busy, used_util, lat, queued_share)
+        if used_util is not None and used_util > MEASURABLE_UTIL and busy > 0
         else None
     )
-    by_latency = per_replica * LATENCY_GOAL * slo / p99 if lat_on and p99 > 0 else None
-    inputs = {
+    by_latency = per_replica * LATENCY_GOAL * slo / lat if lat is not None and lat > 0 else None
+    inputs: dict[str, Any] = {
         "per_replica_in_flight": per_replica,
         "queued_share": queued_share,
         "p99_ms": p99,
@@ -128,17 +132,7 @@ def retune(config: ScalingConfig, signals: Signals, state: PolicyState, now: flo
         "by_latency": by_latency,
         "target_before": state.target,
     }
-    new, ceiling, how = _step(
-        config,
-        state,
-        p99 if lat_on else None,
-        p99_stress,
-        util if util_on else None,
-        queued_share,
-        by_util,
-        by_latency,
-        busy,
-    )
+    new, ceiling, how = _step(config, state, lat, p99_stress, used_util, queued_share, by_util, by_latency, busy)
     inputs["vertical"] = how
     new = min(config.max_target, max(config.min_target, new))
     return replace(state, target=new, ceiling=ceiling), inputs
@@ -148,7 +142,7 @@ def _step(
     config: ScalingConfig,
     state: PolicyState,
     p99: float | None,
-    p99_stress: float,
+    p99_stress: float | None,
     util: float | None,
     queued_share: float,
     by_util: float | None,
@@ -162,7 +156,11 @@ def _step(
     queue_cut = state.queue_stressed and not lat_calm
     if (state.latency_stressed and _contention(config, queued_share, util)) or queue_cut:
         # down by the latency excess (relative to the target), at least MIN_CHANGE, at most max_step_down
-        by_excess = _latency_cut(target, p99_stress, goal, util) if p99 is not None and p99_stress > 0 else None
+        by_excess = (
+            _latency_cut(target, p99_stress, goal, util)
+            if p99 is not None and p99_stress is not None and p99_stress > 0
+            else None
+        )
         ceiling = target  # it proved too high: increases probe back towards it slowly
         if by_excess is not None and by_excess >= target * (1 - MIN_CHANGE) and not queue_cut:
             return target, ceiling, "hold: stressed, change too small"

@@ -24,18 +24,18 @@ from starlette.concurrency import run_in_threadpool
 from serving.endpoints import spec
 from serving.endpoints.live import LiveEndpoint, external_models, stream_inputs
 from serving.endpoints.monitoring import keep_extensions
-from serving.endpoints.placement import Placement
-from serving.endpoints.replica_book import ReplicaBook
+from serving.endpoints.placement import Placement, served_keys
 from serving.endpoints.resolver import VersionResolver
 from serving.endpoints.store import EndpointStore
 from serving.generative.ai_gateway import AiGatewayConfig, ai_gateway_view, parse_ai_gateway
 from serving.generative.secrets import SecretMissing, Secrets
 from serving.protocol.errors import conflict, invalid_parameter, not_found, unavailable
+from serving.replicas.book import ReplicaBook
 from serving.replicas.local import Launcher, ReplicaStartError
 from serving.replicas.local_backend import LocalBackend
 from serving.replicas.remote import RemoteReplica
 from serving.replicas.replica_set import DEFAULT_MAX_CONCURRENCY, ReplicaSet
-from serving.state.replica_registry import ReplicaRegistry, ReplicaRow
+from serving.state.replica_table import ReplicaRow, ReplicaTable
 
 if TYPE_CHECKING:
     from serving.replicas.cluster.connect import Cluster
@@ -69,7 +69,7 @@ class EndpointManager:
         self._resolve = resolver
         self._home = home or log_dir.parent
         self.launcher = Launcher.for_gateway(replica_env, log_dir, token_file=self._home / "replica.token")
-        self.book = ReplicaBook(ReplicaRegistry(store.database), self.launcher)
+        self.book = ReplicaBook(ReplicaTable(store.database), self.launcher)
         self.backend = LocalBackend(self.launcher)  # its warm pool comes with the autoscaler (gateway.app)
         self.cluster = cluster
         self.placement = Placement(self.backend, self.book, cluster)
@@ -191,7 +191,7 @@ class EndpointManager:
         the request timeout) rather than failing: it was serving before the restart, and its clients
         should see a slow answer, not an error."""
         records = await run_in_threadpool(self.store.list)
-        left = await self.book.left_running(records)
+        left = await self.book.left_running(served_keys(records))
         for record in records:
             self._remember(record)
             record.ready = "NOT_READY"
@@ -220,7 +220,10 @@ class EndpointManager:
                     served.attach(self.replica_client.send, self.request_timeout_s)
                 if self.cluster is None:
                     served.route_to(
-                        [RemoteReplica(r.host, r.port, r.pid) for r in rows.get((record.name, entity.name, uri), [])]
+                        [
+                            RemoteReplica(r.replica_id, r.host, r.port)
+                            for r in rows.get((record.name, entity.name, uri), [])
+                        ]
                     )
                 entities[entity.name] = served
             weights, external = spec.traffic_weights(record.config), external_models(record.config)
@@ -246,7 +249,7 @@ class EndpointManager:
         through it before then goes to the store, as a follower's does, and ``reconcile`` rolls it out after
         the takeover (started at once, it would leave out the replicas the takeover had yet to adopt)."""
         records = await run_in_threadpool(self.store.list)
-        left = await self.book.left_running(records)
+        left = await self.book.left_running(served_keys(records))
         await self.placement.sweep(records)
         for record in records:
             if record.name not in self._tasks:

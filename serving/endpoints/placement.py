@@ -1,5 +1,5 @@
 """Where a served entity's replicas run, as the endpoint manager asks for them: local processes (the embedded
-backend, listed in the replica registry) or the pods of one Deployment on Kubernetes (``TOLLFREE_BACKEND=
+backend, listed in the state store's replica table) or the pods of one Deployment on Kubernetes (``TOLLFREE_BACKEND=
 kubernetes``, ``serving.replicas.cluster``). Either way the manager gets a ``ReplicaSet``: one it runs (the
 leader's) or one that only routes (a follower's).
 """
@@ -16,7 +16,7 @@ from serving.endpoints import spec
 from serving.replicas.replica_set import DEFAULT_MAX_CONCURRENCY, ReplicaSet
 
 if TYPE_CHECKING:
-    from serving.endpoints.replica_book import ReplicaBook
+    from serving.replicas.book import ReplicaBook, ReplicaSetKey
     from serving.replicas.cluster.connect import Cluster
     from serving.replicas.local_backend import LocalBackend
 
@@ -35,7 +35,7 @@ class Placement:
             return self._pods(endpoint, entity, lead=True)
         return ReplicaSet(
             str(entity.name),
-            entity.entity_name,
+            _model_name(entity),
             str(entity.resolved_version),
             self.backend,
             endpoint=endpoint,
@@ -46,25 +46,25 @@ class Placement:
 
     def follow(self, endpoint: str, entity: spec.ServedEntityInput) -> ReplicaSet:
         """A follower's set for ``entity``: it routes to the replicas the leader runs (``manager.follow`` gives a
-        local one its replicas from the registry; a cluster's follows the EndpointSlices by itself)."""
+        local one its replicas from the replica table; a cluster's follows the EndpointSlices by itself)."""
         if self.cluster is not None:
             return self._pods(endpoint, entity, lead=False)
-        served = ReplicaSet(
+        replica_set = ReplicaSet(
             str(entity.name),
-            entity.entity_name,
+            _model_name(entity),
             str(entity.resolved_version),
             None,
             endpoint=endpoint,
             max_concurrency=_limit(entity),
         )
-        served.followed = True
-        return served
+        replica_set.followed = True
+        return replica_set
 
     def forget(self, sets: Iterable[ReplicaSet]) -> None:
         """A follower's sets it no longer routes through: those of a cluster stop following the watch (requests
         still queued on them go on to the pods they know)."""
-        for served in sets:
-            served.detach()
+        for replica_set in sets:
+            replica_set.detach()
 
     async def sweep(self, records: list[spec.EndpointRecord]) -> None:
         """On a cluster: delete the Deployments the gateways made that no stored endpoint needs any more (left by a
@@ -81,8 +81,8 @@ class Placement:
             for e in spec.registry_entities(config)
         }
         try:
-            for name in set(await run_in_threadpool(self.cluster.backend.managed)) - needed:
-                await run_in_threadpool(self.cluster.backend.delete, name)
+            for name in set(await run_in_threadpool(self.cluster.deployments.managed)) - needed:
+                await run_in_threadpool(self.cluster.deployments.delete, name)
         except Exception as exc:
             log.error("left-over Deployments not removed: %s", exc)
 
@@ -96,13 +96,30 @@ class Placement:
         )
         return PodSet(
             wanted,
-            entity.entity_name,
+            _model_name(entity),
             str(entity.resolved_version),
             self.cluster.routes,
-            self.cluster.backend if lead else None,
+            self.cluster.deployments if lead else None,
             max_concurrency=_limit(entity),
             scaling=spec.scaling_config(entity, stored=True) if lead else None,
         )
+
+
+def served_keys(records: Iterable[spec.EndpointRecord]) -> set[ReplicaSetKey]:
+    """(endpoint, served entity, model URI) of every model the stored endpoints' current configs serve: the
+    replicas left running that a restarted gateway adopts (``ReplicaBook.left_running``)."""
+    return {
+        (r.name, str(e.name), f"models:/{e.entity_name}/{e.resolved_version}")
+        for r in records
+        for e in spec.registry_entities(r.config)
+    }
+
+
+def _model_name(entity: spec.ServedEntityInput) -> str:
+    """The registry model a served entity serves (every entity placed on replicas has one)."""
+    if entity.entity_name is None:
+        raise ValueError(f"served entity {entity.name} names no registry model: it has no replicas to place")
+    return entity.entity_name
 
 
 def _limit(entity: spec.ServedEntityInput) -> int:

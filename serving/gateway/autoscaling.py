@@ -10,9 +10,13 @@ on the gateway's event loop, replica counts and limits applied by each served en
 - ``LiveAutoscaler`` keeps the controller's entity set in step with the live endpoints, seeds a batched
   model's per-replica target from its batching plan (a replica that predicts 32 rows in one call can
   take 32 requests at once: that is what "model-aware" means on the vertical axis), applies the
-  policy's per-replica admission limit (vertical axis on or off) and the queue bound through the replica set (``ReplicaSet.set_limits``), and
-  steps at once when a request finds no replica (scale from zero does not wait for the next tick).
-- ``ReplicaSets`` is the controller's ``Backend``: ``set_replicas`` is the entity's ``ReplicaSet.scale_to``.
+  policy's per-replica admission limit (vertical axis on or off) and the queue bound through the replica
+  set (``ReplicaSet.set_limits``), and steps at once when a request finds no replica (scale from zero
+  does not wait for the next tick).
+- ``ReplicaSets`` is the controller's ``Actuator``: ``set_replicas`` is the entity's ``ReplicaSet.scale_to``.
+
+A replica is known by its id (``serving.traffic.replica``) here as in the dispatcher and in the readings other
+gateways publish, whether it is a local process, another gateway's process or a pod.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from serving.autoscaler.config import ScalingConfig
-from serving.autoscaler.controller import Backend, Controller, EntityKey
+from serving.autoscaler.controller import Actuator, Controller, EntityKey
 from serving.autoscaler.policy import seeded as policy_seeded
 from serving.autoscaler.record import from_record, to_record
 from serving.autoscaler.signals import Sample
@@ -40,8 +44,10 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK")
 Backlog = Callable[[str, str], float]  # (endpoint, entity) -> its stream backlog per second of max_lag_s
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """utime + stime of a process, from /proc (None if it is gone)."""
+def cpu_seconds(pid: int | None) -> float | None:
+    """utime + stime of a process, from /proc (None if it is gone, or not on this machine: no pid)."""
+    if pid is None:
+        return None
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
@@ -101,23 +107,23 @@ class GatewaySignals:
         self.wall = wall
         self.remote = RemoteLoad()
         self.machine = machine
-        self._cpu: dict[int, tuple[float, float]] = {}  # pid -> (cpu seconds, when)
-        self._busy: dict[int, tuple[float, float]] = {}  # pid -> (busy clock, when)
+        self._cpu: dict[str, tuple[float, float]] = {}  # replica id -> (cpu seconds, when)
+        self._busy: dict[str, tuple[float, float]] = {}  # replica id -> (busy clock, when)
         self._totals: dict[EntityKey, tuple[int, int]] = {}  # a follower's arrivals and completions so far
 
-    def _utilisation(self, entity: ReplicaSet, now: float, seen: Mapping[int, float]) -> float | None:
+    def _utilisation(self, replica_set: ReplicaSet, now: float, seen: Mapping[str, float]) -> float | None:
         """The mean busy share of the entity's replicas over the last interval (see :func:`busy_share`);
-        for a replica that has not answered yet, the share of a core its process used. ``seen``: the busy
-        clocks other gateways saw, by pid (the latest reading of a clock wins)."""
+        for a replica that has not answered yet, the share of a core its process used (a process on this
+        machine). ``seen``: the busy clocks other gateways saw, by replica id (the latest reading wins)."""
         shares = []
-        clocks = entity.dispatcher.busy_clocks() if entity.dispatcher is not None else {}
-        for replica in entity.replicas:
-            clock = clocks.get(id(replica))
-            if replica.pid in seen:
-                clock = max(clock or 0.0, seen[replica.pid])
+        clocks = replica_set.dispatcher.busy_clocks() if replica_set.dispatcher is not None else {}
+        for replica in replica_set.replicas:
+            clock = clocks.get(replica.id)
+            if replica.id in seen:
+                clock = max(clock or 0.0, seen[replica.id])
             if clock is not None:
-                last_busy = self._busy.get(replica.pid)
-                self._busy[replica.pid] = (clock, now)
+                last_busy = self._busy.get(replica.id)
+                self._busy[replica.id] = (clock, now)
                 if last_busy is not None and now > last_busy[1]:
                     shares.append(busy_share(last_busy[0], clock, now - last_busy[1], replica.outstanding))
                     continue
@@ -125,47 +131,47 @@ class GatewaySignals:
             cpu = cpu_seconds(replica.pid)
             if cpu is None:
                 continue
-            last_cpu = self._cpu.get(replica.pid)
-            self._cpu[replica.pid] = (cpu, now)
+            last_cpu = self._cpu.get(replica.id)
+            self._cpu[replica.id] = (cpu, now)
             if last_cpu is not None and now > last_cpu[1]:
                 shares.append(min(1.0, (cpu - last_cpu[0]) / (now - last_cpu[1])))
         return sum(shares) / len(shares) if shares else None
 
     def sample(self, now: float) -> Mapping[EntityKey, Sample]:
         out: dict[EntityKey, Sample] = {}
-        pids: set[int] = set()
+        current: set[str] = set()  # the replica ids sampled
         others = self.shared.remote() if self.shared is not None else []
         seen = RemoteLoad.busy_clocks(others)
         cores_busy = self.machine.read() if self.machine is not None else None
         cores = self.machine.cores if self.machine is not None and cores_busy is not None else 0
         for endpoint, live in list(self.manager.live.items()):
-            for name, entity in live.entities.items():
-                if entity.dispatcher is None:
+            for name, replica_set in live.entities.items():
+                if replica_set.dispatcher is None:
                     continue
-                reading = entity.dispatcher.meter.read(now)
-                ready = sum(r.alive() for r in entity.replicas)
+                reading = replica_set.dispatcher.meter.read(now)
+                ready = sum(r.alive() for r in replica_set.replicas)
                 own = Sample(
                     t=now,
                     in_flight=reading.in_flight,
                     ready_replicas=ready,
-                    replicas=ready + entity.starting,
+                    replicas=ready + replica_set.starting,
                     queue_depth=reading.queue_depth,
                     requests=reading.arrivals,
                     completed=reading.completed,
                     latency_p50_ms=reading.latency_p50_ms,
                     latency_p99_ms=reading.latency_p99_ms,
-                    utilisation=self._utilisation(entity, now, seen),
+                    utilisation=self._utilisation(replica_set, now, seen),
                     stream_backlog_per_s=self.backlog(endpoint, name) if self.backlog is not None else 0.0,
                     cores=cores,
                     cores_busy=cores_busy,
-                    ready_in_s=entity.ready_in_s(),
+                    ready_in_s=replica_set.ready_in_s(),
                 )
                 mine = [r for r in others if r.key == (endpoint, name)]
                 out[(endpoint, name)] = (
-                    self.remote.merged(own, entity.model_uri, mine, reading.seconds) if mine else own
+                    self.remote.merged(own, replica_set.model_uri, mine, reading.seconds) if mine else own
                 )
-                pids.update(r.pid for r in entity.replicas)
-        for gone in (self._cpu.keys() | self._busy.keys()) - pids:  # stopped replicas' readings
+                current.update(r.id for r in replica_set.replicas)
+        for gone in (self._cpu.keys() | self._busy.keys()) - current:  # stopped replicas' readings
             self._cpu.pop(gone, None)
             self._busy.pop(gone, None)
         return out
@@ -174,20 +180,20 @@ class GatewaySignals:
         """A follower's readings of every entity it routes, for the leader (``shared_scaling.reading``)."""
         out = []
         for endpoint, live in list(self.manager.live.items()):
-            for name, entity in live.entities.items():
-                if entity.dispatcher is None:
+            for name, replica_set in live.entities.items():
+                if replica_set.dispatcher is None:
                     continue
-                load = entity.dispatcher.meter.read(now)
+                load = replica_set.dispatcher.meter.read(now)
                 before = self._totals.get((endpoint, name), (0, 0))
                 totals = self._totals[(endpoint, name)] = (before[0] + load.arrivals, before[1] + load.completed)
-                clocks = entity.dispatcher.busy_clocks()
-                busy = {r.pid: clocks[id(r)] for r in entity.replicas if id(r) in clocks}
+                clocks = replica_set.dispatcher.busy_clocks()
+                busy = {r.id: clocks[r.id] for r in replica_set.replicas if r.id in clocks}
                 out.append(
                     Reading(
                         self.shared.me if self.shared else "",
                         endpoint,
                         name,
-                        entity.model_uri,
+                        replica_set.model_uri,
                         self.wall(),
                         reading(load, totals, busy),
                     )
@@ -195,34 +201,34 @@ class GatewaySignals:
         return out
 
 
-def replica_serves(entity: ReplicaSet) -> int | None:
-    """What one replica of ``entity`` predicts at once, from the batching plan it measured: a batch when
+def replica_serves(replica_set: ReplicaSet) -> int | None:
+    """What one replica of ``replica_set`` predicts at once, from the batching plan it measured: a batch when
     batching pays, else a request (it predicts one call at a time); None until a replica has measured it."""
-    dispatcher = entity.dispatcher
+    dispatcher = replica_set.dispatcher
     if dispatcher is None or dispatcher.plan.single_ms <= 0:
         return None
     return dispatcher.plan.max_batch if dispatcher.plan.enabled else 1
 
 
-def seeded(config: ScalingConfig, entity: ReplicaSet) -> ScalingConfig:
+def seeded(config: ScalingConfig, replica_set: ReplicaSet) -> ScalingConfig:
     """The config with its starting target seeded from what a replica predicts at once (``policy.seeded``);
     unchanged until a replica has measured its model."""
-    serves = replica_serves(entity)
+    serves = replica_serves(replica_set)
     return config if serves is None else policy_seeded(config, serves)
 
 
 class ReplicaSets:
-    """The controller's ``Backend`` in the gateway: each live served entity's replica set applies its own
-    count (``ReplicaSet.scale_to``) and its backend starts and stops the processes."""
+    """The controller's ``Actuator`` in the gateway: each live served entity's replica set applies its own
+    count (``ReplicaSet.scale_to``): its backend starts and stops the processes, or the cluster the pods."""
 
     def __init__(self, manager: EndpointManager) -> None:
         self.manager = manager
 
     def _set(self, endpoint: str, entity: str) -> ReplicaSet:
-        served = self.manager.entity(endpoint, entity)
-        if served is None:
+        replica_set = self.manager.entity(endpoint, entity)
+        if replica_set is None:
             raise LookupError(f"served entity {endpoint}/{entity} is not live")
-        return served
+        return replica_set
 
     def set_replicas(self, endpoint: str, entity: str, n: int) -> None:
         self._set(endpoint, entity).scale_to(n)
@@ -245,7 +251,7 @@ class LiveAutoscaler:
     def __init__(
         self,
         manager: EndpointManager,
-        backend: Backend | None = None,
+        actuator: Actuator | None = None,
         *,
         interval_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
@@ -262,20 +268,25 @@ class LiveAutoscaler:
         self.signals = GatewaySignals(manager, shared, wall, backlog, machine)
         self.controller = Controller(
             self.signals,
-            backend or ReplicaSets(manager),
+            actuator or ReplicaSets(manager),
             {},
             concurrency_sink=self._set_limit,
             queue_sink=self._set_queue,
         )
-        self._configs: dict[EntityKey, tuple[int, ScalingConfig]] = {}  # key -> (id of the entity, its config)
+        # key -> the replica set the controller has a config for (a new set: a new version or rollout) and that config
+        self._configs: dict[EntityKey, tuple[ReplicaSet, ScalingConfig]] = {}
         self._last_step = 0.0
         self._last_record: float | None = None
         self._poke: asyncio.Handle | None = None
 
-    def _resume(self, key: EntityKey, entity: ReplicaSet, config: ScalingConfig) -> None:
+    def _resume(self, key: EntityKey, replica_set: ReplicaSet, config: ScalingConfig) -> None:
         """Continue from the recorded state of the same entity and model, unless it is older than the windows."""
         found = self.shared.recorded.get(key) if self.shared is not None else None
-        if found is None or found.model_uri != entity.model_uri or found.at < self.wall() - config.scale_down_window_s:
+        if (
+            found is None
+            or found.model_uri != replica_set.model_uri
+            or found.at < self.wall() - config.scale_down_window_s
+        ):
             return
         now = self.clock()
         try:
@@ -300,33 +311,35 @@ class LiveAutoscaler:
         shift, wall = self.wall() - now, self.wall()
         records = []
         for key, (state, samples) in self.controller.snapshot().items():
-            entity = self.manager.entity(*key)
-            if entity is not None:
-                records.append(ScalerRecord(key[0], key[1], entity.model_uri, wall, to_record(state, samples, shift)))
+            replica_set = self.manager.entity(*key)
+            if replica_set is not None:
+                records.append(
+                    ScalerRecord(key[0], key[1], replica_set.model_uri, wall, to_record(state, samples, shift))
+                )
         self.shared.record(records)
 
     def sync(self) -> None:
         """Follow the live endpoints: new or re-deployed entities in, removed ones out."""
         seen: set[EntityKey] = set()
         for endpoint, live in list(self.manager.live.items()):
-            for name, entity in live.entities.items():
-                if entity.scaling is None or entity.dispatcher is None:
+            for name, replica_set in live.entities.items():
+                scaling = replica_set.scaling
+                if scaling is None or replica_set.dispatcher is None:
                     continue
                 key = (endpoint, name)
                 seen.add(key)
                 known = self._configs.get(key)
-                if known is None or known[0] != id(entity) or known[1] != entity.scaling:
-                    fresh = known is None or known[0] != id(entity)
-                    if fresh:
-                        self.controller.remove(key)  # a new entity (new version): start from its own plan
-                    config = seeded(entity.scaling, entity)
-                    self.controller.set_config(key, config, len(entity.replicas), replica_serves(entity))
+                if known is None or known[0] is not replica_set or known[1] != scaling:
+                    if known is None or known[0] is not replica_set:
+                        self.controller.remove(key)  # a new set (new version): start from its own plan
+                    config = seeded(scaling, replica_set)
+                    self.controller.set_config(key, config, len(replica_set.replicas), replica_serves(replica_set))
                     if known is None:  # not decided for here before: perhaps by a previous leader
-                        self._resume(key, entity, config)
-                    self._configs[key] = (id(entity), entity.scaling)
+                        self._resume(key, replica_set, config)
+                    self._configs[key] = (replica_set, scaling)
                     # hold a burst while replicas start, rather than refuse it (the 5 s wait still bounds it)
-                    entity.set_limits(max_queue=entity.scaling.max_queue)
-                entity.dispatcher.on_starved = self.poke
+                    replica_set.set_limits(max_queue=scaling.max_queue)
+                replica_set.dispatcher.on_starved = self.poke
         for key in set(self._configs) - seen:
             self.controller.remove(key)
             del self._configs[key]
@@ -334,17 +347,17 @@ class LiveAutoscaler:
     def _set_limit(self, endpoint: str, entity: str, limit: int) -> None:
         """The policy's per-replica admission limit, whether the vertical axis moves the target or not: the
         replicas take what the horizontal axis sized them for, never the endpoint's default of 32."""
-        served = self.manager.entity(endpoint, entity)
-        if served is not None and served.scaling is not None:
-            served.set_limits(max_concurrency=limit)
+        replica_set = self.manager.entity(endpoint, entity)
+        if replica_set is not None and replica_set.scaling is not None:
+            replica_set.set_limits(max_concurrency=limit)
 
     def _set_queue(self, endpoint: str, entity: str, limit: int) -> None:
         """With ``shed_load``, the policy's queue bound: what can wait and still be answered within the SLO
         (see ``policy.queue_bound``); requests past it get a 429 at once, those already waiting stay.
         Without it, ``max_queue``."""
-        served = self.manager.entity(endpoint, entity)
-        if served is not None and served.scaling is not None:
-            served.set_limits(max_queue=limit if served.scaling.shed_load else served.scaling.max_queue)
+        replica_set = self.manager.entity(endpoint, entity)
+        if replica_set is not None and replica_set.scaling is not None:
+            replica_set.set_limits(max_queue=limit if replica_set.scaling.shed_load else replica_set.scaling.max_queue)
 
     def step(self) -> None:
         self._poke = None

@@ -7,7 +7,7 @@ loop, never per request.
 
 - A follower's reading per served entity (``reading``): its in-flight and queued requests (time-averages
   over its last second), its arrivals and completions as running totals, its latency p50/p99 over the
-  second, and the busy clock of each replica (by pid) from its latest answer.
+  second, and the busy clock of each replica (by its id, ``serving.traffic.replica``) from its latest answer.
 - ``merged``: the leader adds the fresh readings of every other gateway for the same model to its own
   sample: levels summed, arrivals and completions at the rate the totals rose since the last reading seen
   (so a reading read twice or missed neither doubles nor drops a second's traffic), p99 the highest, p50
@@ -36,9 +36,9 @@ FRESH_S = 3.0  # a reading older than this is from a gateway gone or stuck
 KEEP_RECORDS_S = 3600.0  # a record not saved again for this long is of an entity gone (a resume takes them younger)
 
 
-def reading(load: LoadReading, totals: tuple[int, int], busy: Mapping[int, float]) -> dict[str, Any]:
+def reading(load: LoadReading, totals: tuple[int, int], busy: Mapping[str, float]) -> dict[str, Any]:
     """A follower's reading of one entity: ``load`` over its last second, ``totals`` (arrivals, completed)
-    since it started, ``busy`` the latest busy clock of each replica by pid."""
+    since it started, ``busy`` the latest busy clock of each replica by replica id."""
     return {
         "in_flight": load.in_flight,
         "queue_depth": load.queue_depth,
@@ -46,7 +46,7 @@ def reading(load: LoadReading, totals: tuple[int, int], busy: Mapping[int, float
         "completed_total": totals[1],
         "latency_p50_ms": load.latency_p50_ms,
         "latency_p99_ms": load.latency_p99_ms,
-        "busy": {str(pid): clock for pid, clock in busy.items()},
+        "busy": dict(busy),
     }
 
 
@@ -104,12 +104,12 @@ class RemoteLoad:
         )
 
     @staticmethod
-    def busy_clocks(readings: Iterable[Reading]) -> dict[int, float]:
-        """The latest busy clock any other gateway saw, per replica pid."""
-        out: dict[int, float] = {}
+    def busy_clocks(readings: Iterable[Reading]) -> dict[str, float]:
+        """The latest busy clock any other gateway saw, per replica id."""
+        out: dict[str, float] = {}
         for r in readings:
-            for pid, clock in (r.values.get("busy") or {}).items():
-                out[int(pid)] = max(out.get(int(pid), 0.0), float(clock))
+            for replica, clock in (r.values.get("busy") or {}).items():
+                out[replica] = max(out.get(replica, 0.0), float(clock))
         return out
 
 

@@ -40,7 +40,7 @@ from serving.protocol.errors import (
     resolve_request_id,
     unauthenticated,
 )
-from serving.replica_server.app import _lifespan, _read_body, _respond, answer_probe
+from serving.replica_server.asgi import answer_probe, lifespan, read_body, respond
 from serving.replica_server.chat import ChatModelError, ChatRuntime
 from serving.replica_server.metrics import ReplicaMetrics
 
@@ -62,7 +62,7 @@ class ChatReplicaApp:
         self.metrics = metrics or ReplicaMetrics.create("unknown")
         self._token = f"Bearer {token}".encode() if token else None
         self._pool = ThreadPoolExecutor(max_streams, thread_name_prefix="chat")
-        self._ready = orjson.dumps(
+        self.ready_answer = orjson.dumps(
             {
                 "status": "ready",
                 "kind": "chat",
@@ -72,11 +72,10 @@ class ChatReplicaApp:
                 "model_uri": self.metrics.model_uri,
             }
         )
-        self._worker = self._pool  # StandbyApp shuts ``_worker`` down on stop
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send, lambda: self._pool.shutdown(wait=False, cancel_futures=True))
+            await lifespan(receive, send, self.close)
             return
         if scope["type"] != "http":
             return
@@ -88,35 +87,39 @@ class ChatReplicaApp:
             if await answer_probe(self, path, method, headers, send, request_id):
                 return
             if path == wire.PATH and method == "POST":
-                self._authorize(headers)
-                answers = refuse_envelope(await _read_body(receive))
+                self.authorize(headers)
+                answers = refuse_envelope(await read_body(receive))
                 self.metrics.observe_call(time.perf_counter() - started, [a.status for a in answers])
-                await _respond(send, 200, wire.encode_answers(answers), request_id, wire.CONTENT_TYPE)
+                await respond(send, 200, wire.encode_answers(answers), request_id, wire.CONTENT_TYPE)
             elif path == "/invocations" and method == "POST":
-                self._authorize(headers)
-                request = parse_chat_request(await _read_body(receive))
+                self.authorize(headers)
+                request = parse_chat_request(await read_body(receive))
                 if request.stream:
                     await self._stream(receive, send, request, request_id)
                 else:
                     loop = asyncio.get_running_loop()
                     body = await loop.run_in_executor(self._pool, self.runtime.complete, request, request_id)
-                    await _respond(send, 200, body, request_id)
+                    await respond(send, 200, body, request_id)
                 self.metrics.observe_call(time.perf_counter() - started, (200,))
             else:
                 raise not_found(f"no route {method} {path[:100]}")
         except ApiError as err:
             self.metrics.observe_call(time.perf_counter() - started, (err.status_code,))
-            await _respond(send, err.status_code, orjson.dumps(error_body(err)), request_id)
+            await respond(send, err.status_code, orjson.dumps(error_body(err)), request_id)
         except wire.WireError as exc:  # a malformed envelope: a bug or a stranger, named as ReplicaApp names it
-            await _respond(send, 400, orjson.dumps(error_body(malformed_request(str(exc)))), request_id)
+            await respond(send, 400, orjson.dumps(error_body(malformed_request(str(exc)))), request_id)
         except ChatModelError as exc:
             log.error("chat model failed on request %s: %s", request_id, exc)
-            err = internal(f"the model failed on this input; request id {request_id}")
-            await _respond(send, 500, orjson.dumps(error_body(err)), request_id)
+            failure = internal(f"the model failed on this input; request id {request_id}")
+            await respond(send, 500, orjson.dumps(error_body(failure)), request_id)
 
-    def _authorize(self, headers: dict[bytes, bytes]) -> None:
+    def authorize(self, headers: dict[bytes, bytes]) -> None:
         if self._token is not None and not hmac.compare_digest(headers.get(b"authorization", b""), self._token):
             raise unauthenticated("a valid bearer token is required")
+
+    def close(self) -> None:
+        """The server stops: the answers under way are cancelled between two chunks, not waited for."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def _stream(self, receive: Any, send: Any, request: Any, request_id: str) -> None:
         loop = asyncio.get_running_loop()

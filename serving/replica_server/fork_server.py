@@ -1,8 +1,8 @@
 """``python -m serving.replica_server.fork_server``: the process a gateway forks its local replicas from.
 
 A replica process spends most of its start importing the runtime it needs before it loads a model (MLflow and
-its SQLAlchemy store, scikit-learn, skops, Feast, uvicorn): about 4.7 CPU-seconds on the 2-core machine
-(2026-12-05). The fork server imports all that once, then forks a replica for each request of its gateway, and
+its SQLAlchemy store, scikit-learn, skops, Feast, uvicorn): about 4.7 CPU-seconds on a 2-core machine. The
+fork server imports all that once, then forks a replica for each request of its gateway, and
 the child runs exactly what ``python -m serving.replica_server`` runs after its imports. The idea of gunicorn's
 ``--preload`` and of the standard library's ``multiprocessing`` forkserver; not the latter itself, because its
 children are its parent's workers (joined or terminated when it exits), while a replica outlives a crashed

@@ -17,7 +17,7 @@ import asyncio
 import hmac
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from serving.protocol import frames, wire
 
@@ -37,7 +37,8 @@ class FrameServer(asyncio.Protocol):
         self._tasks: set[asyncio.Task[None]] = set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
+        # a stream connection's transport writes (uvloop's is no subclass of asyncio.Transport: no isinstance)
+        self._transport = cast(asyncio.Transport, transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None

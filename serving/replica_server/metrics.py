@@ -9,8 +9,8 @@ locally the gateway's are enough.
 :class:`BusyClock` is the replica's utilisation at its source: the rate of its busy seconds is the share
 of its predict capacity in use, whatever the model spends that time on (a CPU-bound tree model and one
 that waits on a remote call look the same to it, where the process's CPU sees only the first). Each
-envelope answer carries the counter in the ``x-tollfree-busy-s`` header (``protocol.wire.BUSY_HEADER``), so the gateway's autoscaler
-reads it off the traffic without a scrape.
+envelope answer carries the counter in the ``x-tollfree-busy-s`` header (``protocol.wire.BUSY_HEADER``), so
+the gateway's autoscaler reads it off the traffic without a scrape.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ with it: the next gateway on the same state adopts the live ones (``POST /adopt 
 the replica token) and serves on at once. One nobody adopts must not live on forever: once its owner is
 gone the replica waits ``grace_s`` (``TOLLFREE_REPLICA_ORPHAN_S``, default 60) for an adoption, then stops
 itself. A replica that cannot be adopted yet (still loading its model, or a warm-pool standby without one:
-no gateway has it in the registry) stops at once when its owner dies. The decision is pure (:class:`OwnerWatch`, clock and liveness check injected); :func:`watch` runs it.
+no gateway lists it in the replica table) stops at once when its owner dies. The decision is pure
+(:class:`OwnerWatch`, clock and liveness check injected); :func:`watch` runs it.
 """
 
 from __future__ import annotations

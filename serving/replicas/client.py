@@ -4,22 +4,22 @@ replica offers one (``serving.protocol.frames``), else over HTTP on one keep-ali
 The first envelope to a replica goes over HTTP; a replica on this machine (a loopback address) names its frame
 socket in that answer, and later envelopes go there. A frame socket that cannot be reached is not tried again (that
 replica is served over HTTP); a connection that closes is forgotten, and the next envelope goes over HTTP,
-whose answer names the socket again if the replica is still there. aiohttp rather than httpx for HTTP: at thousands of calls a second
-the client's own per-request work is the gateway's largest cost after the server side, and aiohttp's is a
-fraction of httpx's.
+whose answer names the socket again if the replica is still there. aiohttp rather than httpx for HTTP: at
+thousands of calls a second the client's own per-request work is the gateway's largest cost after the server
+side, and aiohttp's is a fraction of httpx's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 
 from serving.protocol import frames, wire
 from serving.replicas.frames_client import FrameConnection, connect
+from serving.traffic.replica import Replica
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +55,12 @@ class ReplicaClient:
             await self._session.close()
             self._session = None
 
-    async def send(self, replica: Any, requests: list[wire.WireRequest]) -> wire.WireReply:
+    async def send(self, replica: Replica, requests: list[wire.WireRequest]) -> wire.WireReply:
         """The replica's answers, one per request, in order, with its busy clock; ReplicaUnreachable if
         there are none."""
         envelope = wire.encode_requests(requests)
         connection = await self._frames(replica.url) if len(envelope) <= frames.MAX_CALL else None
+        busy: float | None
         if connection is not None:
             busy, body = await connection.call(envelope)
         else:

@@ -141,8 +141,8 @@ class ForkServer:
 
     def _read(self, timeout_s: float) -> dict[str, Any] | None:
         """Its next answer line; None if it ended, or said nothing within ``timeout_s`` (then it is killed)."""
-        assert self._process is not None and self._process.stdout is not None
         process = self._process
+        assert process is not None and process.stdout is not None, "the fork server is started first"
         timer = threading.Timer(timeout_s, process.kill)  # a hung fork server must not hang the gateway
         timer.start()
         try:

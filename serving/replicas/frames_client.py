@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Callable
+from typing import cast
 
 from serving.protocol import frames
 from serving.protocol.wire import ReplicaUnreachable
@@ -27,7 +28,8 @@ class FrameConnection(asyncio.Protocol):
 
     # ---- asyncio.Protocol ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
+        # a stream connection's transport writes (uvloop's is no subclass of asyncio.Transport: no isinstance)
+        self._transport = cast(asyncio.Transport, transport)
         self._transport.write(self._hello)
 
     def data_received(self, data: bytes) -> None:
@@ -64,7 +66,9 @@ class FrameConnection(asyncio.Protocol):
         self._last_id = call_id = self._last_id % 0xFFFFFFFF + 1  # 1 .. 2**32-1: id 0 is the connection's own
         waiter: asyncio.Future[frames.Frame] = asyncio.get_running_loop().create_future()
         self._waiting[call_id] = waiter
-        self._transport.write(frames.frame(frames.CALL, call_id, envelope))  # type: ignore[union-attr]
+        transport = self._transport
+        assert transport is not None, "checked open above, on this same loop turn"
+        transport.write(frames.frame(frames.CALL, call_id, envelope))
         try:
             frame = await waiter
         finally:

@@ -24,6 +24,7 @@ import httpx
 from serving.protocol.wire import OWNER_ENV, REPLICA_TOKEN_ENV
 from serving.replicas.forking import ForkServer
 from serving.settings import PROJECT_DIR
+from serving.traffic.replica import process_id
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,8 @@ class ReplicaOwned(RuntimeError):
 
 @dataclass
 class LocalReplica:
+    """A replica process this gateway runs (a ``serving.traffic.replica.Replica``)."""
+
     model_uri: str
     host: str
     port: int
@@ -59,6 +62,10 @@ class LocalReplica:
     @property
     def pid(self) -> int:
         return self.process.pid
+
+    @property
+    def id(self) -> str:
+        return process_id(self.host, self.port, self.pid)
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -80,7 +87,7 @@ class ForeignProcess:
     def poll(self) -> int | None:
         """-1 once the process is gone. /proc is read at most every ``RECHECK_S``: the data plane asks on every
         request whether its replicas are alive, and a read of /proc per request was a third of the gateway's
-        CPU at 4,000 requests a second (2026-12-05); a replica that died meanwhile refuses its calls, which the
+        CPU at 4,000 requests a second; a replica that died meanwhile refuses its calls, which the
         dispatcher retries on another."""
         if self.returncode is None:
             now = self._clock()
@@ -109,8 +116,9 @@ def process_running(pid: int) -> bool:
 
 
 def is_replica_process(pid: int, port: int) -> bool:
-    """``pid`` runs ``serving.replica_server`` on ``port`` (a registry row may outlive its process, and a pid be reused).
-    A forked replica's command line is its process title, one string with spaces (``replica.fork_server``)."""
+    """``pid`` runs ``serving.replica_server`` on ``port`` (a replica table row may outlive its process, and a pid
+    be reused). A forked replica's command line is its process title, one string with spaces
+    (``serving.replica_server.fork_server``)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
             args = cmdline.read().replace(b"\0", b" ").split()
@@ -218,8 +226,10 @@ class Launcher:
         return activate(replica, model_uri, self.token)
 
 
-def rss_mb(pid: int) -> float | None:
-    """A process's resident memory in MB, from /proc (None if it is gone)."""
+def rss_mb(pid: int | None) -> float | None:
+    """A process's resident memory in MB, from /proc (None if it is gone, or not on this machine: no pid)."""
+    if pid is None:
+        return None
     try:
         with open(f"/proc/{pid}/status") as status:
             for line in status:

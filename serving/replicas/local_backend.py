@@ -3,7 +3,8 @@
 
 A start takes a standby from the warm pool when it has one (only the model load remains) and starts a
 new process otherwise, forked from the launcher's fork server (``replicas.forking``); either way it returns
-a replica that answered ready, or stops what it started and raises. The pool refills itself in the background after every start.
+a replica that answered ready, or stops what it started and raises. The pool refills itself in the background
+after every start.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 
 from serving.replicas.local import Launcher, LocalReplica, ReplicaStartError, stop_replica, wait_ready
 from serving.replicas.warm_pool import WarmPool
+from serving.traffic.replica import Replica
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,7 @@ class LocalBackend:
         """A new replica process for ``model_uri``; returns at once (see ``wait_ready``)."""
         return self.launcher.start(model_uri)
 
-    def wait_ready(self, replica: LocalReplica, timeout_s: float) -> dict:
+    def wait_ready(self, replica: LocalReplica, timeout_s: float) -> dict[str, Any]:
         """Block until ``replica`` answers ready; its ready answer (with its batching plan)."""
         return wait_ready(replica, timeout_s)
 
@@ -80,7 +82,10 @@ class LocalBackend:
         self.refill()
         return replica, ready
 
-    async def stop(self, replica: LocalReplica) -> None:
+    async def stop(self, replica: Replica) -> None:
+        """Stop one of the processes this backend started (a replica set holds only those when it has a backend)."""
+        if not isinstance(replica, LocalReplica):
+            raise TypeError(f"the local backend stops only the processes it started, not replica {replica.id}")
         await run_in_threadpool(stop_replica, replica)
 
     def refill(self) -> None:

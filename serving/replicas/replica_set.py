@@ -9,15 +9,15 @@ Everyone else reads ``replicas``, ``max_concurrency``, ``scaling`` and ``startin
 ``scale_to`` returns at once: new replicas start in the background (from the warm pool when there is
 one). A lower count is taken from the replicas still starting first: a start that completes past the
 count last asked for is stopped, not added; only the rest of the surplus leaves the routing at once (the
-least busy ready replicas) and stops once its requests are answered. Dead replicas leave the routing when ``ready_count`` counts them, so the
-autoscaler sees them missing and replaces them.
+least busy ready replicas) and stops once its requests are answered. Dead replicas leave the routing when
+``ready_count`` counts them, so the autoscaler sees them missing and replaces them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -27,6 +27,7 @@ from serving.replicas.local import LocalReplica, ReplicaStartError
 from serving.replicas.local_backend import LocalBackend
 from serving.traffic.batching import BatchPlan
 from serving.traffic.dispatcher import Dispatcher, SendBatch
+from serving.traffic.replica import Replica
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class ReplicaSet:
         backend: LocalBackend | None = None,
         *,
         endpoint: str = "",
-        replicas: tuple[Any, ...] | list[Any] = (),
+        replicas: Sequence[Replica] = (),
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
         scaling: ScalingConfig | None = None,
         drain_timeout_s: float = 30.0,
@@ -59,18 +60,18 @@ class ReplicaSet:
         self.dispatcher: Dispatcher | None = None  # set by ``attach`` before traffic reaches the entity
         self.drain_timeout_s = drain_timeout_s
         self.wanted: int | None = None  # the count ``scale_to`` last asked for
-        self._replicas: list[Any] = list(replicas)
+        self._replicas: list[Replica] = list(replicas)
         self._max_concurrency = max_concurrency
         self._scaling = scaling
         self._starting = 0
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
-        self._on_change = on_change  # told whenever ``replicas`` changes (the replica registry)
+        self._on_change = on_change  # told whenever ``replicas`` changes (the replica book records them)
         self.followed = False  # routing only, to replicas another gateway runs (``route_to``)
 
     # ---- what others read ----------------------------------------------------------------------
     @property
-    def replicas(self) -> tuple[Any, ...]:
+    def replicas(self) -> tuple[Replica, ...]:
         """The replicas in the routing, in the order they joined."""
         return tuple(self._replicas)
 
@@ -133,16 +134,18 @@ class ReplicaSet:
         backend = self._backend()
         # the fork server's imports, the first time (seconds): in a thread, or the gateway answers nothing meanwhile
         await run_in_threadpool(backend.prepare)
+        spawned: list[LocalReplica] = []
         for _ in range(n):  # spawned on the loop, not in a thread: a cancelled rollout must know every process
-            self._replicas.append(backend.spawn(self.model_uri))
-        for replica in list(self._replicas):
+            spawned.append(backend.spawn(self.model_uri))
+            self._replicas.append(spawned[-1])
+        for replica in spawned:
             ready = await run_in_threadpool(backend.wait_ready, replica, timeout_s)
             self._adopt_plan(ready, replace=True)
         if self.dispatcher is not None:
             self.dispatcher.capacity_changed()
         self._changed()
 
-    def adopt(self, replica: Any, ready: Mapping[str, Any]) -> None:
+    def adopt(self, replica: Replica, ready: Mapping[str, Any]) -> None:
         """A live replica of this entity that a previous gateway started (see ``replicas.local.adopt_replica``)."""
         self._replicas.append(replica)
         self._adopt_plan(ready, replace=len(self._replicas) == 1)
@@ -150,7 +153,7 @@ class ReplicaSet:
             self.dispatcher.capacity_changed()
         self._changed()
 
-    def route_to(self, replicas: list[Any]) -> None:
+    def route_to(self, replicas: Sequence[Replica]) -> None:
         """A routing-only set (no backend): its replicas are now ``replicas`` (run elsewhere); those it had
         already, by address, are kept with their outstanding counts."""
         known = {r.url: r for r in self._replicas}
@@ -161,20 +164,15 @@ class ReplicaSet:
                 self.dispatcher.capacity_changed()
 
     def detach(self) -> None:
-        """Stop following where the replicas come from (a set of local or registry replicas follows nothing)."""
+        """Stop following where the replicas come from (a set of local or remote replicas follows nothing)."""
 
     def ready_count(self) -> int:
         """The replicas in the routing; a dead one leaves it here (the autoscaler replaces it)."""
         dead = [r for r in self._replicas if not r.alive()]
         for replica in dead:
             self._replicas.remove(replica)
-            log.warning(
-                "replica pid %d of %s/%s died (code %s)",
-                replica.pid,
-                self.endpoint,
-                self.name,
-                replica.process.returncode,
-            )
+            code = replica.process.returncode if isinstance(replica, LocalReplica) else None
+            log.warning("replica %s of %s/%s died (code %s)", replica.id, self.endpoint, self.name, code)
         if dead:
             self._changed()
         return len(self._replicas)
@@ -223,7 +221,7 @@ class ReplicaSet:
         if self._on_change is not None:
             self._on_change(self)
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -237,8 +235,8 @@ class ReplicaSet:
                 await self._backend().stop(replica)
             elif len(self._replicas) >= (self.wanted if self.wanted is not None else len(self._replicas) + 1):
                 log.info(
-                    "replica pid %d of %s/%s came up after a scale-down to %d: stopped",
-                    replica.pid,
+                    "replica %s of %s/%s came up after a scale-down to %d: stopped",
+                    replica.id,
                     self.endpoint,
                     self.name,
                     self.wanted,
@@ -250,7 +248,7 @@ class ReplicaSet:
                 if self.dispatcher is not None:
                     self.dispatcher.capacity_changed()
                 self._changed()
-                log.info(
+                log.info(  # benchmarks/fidelity.py reads this line (ADDED)
                     "replica pid %d added to %s/%s (%d now)", replica.pid, self.endpoint, self.name, len(self._replicas)
                 )
         except (ReplicaStartError, OSError) as exc:
@@ -258,7 +256,7 @@ class ReplicaSet:
         finally:
             self._starting = max(0, self._starting - 1)
 
-    async def _drain_and_stop(self, replica: LocalReplica) -> None:
+    async def _drain_and_stop(self, replica: Replica) -> None:
         waited = 0.0
         while replica.outstanding > 0 and waited < self.drain_timeout_s:
             await asyncio.sleep(DRAIN_POLL_S)

@@ -1,6 +1,6 @@
 """The warm pool: standby replica processes with the runtime already imported, waiting for a model.
 
-A scale-up (or a scale from zero) takes one and loads its model into it (``local_replicas.activate``),
+A scale-up (or a scale from zero) takes one and loads its model into it (``serving.replicas.local.activate``),
 so a cold start costs the model load only, not the interpreter start and the imports (several seconds
 here). The pool refills itself in the background after every take, one standby at a time.
 """

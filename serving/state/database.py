@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,7 +71,7 @@ def open_database(location: str | Path, timeout_s: float = 30.0) -> Database:
         engine = create_engine(url, connect_args={"timeout": timeout_s})
 
         @event.listens_for(engine, "connect")
-        def _pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+        def _pragmas(dbapi_connection: sqlite3.Connection, _record: object) -> None:
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=FULL")

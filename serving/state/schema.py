@@ -17,9 +17,10 @@ endpoints = Table(
     Column("record", Text, nullable=False),
 )
 
-# The replica registry: each replica in a served entity's routing (one row per address), written by the
+# The replica table: each replica in a served entity's routing (one row per address), written by the
 # gateway that runs it (``owner_pid``) whenever the entity's replicas change; a gateway started on this state
-# adopts the live ones whose owner is gone (``serving.endpoints.manager``). ``started_at``: seconds since the epoch.
+# adopts the live ones whose owner is gone (``serving.replicas.book``). ``replica_id``: the replica's id
+# (``serving.traffic.replica``); ``started_at``: seconds since the epoch.
 replicas = Table(
     "replicas",
     metadata,
@@ -32,6 +33,7 @@ replicas = Table(
     Column("backend", Text, nullable=False),
     Column("owner_pid", Integer, nullable=False),
     Column("started_at", Float, nullable=False),
+    Column("replica_id", Text, nullable=False),
     Index("replicas_by_entity", "endpoint", "entity"),
 )
 

@@ -1,5 +1,6 @@
 """Where a request goes once it is admitted: the served entity, the queue, the replica, the batch.
 
+replica         ``Replica``: what the gateway uses of a replica, local, remote or a pod, and its id
 router          the traffic split (weighted, seeded) and the least-outstanding replica
 dispatcher      per served entity: admission, the bounded queue, micro-batches to replicas
 load_meter      time-averaged in flight and queued, arrivals, completions, latency

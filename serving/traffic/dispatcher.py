@@ -24,14 +24,14 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 from serving.protocol.errors import ApiError, timeout, unavailable
 from serving.protocol.wire import ReplicaUnreachable, WireAnswer, WireReply, WireRequest
 from serving.traffic.batching import OFF, BatchPlan
 from serving.traffic.load_meter import LoadMeter
+from serving.traffic.replica import Replica
 from serving.traffic.router import pick_replica
 
 log = logging.getLogger(__name__)
@@ -39,13 +39,7 @@ log = logging.getLogger(__name__)
 PIPELINE_DEPTH = 2
 
 
-class Replica(Protocol):
-    outstanding: int
-
-    def alive(self) -> bool: ...
-
-
-SendBatch = Callable[[Any, list[WireRequest]], Awaitable[WireReply]]
+SendBatch = Callable[[Replica, list[WireRequest]], Awaitable[WireReply]]
 
 
 class AdmissionRefused(Exception):
@@ -82,7 +76,7 @@ class DispatchStats:
     refused: int = 0
     retried: int = 0
     largest_batch: int = 0
-    inflight_batches: dict[int, int] = field(default_factory=dict)  # id(replica) -> batches in flight
+    inflight_batches: dict[str, int] = field(default_factory=dict)  # replica id -> batches in flight
 
 
 class Dispatcher:
@@ -112,8 +106,8 @@ class Dispatcher:
         self.stats = DispatchStats()
         self.meter = LoadMeter(clock())
         self.on_starved: Callable[[], None] | None = None  # called when a request arrives and no replica is up
-        self._busy: dict[int, float] = {}  # id(replica) -> its busy clock, as its last reply carried it
-        self._calls: dict[int, collections.deque[_Call]] = {}  # id(replica) -> its calls in flight, oldest first
+        self._busy: dict[str, float] = {}  # replica id -> its busy clock, as its last reply carried it
+        self._calls: dict[str, collections.deque[_Call]] = {}  # replica id -> its calls in flight, oldest first
 
     @property
     def waiting(self) -> int:
@@ -142,8 +136,14 @@ class Dispatcher:
         self._pump()
         self._wake()
         waiting = [e.future for e in entered if isinstance(e, _Pending)]
-        answers = iter(await asyncio.gather(*waiting, return_exceptions=True))
-        return [e if isinstance(e, AdmissionRefused) else next(answers) for e in entered]  # type: ignore[misc]
+        answers: Iterator[WireAnswer | BaseException] = iter(await asyncio.gather(*waiting, return_exceptions=True))
+        out: list[WireAnswer | Exception] = []
+        for e in entered:
+            answer = e if isinstance(e, AdmissionRefused) else next(answers)
+            if not isinstance(answer, (WireAnswer, Exception)):  # a cancelled future (never by the dispatcher)
+                raise answer
+            out.append(answer)
+        return out
 
     def _enqueue(self, request: WireRequest) -> _Pending:
         if len(self._queue) >= self.max_queue and self._pick() is None:
@@ -166,10 +166,10 @@ class Dispatcher:
         """Replicas were added, limits raised or the plan changed: send what can go now."""
         self._pump()
 
-    def busy_clocks(self) -> dict[int, float]:
-        """id(replica) -> the busy clock its last reply carried, for the current replicas (the autoscaler's
+    def busy_clocks(self) -> dict[str, float]:
+        """Replica id -> the busy clock its last reply carried, for the current replicas (the autoscaler's
         utilisation signal); readings of replicas that left are dropped."""
-        current = {id(r) for r in self._replicas()}
+        current = {r.id for r in self._replicas()}
         for gone in self._busy.keys() - current:
             del self._busy[gone]
         return dict(self._busy)
@@ -207,7 +207,7 @@ class Dispatcher:
         candidates = [
             r
             for r in self._replicas()
-            if r is not exclude and r.alive() and (depth is None or batches.get(id(r), 0) < depth)
+            if (exclude is None or r.id != exclude.id) and r.alive() and (depth is None or batches.get(r.id, 0) < depth)
         ]
         return pick_replica(candidates, self._limit())
 
@@ -258,7 +258,7 @@ class Dispatcher:
 
     def _dispatch(self, replica: Replica, batch: list[_Pending]) -> None:
         replica.outstanding += len(batch)
-        key = id(replica)
+        key = replica.id
         self.stats.inflight_batches[key] = self.stats.inflight_batches.get(key, 0) + 1
         self.stats.batches += 1
         self.stats.batched_requests += len(batch)
@@ -272,7 +272,7 @@ class Dispatcher:
 
     def _call_ended(self, replica: Replica, call: _Call) -> None:
         """A call left its replica: if it was the one in service, the next one there starts."""
-        key = id(replica)
+        key = replica.id
         calls = self._calls.get(key)
         if not calls or call not in calls:
             return
@@ -305,12 +305,12 @@ class Dispatcher:
             self._fail(batch, _unreachable)
         else:
             if reply.busy_s is not None:
-                self._busy[id(replica)] = reply.busy_s
+                self._busy[replica.id] = reply.busy_s
             for pending, answer in zip(batch, reply.answers):
                 self._settle(pending, answer)
         finally:
             replica.outstanding -= len(batch)
-            key = id(replica)
+            key = replica.id
             left = self.stats.inflight_batches.get(key, 1) - 1
             if left:
                 self.stats.inflight_batches[key] = left

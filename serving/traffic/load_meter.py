@@ -25,7 +25,7 @@ class LoadReading:
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
-    index = min(len(sorted_values) - 1, max(0, int(round(q * (len(sorted_values) - 1)))))
+    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
     return sorted_values[index]
 
 

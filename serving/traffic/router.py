@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
+from serving.traffic.replica import Replica
 
-class HasLoad(Protocol):
-    outstanding: int
-
-
-R = TypeVar("R", bound=HasLoad)
+R = TypeVar("R", bound=Replica)
 
 
 def choose_entity(weights: Sequence[tuple[str, int]], rng: random.Random) -> str:

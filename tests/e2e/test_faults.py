@@ -27,7 +27,7 @@ from serving.gateway.process import GatewayProcess, environ_with, start_gateway
 from serving.inference_log import read_inference_log
 from serving.replicas.local import free_port
 from serving.state.database import open_database
-from serving.state.replica_registry import ReplicaRegistry
+from serving.state.replica_table import ReplicaTable
 from tests.gateways import ENTITY, RetryingClients, create, get, replicas_of, rows_body, wait_ready
 from tests.services import ensure_redis_server
 from tests.world import MODEL_NAME
@@ -259,7 +259,7 @@ def test_a_crashed_gateway_loses_at_most_its_unflushed_tail_and_its_successor_ad
         time.sleep(1.0)  # a second of traffic on the adopted replicas
         outcomes = clients.stop()
         view = get(restarted, f"/api/2.0/serving-endpoints/{name}").json()
-        registry = ReplicaRegistry(open_database(world.settings.state_url)).all()
+        registry = ReplicaTable(open_database(world.settings.state_url)).all()
         new_owner = restarted.process.pid
     finally:
         if gateway.process.poll() is None:
@@ -289,8 +289,8 @@ def test_a_crashed_gateway_loses_at_most_its_unflushed_tail_and_its_successor_ad
 
 
 def _registered(world, endpoint: str, owner: int, timeout_s: float = 15.0) -> list[int]:  # type: ignore[no-untyped-def]
-    """The pids the replica registry lists for ``endpoint`` under gateway ``owner`` (written just after a change)."""
-    registry = ReplicaRegistry(open_database(world.settings.state_url))
+    """The pids the replica table lists for ``endpoint`` under gateway ``owner`` (written just after a change)."""
+    registry = ReplicaTable(open_database(world.settings.state_url))
     deadline = time.monotonic() + timeout_s
     while True:
         pids = sorted(r.pid for r in registry.all() if r.endpoint == endpoint and r.owner_pid == owner)

@@ -4,8 +4,8 @@ from the registry, publishes its load, writes its changes to the store for the l
 
 What must hold:
 - an endpoint created through HAProxy is rolled out by the leader and served by both gateways;
-- load sent to the follower alone (12 clients, 32 rows a request) reaches the leader's autoscaler (the leader counts the follower's
-  load: its own is zero);
+- load sent to the follower alone (12 clients, 32 rows a request) reaches the leader's autoscaler (the leader
+  counts the follower's load: its own is zero);
 - ``kill -9`` of the leader under 12 closed-loop clients through HAProxy: no failed request at plain clients (HAProxy
   retries and redispatches), the follower takes the lease within 10 s, adopts the dead leader's replicas (same
   processes) and continues the autoscaler from the leader's record;
@@ -31,7 +31,7 @@ from serving.protocol.wire import OWNER_ENV, REPLICA_TOKEN_ENV
 from serving.replicas.local import process_running
 from serving.state.database import open_database
 from serving.state.lease import Lease
-from serving.state.replica_registry import ReplicaRegistry
+from serving.state.replica_table import ReplicaTable
 from tests.gateways import ENTITY, RetryingClients, command_words, rows_body, wait_ready
 from tests.services import haproxy_server
 
@@ -60,7 +60,7 @@ AUTOSCALING = {
 
 
 def _registered(database) -> list:  # type: ignore[no-untyped-def]
-    return sorted((r for r in ReplicaRegistry(database).all() if r.endpoint == NAME), key=lambda r: r.pid)
+    return sorted((r for r in ReplicaTable(database).all() if r.endpoint == NAME), key=lambda r: r.pid)
 
 
 def _poll_replicas(database, n: int, timeout_s: float, owner: int) -> list:  # type: ignore[no-untyped-def]
@@ -212,7 +212,7 @@ def test_behind_haproxy_the_follower_takes_over_from_a_killed_leader_and_keeps_s
             leader.process.kill()
         if follower is not None:
             follower.stop(grace_s=60)
-        for pid in started + [r.pid for r in ReplicaRegistry(database).all() if r.endpoint == NAME]:
+        for pid in started + [r.pid for r in ReplicaTable(database).all() if r.endpoint == NAME]:
             if process_running(pid):  # one of several gateways leaves its replicas for the next leader: none comes
                 os.killpg(pid, signal.SIGKILL)
         database.engine.dispose()
@@ -347,7 +347,7 @@ def test_a_config_change_right_after_a_failover_leaves_only_the_replicas_the_sur
             while True:
                 listed, entities = _listed(survivor.url, admin)
                 running = _replica_pids(token)
-                registered = {r.pid for r in ReplicaRegistry(database).all() if r.endpoint == CHANGED}
+                registered = {r.pid for r in ReplicaTable(database).all() if r.endpoint == CHANGED}
                 served = {_served_by(gateway, body, admin) for gateway in (survivor.url, proxy) for _ in range(3)}
                 if (
                     running == listed == registered and entities == {AFTER} and served == {AFTER}

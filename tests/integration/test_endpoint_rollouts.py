@@ -36,12 +36,21 @@ class HeldReplica:
     def port(self) -> int:
         return self.pid
 
+    @property
+    def id(self) -> str:
+        return f"local:{self.host}:{self.port}:{self.pid}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
     def alive(self) -> bool:
         return self.running
 
 
 class HeldBackend:
-    """The part of ``LocalBackend`` a rollout uses; a replica of model URI ``u`` answers ready once ``gate(u)`` is set."""
+    """The part of ``LocalBackend`` a rollout uses; a replica of model URI ``u`` answers ready once ``gate(u)`` is
+    set."""
 
     def __init__(self) -> None:
         self.spawned: list[HeldReplica] = []

@@ -25,7 +25,7 @@ from serving.endpoints.store import EndpointStore
 from serving.gateway.app import create_gateway_app
 from serving.gateway.auth import TokenRegistry
 from serving.inference_log import InferenceLogWriter
-from serving.replicas.cluster.api import ClusterError, KubernetesBackend
+from serving.replicas.cluster.api import ClusterError, DeploymentApi
 from serving.replicas.cluster.connect import DEFAULT_TEMPLATE, Cluster, from_environ
 from serving.replicas.cluster.objects import ReplicaTemplate, Wanted
 from serving.replicas.cluster.routes import Routes, SliceWatch
@@ -85,15 +85,15 @@ def api() -> Iterator[tuple[FakeKubernetes, str]]:
 
 
 @pytest.fixture()
-def backend(api) -> tuple[KubernetesBackend, FakeKubernetes]:
+def backend(api) -> tuple[DeploymentApi, FakeKubernetes]:
     fake, url = api
-    return KubernetesBackend(NS, ReplicaTemplate.load(DEFAULT_TEMPLATE), api_client(url)), fake
+    return DeploymentApi(NS, ReplicaTemplate.load(DEFAULT_TEMPLATE), api_client(url)), fake
 
 
 @pytest.fixture()
 def watched(api) -> Iterator[tuple[Routes, SliceWatch]]:
     """The routing and its EndpointSlice watch against the stand-in, stopped after the test."""
-    routes = Routes()
+    routes = Routes(NS)
     watch = SliceWatch(NS, routes, api_client(api[1]))
     watch.start()
     yield routes, watch
@@ -167,7 +167,7 @@ def test_delete_takes_the_owned_service_and_budget_with_it_and_lists_only_what_t
 def test_a_refused_request_names_the_call_and_status_never_the_body(api):
     fake, url = api
     fake.rules = [r for r in fake.rules if r["resources"] != ["deployments"]]  # a Role without create on Deployments
-    cluster = KubernetesBackend(NS, ReplicaTemplate.load(DEFAULT_TEMPLATE), api_client(url))
+    cluster = DeploymentApi(NS, ReplicaTemplate.load(DEFAULT_TEMPLATE), api_client(url))
     with pytest.raises(ClusterError) as refused:
         cluster.apply(Wanted("fraud", "champion", "models:/fraud/3"), 1)
     assert "create Deployment tollfree-fraud-champion-" in str(refused.value) and "HTTP 403" in str(refused.value)

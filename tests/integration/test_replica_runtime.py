@@ -22,8 +22,9 @@ from serving.protocol.errors import ApiError
 from serving.protocol.events import EVENT_CONTENT_TYPE, parse_event
 from serving.protocol.scoring import parse_scoring_request
 from serving.protocol.wire import BUSY_HEADER
-from serving.replica_server.app import create_replica_app, score_envelope, score_one
+from serving.replica_server.app import create_replica_app
 from serving.replica_server.runtime import ModelRuntime
+from serving.replica_server.scoring import score_envelope, score_one
 from tests.models import RowCostModel
 
 COLUMNS = [f"f{i}" for i in range(6)]
@@ -124,7 +125,7 @@ def test_the_numpy_path_gives_pyfunc_predictions_for_every_json_shape(models):
     rows[0][2] = 3  # an int in a double column, as JSON clients send it
     frame = pd.DataFrame(rows, columns=COLUMNS)
     expected = runtime._model.predict(frame)
-    shuffled = list(reversed(COLUMNS)) + ["extra"]
+    shuffled = [*reversed(COLUMNS), "extra"]
     shapes = [
         {"dataframe_split": {"columns": COLUMNS, "data": rows}},
         {
@@ -243,7 +244,7 @@ def test_each_envelope_answer_carries_the_replica_busy_clock_which_counts_a_mode
             readings.append(float(answer.headers[BUSY_HEADER]))
             time.sleep(0.3)  # idle between calls: not busy time
         metrics = client.get("/metrics", headers=auth).text
-    rises = [b - a for a, b in zip([0.0] + readings, readings)]
+    rises = [b - a for a, b in zip([0.0, *readings], readings)]
     for rise, rows in zip(rises, (1, 2, 1)):  # each call sleeps SLEEP_PER_ROW_S a row (one batch)
         assert rows * SLEEP_PER_ROW_S <= rise < rows * SLEEP_PER_ROW_S + 0.15, rises
     counter = float(

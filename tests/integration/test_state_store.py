@@ -1,6 +1,6 @@
 """The state store's schema and availability: Alembic migrations (from a database made before them, under
 concurrent gateways, refused when asked), a PostgreSQL that is unreachable at start or goes away while
-serving, and the replica registry. Real SQLite files and a real PostgreSQL server; no message may carry the
+serving, and the replica table. Real SQLite files and a real PostgreSQL server; no message may carry the
 password."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from alembic import command
 from sqlalchemy import text
 
 from serving.endpoints.store import EndpointStore
@@ -22,7 +23,8 @@ from serving.replicas.local import free_port, replica_token
 from serving.state import migrate
 from serving.state.changes import ChangeListener
 from serving.state.database import StateStoreError, open_database
-from serving.state.replica_registry import ReplicaRegistry, ReplicaRow
+from serving.state.replica_table import ReplicaRow, ReplicaTable
+from serving.traffic.replica import process_id
 from tests.integration.test_endpoint_store import make_record
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,7 +79,7 @@ def test_a_schema_newer_than_this_code_is_refused(tmp_path: Path) -> None:
     EndpointStore(path)
     with sqlite3.connect(path) as db:
         db.execute("UPDATE alembic_version SET version_num = '9999'")
-    with pytest.raises(StateStoreError, match="revision 9999.*run a newer tollfree"):
+    with pytest.raises(StateStoreError, match=r"revision 9999.*run a newer tollfree"):
         EndpointStore(path)
 
 
@@ -155,6 +157,7 @@ def test_a_postgresql_outage_is_a_503_naming_the_store_and_the_store_recovers(po
 
 def _row(port: int, owner: int, entity: str = "m-1", pid: int = 1) -> ReplicaRow:
     return ReplicaRow(
+        replica_id=f"local:127.0.0.1:{port}:{pid}",
         host="127.0.0.1",
         port=port,
         pid=pid,
@@ -168,22 +171,44 @@ def _row(port: int, owner: int, entity: str = "m-1", pid: int = 1) -> ReplicaRow
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-def test_the_replica_registry_replaces_only_its_own_gateway_rows(backend, tmp_path, request) -> None:
+def test_the_replica_table_replaces_only_its_own_gateway_rows(backend, tmp_path, request) -> None:
     if backend == "sqlite":
         store = EndpointStore(tmp_path / "endpoints.db")
     else:
         server = request.getfixturevalue("postgres")
         store = EndpointStore(server.url(server.new_database()))
-    registry = ReplicaRegistry(store.database)
-    registry.replace("ep", "m-1", "models:/m/1", 100, [_row(1, 100), _row(2, 100)])
-    registry.replace("ep", "m-1", "models:/m/1", 200, [_row(3, 200)])  # another live gateway's replica
-    registry.replace("ep", "m-1", "models:/m/1", 100, [_row(2, 100)])  # gateway 100 scaled down to one
-    assert sorted((r.port, r.owner_pid) for r in registry.all()) == [(2, 100), (3, 200)]
-    registry.replace("ep", "m-1", "models:/m/1", 300, [_row(2, 300)])  # gateway 300 adopted port 2 from 100
-    assert sorted((r.port, r.owner_pid) for r in registry.all()) == [(2, 300), (3, 200)]
-    registry.forget([_row(3, 200)])
-    assert [(r.port, r.owner_pid) for r in registry.all()] == [(2, 300)]
+    table = ReplicaTable(store.database)
+    table.replace("ep", "m-1", "models:/m/1", 100, [_row(1, 100), _row(2, 100)])
+    table.replace("ep", "m-1", "models:/m/1", 200, [_row(3, 200)])  # another live gateway's replica
+    table.replace("ep", "m-1", "models:/m/1", 100, [_row(2, 100)])  # gateway 100 scaled down to one
+    assert sorted((r.port, r.owner_pid) for r in table.all()) == [(2, 100), (3, 200)]
+    table.replace("ep", "m-1", "models:/m/1", 300, [_row(2, 300)])  # gateway 300 adopted port 2 from 100
+    assert sorted((r.port, r.owner_pid) for r in table.all()) == [(2, 300), (3, 200)]
+    table.forget([_row(3, 200)])
+    assert [(r.port, r.owner_pid) for r in table.all()] == [(2, 300)]
+    assert [r.replica_id for r in table.all()] == ["local:127.0.0.1:2:1"]
     store.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_replica_rows_from_before_the_replica_id_get_their_process_id(backend, tmp_path, request) -> None:
+    if backend == "sqlite":
+        database = open_database(f"sqlite:///{tmp_path / 'endpoints.db'}")
+    else:
+        server = request.getfixturevalue("postgres")
+        database = open_database(server.url(server.new_database()))
+    with database.engine.begin() as connection:
+        command.upgrade(migrate._config(connection), "0004")
+        connection.execute(
+            text(
+                "INSERT INTO replicas (host, port, pid, endpoint, entity, model_uri, backend, owner_pid, started_at) "
+                "VALUES ('127.0.0.1', 8001, 41, 'ep', 'm-1', 'models:/m/1', 'local', 7, 1.0)"
+            )
+        )
+    migrate.upgrade(database)
+    assert [r.replica_id for r in ReplicaTable(database).all()] == ["local:127.0.0.1:8001:41"]
+    assert process_id("127.0.0.1", 8001, 41) == "local:127.0.0.1:8001:41"  # the id the gateway gives the process
+    database.engine.dispose()
 
 
 def test_the_replica_token_is_kept_in_the_state_folder_readable_only_by_its_owner(tmp_path: Path) -> None:
@@ -212,7 +237,7 @@ def test_a_write_through_one_gateway_is_heard_by_the_others_at_once(postgres) ->
             "put": lambda: writer.put(writer.get("fraud")),
             "compare_and_set": lambda: writer.compare_and_set("fraud", 1, writer.get("fraud")),
             "delete": lambda: writer.delete("fraud"),
-            "registry": lambda: ReplicaRegistry(writer.database).replace("ep", "m-1", "models:/m/1", 1, [_row(9, 1)]),
+            "replica table": lambda: ReplicaTable(writer.database).replace("ep", "m-1", "models:/m/1", 1, [_row(9, 1)]),
         }
         for what, write in writes.items():
             time.sleep(0.05)

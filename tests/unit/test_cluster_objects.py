@@ -126,7 +126,7 @@ def test_ready_pods_are_those_not_unready_and_not_terminating():
 
 
 def test_routes_join_an_entitys_slices_keep_pod_objects_and_tell_only_who_changed():
-    routes = Routes()
+    routes = Routes("tollfree")
     seen: dict[str, list[list[str]]] = {"svc": [], "other": []}
     for name in seen:
         routes.subscribe(name, lambda pods, n=name: seen[n].append([p.url for p in pods]))
@@ -145,11 +145,11 @@ def test_routes_join_an_entitys_slices_keep_pod_objects_and_tell_only_who_change
         ["http://10.0.0.2:9000"],
     ]
     assert seen["other"] == [[]]
-    assert PodReplica("10.0.0.1", 1, "a").pid < 0  # never a local process's pid
+    assert first.id == "pod:tollfree/a" and first.pid is None  # known by its name; no process on this machine
 
 
 def test_an_ipv6_pod_address_is_bracketed_in_its_url():
-    assert PodReplica("fd00::5", 8000, "a").url == "http://[fd00::5]:8000"
+    assert PodReplica("fd00::5", 8000, "a", "tollfree").url == "http://[fd00::5]:8000"
 
 
 def test_the_gateway_refuses_to_start_on_kubernetes_without_the_replica_token(monkeypatch, capsys):

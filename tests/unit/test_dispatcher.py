@@ -166,7 +166,7 @@ def test_the_busy_clock_a_reply_carries_is_kept_per_replica_until_the_replica_le
         await asyncio.gather(*(dispatcher.submit(WireRequest(f"q{i}", "application/json", b"{}")) for i in range(3)))
         readings = dispatcher.busy_clocks()
         current.remove(b)
-        return readings, dispatcher.busy_clocks(), id(a), id(b)
+        return readings, dispatcher.busy_clocks(), a.id, b.id
 
     readings, after, a, b = run(scenario())
     assert set(readings) == {a, b}  # each replica's own reading

@@ -45,7 +45,7 @@ LAYERS: dict[str, frozenset[str]] = {
         {"streams", "generative", "replicas", "traffic", "autoscaler", "protocol", "registry", "state"}
     ),
     "streams": frozenset({"traffic", "protocol", "inference_log"}),  # Redis Streams front doors
-    "replicas": frozenset({"traffic", "autoscaler", "protocol", "settings"}),
+    "replicas": frozenset({"traffic", "autoscaler", "protocol", "state", "settings"}),  # with the replica table
     "replica_server": frozenset({"features", "generative", "traffic", "protocol", "settings"}),  # its own process
     "features": frozenset({"protocol"}),
     "generative": frozenset({"protocol"}),  # chat requests, AI gateway
@@ -138,7 +138,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt) :] + [nxt]
+                return [*stack[stack.index(nxt) :], nxt]
             if nxt not in state:
                 found = visit(nxt)
                 if found:
@@ -244,7 +244,8 @@ def test_the_gateway_process_loads_neither_feast_nor_the_replica_runtime() -> No
     code = (
         "import sys; import serving.gateway.app, serving.__main__; "
         "print(sorted({m.split('.')[0] if not m.startswith('serving') else m for m in sys.modules "
-        "if m.split('.')[0] in ('feast', 'sklearn') or m.split('.')[:2] in (['serving', 'replica'], ['serving', 'features'])}))"
+        "if m.split('.')[0] in ('feast', 'sklearn') "
+        "or m.split('.')[:2] in (['serving', 'replica_server'], ['serving', 'features'])}))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=SERVING.parent, check=True

@@ -71,16 +71,16 @@ def test_a_pod_set_measures_its_pods_from_the_ask_to_the_routing(monkeypatch) ->
 
     async def scenario() -> tuple[float, float, float]:
         scaled: list[int] = []
-        cluster = SimpleNamespace(scale=lambda name, n: scaled.append(n))
-        pods = ps.PodSet(Wanted("ep", "m-1", "models:/m/1"), "m", "1", Routes(), cluster)  # type: ignore[arg-type]
-        pods.route_to([PodReplica("10.0.0.1", 8080, "a")])
+        deployments = SimpleNamespace(scale=lambda name, n: scaled.append(n))  # a stand-in: scale only
+        pods = ps.PodSet(Wanted("ep", "m-1", "models:/m/1"), "m", "1", Routes("ns"), deployments)  # type: ignore[arg-type]  # the stand-in
+        pods.route_to([PodReplica("10.0.0.1", 8080, "a", "ns")])
         before = pods.ready_in_s()
         pods.scale_to(3)  # two pods asked for at t=100
         clock[0] = 108.0
-        pods.route_to([PodReplica("10.0.0.1", 8080, "a"), PodReplica("10.0.0.2", 8080, "b")])
+        pods.route_to([PodReplica("10.0.0.1", 8080, "a", "ns"), PodReplica("10.0.0.2", 8080, "b", "ns")])
         first = pods.ready_in_s()
         clock[0] = 111.0
-        pods.route_to([PodReplica(f"10.0.0.{i}", 8080, x) for i, x in ((1, "a"), (2, "b"), (3, "c"))])
+        pods.route_to([PodReplica(f"10.0.0.{i}", 8080, x, "ns") for i, x in ((1, "a"), (2, "b"), (3, "c"))])
         return before, first, pods.ready_in_s()
 
     assert asyncio.run(scenario()) == (0.0, 8.0, 11.0)

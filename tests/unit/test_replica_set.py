@@ -22,6 +22,14 @@ class FakeReplica:
     dead: bool = False
     process: SimpleNamespace = field(default_factory=lambda: SimpleNamespace(returncode=-9))
 
+    @property
+    def id(self) -> str:
+        return f"local:127.0.0.1:{self.pid}:{self.pid}"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.pid}"
+
     def alive(self) -> bool:
         return not self.dead
 

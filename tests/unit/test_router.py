@@ -12,6 +12,18 @@ from serving.traffic.router import choose_entity, pick_replica
 class R:
     name: str
     outstanding: int
+    pid: int | None = None
+
+    @property
+    def id(self) -> str:
+        return self.name
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.name}"
+
+    def alive(self) -> bool:
+        return True
 
 
 def test_traffic_split_follows_percentages_and_is_reproducible():

@@ -32,7 +32,7 @@ class SerialReplica:
     """One replica that predicts one call at a time (its one predict thread) and keeps a busy clock."""
 
     def __init__(self) -> None:
-        self.url, self.outstanding, self.pid = "serial", 0, -1
+        self.url, self.outstanding, self.pid, self.id = "serial", 0, None, "fake:serial"
         self.lock = asyncio.Lock()
         self.busy_s = 0.0
         self.calls = 0
@@ -120,7 +120,8 @@ def test_both_producers_read_the_model_s_service_time_and_count_waits_inside_a_r
     utilisation = [s.utilisation for s in samples if s.utilisation is not None]
     print(
         f"{producer}: service {measured}, arrivals/s {arrivals:.1f}, utilisation {np.mean(utilisation):.2f}, "
-        f"in flight {np.mean([s.in_flight for s in samples]):.2f}, queued {np.mean([s.queue_depth for s in samples]):.2f}"
+        f"in flight {np.mean([s.in_flight for s in samples]):.2f}, "
+        f"queued {np.mean([s.queue_depth for s in samples]):.2f}"
     )
     assert measured == pytest.approx(truth, rel=0.2)  # not the latency, which includes the waits
     assert all(0 <= s.queue_depth <= s.in_flight + 1e-9 for s in samples)

@@ -118,8 +118,9 @@ def test_the_leader_adds_each_gateways_rates_and_sums_the_levels():
 
 
 def test_busy_clocks_take_the_latest_reading_of_each_replica():
-    readings = [_reading("b", 1.0, 0, 0, busy={"41": 3.0, "42": 7.5}), _reading("c", 1.0, 0, 0, busy={"41": 4.0})]
-    assert RemoteLoad.busy_clocks(readings) == {41: 4.0, 42: 7.5}
+    one, two = "local:127.0.0.1:9001:41", "local:127.0.0.1:9002:42"
+    readings = [_reading("b", 1.0, 0, 0, busy={one: 3.0, two: 7.5}), _reading("c", 1.0, 0, 0, busy={one: 4.0})]
+    assert RemoteLoad.busy_clocks(readings) == {one: 4.0, two: 7.5}
 
 
 def test_a_followers_requests_reach_the_leaders_samples_through_the_store(tmp_path):

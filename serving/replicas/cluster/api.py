@@ -10,7 +10,8 @@ through the template's ``secretRef``, and the Service and budget go with their D
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
@@ -21,6 +22,8 @@ log = logging.getLogger(__name__)
 
 _MERGE_PATCH = "application/merge-patch+json"
 
+T = TypeVar("T")
+
 
 class ClusterError(RuntimeError):
     """The API server refused or did not answer; the message names the call and the status, never a body."""
@@ -30,8 +33,23 @@ def _failed(what: str, exc: ApiException) -> ClusterError:
     return ClusterError(f"Kubernetes API: {what} failed with HTTP {exc.status} {exc.reason or ''}".rstrip())
 
 
-class KubernetesBackend:
-    """One namespace's replica Deployments (``kubernetes.config`` loads the credentials before, see ``connect``)."""
+def _body(model: T | None, kind: str) -> T:
+    """A rendered object as the client's model (``from_dict`` gives None only for no object)."""
+    if model is None:
+        raise ClusterError(f"the replica template rendered no {kind}")
+    return model
+
+
+def _uid(deployment: k8s.V1Deployment, name: str) -> str:
+    """The Deployment's uid, which its Service and budget name as their owner."""
+    if deployment.metadata is None or not deployment.metadata.uid:
+        raise ClusterError(f"Kubernetes API: Deployment {name} came back without a uid")
+    return str(deployment.metadata.uid)
+
+
+class DeploymentApi:
+    """One namespace's replica Deployments, through the API server (``kubernetes.config`` loads the credentials
+    before, see ``connect``)."""
 
     def __init__(
         self,
@@ -57,15 +75,17 @@ class KubernetesBackend:
         name = wanted.name
         try:
             created = self.apps.create_namespaced_deployment(
-                self.namespace, k8s.V1Deployment.from_dict(objects["Deployment"]), _request_timeout=self.timeout
+                self.namespace,
+                _body(k8s.V1Deployment.from_dict(objects["Deployment"]), "Deployment"),
+                _request_timeout=self.timeout,
             )
-            uid, declared = created.metadata.uid, replicas
+            uid, declared = _uid(created, name), replicas
             log.info("created Deployment %s for %s with %d replica(s)", name, wanted.model_uri, replicas)
         except ApiException as exc:
             if exc.status != 409:
                 raise _failed(f"create Deployment {name}", exc) from exc
             existing = self._read(name)
-            uid, declared = existing.metadata.uid, int(existing.spec.replicas or 0)
+            uid, declared = _uid(existing, name), int(existing.spec.replicas or 0)
             log.info("Deployment %s exists with %d replica(s): adopted", name, declared)
             if declared < replicas:
                 self.scale(name, replicas)
@@ -110,7 +130,7 @@ class KubernetesBackend:
             )
         except ApiException as exc:
             raise _failed("list Deployments", exc) from exc
-        return [d.metadata.name for d in found.items]
+        return [d.metadata.name for d in found.items if d.metadata is not None and d.metadata.name]
 
     def _read(self, name: str) -> Any:
         try:
@@ -119,16 +139,17 @@ class KubernetesBackend:
             raise _failed(f"read Deployment {name}", exc) from exc
 
     def _create_owned(self, objects: dict[str, dict[str, Any]], name: str, uid: str) -> None:
-        creates = [("Service", self.core.create_namespaced_service, k8s.V1Service)]
+        creates: list[tuple[str, Callable[..., Any], Any]] = [
+            ("Service", self.core.create_namespaced_service, k8s.V1Service)
+        ]
         if "PodDisruptionBudget" in objects:
             creates.append(
                 ("PodDisruptionBudget", self.policy.create_namespaced_pod_disruption_budget, k8s.V1PodDisruptionBudget)
             )
         for kind, create, model in creates:
             try:
-                create(
-                    self.namespace, model.from_dict(owned_by(objects[kind], name, uid)), _request_timeout=self.timeout
-                )
+                body = _body(model.from_dict(owned_by(objects[kind], name, uid)), kind)
+                create(self.namespace, body, _request_timeout=self.timeout)
             except ApiException as exc:
                 if exc.status != 409:  # there already: it came with the Deployment before
                     raise _failed(f"create {kind} {name}", exc) from exc

@@ -18,7 +18,7 @@ from serving.protocol.wire import REPLICA_TOKEN_ENV
 from serving.settings import PROJECT_DIR
 
 if TYPE_CHECKING:  # the Kubernetes client is imported only by a gateway that uses it (half a second)
-    from serving.replicas.cluster.api import KubernetesBackend
+    from serving.replicas.cluster.api import DeploymentApi
     from serving.replicas.cluster.routes import Routes, SliceWatch
 
 BACKENDS = ("local", "kubernetes")
@@ -32,9 +32,9 @@ class ClusterSettingsError(ValueError):
 
 @dataclass
 class Cluster:
-    """The backend the leader uses and the routing every gateway reads."""
+    """The Deployments the leader declares and the routing every gateway reads."""
 
-    backend: KubernetesBackend
+    deployments: DeploymentApi
     routes: Routes
     watch: SliceWatch
 
@@ -62,7 +62,7 @@ def from_environ(
 ) -> Cluster:
     """The cluster for ``TOLLFREE_BACKEND=kubernetes``; ``api_client`` (a ``kubernetes.client.ApiClient``) None
     loads the credentials."""
-    from serving.replicas.cluster.api import KubernetesBackend
+    from serving.replicas.cluster.api import DeploymentApi
     from serving.replicas.cluster.objects import ReplicaTemplate, TemplateError
     from serving.replicas.cluster.routes import Routes, SliceWatch
 
@@ -88,10 +88,8 @@ def from_environ(
         raise ClusterSettingsError(str(exc)) from exc
     if api_client is None:
         api_client = _credentials()
-    routes = Routes()
-    return Cluster(
-        KubernetesBackend(namespace, template, api_client), routes, SliceWatch(namespace, routes, api_client)
-    )
+    routes = Routes(namespace)
+    return Cluster(DeploymentApi(namespace, template, api_client), routes, SliceWatch(namespace, routes, api_client))
 
 
 def _credentials() -> Any:

@@ -17,16 +17,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
 from starlette.concurrency import run_in_threadpool
 
-from serving.replicas.cluster.api import ClusterError, KubernetesBackend
+from serving.replicas.cluster.api import ClusterError, DeploymentApi
 from serving.replicas.cluster.objects import Wanted
 from serving.replicas.cluster.routes import PodReplica, Routes
 from serving.replicas.local import ReplicaStartError
 from serving.replicas.replica_set import ReplicaSet
+from serving.traffic.replica import Replica
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +43,14 @@ class PodSet(ReplicaSet):
         model_name: str,
         version: str,
         routes: Routes,
-        cluster: KubernetesBackend | None,
+        deployments: DeploymentApi | None,
         **options: Any,
     ) -> None:
         super().__init__(wanted.entity, model_name, version, None, endpoint=wanted.endpoint, **options)
         self.wanted_objects = wanted
         self.object_name = wanted.name
-        self.cluster = cluster  # None: routing only (a follower)
-        self.followed = cluster is None
+        self.deployments = deployments  # None: routing only (a follower)
+        self.followed = deployments is None
         self._routes = routes
         self._loop = asyncio.get_running_loop()
         self._plan_read = False
@@ -63,7 +65,7 @@ class PodSet(ReplicaSet):
         except RuntimeError:  # the loop is closed: the gateway has stopped
             pass
 
-    def route_to(self, replicas: list[Any]) -> None:
+    def route_to(self, replicas: Sequence[Replica]) -> None:
         now, before = time.monotonic(), len(self._replicas)
         super().route_to(replicas)
         for _ in range(min(len(self._asked), max(0, len(self._replicas) - before))):
@@ -72,7 +74,7 @@ class PodSet(ReplicaSet):
             self._plan_read = True
             self._spawn(self._read_plan(replicas[0]))
 
-    async def _read_plan(self, pod: PodReplica) -> None:
+    async def _read_plan(self, pod: Replica) -> None:
         """The batching plan from ``pod``'s ready answer; none (no batching) if it does not give one."""
         try:
             async with httpx.AsyncClient(timeout=PLAN_TIMEOUT_S) as client:
@@ -91,7 +93,7 @@ class PodSet(ReplicaSet):
     @property
     def starting(self) -> int:
         """Pods asked for that are not ready yet."""
-        return max(0, (self.wanted or 0) - len(self._replicas)) if self.cluster is not None else 0
+        return max(0, (self.wanted or 0) - len(self._replicas)) if self.deployments is not None else 0
 
     def ready_count(self) -> int:
         return len(self._replicas)
@@ -103,9 +105,9 @@ class PodSet(ReplicaSet):
     async def start(self, n: int, timeout_s: float) -> None:
         """Create (or adopt) the Deployment with at least ``n`` pods and wait until ``n`` are ready and routed;
         ReplicaStartError if they are not within ``timeout_s``."""
-        cluster = self._cluster()
+        deployments = self._deployments()
         try:
-            self.wanted = await run_in_threadpool(cluster.apply, self.wanted_objects, n)
+            self.wanted = await run_in_threadpool(deployments.apply, self.wanted_objects, n)
         except ClusterError as exc:
             raise ReplicaStartError(str(exc)) from exc
         deadline = time.monotonic() + timeout_s
@@ -137,22 +139,22 @@ class PodSet(ReplicaSet):
         self._replicas = []
         for task in list(self._tasks):
             task.cancel()
-        if self.cluster is not None and not cancel_starts:
+        if self.deployments is not None and not cancel_starts:
             try:
-                await run_in_threadpool(self.cluster.delete, self.object_name)
+                await run_in_threadpool(self.deployments.delete, self.object_name)
             except ClusterError as exc:
                 log.error("%s: the leader's next start removes it (it is no endpoint's)", exc)
 
-    def _cluster(self) -> KubernetesBackend:
-        if self.cluster is None:
+    def _deployments(self) -> DeploymentApi:
+        if self.deployments is None:
             raise RuntimeError(
                 f"{self.endpoint}/{self.name} routes to another gateway's Deployment: it cannot change it"
             )
-        return self.cluster
+        return self.deployments
 
     async def _scale(self, n: int) -> None:
         try:
-            await run_in_threadpool(self._cluster().scale, self.object_name, n)
+            await run_in_threadpool(self._deployments().scale, self.object_name, n)
             log.info("Deployment %s of %s/%s scaled to %d", self.object_name, self.endpoint, self.name, n)
         except ClusterError as exc:
             log.error("%s", exc)

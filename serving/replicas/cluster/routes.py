@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +25,7 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
 from serving.replicas.cluster.objects import MANAGED_SELECTOR
+from serving.traffic.replica import pod_id
 
 log = logging.getLogger(__name__)
 
@@ -34,28 +34,37 @@ WATCH_TIMEOUT_S = 300  # the server ends a watch after this long; the next one r
 BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
 
 
-@dataclass(eq=False)  # one pod is one object: the dispatcher keys its readings by it
+@dataclass(eq=False)
 class PodReplica:
-    """A ready pod of an entity: an address to route to. The cluster runs it, so it is alive while the slices
-    list it (``alive`` is always true; the routing drops it when a slice does)."""
+    """A ready pod of an entity (a ``serving.traffic.replica.Replica``): an address to route to. The cluster
+    runs it, so it is alive while the slices list it (``alive`` is always true; the routing drops it when a
+    slice does)."""
 
     host: str
     port: int
     pod: str
+    namespace: str
     outstanding: int = field(default=0)
 
     @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+    def id(self) -> str:
+        return pod_id(self.namespace, self.pod)
 
     @property
-    def pid(self) -> int:
-        """A negative id for the autoscaler's readings (they key on pids): no local process has it."""
-        return -1 - zlib.crc32(self.pod.encode() or self.host.encode())
+    def url(self) -> str:
+        return _url(self.host, self.port)
+
+    @property
+    def pid(self) -> None:
+        """Its process is in a pod, on a node of the cluster: none to read here."""
+        return None
 
     def alive(self) -> bool:
         return True
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def ready_pods(slice_: Mapping[str, Any]) -> list[tuple[str, int, str]]:
@@ -77,9 +86,11 @@ def ready_pods(slice_: Mapping[str, Any]) -> list[tuple[str, int, str]]:
 
 
 class Routes:
-    """The ready pods by Service (= replica-set) name; the sets that route to them subscribe by name."""
+    """The ready pods of ``namespace`` by Service (= replica-set) name; the sets that route to them subscribe by
+    name."""
 
-    def __init__(self) -> None:
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
         self._slices: dict[str, tuple[str, list[tuple[str, int, str]]]] = {}  # slice -> (service, pods)
         self._pods: dict[str, list[PodReplica]] = {}
         self._subscribers: dict[str, list[Callable[[list[PodReplica]], None]]] = {}
@@ -137,13 +148,13 @@ class Routes:
             for service in changed:
                 known = {p.url: p for p in self._pods.get(service, [])}
                 fresh = sorted({(h, p, n) for h, p, n in grouped.get(service, [])})
-                pods = [known.get(PodReplica(h, p, n).url) or PodReplica(h, p, n) for h, p, n in fresh]
-                if [p.url for p in pods] == [p.url for p in self._pods.get(service, [])]:
+                routed = [known.get(_url(h, p)) or PodReplica(h, p, n, self.namespace) for h, p, n in fresh]
+                if [p.url for p in routed] == [p.url for p in self._pods.get(service, [])]:
                     continue
-                self._pods[service] = pods
-                calls += [(listener, list(pods)) for listener in self._subscribers.get(service, [])]
-        for listener, pods in calls:
-            listener(pods)
+                self._pods[service] = routed
+                calls += [(listener, list(routed)) for listener in self._subscribers.get(service, [])]
+        for listener, routed in calls:
+            listener(routed)
 
 
 class SliceWatch:
@@ -212,7 +223,8 @@ class SliceWatch:
                 self._sleep(BACKOFF_S[min(failures, len(BACKOFF_S)) - 1])
 
     def _list(self) -> str:
-        response = self.discovery.list_namespaced_endpoint_slice(
+        # without preloading the client returns urllib3's response, not the model its stub names
+        response: Any = self.discovery.list_namespaced_endpoint_slice(
             self.namespace, label_selector=MANAGED_SELECTOR, _preload_content=False
         )
         try:

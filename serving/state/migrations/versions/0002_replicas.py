@@ -1,4 +1,4 @@
-"""The replica registry: every replica in an entity's routing, so a gateway restarted after a crash adopts them.
+"""The replica table: every replica in an entity's routing, so a gateway restarted after a crash adopts them.
 
 Revision ID: 0002
 Revises: 0001

@@ -1,8 +1,9 @@
-"""The replica registry in the state store: which replica processes serve which entity, and where.
+"""The replica table in the state store: which replica processes serve which entity, and where.
 
 The gateway that runs a served entity writes its rows whenever the entity's replicas change (one
-transaction replaces them); a gateway started on the same state reads them to adopt the replicas a
-crashed predecessor left running. A write that fails is logged, never raised: serving does not depend on it.
+transaction replaces them); a follower routes to the replicas it lists, and a gateway started on the same
+state reads it to adopt the replicas a crashed predecessor left running. Its writers log a failed write,
+never raise it: serving does not depend on it (``serving.replicas.book``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ReplicaRow:
+    replica_id: str  # the replica's id, as the gateway that runs it knows it (``serving.traffic.replica``)
     host: str
     port: int
     pid: int
@@ -38,7 +40,9 @@ class ReplicaRow:
         return self.endpoint, self.entity, self.model_uri
 
 
-class ReplicaRegistry:
+class ReplicaTable:
+    """The ``replicas`` table: read it whole, replace one gateway's rows of an entity, forget rows."""
+
     def __init__(self, database: Database) -> None:
         self.database = database
 
