@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING
 
 from starlette.concurrency import run_in_threadpool
 
-from serving.endpoints import spec
+from serving.endpoints import spec, validation
 from serving.endpoints.live import LiveEndpoint, external_models, stream_inputs
-from serving.endpoints.monitoring import keep_extensions
 from serving.endpoints.placement import Placement
 from serving.endpoints.replica_book import ReplicaBook
 from serving.endpoints.resolver import VersionResolver
+from serving.endpoints.scaling import scaling_config
 from serving.endpoints.store import EndpointStore
 from serving.generative.ai_gateway import AiGatewayConfig, ai_gateway_view, parse_ai_gateway
 from serving.generative.secrets import SecretMissing, Secrets
@@ -92,8 +92,8 @@ class EndpointManager:
 
     # ---- control plane -------------------------------------------------------------------------
     async def create(self, request: spec.CreateEndpointRequest, creator: str) -> spec.EndpointRecord:
-        name = spec.validate_endpoint_name(request.name)
-        config = await self._resolved(self._with_secrets(spec.normalize_config(request.config, name)))
+        name = validation.validate_endpoint_name(request.name)
+        config = await self._resolved(self._with_secrets(validation.normalize_config(request.config, name)))
         now = int(time.time() * 1000)
         record = spec.EndpointRecord(
             name=name,
@@ -120,7 +120,7 @@ class EndpointManager:
             # what Databricks answers while an update is in progress: 409, so clients and SDKs treat it as a conflict
             raise conflict(f"endpoint {name} has a config update in progress; retry when it ends")
         config = await self._resolved(
-            self._with_secrets(spec.normalize_config(keep_extensions(raw, record.config), name))
+            self._with_secrets(validation.normalize_config(validation.keep_extensions(raw, record.config), name))
         )
         record.pending_config = config
         record.config_update = "IN_PROGRESS"
@@ -387,7 +387,7 @@ class EndpointManager:
                     and not current.followed
                     and (current.model_name, current.version) == (entity.entity_name, entity.resolved_version)
                 ):
-                    current.configure(limit, spec.scaling_config(entity, stored=True))  # applies at once
+                    current.configure(limit, scaling_config(entity, stored=True))  # applies at once
                     keep[entity.name] = current
                     continue
                 served = self.placement.run(name, entity)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from starlette.concurrency import run_in_threadpool
 
 from serving.endpoints import spec
+from serving.endpoints.scaling import scaling_config
 from serving.replicas.replica_set import DEFAULT_MAX_CONCURRENCY, ReplicaSet
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ class Placement:
             self.backend,
             endpoint=endpoint,
             max_concurrency=_limit(entity),
-            scaling=spec.scaling_config(entity, stored=True),
+            scaling=scaling_config(entity, stored=True),
             on_change=self.book.changed,
         )
 
@@ -101,7 +102,7 @@ class Placement:
             self.cluster.routes,
             self.cluster.backend if lead else None,
             max_concurrency=_limit(entity),
-            scaling=spec.scaling_config(entity, stored=True) if lead else None,
+            scaling=scaling_config(entity, stored=True) if lead else None,
         )
 
 

@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from serving.endpoints import spec
+from serving.endpoints import spec, views
 from serving.endpoints.manager import EndpointManager
 from serving.gateway.auth import Principal, authenticate, authorize
 from serving.replicas.local import rss_mb
@@ -43,23 +43,23 @@ async def healthz() -> dict[str, str]:
 async def create_endpoint(body: spec.CreateEndpointRequest, request: Request) -> dict[str, Any]:
     who = _principal(request, None)
     record = await _manager(request).create(body, who.name)
-    return spec.endpoint_view(record)
+    return views.endpoint_view(record)
 
 
 async def list_endpoints(request: Request) -> dict[str, Any]:
     who = authenticate(request.app.state.tokens, request.headers.get("authorization"))  # sees only what it may access
     records = [r for r in _manager(request).store.list() if who.can_access(r.name)]
-    return {"endpoints": [spec.endpoint_view(r) for r in records]}
+    return {"endpoints": [views.endpoint_view(r) for r in records]}
 
 
 async def get_endpoint(name: str, request: Request) -> dict[str, Any]:
     _principal(request, name)
-    return spec.endpoint_view(_manager(request).store.get(name))
+    return views.endpoint_view(_manager(request).store.get(name))
 
 
 async def update_config(name: str, body: spec.EndpointCoreConfig, request: Request) -> dict[str, Any]:
     _principal(request, None)
-    return spec.endpoint_view(await _manager(request).update_config(name, body))
+    return views.endpoint_view(await _manager(request).update_config(name, body))
 
 
 async def delete_endpoint(name: str, request: Request) -> dict[str, Any]:

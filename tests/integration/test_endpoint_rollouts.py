@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from serving.endpoints import spec
+from serving.endpoints import spec, validation
 from serving.endpoints.manager import EndpointManager
 from serving.endpoints.store import EndpointStore
 from tests.fakes import FakeReplicas
@@ -72,7 +72,7 @@ def _config(entity: str, version: str) -> spec.EndpointCoreConfig:
     raw = spec.EndpointCoreConfig.model_validate(
         {"served_entities": [{"name": entity, "entity_name": "m", "entity_version": version}]}
     )
-    return spec.normalize_config(raw, NAME)
+    return validation.normalize_config(raw, NAME)
 
 
 async def _until(condition, what: str, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]

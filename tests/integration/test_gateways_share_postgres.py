@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from fastapi.testclient import TestClient
 
-from serving.endpoints import spec
+from serving.endpoints import spec, validation
 from serving.endpoints.store import EndpointStore
 from serving.gateway.auth import TokenRegistry
 from tests.fakes import in_process_gateway
@@ -23,7 +23,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 def _stored_endpoint(store: EndpointStore) -> None:
     """Endpoint ``ep`` as the in-process gateway serves it (entity m-1 = model m, version 1), settled."""
-    config = spec.normalize_config(
+    config = validation.normalize_config(
         spec.EndpointCoreConfig.model_validate(
             {"served_entities": [{"name": "m-1", "entity_name": "m", "entity_version": "1"}]}
         ),

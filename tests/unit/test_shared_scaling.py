@@ -10,7 +10,7 @@ from serving.autoscaler.config import ScalingConfig
 from serving.autoscaler.policy import PolicyState
 from serving.autoscaler.record import from_record, to_record
 from serving.autoscaler.signals import Sample
-from serving.endpoints import spec
+from serving.endpoints import spec, validation
 from serving.endpoints.manager import EndpointManager, LiveEndpoint
 from serving.endpoints.store import EndpointStore
 from serving.gateway.autoscaling import LiveAutoscaler
@@ -50,7 +50,7 @@ class Clock:
 def _gateway(tmp_path, name: str, *, leading: bool, wall: Clock, mono: Clock, scaling: ScalingConfig | None = None):
     store = EndpointStore(tmp_path / "endpoints.db")
     if not store.list():  # the endpoint in the store too: the leader records only a stored endpoint's state
-        config = spec.normalize_config(
+        config = validation.normalize_config(
             spec.EndpointCoreConfig.model_validate(
                 {"served_entities": [{"name": "champion", "entity_name": "m", "entity_version": "1"}]}
             ),
