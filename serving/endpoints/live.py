@@ -1,6 +1,7 @@
 """What an endpoint serves right now: its served entities' replica sets and what its config says about routing
-to them (traffic weights, response cache, stream inputs, external models). The endpoint manager builds one
-after each rollout (the leader) or registry refresh (a follower); the data plane and the stream consumers read it.
+to them (traffic weights, response cache, stream inputs, external models). ``rollouts`` builds one after each
+rollout (the leader), ``reconcile`` after each registry refresh (a follower); the data plane and the stream
+consumers read it.
 """
 
 from __future__ import annotations

@@ -32,7 +32,8 @@ T = TypeVar("T")
 
 
 CORRECTIONS = ("holm", "bonferroni", "none")
-# Evidently's methods whose score is a p-value (drift below the threshold), and ``chi2_contingency`` (monitoring/drift.py)
+# Evidently's methods whose score is a p-value (drift below the threshold), and ``chi2_contingency``
+# (monitoring/drift.py)
 P_VALUE_METHODS = frozenset(
     {
         "ks",

@@ -46,7 +46,7 @@ class Placement:
         )
 
     def follow(self, endpoint: str, entity: spec.ServedEntityInput) -> ReplicaSet:
-        """A follower's set for ``entity``: it routes to the replicas the leader runs (``manager.follow`` gives a
+        """A follower's set for ``entity``: it routes to the replicas the leader runs (``Reconciler.follow`` gives a
         local one its replicas from the registry; a cluster's follows the EndpointSlices by itself)."""
         if self.cluster is not None:
             return self._pods(endpoint, entity, lead=False)

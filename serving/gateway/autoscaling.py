@@ -219,7 +219,7 @@ class ReplicaSets:
         self.manager = manager
 
     def _set(self, endpoint: str, entity: str) -> ReplicaSet:
-        served = self.manager.entity(endpoint, entity)
+        served = self.manager.replica_set(endpoint, entity)
         if served is None:
             raise LookupError(f"served entity {endpoint}/{entity} is not live")
         return served
@@ -300,7 +300,7 @@ class LiveAutoscaler:
         shift, wall = self.wall() - now, self.wall()
         records = []
         for key, (state, samples) in self.controller.snapshot().items():
-            entity = self.manager.entity(*key)
+            entity = self.manager.replica_set(*key)
             if entity is not None:
                 records.append(ScalerRecord(key[0], key[1], entity.model_uri, wall, to_record(state, samples, shift)))
         self.shared.record(records)
@@ -334,7 +334,7 @@ class LiveAutoscaler:
     def _set_limit(self, endpoint: str, entity: str, limit: int) -> None:
         """The policy's per-replica admission limit, whether the vertical axis moves the target or not: the
         replicas take what the horizontal axis sized them for, never the endpoint's default of 32."""
-        served = self.manager.entity(endpoint, entity)
+        served = self.manager.replica_set(endpoint, entity)
         if served is not None and served.scaling is not None:
             served.set_limits(max_concurrency=limit)
 
@@ -342,7 +342,7 @@ class LiveAutoscaler:
         """With ``shed_load``, the policy's queue bound: what can wait and still be answered within the SLO
         (see ``policy.queue_bound``); requests past it get a 429 at once, those already waiting stay.
         Without it, ``max_queue``."""
-        served = self.manager.entity(endpoint, entity)
+        served = self.manager.replica_set(endpoint, entity)
         if served is not None and served.scaling is not None:
             served.set_limits(max_queue=limit if served.scaling.shed_load else served.scaling.max_queue)
 

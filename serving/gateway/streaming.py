@@ -21,7 +21,8 @@ import orjson
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from serving.endpoints.manager import EndpointManager, LiveEndpoint
+from serving.endpoints.live import LiveEndpoint
+from serving.endpoints.manager import EndpointManager
 from serving.inference_log import InferenceLogWriter, InferenceRecord, utc_now
 from serving.protocol.errors import ApiError, error_body
 from serving.protocol.events import EVENT_CONTENT_TYPE

@@ -19,7 +19,7 @@ endpoints = Table(
 
 # The replica registry: each replica in a served entity's routing (one row per address), written by the
 # gateway that runs it (``owner_pid``) whenever the entity's replicas change; a gateway started on this state
-# adopts the live ones whose owner is gone (``serving.endpoints.manager``). ``started_at``: seconds since the epoch.
+# adopts the live ones whose owner is gone (``serving.endpoints.reconcile``). ``started_at``: seconds since the epoch.
 replicas = Table(
     "replicas",
     metadata,

@@ -241,20 +241,20 @@ def test_a_gateway_on_kubernetes_serves_from_pods_scales_the_deployment_and_leav
         [name] = fake.deployments()
         answer = client.post("/serving-endpoints/ep/invocations", json={"inputs": [[1.0]]}, headers=AUTH)
         assert answer.status_code == 200, answer.text
-        [pod] = manager.entity("ep", "m-1").replicas
+        [pod] = manager.replica_set("ep", "m-1").replicas
         assert replicas.batches[-1][0] == pod.url and pod.pod.startswith(name)
 
-        client.portal.call(manager.entity("ep", "m-1").scale_to, 3)  # what the autoscaler calls
+        client.portal.call(manager.replica_set("ep", "m-1").scale_to, 3)  # what the autoscaler calls
         until(lambda: fake.deployments() == {name: 3}, "the Deployment scaled through its scale subresource")
-        until(lambda: manager.entity("ep", "m-1").ready_count() == 3, "three pods routed")
-        assert manager.entity("ep", "m-1").starting == 0
+        until(lambda: manager.replica_set("ep", "m-1").ready_count() == 3, "three pods routed")
+        assert manager.replica_set("ep", "m-1").starting == 0
     assert fake.deployments() == {name: 3}, "a stopping gateway leaves the Deployment to the cluster"
 
     fake.requests.clear()
     app, manager = _gateway(tmp_path, url, replicas)
     with TestClient(app) as client:
         until(lambda: _view(client)["state"]["ready"] == "READY", "the restored endpoint ready")
-        assert manager.entity("ep", "m-1").ready_count() == 3  # adopted: its three pods, none started anew
+        assert manager.replica_set("ep", "m-1").ready_count() == 3  # adopted: its three pods, none started anew
         assert fake.deployments() == {name: 3}
         posts = [c for c, _, _ in fake.requests if c.startswith("POST")]
         assert posts == [
@@ -384,8 +384,8 @@ def test_the_batching_plan_comes_from_a_pods_ready_answer(tmp_path):
                 until(lambda: _view(client)["state"]["ready"] == "READY", "ready")
                 plan = until(
                     lambda: (
-                        manager.entity("ep", "m-1").dispatcher.plan.enabled
-                        and manager.entity("ep", "m-1").dispatcher.plan
+                        manager.replica_set("ep", "m-1").dispatcher.plan.enabled
+                        and manager.replica_set("ep", "m-1").dispatcher.plan
                     ),
                     "the pod's batching plan adopted",
                 )

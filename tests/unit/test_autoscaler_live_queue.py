@@ -8,7 +8,8 @@ import os
 import pytest
 
 from serving.autoscaler.config import ScalingConfig
-from serving.endpoints.manager import EndpointManager, LiveEndpoint
+from serving.endpoints.live import LiveEndpoint
+from serving.endpoints.manager import EndpointManager
 from serving.endpoints.store import EndpointStore
 from serving.gateway.autoscaling import LiveAutoscaler
 from serving.replicas.replica_set import ReplicaSet

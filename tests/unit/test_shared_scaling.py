@@ -11,7 +11,8 @@ from serving.autoscaler.policy import PolicyState
 from serving.autoscaler.record import from_record, to_record
 from serving.autoscaler.signals import Sample
 from serving.endpoints import spec, validation
-from serving.endpoints.manager import EndpointManager, LiveEndpoint
+from serving.endpoints.live import LiveEndpoint
+from serving.endpoints.manager import EndpointManager
 from serving.endpoints.store import EndpointStore
 from serving.gateway.autoscaling import LiveAutoscaler
 from serving.gateway.shared_scaling import RemoteLoad, SharedScaling
