@@ -313,12 +313,12 @@ def test_two_gateways_on_one_store_route_to_the_same_pods_and_a_new_leader_adopt
             until(lambda: _view(a)["state"]["ready"] == "READY", "ready through the leader's rollout")
             [name] = fake.deployments()
             until(
-                lambda: (e := follower.entity("ep", "m-1")) is not None and e.ready_count() == 2,
+                lambda: (s := follower.replica_set("ep", "m-1")) is not None and s.ready_count() == 2,
                 "the follower routes to both pods",
             )
-            pods = {p.url for p in leader.entity("ep", "m-1").replicas}
-            assert {p.url for p in follower.entity("ep", "m-1").replicas} == pods
-            assert follower.entity("ep", "m-1").starting == 0  # a follower declares nothing
+            pods = {p.url for p in leader.replica_set("ep", "m-1").replicas}
+            assert {p.url for p in follower.replica_set("ep", "m-1").replicas} == pods
+            assert follower.replica_set("ep", "m-1").starting == 0  # a follower declares nothing
             answer = b.post("/serving-endpoints/ep/invocations", json={"inputs": [[1.0]]}, headers=AUTH)
             assert answer.status_code == 200, answer.text
             assert follower_replicas.batches[-1][0] in pods
@@ -327,13 +327,13 @@ def test_two_gateways_on_one_store_route_to_the_same_pods_and_a_new_leader_adopt
             leaving, a = a, None
             stopped(leaving, "gateway a")  # the leader stops (its lease is released)
             until(
-                lambda: follower.leading and (e := follower.entity("ep", "m-1")) is not None and not e.followed,
+                lambda: follower.leading and (s := follower.replica_set("ep", "m-1")) is not None and not s.followed,
                 "the follower leads and runs the entity",
                 deadline_s=30,
             )
             assert fake.deployments() == {name: 2}
             assert not [c for c, _, _ in fake.requests if c.startswith(("DELETE", "PATCH"))]
-            assert {p.url for p in follower.entity("ep", "m-1").replicas} == pods
+            assert {p.url for p in follower.replica_set("ep", "m-1").replicas} == pods
             answer = b.post("/serving-endpoints/ep/invocations", json={"inputs": [[1.0]]}, headers=AUTH)
             assert answer.status_code == 200, answer.text
         finally:
