@@ -94,7 +94,7 @@ class EndpointManager:
     def replica_set(self, endpoint: str, served_entity: str) -> ReplicaSet | None:
         """The replica set of ``endpoint``'s served entity ``served_entity`` (None once it has left the routing)."""
         live = self.live.get(endpoint)
-        return live.entities.get(served_entity) if live is not None else None
+        return live.replica_sets.get(served_entity) if live is not None else None
 
     async def open(self) -> None:
         await self.replica_client.start()

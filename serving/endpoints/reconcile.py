@@ -99,7 +99,7 @@ class Reconciler:
         for name in {n for n in live if not self.rollouts.running(n)} - {r.name for r in records}:
             gone = live.pop(name, None)  # a delete through this gateway may have taken it meanwhile
             if gone is not None:
-                await self.rollouts.stop_all(gone.entities.values())
+                await self.rollouts.stop_all(gone.replica_sets.values())
 
     async def follow(self) -> None:
         """A follower's data plane, refreshed from the store: every endpoint's config routed to the replicas
@@ -114,7 +114,7 @@ class Reconciler:
             for served_entity in spec.registry_entities(record.config):
                 uri = f"models:/{served_entity.entity_name}/{served_entity.resolved_version}"
                 name = str(served_entity.name)
-                replica_set = before.entities.get(name) if before is not None else None
+                replica_set = before.replica_sets.get(name) if before is not None else None
                 if replica_set is None or replica_set.model_uri != uri or not replica_set.followed:
                     replica_set = self.placement.follow(record.name, served_entity)
                     self._attach(replica_set)
@@ -125,9 +125,9 @@ class Reconciler:
             if before is None or _routing(before) != _routing_of(replica_sets, record.config):
                 live[record.name] = LiveEndpoint.of(replica_sets, record.config)
                 if before is not None:
-                    self.placement.forget([s for s in before.entities.values() if s not in replica_sets.values()])
+                    self.placement.forget([s for s in before.replica_sets.values() if s not in replica_sets.values()])
         for name in set(live) - {r.name for r in records}:
-            self.placement.forget(live.pop(name).entities.values())
+            self.placement.forget(live.pop(name).replica_sets.values())
 
 
 def _target(record: spec.EndpointRecord) -> tuple[spec.EndpointCoreConfig, int]:
@@ -139,7 +139,7 @@ def _target(record: spec.EndpointRecord) -> tuple[spec.EndpointCoreConfig, int]:
 
 def _routing(live: LiveEndpoint) -> tuple[object, ...]:
     """What a follower's refresh compares to decide whether an endpoint's routing changed."""
-    return live.entities, live.weights, live.streams, live.external
+    return live.replica_sets, live.weights, live.streams, live.external
 
 
 def _routing_of(replica_sets: dict[str, ReplicaSet], config: spec.EndpointCoreConfig) -> tuple[object, ...]:

@@ -99,7 +99,7 @@ class Rollouts:
             await asyncio.gather(task, return_exceptions=True)  # its replicas are stopped before this returns
         live = self.live.pop(name, None)
         if live is not None:
-            await self.stop_all(live.entities.values())
+            await self.stop_all(live.replica_sets.values())
 
     async def stop(self, *, stop_replicas: bool) -> None:
         """The gateway stops: rollouts cancelled, nothing routed any more, and the replica sets stopped if
@@ -111,7 +111,7 @@ class Rollouts:
         # wait for each cancelled rollout to stop the replicas it started: the loop ends after this returns,
         # and a rollout never resumed would leave a replica still loading its model behind (an orphan)
         await asyncio.gather(*rollouts, return_exceptions=True)
-        replica_sets = [s for live in self.live.values() for s in live.entities.values()]
+        replica_sets = [s for live in self.live.values() for s in live.replica_sets.values()]
         self.live.clear()
         if stop_replicas:
             await self.stop_all(replica_sets, cancel_starts=True)
@@ -167,7 +167,7 @@ class Rollouts:
         started: list[ReplicaSet] = []
         try:
             for served_entity in spec.registry_entities(config):
-                current = old.entities.get(str(served_entity.name)) if old else None
+                current = old.replica_sets.get(str(served_entity.name)) if old else None
                 if current is not None and _serves(current, served_entity):
                     limit = served_entity.max_concurrency or DEFAULT_MAX_CONCURRENCY
                     current.configure(limit, scaling_config(served_entity, stored=True))  # applies at once
@@ -187,7 +187,7 @@ class Rollouts:
             raise
         self.live[name] = LiveEndpoint.of(keep, config)
         if old is not None:
-            await self.stop_all([s for n, s in old.entities.items() if keep.get(n) is not s])
+            await self.stop_all([s for n, s in old.replica_sets.items() if keep.get(n) is not s])
         await self._finish(name, version, ready=True, update="NOT_UPDATING", config=config)
 
     async def _start(

@@ -139,7 +139,7 @@ class GatewaySignals:
         cores_busy = self.machine.read() if self.machine is not None else None
         cores = self.machine.cores if self.machine is not None and cores_busy is not None else 0
         for endpoint, live in list(self.manager.live.items()):
-            for name, entity in live.entities.items():
+            for name, entity in live.replica_sets.items():
                 if entity.dispatcher is None:
                     continue
                 reading = entity.dispatcher.meter.read(now)
@@ -174,7 +174,7 @@ class GatewaySignals:
         """A follower's readings of every entity it routes, for the leader (``shared_scaling.reading``)."""
         out = []
         for endpoint, live in list(self.manager.live.items()):
-            for name, entity in live.entities.items():
+            for name, entity in live.replica_sets.items():
                 if entity.dispatcher is None:
                     continue
                 load = entity.dispatcher.meter.read(now)
@@ -309,7 +309,7 @@ class LiveAutoscaler:
         """Follow the live endpoints: new or re-deployed entities in, removed ones out."""
         seen: set[EntityKey] = set()
         for endpoint, live in list(self.manager.live.items()):
-            for name, entity in live.entities.items():
+            for name, entity in live.replica_sets.items():
                 if entity.scaling is None or entity.dispatcher is None:
                     continue
                 key = (endpoint, name)

@@ -223,7 +223,7 @@ class ChatPlane:
                 None,
                 external.name,
             )
-        entity = live.entities[entity_name]
+        entity = live.replica_sets[entity_name]
         replica = await self._replica(entity)
         replica.outstanding += 1
         if entity.dispatcher is not None:

@@ -111,7 +111,7 @@ async def endpoint_replicas(name: str, request: Request) -> dict[str, Any]:
     manager.endpoints.get(name)
     live = manager.live.get(name)
     replicas = []
-    for replica_set in live.entities.values() if live else ():
+    for replica_set in live.replica_sets.values() if live else ():
         for replica in replica_set.replicas:
             replicas.append(
                 {
@@ -130,7 +130,7 @@ async def prometheus(request: Request) -> Response:
     _principal(request, None)
     metrics = request.app.state.metrics
     for name, live in _manager(request).live.items():
-        for replica_set in live.entities.values():
+        for replica_set in live.replica_sets.values():
             metrics.replicas.labels(name, replica_set.name).set(sum(r.alive() for r in replica_set.replicas))
             if replica_set.dispatcher is not None:
                 metrics.queue_depth.labels(name, replica_set.name).set(replica_set.dispatcher.waiting)

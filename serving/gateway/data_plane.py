@@ -109,7 +109,7 @@ class InvocationsHandler:
         """Route ``body`` to a served entity by the traffic split and fill ``reply`` with its answer."""
         live = self.manager.live.get(name) or await self.manager.served(name)
         reply.served_entity = served_entity = choose_entity(live.weights, self.rng)
-        replica_set = live.entities.get(served_entity)
+        replica_set = live.replica_sets.get(served_entity)
         if replica_set is None:  # an external chat model: what the chat parser says is wrong with the body
             parse_chat_request(body)
             raise invalid_parameter(

@@ -79,7 +79,7 @@ class StreamFrontDoor:
         out: list[Output | None],
         started: float,
     ) -> None:
-        entity = live.entities.get(name)
+        entity = live.replica_sets.get(name)
         if entity is None or entity.dispatcher is None:
             return  # not started yet: scored again after a back-off
         answers = await entity.dispatcher.submit_many(

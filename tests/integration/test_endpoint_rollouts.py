@@ -157,7 +157,7 @@ def test_a_change_sent_while_the_new_leader_reads_the_state_waits_for_the_takeov
         await _until(lambda: store.get(NAME).config_update == "NOT_UPDATING", "the change never ended")
         await manager.rollouts.wait_settled(NAME)
         stepping.cancel()
-        running, after = [r.running for r in backend.spawned], [*manager.live[NAME].entities]
+        running, after = [r.running for r in backend.spawned], [*manager.live[NAME].replica_sets]
         await manager.shutdown()
         return running, after, store.get(NAME)
 
@@ -178,7 +178,7 @@ def test_a_change_sent_while_the_takeover_brings_replicas_up_waits_for_it(tmp_pa
         during = store.get(NAME).config_update  # the takeover has ended: it must not have ended the update
         backend.gate("models:/m/2").set()
         await manager.rollouts.wait_settled(NAME)
-        running, after = [r.running for r in backend.spawned], [*manager.live[NAME].entities]
+        running, after = [r.running for r in backend.spawned], [*manager.live[NAME].replica_sets]
         await manager.shutdown()
         return during, running, after, store.get(NAME)
 

@@ -64,7 +64,7 @@ def _gateway(tmp_path, name: str, *, leading: bool, wall: Clock, mono: Clock, sc
     manager.leading = leading
     served = ReplicaSet(name="champion", model_name="m", version="1", scaling=scaling or ScalingConfig())
     served.attach(_never)
-    manager.live["e"] = LiveEndpoint(entities={"champion": served}, weights=[("champion", 100)])
+    manager.live["e"] = LiveEndpoint(replica_sets={"champion": served}, weights=[("champion", 100)])
     shared = SharedScaling(
         LoadBoard(store.database), ScalerRecords(store.database), name, lambda: manager.leading, clock=wall
     )
@@ -174,8 +174,10 @@ def test_a_new_leader_continues_from_the_recorded_state_of_the_same_model(tmp_pa
     assert resumed.state.last_horizontal == new_mono.t - 3.0  # 1 s before the record, which is 2 s old
     assert len(resumed.history) == 5 and resumed.history.snapshot().last.t == new_mono.t - 2.0
 
-    manager.live["e"].entities["champion"] = ReplicaSet(name="champion", model_name="m", version="2", scaling=config)
-    manager.live["e"].entities["champion"].attach(_never)
+    manager.live["e"].replica_sets["champion"] = ReplicaSet(
+        name="champion", model_name="m", version="2", scaling=config
+    )
+    manager.live["e"].replica_sets["champion"].attach(_never)
     new.controller.remove(KEY)
     new._configs.clear()
     new.sync()  # another version under the same name: its own start
