@@ -37,13 +37,13 @@ def _entity_views(e: ServedEntityInput, state: dict[str, str]) -> tuple[dict[str
     if e.external_model is not None:
         external = {"external_model": external_view(e.external_model)}
         return {**common, **external}, {**common, **external}
-    entity, model = {**common, "entity_name": e.entity_name}, {**common, "model_name": e.entity_name}
+    entity_view, model_view = {**common, "entity_name": e.entity_name}, {**common, "model_name": e.entity_name}
     version = e.resolved_version or e.entity_version
     if version is not None:
-        entity["entity_version"] = model["model_version"] = version
+        entity_view["entity_version"] = model_view["model_version"] = version
     extensions = ("entity_alias", "min_replicas", "max_replicas", "max_concurrency", "autoscaling")
-    entity.update({k: getattr(e, k) for k in extensions if getattr(e, k) is not None})
-    return entity, model
+    entity_view.update({k: getattr(e, k) for k in extensions if getattr(e, k) is not None})
+    return entity_view, model_view
 
 
 def _config_view(config: EndpointCoreConfig, version: int, state: dict[str, str]) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 This is the hot path, so it stays off FastAPI's routing and request objects and never parses the
 payload: it checks the token and the size, picks the served entity by the traffic split, hands the
-raw body to the entity's dispatcher (which batches it with its neighbours to a replica) and sends the
+raw body to its replica set's dispatcher (which batches it with its neighbours to a replica) and sends the
 replica's answer back byte for byte. The replica checks the payload and names what is wrong. A body with
 ``messages`` goes to the chat plane instead; any other body sent to a chat model's replica comes back as the
 chat parser's 400 naming the field (``ChatReplicaApp``), as the OpenAI-compatible route answers it. Every

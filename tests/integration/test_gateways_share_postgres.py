@@ -99,7 +99,7 @@ def test_with_the_database_down_the_data_plane_serves_and_the_api_says_503_then_
     url = postgres.url(postgres.new_database())
     _stored_endpoint(EndpointStore(url))
     app = in_process_gateway(tmp_path, TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN}), store=EndpointStore(url))
-    invoke = dict(content=json.dumps({"inputs": [[1]]}), headers={**AUTH, "content-type": "application/json"})
+    invoke = {"content": json.dumps({"inputs": [[1]]}), "headers": {**AUTH, "content-type": "application/json"}}
     with TestClient(app) as client:
         _settled(client)
         postgres.stop()

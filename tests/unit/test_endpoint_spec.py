@@ -310,20 +310,20 @@ def test_good_endpoint_names_pass(name: str) -> None:
 
 def record(**changes: Any) -> EndpointRecord:
     config = normalize_config(EndpointCoreConfig.model_validate(SDK_CONFIG), "fraud")
-    base: dict[str, Any] = dict(
-        name="fraud",
-        id="0123456789abcdef0123456789abcdef",
-        creator="alice",
-        created_ms=1_700_000_000_000,
-        updated_ms=1_700_000_000_500,
-        config=config,
-        config_version=2,
-        ready="READY",
-        config_update="NOT_UPDATING",
-        pending_config=None,
-        ai_gateway=None,
-        state_message=None,
-    )
+    base: dict[str, Any] = {
+        "name": "fraud",
+        "id": "0123456789abcdef0123456789abcdef",
+        "creator": "alice",
+        "created_ms": 1_700_000_000_000,
+        "updated_ms": 1_700_000_000_500,
+        "config": config,
+        "config_version": 2,
+        "ready": "READY",
+        "config_update": "NOT_UPDATING",
+        "pending_config": None,
+        "ai_gateway": None,
+        "state_message": None,
+    }
     return EndpointRecord(**{**base, **changes})
 
 
