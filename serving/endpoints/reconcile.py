@@ -62,7 +62,7 @@ class Reconciler:
             record.pending_config = None
             record.state_message = "the gateway restarted: starting the endpoint's replicas"
             await run_in_threadpool(self.store.put, record)
-            self.rollouts.restoring(record.name)
+            self.rollouts.mark_restoring(record.name)
             self.rollouts.spawn(record.name, record.config, record.config_version, left)
 
     async def lead(self) -> None:

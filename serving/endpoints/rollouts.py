@@ -72,7 +72,7 @@ class Rollouts:
         """A rollout of endpoint ``name`` runs (or waits for the one before it)."""
         return name in self._tasks
 
-    def restoring(self, name: str) -> None:
+    def mark_restoring(self, name: str) -> None:
         """Endpoint ``name`` is being restored after a gateway restart: its requests wait for its next rollout."""
         self._restoring[name] = asyncio.Event()
 
