@@ -46,7 +46,7 @@ from benchmarks.common import Provenance, log
 
 SHIFT_SD = 0.5
 SHIFTED = ("normal_0", "lognormal_0", "student_0")  # no hard edge where they move: K-S gets no easy support shift
-VERDICT_CODE = ("monitoring/drift.py", "serving/endpoints/monitoring.py")  # what the measured verdict runs
+VERDICT_CODE = ("monitoring/drift.py", "serving/endpoints/monitoring_settings.py")  # what the measured verdict runs
 REPORTED_SHIFTED = ("mean_radius", "worst_texture", "mean_smoothness")
 
 
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.runs < 1 or args.shift_runs < 0:
         parser.error("--runs must be at least 1 and --shift-runs at least 0")
-    from serving.endpoints.monitoring import DriftConfig, overridden
+    from serving.endpoints.monitoring_settings import DriftConfig, overridden
 
     config = overridden(DriftConfig, args.drift, "drift setting")
     run = Provenance("benchmarks.drift_false_alarms", argv, VERDICT_CODE)

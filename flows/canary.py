@@ -38,7 +38,7 @@ from flows.gateway_api import GatewayApi, GatewayError
 from flows.labels import read_labelled
 from flows.replica_memory import replica_rss_mb
 from monitoring.canary import CanaryVerdict, canary_verdict
-from serving.endpoints.monitoring import CanaryThresholds
+from serving.endpoints.monitoring_settings import CanaryThresholds
 from serving.inference_log import read_inference_log
 from serving.registry.canary import Judge, Outcome, outcome, run_once
 from serving.registry.canary_steps import CanaryPlan, CanaryState, with_memory

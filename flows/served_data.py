@@ -24,7 +24,7 @@ from mlflow import MlflowClient
 from flows import feature_parity
 from monitoring.inference_frames import served_feature_rows
 from monitoring.reference import ServedReference, first_served_window, pinned_window
-from serving.endpoints.monitoring import MonitoringConfig
+from serving.endpoints.monitoring_settings import MonitoringConfig
 from serving.inference_log import read_inference_log
 from serving.registry import versions
 from serving.settings import Settings

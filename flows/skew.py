@@ -44,7 +44,7 @@ from flows.served_data import PREDICTION, Reference, reference_for, reference_pr
 from monitoring.drift import DriftResult, compute_drift
 from monitoring.parity import ParityResult
 from monitoring.reference import after
-from serving.endpoints.monitoring import DriftConfig, MonitoringConfig, overridden
+from serving.endpoints.monitoring_settings import DriftConfig, MonitoringConfig, overridden
 from serving.endpoints.store import EndpointStore
 from serving.inference_log import read_inference_log
 from serving.settings import Settings

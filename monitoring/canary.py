@@ -28,7 +28,7 @@ from monitoring.canary_checks import (
     latency_check,
     memory_check,
 )
-from serving.endpoints.monitoring import CanaryThresholds
+from serving.endpoints.monitoring_settings import CanaryThresholds
 
 DEFAULT_THRESHOLDS = CanaryThresholds()  # frozen: one instance serves every call
 

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from serving.endpoints.monitoring import CanaryThresholds
+from serving.endpoints.monitoring_settings import CanaryThresholds
 
 OK, WARN, ROLLBACK = "ok", "warn", "rollback"
 INSUFFICIENT, INCONCLUSIVE, PENDING = "insufficient", "inconclusive", "pending"

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from serving.endpoints.monitoring import P_VALUE_METHODS, DriftConfig
+from serving.endpoints.monitoring_settings import P_VALUE_METHODS, DriftConfig
 
 CHI2_CONTINGENCY = "chi2_contingency"  # one of P_VALUE_METHODS: drift when the score is below the threshold
 MIN_EXPECTED = 5.0  # Cochran's rule for the chi-square approximation

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from serving.endpoints.manager import EndpointManager, LiveEndpoint
+from serving.endpoints.live import LiveEndpoint
+from serving.endpoints.manager import EndpointManager
 from serving.endpoints.store import EndpointStore
 from serving.gateway.app import create_gateway_app
 from serving.gateway.auth import TokenRegistry

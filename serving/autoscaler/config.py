@@ -125,9 +125,10 @@ class ScalingConfig:
             elif f.type == "int":
                 if isinstance(value, bool) or not isinstance(value, int):
                     raise ScalingConfigError(f.name, "must be an integer")
-            elif f.type == "float":
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                    raise ScalingConfigError(f.name, "must be a finite number")
+            elif f.type == "float" and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            ):
+                raise ScalingConfigError(f.name, "must be a finite number")
         for name in ("min_replicas", "provisioned_concurrency", "tolerance"):
             if getattr(self, name) < 0:
                 raise ScalingConfigError(name, "must not be negative")

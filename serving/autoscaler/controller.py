@@ -112,7 +112,9 @@ class DecisionRecord:
 
 
 @dataclass
-class _Pending:
+class _PendingApply:
+    """A replica count the backend has yet to take (``set_replicas``), retried with backoff until it does."""
+
     replicas: int
     attempts: int = 0
     next_at: float = 0.0
@@ -141,7 +143,7 @@ class Controller:
         self.scalers: dict[EntityKey, EntityScaler] = {k: EntityScaler(c) for k, c in configs.items()}
         self.history: deque[DecisionRecord] = deque(maxlen=history_size)
         self._applied: dict[EntityKey, int] = {}
-        self._pending: dict[EntityKey, _Pending] = {}
+        self._pending: dict[EntityKey, _PendingApply] = {}
         self._limits: dict[EntityKey, int] = {}
         self.apply_failures: dict[EntityKey, int] = {}
         self.decisions_total: dict[EntityKey, int] = {}
@@ -238,7 +240,7 @@ class Controller:
         drifted = ready < scaler.floor or (applied_n is not None and ready > applied_n)
         lost = drifted and now - self._applied_at.get(key, now) >= self.reconcile_s
         if (applied_n != wanted or lost) and (pending is None or pending.replicas != wanted):
-            pending = self._pending[key] = _Pending(replicas=wanted, attempts=0, next_at=now)
+            pending = self._pending[key] = _PendingApply(replicas=wanted, attempts=0, next_at=now)
         applied: bool | None = None
         error: str | None = None
         if pending is not None and now >= pending.next_at - 1e-9:

@@ -1,6 +1,7 @@
 """What an endpoint serves right now: its served entities' replica sets and what its config says about routing
-to them (traffic weights, response cache, stream inputs, external models). The endpoint manager builds one
-after each rollout (the leader) or registry refresh (a follower); the data plane and the stream consumers read it.
+to them (traffic weights, response cache, stream inputs, external models). ``rollouts`` builds one after each
+rollout (the leader), ``reconcile`` after each registry refresh (a follower); the data plane and the stream
+consumers read it.
 """
 
 from __future__ import annotations
@@ -16,17 +17,21 @@ from serving.traffic.response_cache import ResponseCache
 
 @dataclass
 class LiveEndpoint:
-    entities: dict[str, ReplicaSet]
-    weights: list[tuple[str, int]]
+    replica_sets: dict[str, ReplicaSet]  # by served entity name: the entities that run on replicas
+    weights: list[tuple[str, int]]  # (served entity name, traffic percentage)
     cache: ResponseCache | None = None
     streams: tuple[StreamInput, ...] = ()  # the config's stream inputs (the leader runs their consumers)
     external: dict[str, ExternalModelInput] = field(default_factory=dict)  # served entities another server runs
 
     @classmethod
-    def of(cls, entities: dict[str, ReplicaSet], config: spec.EndpointCoreConfig) -> LiveEndpoint:
-        """``entities`` served as ``config`` says."""
+    def of(cls, replica_sets: dict[str, ReplicaSet], config: spec.EndpointCoreConfig) -> LiveEndpoint:
+        """``replica_sets`` served as ``config`` says."""
         return cls(
-            entities, spec.traffic_weights(config), cache_for(config), stream_inputs(config), external_models(config)
+            replica_sets,
+            spec.traffic_weights(config),
+            cache_for(config),
+            stream_inputs(config),
+            external_models(config),
         )
 
 

@@ -9,6 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
+
+from serving.endpoints import spec
+from serving.endpoints.store import EndpointStore
+
 _JSON_TYPES = {
     "long": "integer",
     "integer": "integer",
@@ -44,8 +49,8 @@ def model_inputs(model_uri: str, home: Path) -> dict[str, str]:
     if info.signature is None or not info.signature.inputs.has_input_names():
         return {}
     return {
-        spec.name: _JSON_TYPES.get(str(getattr(spec.type, "name", spec.type)), "string")
-        for spec in info.signature.inputs.inputs
+        column.name: _JSON_TYPES.get(str(getattr(column.type, "name", column.type)), "string")
+        for column in info.signature.inputs.inputs
     }
 
 
@@ -122,3 +127,13 @@ def endpoint_openapi(endpoint: str, entities: dict[str, dict[str, str]]) -> dict
             }
         },
     }
+
+
+async def endpoint_document(store: EndpointStore, name: str, home: Path) -> dict[str, Any]:
+    """The OpenAPI document of endpoint ``name``, from the models its current config serves."""
+    record = await run_in_threadpool(store.get, name)
+    inputs = {}
+    for served_entity in spec.registry_entities(record.config):
+        uri = f"models:/{served_entity.entity_name}/{served_entity.resolved_version}"
+        inputs[str(served_entity.name)] = await run_in_threadpool(model_inputs, uri, home)
+    return endpoint_openapi(name, inputs)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from starlette.concurrency import run_in_threadpool
 
 from serving.endpoints import spec
+from serving.endpoints.scaling import scaling_config
 from serving.replicas.replica_set import DEFAULT_MAX_CONCURRENCY, ReplicaSet
 
 if TYPE_CHECKING:
@@ -40,12 +41,12 @@ class Placement:
             self.backend,
             endpoint=endpoint,
             max_concurrency=_limit(entity),
-            scaling=spec.scaling_config(entity, stored=True),
+            scaling=scaling_config(entity, stored=True),
             on_change=self.book.changed,
         )
 
     def follow(self, endpoint: str, entity: spec.ServedEntityInput) -> ReplicaSet:
-        """A follower's set for ``entity``: it routes to the replicas the leader runs (``manager.follow`` gives a
+        """A follower's set for ``entity``: it routes to the replicas the leader runs (``Reconciler.follow`` gives a
         local one its replicas from the replica table; a cluster's follows the EndpointSlices by itself)."""
         if self.cluster is not None:
             return self._pods(endpoint, entity, lead=False)
@@ -101,7 +102,7 @@ class Placement:
             self.cluster.routes,
             self.cluster.deployments if lead else None,
             max_concurrency=_limit(entity),
-            scaling=spec.scaling_config(entity, stored=True) if lead else None,
+            scaling=scaling_config(entity, stored=True) if lead else None,
         )
 
 

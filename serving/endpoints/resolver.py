@@ -1,4 +1,4 @@
-"""Alias and version -> registry version, as the endpoint manager resolves a served entity's model."""
+"""Alias and version -> registry version, as the endpoints API resolves a served entity's model (``api``)."""
 
 from __future__ import annotations
 

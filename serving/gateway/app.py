@@ -120,7 +120,7 @@ def _lifespan(
         pool = _WarmPoolSwitch(manager, autoscaling.warm_pool_size if autoscaling is not None else 0)
         leadership = None if manager.store.database.is_sqlite else Leadership(manager, on_role=pool.switch)
         if leadership is None:
-            await manager.restore()
+            await manager.reconciler.restore()
         else:
             await leadership.start()
         shared = None
@@ -293,7 +293,8 @@ class PublicGateway:
 
 async def _read_bounded(receive: Any, limit: int) -> tuple[bytes, bool]:
     """The whole request body, or (what came, False) once it passes ``limit`` bytes."""
-    chunks, size = [], 0
+    chunks: list[bytes] = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] != "http.request":

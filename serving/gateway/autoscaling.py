@@ -145,7 +145,7 @@ class GatewaySignals:
         cores_busy = self.machine.read() if self.machine is not None else None
         cores = self.machine.cores if self.machine is not None and cores_busy is not None else 0
         for endpoint, live in list(self.manager.live.items()):
-            for name, replica_set in live.entities.items():
+            for name, replica_set in live.replica_sets.items():
                 if replica_set.dispatcher is None:
                     continue
                 reading = replica_set.dispatcher.meter.read(now)
@@ -180,7 +180,7 @@ class GatewaySignals:
         """A follower's readings of every entity it routes, for the leader (``shared_scaling.reading``)."""
         out = []
         for endpoint, live in list(self.manager.live.items()):
-            for name, replica_set in live.entities.items():
+            for name, replica_set in live.replica_sets.items():
                 if replica_set.dispatcher is None:
                     continue
                 load = replica_set.dispatcher.meter.read(now)
@@ -225,7 +225,7 @@ class ReplicaSets:
         self.manager = manager
 
     def _set(self, endpoint: str, entity: str) -> ReplicaSet:
-        replica_set = self.manager.entity(endpoint, entity)
+        replica_set = self.manager.replica_set(endpoint, entity)
         if replica_set is None:
             raise LookupError(f"served entity {endpoint}/{entity} is not live")
         return replica_set
@@ -311,7 +311,7 @@ class LiveAutoscaler:
         shift, wall = self.wall() - now, self.wall()
         records = []
         for key, (state, samples) in self.controller.snapshot().items():
-            replica_set = self.manager.entity(*key)
+            replica_set = self.manager.replica_set(*key)
             if replica_set is not None:
                 records.append(
                     ScalerRecord(key[0], key[1], replica_set.model_uri, wall, to_record(state, samples, shift))
@@ -322,7 +322,7 @@ class LiveAutoscaler:
         """Follow the live endpoints: new or re-deployed entities in, removed ones out."""
         seen: set[EntityKey] = set()
         for endpoint, live in list(self.manager.live.items()):
-            for name, replica_set in live.entities.items():
+            for name, replica_set in live.replica_sets.items():
                 scaling = replica_set.scaling
                 if scaling is None or replica_set.dispatcher is None:
                     continue
@@ -347,7 +347,7 @@ class LiveAutoscaler:
     def _set_limit(self, endpoint: str, entity: str, limit: int) -> None:
         """The policy's per-replica admission limit, whether the vertical axis moves the target or not: the
         replicas take what the horizontal axis sized them for, never the endpoint's default of 32."""
-        replica_set = self.manager.entity(endpoint, entity)
+        replica_set = self.manager.replica_set(endpoint, entity)
         if replica_set is not None and replica_set.scaling is not None:
             replica_set.set_limits(max_concurrency=limit)
 
@@ -355,7 +355,7 @@ class LiveAutoscaler:
         """With ``shed_load``, the policy's queue bound: what can wait and still be answered within the SLO
         (see ``policy.queue_bound``); requests past it get a 429 at once, those already waiting stay.
         Without it, ``max_queue``."""
-        replica_set = self.manager.entity(endpoint, entity)
+        replica_set = self.manager.replica_set(endpoint, entity)
         if replica_set is not None and replica_set.scaling is not None:
             replica_set.set_limits(max_queue=limit if replica_set.scaling.shed_load else replica_set.scaling.max_queue)
 

@@ -26,7 +26,8 @@ from typing import Any
 
 import orjson
 
-from serving.endpoints.manager import EndpointManager, LiveEndpoint
+from serving.endpoints.live import LiveEndpoint
+from serving.endpoints.manager import EndpointManager
 from serving.gateway.auth import Principal
 from serving.gateway.chat_relay import Outcome, guard_input, guard_output, relay_stream, send_json
 from serving.gateway.metrics import GatewayMetrics
@@ -224,7 +225,7 @@ class ChatPlane:
                 None,
                 external.name,
             )
-        entity = live.entities[entity_name]
+        entity = live.replica_sets[entity_name]
         replica = await self._replica(entity)
         replica.outstanding += 1
         if entity.dispatcher is not None:

@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from serving.endpoints import spec
+from serving.endpoints import openapi, spec, views
 from serving.endpoints.manager import EndpointManager
 from serving.gateway.auth import Principal, authenticate, authorize
 from serving.replicas.local import rss_mb
@@ -42,52 +42,53 @@ async def healthz() -> dict[str, str]:
 
 async def create_endpoint(body: spec.CreateEndpointRequest, request: Request) -> dict[str, Any]:
     who = _principal(request, None)
-    record = await _manager(request).create(body, who.name)
-    return spec.endpoint_view(record)
+    record = await _manager(request).endpoints.create(body, who.name)
+    return views.endpoint_view(record)
 
 
 async def list_endpoints(request: Request) -> dict[str, Any]:
     who = authenticate(request.app.state.tokens, request.headers.get("authorization"))  # sees only what it may access
-    records = [r for r in _manager(request).store.list() if who.can_access(r.name)]
-    return {"endpoints": [spec.endpoint_view(r) for r in records]}
+    records = [r for r in _manager(request).endpoints.list() if who.can_access(r.name)]
+    return {"endpoints": [views.endpoint_view(r) for r in records]}
 
 
 async def get_endpoint(name: str, request: Request) -> dict[str, Any]:
     _principal(request, name)
-    return spec.endpoint_view(_manager(request).store.get(name))
+    return views.endpoint_view(_manager(request).endpoints.get(name))
 
 
 async def update_config(name: str, body: spec.EndpointCoreConfig, request: Request) -> dict[str, Any]:
     _principal(request, None)
-    return spec.endpoint_view(await _manager(request).update_config(name, body))
+    return views.endpoint_view(await _manager(request).endpoints.update_config(name, body))
 
 
 async def delete_endpoint(name: str, request: Request) -> dict[str, Any]:
     _principal(request, None)
-    await _manager(request).delete(name)
+    await _manager(request).endpoints.delete(name)
     return {}
 
 
 async def put_ai_gateway(name: str, body: dict[str, Any], request: Request) -> dict[str, Any]:
     _principal(request, None)
-    return await _manager(request).set_ai_gateway(name, body)
+    return await _manager(request).ai_gateways.put(name, body)
 
 
 async def endpoint_metrics(name: str, request: Request) -> Response:
     _principal(request, name)
-    _manager(request).store.get(name)  # 404 for an unknown endpoint
+    _manager(request).endpoints.get(name)  # 404 for an unknown endpoint
     return Response(request.app.state.metrics.exposition(endpoint=name), media_type=CONTENT_TYPE_LATEST)
 
 
 async def endpoint_openapi_doc(name: str, request: Request) -> JSONResponse:
     _principal(request, name)
-    return JSONResponse(await _manager(request).openapi(name))
+    manager = _manager(request)
+    return JSONResponse(await openapi.endpoint_document(manager.store, name, manager.home))
 
 
 async def autoscaler_decisions(name: str, request: Request, limit: int = 500) -> dict[str, Any]:
     """The autoscaler's recorded decisions for this endpoint, oldest first, with their inputs."""
     _principal(request, name)
-    _manager(request).store.get(name)
+    _manager(request).endpoints.get(name)
     scaler = getattr(request.app.state, "autoscaler", None)
     if scaler is None:
         return {"enabled": False, "decisions": []}
@@ -107,15 +108,15 @@ async def endpoint_replicas(name: str, request: Request) -> dict[str, Any]:
     """tollfree extension: the endpoint's replica processes (pid, memory, requests in flight)."""
     _principal(request, name)
     manager = _manager(request)
-    manager.store.get(name)
+    manager.endpoints.get(name)
     live = manager.live.get(name)
     replicas = []
-    for entity in live.entities.values() if live else ():
-        for replica in entity.replicas:
+    for replica_set in live.replica_sets.values() if live else ():
+        for replica in replica_set.replicas:
             replicas.append(
                 {
-                    "served_entity": entity.name,
-                    "model_version": entity.version,
+                    "served_entity": replica_set.name,
+                    "model_version": replica_set.version,
                     "pid": replica.pid,
                     "alive": replica.alive(),
                     "outstanding": replica.outstanding,
@@ -129,29 +130,29 @@ async def prometheus(request: Request) -> Response:
     _principal(request, None)
     metrics = request.app.state.metrics
     for name, live in _manager(request).live.items():
-        for entity in live.entities.values():
-            metrics.replicas.labels(name, entity.name).set(sum(r.alive() for r in entity.replicas))
-            if entity.dispatcher is not None:
-                metrics.queue_depth.labels(name, entity.name).set(entity.dispatcher.waiting)
+        for replica_set in live.replica_sets.values():
+            metrics.replicas.labels(name, replica_set.name).set(sum(r.alive() for r in replica_set.replicas))
+            if replica_set.dispatcher is not None:
+                metrics.queue_depth.labels(name, replica_set.name).set(replica_set.dispatcher.waiting)
     return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
 
 def install(app: FastAPI) -> None:
-    """Add every control-plane route to ``app`` (on the app itself, so ``app.routes`` lists each one)."""
-    unlisted = {"include_in_schema": False}
-    for method, path, endpoint, extra in (
-        ("GET", "/.well-known/databricks-config", databricks_config, unlisted),
-        ("GET", "/healthz", healthz, unlisted),
-        ("POST", API, create_endpoint, {}),
-        ("GET", API, list_endpoints, {}),
-        ("GET", API + "/{name}", get_endpoint, {}),
-        ("PUT", API + "/{name}/config", update_config, {}),
-        ("DELETE", API + "/{name}", delete_endpoint, {}),
-        ("PUT", API + "/{name}/ai-gateway", put_ai_gateway, {}),
-        ("GET", API + "/{name}/metrics", endpoint_metrics, {}),
-        ("GET", API + "/{name}/openapi", endpoint_openapi_doc, {}),
-        ("GET", API + "/{name}/autoscaler", autoscaler_decisions, {}),
-        ("GET", API + "/{name}/replicas", endpoint_replicas, {}),
-        ("GET", "/metrics", prometheus, {}),
+    """Add every control-plane route to ``app`` (on the app itself, so ``app.routes`` lists each one). The probes
+    are left out of the OpenAPI schema."""
+    for method, path, endpoint, listed in (
+        ("GET", "/.well-known/databricks-config", databricks_config, False),
+        ("GET", "/healthz", healthz, False),
+        ("POST", API, create_endpoint, True),
+        ("GET", API, list_endpoints, True),
+        ("GET", API + "/{name}", get_endpoint, True),
+        ("PUT", API + "/{name}/config", update_config, True),
+        ("DELETE", API + "/{name}", delete_endpoint, True),
+        ("PUT", API + "/{name}/ai-gateway", put_ai_gateway, True),
+        ("GET", API + "/{name}/metrics", endpoint_metrics, True),
+        ("GET", API + "/{name}/openapi", endpoint_openapi_doc, True),
+        ("GET", API + "/{name}/autoscaler", autoscaler_decisions, True),
+        ("GET", API + "/{name}/replicas", endpoint_replicas, True),
+        ("GET", "/metrics", prometheus, True),
     ):
-        app.add_api_route(path, endpoint, methods=[method], **extra)
+        app.add_api_route(path, endpoint, methods=[method], include_in_schema=listed)

@@ -2,7 +2,7 @@
 
 This is the hot path, so it stays off FastAPI's routing and request objects and never parses the
 payload: it checks the token and the size, picks the served entity by the traffic split, hands the
-raw body to the entity's dispatcher (which batches it with its neighbours to a replica) and sends the
+raw body to its replica set's dispatcher (which batches it with its neighbours to a replica) and sends the
 replica's answer back byte for byte. The replica checks the payload and names what is wrong. A body with
 ``messages`` goes to the chat plane instead; any other body sent to a chat model's replica comes back as the
 chat parser's 400 naming the field (``ChatReplicaApp``), as the OpenAI-compatible route answers it. Every
@@ -15,12 +15,13 @@ import logging
 import random
 import re
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from serving.endpoints.manager import EndpointManager
-from serving.gateway.auth import TokenRegistry, authenticate, authorize
+from serving.gateway.auth import Principal, TokenRegistry, authenticate, authorize
 from serving.gateway.chat_plane import ChatPlane
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.rate_limit import TokenBuckets
@@ -38,7 +39,7 @@ from serving.protocol.errors import (
 )
 from serving.protocol.scoring import canonical_payload_key
 from serving.protocol.wire import WireAnswer, WireRequest
-from serving.traffic.dispatcher import AdmissionRefused
+from serving.traffic.dispatcher import AdmissionRefused, Dispatcher
 from serving.traffic.router import choose_entity
 
 log = logging.getLogger(__name__)
@@ -72,104 +73,85 @@ class InvocationsHandler:
         self.chat = chat
 
     async def __call__(self, scope: dict, receive: Any, send: Any, name: str) -> None:
+        """One invocation of endpoint ``name``: admitted, scored (or handed to the chat plane, which answers and
+        logs it), answered, logged."""
         started = time.perf_counter()
         headers = dict(scope["headers"])
         request_id = resolve_request_id(headers.get(_REQUEST_ID, b"").decode("latin-1") or None)
-        entity_name: str | None = None
-        version: str | None = None
-        body = b""
-        answer: WireAnswer | None = None
-        extra: list[tuple[bytes, bytes]] = []
+        reply = _Reply()
         in_flight = self.metrics.in_flight.labels(name)
         in_flight.inc()
         try:
-            who = authorize(self.tokens, headers.get(b"authorization", b"").decode("latin-1") or None, name)
-            self.limiter.admit(who.name, who.rate_limit)
-            declared = headers.get(b"content-length", b"")
-            if declared.isdigit() and int(declared) > self.max_body_bytes:
-                raise payload_too_large(f"request body over the limit of {self.max_body_bytes} bytes")
-            body = await self._body(receive)
+            who = self._admit(headers, name)
+            reply.request_body = body = await self._body(receive)
             chat = is_chat_body(body) if self.chat is not None else None
-            if chat is not None:
-                await self.chat.handle(receive, send, name, who, chat, request_id, started)  # type: ignore[union-attr]
+            if self.chat is not None and chat is not None:
+                await self.chat.handle(receive, send, name, who, chat, request_id, started)
                 return
-            live = self.manager.live.get(name) or await self.manager.served(name)
-            entity_name = choose_entity(live.weights, self.rng)
-            entity = live.entities.get(entity_name)
-            if entity is None:  # an external chat model: what the chat parser says is wrong with the body
-                parse_chat_request(body)
-                raise invalid_parameter(
-                    f"served entity {entity_name} is an external chat model: send a chat request (messages)"
-                )
-            version = entity.version
-            if entity.dispatcher is None:
-                raise unavailable(f"served entity {entity_name} is not ready yet")
-            content_type = headers.get(b"content-type", b"").decode("latin-1")
-            cache_key = None
-            if live.cache is not None and content_type.split(";")[0].strip().lower() == "application/json":
-                try:
-                    cache_key = (entity_name, version, canonical_payload_key(body))
-                except ApiError:
-                    cache_key = None  # not JSON: the replica answers with the precise error
-            answer = live.cache.get(cache_key) if cache_key is not None else None
-            if answer is not None:
-                self.metrics.cache_hits.labels(name).inc()
-                extra.append((CACHE_HEADER.encode(), b"hit"))
-            else:
-                try:
-                    answer = await entity.dispatcher.submit(WireRequest(request_id, content_type, body))
-                except AdmissionRefused as refused:
-                    raise ApiError(
-                        429,
-                        "REQUEST_LIMIT_EXCEEDED",
-                        f"endpoint {name} is at capacity ({refused.reason}); retry shortly",
-                        headers={"Retry-After": str(refused.retry_after_s)},
-                    ) from refused
-                if cache_key is not None and answer.status == 200:
-                    live.cache.put(cache_key, answer)  # type: ignore[union-attr]
-                if live.cache is not None:
-                    extra.append((CACHE_HEADER.encode(), b"miss"))
-            status, out = answer.status, answer.client_body()
-            error_code = None if status == 200 else _error_code(answer.first)
-            extra.append((SERVED_MODEL_HEADER.encode(), entity_name.encode()))
+            await self._score(name, headers, body, request_id, reply)
         except ApiError as err:
-            status, error_code = err.status_code, err.error_code
-            out = orjson.dumps(error_body(err))
-            extra.extend((k.lower().encode(), v.encode()) for k, v in err.headers.items())
-            answer = None
+            reply.refused(err)
         finally:
             in_flight.dec()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(out)).encode()),
-                    (_REQUEST_ID, request_id.encode()),
-                    *extra,
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": out})
-        elapsed = time.perf_counter() - started
-        self.metrics.requests.labels(name, entity_name or "", str(status)).inc()
-        self.metrics.latency.labels(name, entity_name or "").observe(elapsed)
-        ok = answer is not None and answer.status == 200
+        await _send_json(send, reply.status, reply.body, [(_REQUEST_ID, request_id.encode()), *reply.headers])
+        self._log(name, request_id, reply, time.perf_counter() - started)
+
+    def _admit(self, headers: dict[bytes, bytes], name: str) -> Principal:
+        """The caller, allowed on endpoint ``name`` and within its rate limit, with a body not declared too big."""
+        who = authorize(self.tokens, headers.get(b"authorization", b"").decode("latin-1") or None, name)
+        self.limiter.admit(who.name, who.rate_limit)
+        declared = headers.get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_body_bytes:
+            raise payload_too_large(f"request body over the limit of {self.max_body_bytes} bytes")
+        return who
+
+    async def _score(self, name: str, headers: dict[bytes, bytes], body: bytes, request_id: str, reply: _Reply) -> None:
+        """Route ``body`` to a served entity by the traffic split and fill ``reply`` with its answer."""
+        live = self.manager.live.get(name) or await self.manager.served(name)
+        reply.served_entity = served_entity = choose_entity(live.weights, self.rng)
+        replica_set = live.replica_sets.get(served_entity)
+        if replica_set is None:  # an external chat model: what the chat parser says is wrong with the body
+            parse_chat_request(body)
+            raise invalid_parameter(
+                f"served entity {served_entity} is an external chat model: send a chat request (messages)"
+            )
+        reply.version = replica_set.version
+        dispatcher = replica_set.dispatcher
+        if dispatcher is None:
+            raise unavailable(f"served entity {served_entity} is not ready yet")
+        request = WireRequest(request_id, headers.get(b"content-type", b"").decode("latin-1"), body)
+        key = _cache_key(served_entity, replica_set.version, request) if live.cache is not None else None
+        answer = live.cache.get(key) if live.cache is not None and key is not None else None
+        if answer is not None:
+            self.metrics.cache_hits.labels(name).inc()
+            reply.headers.append((CACHE_HEADER.encode(), b"hit"))
+        else:
+            answer = await _submit(dispatcher, request, name)
+            if live.cache is not None:
+                if key is not None and answer.status == 200:
+                    live.cache.put(key, answer)
+                reply.headers.append((CACHE_HEADER.encode(), b"miss"))
+        reply.answered(answer)
+
+    def _log(self, name: str, request_id: str, reply: _Reply, elapsed: float) -> None:
+        """The request's metrics and its inference-log record."""
+        self.metrics.requests.labels(name, reply.served_entity or "", str(reply.status)).inc()
+        self.metrics.latency.labels(name, reply.served_entity or "").observe(elapsed)
+        answer = reply.answer if reply.answer is not None and reply.answer.status == 200 else None
         self.inference_log.record(
             InferenceRecord(
                 request_id=request_id,
                 timestamp=utc_now(),
                 endpoint=name,
-                served_entity=entity_name,
-                model_version=version,
-                status_code=status,
+                served_entity=reply.served_entity,
+                model_version=reply.version,
+                status_code=reply.status,
                 latency_ms=elapsed * 1000,
-                inputs=body.decode("utf-8", "replace") if body else None,
-                served_features=answer.second.decode() if ok and answer.second else None,  # type: ignore[union-attr]
-                outputs=answer.first.decode() if ok else None,  # type: ignore[union-attr]
-                error_code=error_code,
-                rows=answer.rows if ok else 0,  # type: ignore[union-attr]
+                inputs=reply.request_body.decode("utf-8", "replace") if reply.request_body else None,
+                served_features=answer.second.decode() if answer is not None and answer.second else None,
+                outputs=answer.first.decode() if answer is not None else None,
+                error_code=reply.error_code,
+                rows=answer.rows if answer is not None else 0,
             )
         )
 
@@ -196,20 +178,8 @@ class InvocationsHandler:
             if not who.can_access(model):
                 raise permission_denied(f"token {who.name!r} may not access serving endpoint {model[:100]!r}")
         except ApiError as err:
-            out = orjson.dumps(error_body(err))
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": err.status_code,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(out)).encode()),
-                        (_REQUEST_ID, request_id.encode()),
-                        *((k.lower().encode(), v.encode()) for k, v in err.headers.items()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": out})
+            headers_out = [(_REQUEST_ID, request_id.encode()), *_error_headers(err)]
+            await _send_json(send, err.status_code, orjson.dumps(error_body(err)), headers_out)
             return
         await self.chat.handle(receive, send, model, who, data, request_id, started, openai=True)
 
@@ -227,6 +197,69 @@ class InvocationsHandler:
             chunks.append(chunk)
             if not message.get("more_body"):
                 return b"".join(chunks)
+
+
+@dataclass
+class _Reply:
+    """What one invocation answers, and what its inference-log record says about it."""
+
+    status: int = 500
+    body: bytes = b""
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    error_code: str | None = None
+    request_body: bytes = b""
+    served_entity: str | None = None  # the name the traffic split chose
+    version: str | None = None  # its model version
+    answer: WireAnswer | None = None  # the replica's (or the cache's) answer; None when refused
+
+    def answered(self, answer: WireAnswer) -> None:
+        """The answer goes back byte for byte, naming the served entity that gave it."""
+        self.answer, self.status, self.body = answer, answer.status, answer.client_body()
+        self.error_code = None if answer.status == 200 else _error_code(answer.first)
+        self.headers.append((SERVED_MODEL_HEADER.encode(), str(self.served_entity).encode()))
+
+    def refused(self, err: ApiError) -> None:
+        self.answer, self.status, self.body, self.error_code = (
+            None,
+            err.status_code,
+            orjson.dumps(error_body(err)),
+            err.error_code,
+        )
+        self.headers.extend(_error_headers(err))
+
+
+def _cache_key(served_entity: str, version: str, request: WireRequest) -> tuple[str, ...] | None:
+    """The response cache's key for a JSON request: the same payload to the same model version. None for any
+    other body (the replica answers with the precise error)."""
+    if request.content_type.split(";")[0].strip().lower() != "application/json":
+        return None
+    try:
+        return served_entity, version, canonical_payload_key(request.body)
+    except ApiError:
+        return None
+
+
+async def _submit(dispatcher: Dispatcher, request: WireRequest, endpoint: str) -> WireAnswer:
+    """The replica's answer through the served entity's dispatcher; 429 when it refuses the request."""
+    try:
+        return await dispatcher.submit(request)
+    except AdmissionRefused as refused:
+        raise ApiError(
+            429,
+            "REQUEST_LIMIT_EXCEEDED",
+            f"endpoint {endpoint} is at capacity ({refused.reason}); retry shortly",
+            headers={"Retry-After": str(refused.retry_after_s)},
+        ) from refused
+
+
+def _error_headers(err: ApiError) -> list[tuple[bytes, bytes]]:
+    return [(k.lower().encode(), v.encode()) for k, v in err.headers.items()]
+
+
+async def _send_json(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    start = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": start})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _error_code(error_json: bytes) -> str:

@@ -2,12 +2,12 @@
 
 The leader (the one holding the ``leader`` lease, see ``serving.state.lease``) runs rollouts, the replicas
 and the autoscaler, exactly as a lone gateway does, and applies changes other gateways wrote
-(``EndpointManager.reconcile``). A follower serves the data plane of every endpoint, routing to the replicas
-the registry lists (``EndpointManager.follow``), and writes its control-plane changes to the store. Each
-gateway checks every ``interval_s``, and at once when another gateway's write sends a notice
+(``serving.endpoints.reconcile.Reconciler.reconcile``). A follower serves the data plane of every endpoint,
+routing to the replicas the registry lists (``Reconciler.follow``), and writes its control-plane changes to the
+store. Each gateway checks every ``interval_s``, and at once when another gateway's write sends a notice
 (``serving.state.changes``): renew or take the lease, then reconcile or follow. A leader that
 dies stops renewing; another takes over after the lease's TTL, at once when the dead one was on this machine,
-and adopts its replicas (``EndpointManager.lead``). A graceful stop releases the lease.
+and adopts its replicas (``Reconciler.lead``). A graceful stop releases the lease.
 
 With the embedded SQLite store there is one gateway, always the leader, and none of this runs.
 """
@@ -84,11 +84,11 @@ class Leadership:
         """At gateway start: lead (bring every endpoint up, adopting what a dead leader left) or follow."""
         if await self._hold():
             log.info("leading (%s)", self.me)
-            await self.manager.restore()
+            await self.manager.reconciler.restore()
         else:
             self.manager.leading = False
             log.info("following the leader")
-            await self.manager.follow()
+            await self.manager.reconciler.follow()
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -118,16 +118,16 @@ class Leadership:
             log.warning("taking over as leader (%s)", self.me)
             if before is not None and before[0] != self.me:
                 await _exited(before[0])
-            await self.manager.lead()
+            await self.manager.reconciler.lead()
             self.on_role(True)
         elif not held and self.manager.leading:
             log.warning("lost the leader lease: following")
             self.manager.leading = False
             self.on_role(False)
         if self.manager.leading:
-            await self.manager.reconcile()
+            await self.manager.reconciler.reconcile()
         else:
-            await self.manager.follow()
+            await self.manager.reconciler.follow()
 
     async def stop(self) -> None:
         if self._listener is not None:

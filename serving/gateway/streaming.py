@@ -21,7 +21,8 @@ import orjson
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from serving.endpoints.manager import EndpointManager, LiveEndpoint
+from serving.endpoints.live import LiveEndpoint
+from serving.endpoints.manager import EndpointManager
 from serving.inference_log import InferenceLogWriter, InferenceRecord, utc_now
 from serving.protocol.errors import ApiError, error_body
 from serving.protocol.events import EVENT_CONTENT_TYPE
@@ -78,7 +79,7 @@ class StreamFrontDoor:
         out: list[Output | None],
         started: float,
     ) -> None:
-        entity = live.entities.get(name)
+        entity = live.replica_sets.get(name)
         if entity is None or entity.dispatcher is None:
             return  # not started yet: scored again after a back-off
         answers = await entity.dispatcher.submit_many(

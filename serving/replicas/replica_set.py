@@ -1,7 +1,7 @@
 """One owner per served entity: its ``ReplicaSet`` is the only code that changes the entity's replicas
 and limits.
 
-Rollouts (``endpoints.manager``) create a set, ``start`` its first replicas and ``configure`` it when a
+Rollouts (``endpoints.rollouts``) create a set, ``start`` its first replicas and ``configure`` it when a
 config change keeps it; the autoscaler calls ``scale_to`` and ``set_limits``; the backend starts and
 stops processes for it (``replicas.local_backend``); the data plane reads it through its dispatcher.
 Everyone else reads ``replicas``, ``max_concurrency``, ``scaling`` and ``starting``.

@@ -52,7 +52,9 @@ class AdmissionRefused(Exception):
 
 
 @dataclass(eq=False)
-class _Pending:
+class _QueuedRequest:
+    """A request waiting in the dispatcher's queue for a batch, and the future its answer resolves."""
+
     request: WireRequest
     future: asyncio.Future[WireAnswer]
     enqueued: float
@@ -101,7 +103,7 @@ class Dispatcher:
         self.timeout_s = timeout_s
         self._clock = clock
         self.plan: BatchPlan = OFF
-        self._queue: collections.deque[_Pending] = collections.deque()
+        self._queue: collections.deque[_QueuedRequest] = collections.deque()
         self._gather: asyncio.TimerHandle | None = None
         self.stats = DispatchStats()
         self.meter = LoadMeter(clock())
@@ -127,7 +129,7 @@ class Dispatcher:
         """Each request's answer, or its AdmissionRefused / ApiError, in order. They join the queue together
         before anything is sent, so they leave in envelopes as large as the plan allows (a stream's
         micro-batch), where requests arriving one by one would leave one by one while a replica is free."""
-        entered: list[_Pending | AdmissionRefused] = []
+        entered: list[_QueuedRequest | AdmissionRefused] = []
         for request in requests:
             try:
                 entered.append(self._enqueue(request))
@@ -135,7 +137,7 @@ class Dispatcher:
                 entered.append(refused)
         self._pump()
         self._wake()
-        waiting = [e.future for e in entered if isinstance(e, _Pending)]
+        waiting = [e.future for e in entered if isinstance(e, _QueuedRequest)]
         answers: Iterator[WireAnswer | BaseException] = iter(await asyncio.gather(*waiting, return_exceptions=True))
         out: list[WireAnswer | Exception] = []
         for e in entered:
@@ -145,14 +147,14 @@ class Dispatcher:
             out.append(answer)
         return out
 
-    def _enqueue(self, request: WireRequest) -> _Pending:
+    def _enqueue(self, request: WireRequest) -> _QueuedRequest:
         if len(self._queue) >= self.max_queue and self._pick() is None:
             self.stats.refused += 1
             self.meter.turned_away(self._clock())
             raise AdmissionRefused(f"queue full ({self.max_queue} waiting)", retry_after_s=1)
         loop = asyncio.get_running_loop()
         now = self._clock()
-        pending = _Pending(request, loop.create_future(), now)
+        pending = _QueuedRequest(request, loop.create_future(), now)
         self._queue.append(pending)
         self.meter.arrived(now)
         pending.expiry = loop.call_later(self.max_wait_s, self._expire, pending)
@@ -175,7 +177,7 @@ class Dispatcher:
         return dict(self._busy)
 
     # ---- internals -----------------------------------------------------------------------------
-    def _expire(self, pending: _Pending) -> None:
+    def _expire(self, pending: _QueuedRequest) -> None:
         try:
             self._queue.remove(pending)
         except ValueError:
@@ -183,7 +185,9 @@ class Dispatcher:
         self.stats.refused += 1
         self._settle(pending, error=AdmissionRefused(f"no free replica within {self.max_wait_s:.1f}s", retry_after_s=1))
 
-    def _settle(self, pending: _Pending, answer: WireAnswer | None = None, error: Exception | None = None) -> None:
+    def _settle(
+        self, pending: _QueuedRequest, answer: WireAnswer | None = None, error: Exception | None = None
+    ) -> None:
         """The request's outcome, once; the meter counts it as finished either way."""
         now = self._clock()
         self.meter.finished(now, now - pending.enqueued if answer is not None else None)
@@ -225,7 +229,7 @@ class Dispatcher:
                 room = max(1, min(room, limit - replica.outstanding))
             if self._should_gather(room):
                 return
-            batch: list[_Pending] = []
+            batch: list[_QueuedRequest] = []
             while self._queue and len(batch) < room:
                 pending = self._queue.popleft()
                 if pending.expiry is not None:
@@ -256,7 +260,7 @@ class Dispatcher:
             self._gather = asyncio.get_running_loop().call_later(left, again)
         return True
 
-    def _dispatch(self, replica: Replica, batch: list[_Pending]) -> None:
+    def _dispatch(self, replica: Replica, batch: list[_QueuedRequest]) -> None:
         replica.outstanding += len(batch)
         key = replica.id
         self.stats.inflight_batches[key] = self.stats.inflight_batches.get(key, 0) + 1
@@ -286,8 +290,8 @@ class Dispatcher:
         if not calls:
             del self._calls[key]
 
-    async def _run(self, replica: Replica, batch: list[_Pending], call: _Call) -> None:
-        retry: list[_Pending] = []
+    async def _run(self, replica: Replica, batch: list[_QueuedRequest], call: _Call) -> None:
+        retry: list[_QueuedRequest] = []
         try:
             try:
                 reply = await asyncio.wait_for(self._send(replica, [p.request for p in batch]), self.timeout_s)
@@ -325,7 +329,7 @@ class Dispatcher:
                 self._dispatch(other, retry)
         self._pump()
 
-    def _fail(self, batch: Sequence[_Pending], error: Callable[[], ApiError]) -> None:
+    def _fail(self, batch: Sequence[_QueuedRequest], error: Callable[[], ApiError]) -> None:
         for pending in batch:
             self._settle(pending, error=error())
 

@@ -108,10 +108,10 @@ def reference(world, tmp_path_factory):
 
 
 def _register_endpoint(world, name: str) -> None:
-    from serving.endpoints import spec
+    from serving.endpoints import spec, validation
     from serving.endpoints.store import EndpointStore
 
-    config = spec.normalize_config(
+    config = validation.normalize_config(
         spec.EndpointCoreConfig(
             served_entities=[spec.ServedEntityInput(entity_name=MODEL_NAME, entity_alias="champion")]
         )

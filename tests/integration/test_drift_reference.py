@@ -16,7 +16,7 @@ from mlflow.models import infer_signature
 from sklearn.linear_model import LinearRegression
 
 from flows.served_data import reference_for
-from serving.endpoints.monitoring import MonitoringConfig
+from serving.endpoints.monitoring_settings import MonitoringConfig
 from serving.inference_log import InferenceLogWriter, InferenceRecord
 from serving.registry import versions
 from tests.world import MODEL_NAME

@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from serving.endpoints import spec
+from serving.endpoints import spec, validation
 from serving.endpoints.manager import EndpointManager
 from serving.endpoints.store import EndpointStore
 from tests.fakes import FakeReplicas
@@ -81,7 +81,7 @@ def _config(entity: str, version: str) -> spec.EndpointCoreConfig:
     raw = spec.EndpointCoreConfig.model_validate(
         {"served_entities": [{"name": entity, "entity_name": "m", "entity_version": version}]}
     )
-    return spec.normalize_config(raw, NAME)
+    return validation.normalize_config(raw, NAME)
 
 
 async def _until(condition, what: str, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
@@ -127,7 +127,7 @@ def _follower(store: EndpointStore, backend: HeldBackend, tmp_path) -> EndpointM
 async def _lead_on(manager: EndpointManager) -> None:
     """What ``Leadership.step`` does for a leader, every 20 ms: apply what the store says."""
     while True:
-        await manager.reconcile()
+        await manager.reconciler.reconcile()
         await asyncio.sleep(0.02)
 
 
@@ -154,18 +154,18 @@ def test_a_change_sent_while_the_new_leader_reads_the_state_waits_for_the_takeov
             return await left_running(records)
 
         manager.book.left_running = held  # type: ignore[method-assign]
-        taking_over = asyncio.create_task(manager.lead())
+        taking_over = asyncio.create_task(manager.reconciler.lead())
         await asyncio.wait_for(reading.wait(), 10)
-        await manager.update_config(NAME, _config("after", "2"))  # the change, while the new leader reads
+        await manager.endpoints.update_config(NAME, _config("after", "2"))  # the change, while the new leader reads
         go.set()
         await asyncio.wait_for(taking_over, 10)
         stepping = asyncio.create_task(_lead_on(manager))
         backend.gate("models:/m/1").set()
         backend.gate("models:/m/2").set()
         await _until(lambda: store.get(NAME).config_update == "NOT_UPDATING", "the change never ended")
-        await manager.wait_settled(NAME)
+        await manager.rollouts.wait_settled(NAME)
         stepping.cancel()
-        running, after = [r.running for r in backend.spawned], [*manager.live[NAME].entities]
+        running, after = [r.running for r in backend.spawned], [*manager.live[NAME].replica_sets]
         await manager.shutdown()
         return running, after, store.get(NAME)
 
@@ -178,15 +178,15 @@ def test_a_change_sent_while_the_takeover_brings_replicas_up_waits_for_it(tmp_pa
 
     async def scenario() -> tuple[str, list[bool], list[str], spec.EndpointRecord]:
         manager = _follower(store, backend, tmp_path)
-        await manager.lead()  # no replica left to adopt: the takeover starts one, held
+        await manager.reconciler.lead()  # no replica left to adopt: the takeover starts one, held
         await _until(lambda: len(backend.spawned) == 1, "the takeover started no replica")
-        await manager.update_config(NAME, _config("after", "2"))  # the change, while the takeover runs
+        await manager.endpoints.update_config(NAME, _config("after", "2"))  # the change, while the takeover runs
         backend.gate("models:/m/1").set()
         await _until(lambda: len(backend.spawned) == 2, "the change never started its replica")
         during = store.get(NAME).config_update  # the takeover has ended: it must not have ended the update
         backend.gate("models:/m/2").set()
-        await manager.wait_settled(NAME)
-        running, after = [r.running for r in backend.spawned], [*manager.live[NAME].entities]
+        await manager.rollouts.wait_settled(NAME)
+        running, after = [r.running for r in backend.spawned], [*manager.live[NAME].replica_sets]
         await manager.shutdown()
         return during, running, after, store.get(NAME)
 

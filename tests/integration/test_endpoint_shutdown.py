@@ -50,11 +50,11 @@ def test_a_rollout_cancelled_while_its_replica_starts_leaves_no_process(tmp_path
     async def scenario() -> tuple[list[psutil.Process], psutil.Process]:
         manager = _manager(tmp_path)
         await manager.open()
-        await manager.create(_request("starting"), "test")
+        await manager.endpoints.create(_request("starting"), "test")
         spawned = await _until_spawned()
         fork_server = psutil.Process(manager.launcher.fork_server.pid)
         if how == "delete":
-            await manager.delete("starting")
+            await manager.endpoints.delete("starting")
         await manager.shutdown()
         return spawned, fork_server
 
@@ -68,14 +68,14 @@ def test_endpoints_restored_at_start_and_stopped_at_once_leave_no_process(tmp_pa
     async def create_then_stop() -> None:
         manager = _manager(tmp_path)
         await manager.open()
-        await manager.create(_request("restored"), "test")
+        await manager.endpoints.create(_request("restored"), "test")
         await _until_spawned()
         await manager.shutdown()
 
     async def restore_then_stop() -> list[psutil.Process]:
         manager = _manager(tmp_path)  # the same store: the endpoint comes back up at start
         await manager.open()
-        await manager.restore()
+        await manager.reconciler.restore()
         spawned = await _until_spawned()
         await manager.shutdown()
         return spawned

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from serving.endpoints.spec import EndpointCoreConfig, EndpointRecord, normalize_config
+from serving.endpoints.spec import EndpointCoreConfig, EndpointRecord
 from serving.endpoints.store import EndpointStore
+from serving.endpoints.validation import normalize_config
 from serving.protocol.errors import ApiError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from fastapi.testclient import TestClient
 
-from serving.endpoints import spec
+from serving.endpoints import spec, validation
 from serving.endpoints.store import EndpointStore
 from serving.gateway.auth import TokenRegistry
 from tests.fakes import in_process_gateway
@@ -23,7 +23,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 def _stored_endpoint(store: EndpointStore) -> None:
     """Endpoint ``ep`` as the in-process gateway serves it (entity m-1 = model m, version 1), settled."""
-    config = spec.normalize_config(
+    config = validation.normalize_config(
         spec.EndpointCoreConfig.model_validate(
             {"served_entities": [{"name": "m-1", "entity_name": "m", "entity_version": "1"}]}
         ),
@@ -99,7 +99,7 @@ def test_with_the_database_down_the_data_plane_serves_and_the_api_says_503_then_
     url = postgres.url(postgres.new_database())
     _stored_endpoint(EndpointStore(url))
     app = in_process_gateway(tmp_path, TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN}), store=EndpointStore(url))
-    invoke = dict(content=json.dumps({"inputs": [[1]]}), headers={**AUTH, "content-type": "application/json"})
+    invoke = {"content": json.dumps({"inputs": [[1]]}), "headers": {**AUTH, "content-type": "application/json"}}
     with TestClient(app) as client:
         _settled(client)
         postgres.stop()

@@ -241,20 +241,20 @@ def test_a_gateway_on_kubernetes_serves_from_pods_scales_the_deployment_and_leav
         [name] = fake.deployments()
         answer = client.post("/serving-endpoints/ep/invocations", json={"inputs": [[1.0]]}, headers=AUTH)
         assert answer.status_code == 200, answer.text
-        [pod] = manager.entity("ep", "m-1").replicas
+        [pod] = manager.replica_set("ep", "m-1").replicas
         assert replicas.batches[-1][0] == pod.url and pod.pod.startswith(name)
 
-        client.portal.call(manager.entity("ep", "m-1").scale_to, 3)  # what the autoscaler calls
+        client.portal.call(manager.replica_set("ep", "m-1").scale_to, 3)  # what the autoscaler calls
         until(lambda: fake.deployments() == {name: 3}, "the Deployment scaled through its scale subresource")
-        until(lambda: manager.entity("ep", "m-1").ready_count() == 3, "three pods routed")
-        assert manager.entity("ep", "m-1").starting == 0
+        until(lambda: manager.replica_set("ep", "m-1").ready_count() == 3, "three pods routed")
+        assert manager.replica_set("ep", "m-1").starting == 0
     assert fake.deployments() == {name: 3}, "a stopping gateway leaves the Deployment to the cluster"
 
     fake.requests.clear()
     app, manager = _gateway(tmp_path, url, replicas)
     with TestClient(app) as client:
         until(lambda: _view(client)["state"]["ready"] == "READY", "the restored endpoint ready")
-        assert manager.entity("ep", "m-1").ready_count() == 3  # adopted: its three pods, none started anew
+        assert manager.replica_set("ep", "m-1").ready_count() == 3  # adopted: its three pods, none started anew
         assert fake.deployments() == {name: 3}
         posts = [c for c, _, _ in fake.requests if c.startswith("POST")]
         assert posts == [
@@ -313,12 +313,12 @@ def test_two_gateways_on_one_store_route_to_the_same_pods_and_a_new_leader_adopt
             until(lambda: _view(a)["state"]["ready"] == "READY", "ready through the leader's rollout")
             [name] = fake.deployments()
             until(
-                lambda: (e := follower.entity("ep", "m-1")) is not None and e.ready_count() == 2,
+                lambda: (s := follower.replica_set("ep", "m-1")) is not None and s.ready_count() == 2,
                 "the follower routes to both pods",
             )
-            pods = {p.url for p in leader.entity("ep", "m-1").replicas}
-            assert {p.url for p in follower.entity("ep", "m-1").replicas} == pods
-            assert follower.entity("ep", "m-1").starting == 0  # a follower declares nothing
+            pods = {p.url for p in leader.replica_set("ep", "m-1").replicas}
+            assert {p.url for p in follower.replica_set("ep", "m-1").replicas} == pods
+            assert follower.replica_set("ep", "m-1").starting == 0  # a follower declares nothing
             answer = b.post("/serving-endpoints/ep/invocations", json={"inputs": [[1.0]]}, headers=AUTH)
             assert answer.status_code == 200, answer.text
             assert follower_replicas.batches[-1][0] in pods
@@ -327,13 +327,13 @@ def test_two_gateways_on_one_store_route_to_the_same_pods_and_a_new_leader_adopt
             leaving, a = a, None
             stopped(leaving, "gateway a")  # the leader stops (its lease is released)
             until(
-                lambda: follower.leading and (e := follower.entity("ep", "m-1")) is not None and not e.followed,
+                lambda: follower.leading and (s := follower.replica_set("ep", "m-1")) is not None and not s.followed,
                 "the follower leads and runs the entity",
                 deadline_s=30,
             )
             assert fake.deployments() == {name: 2}
             assert not [c for c, _, _ in fake.requests if c.startswith(("DELETE", "PATCH"))]
-            assert {p.url for p in follower.entity("ep", "m-1").replicas} == pods
+            assert {p.url for p in follower.replica_set("ep", "m-1").replicas} == pods
             answer = b.post("/serving-endpoints/ep/invocations", json={"inputs": [[1.0]]}, headers=AUTH)
             assert answer.status_code == 200, answer.text
         finally:
@@ -384,8 +384,8 @@ def test_the_batching_plan_comes_from_a_pods_ready_answer(tmp_path):
                 until(lambda: _view(client)["state"]["ready"] == "READY", "ready")
                 plan = until(
                     lambda: (
-                        manager.entity("ep", "m-1").dispatcher.plan.enabled
-                        and manager.entity("ep", "m-1").dispatcher.plan
+                        manager.replica_set("ep", "m-1").dispatcher.plan.enabled
+                        and manager.replica_set("ep", "m-1").dispatcher.plan
                     ),
                     "the pod's batching plan adopted",
                 )

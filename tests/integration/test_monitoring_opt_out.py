@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from serving.endpoints import spec
+from serving.endpoints import spec, validation
 from serving.endpoints.store import EndpointStore
 from serving.inference_log import InferenceLogWriter, InferenceRecord
 from serving.settings import Settings
@@ -22,7 +22,7 @@ def stored(prefect_harness):  # type: ignore[no-untyped-def]
     store = EndpointStore(Settings.from_environ(os.environ).state_url)
     names = {"quiet-ep": {"enabled": False}, "strict-ep": {"min_rows": 10_000}}
     for name, monitoring in names.items():
-        config = spec.normalize_config(
+        config = validation.normalize_config(
             spec.EndpointCoreConfig.model_validate(
                 {"served_entities": [{"entity_name": "fraud", "entity_version": "1"}], "monitoring": monitoring}
             )

@@ -4,7 +4,7 @@ the old ones dropped, those of a deleted endpoint with it)."""
 
 from __future__ import annotations
 
-from serving.endpoints import spec
+from serving.endpoints import spec, validation
 from serving.endpoints.store import EndpointStore
 from serving.state.scaling import LoadBoard, Reading, ScalerRecord, ScalerRecords
 
@@ -15,7 +15,7 @@ def _stored(database, *names: str) -> EndpointStore:  # type: ignore[no-untyped-
     """The endpoints ``names`` in the state store (a record is kept only for an endpoint it has)."""
     store = EndpointStore(database.url)
     for name in names:
-        config = spec.normalize_config(
+        config = validation.normalize_config(
             spec.EndpointCoreConfig.model_validate(
                 {"served_entities": [{"name": "x", "entity_name": "m", "entity_version": "1"}]}
             ),

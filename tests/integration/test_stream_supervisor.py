@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from infra.redis import RedisServer
-from serving.endpoints.manager import LiveEndpoint
+from serving.endpoints.live import LiveEndpoint
 from serving.gateway.streaming import StreamSupervisor
 from serving.streams.broker import Lag
 from serving.streams.config import StreamInput

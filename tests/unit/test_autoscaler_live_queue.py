@@ -8,7 +8,8 @@ import os
 import pytest
 
 from serving.autoscaler.config import ScalingConfig
-from serving.endpoints.manager import EndpointManager, LiveEndpoint
+from serving.endpoints.live import LiveEndpoint
+from serving.endpoints.manager import EndpointManager
 from serving.endpoints.store import EndpointStore
 from serving.gateway.autoscaling import LiveAutoscaler
 from serving.replicas.replica_set import ReplicaSet
@@ -27,7 +28,7 @@ def test_the_queue_takes_the_policy_bound_only_when_shedding(tmp_path, shed, exp
         name="champion", model_name="m", version="1", scaling=ScalingConfig(max_queue=500, shed_load=shed)
     )
     served.attach(_never)
-    manager.live["e"] = LiveEndpoint(entities={"champion": served}, weights=[("champion", 100)])
+    manager.live["e"] = LiveEndpoint(replica_sets={"champion": served}, weights=[("champion", 100)])
     autoscaler = LiveAutoscaler(manager)
     autoscaler.sync()
     assert served.dispatcher.max_queue == 500  # held up to max_queue until the policy has measured anything

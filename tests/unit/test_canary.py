@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from monitoring.canary import canary_verdict
-from serving.endpoints.monitoring import CanaryThresholds
+from serving.endpoints.monitoring_settings import CanaryThresholds
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 SINCE = NOW - timedelta(minutes=10)

@@ -31,7 +31,7 @@ def gateway(tmp_path, replicas: FakeReplicas, *, max_queue: int, max_wait_s: flo
     app = in_process_gateway(
         tmp_path, TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN}), replicas=replicas, limit=limit
     )
-    dispatcher = app.state.manager.live["ep"].entities["m-1"].dispatcher
+    dispatcher = app.state.manager.live["ep"].replica_sets["m-1"].dispatcher
     dispatcher.max_queue, dispatcher.max_wait_s = max_queue, max_wait_s
     return app
 

@@ -13,7 +13,7 @@ from flows.served_data import prediction_score
 from flows.skew import drift_config
 from monitoring.drift import compute_drift
 from monitoring.labels import join_labels, predicted_class
-from serving.endpoints.monitoring import DriftConfig
+from serving.endpoints.monitoring_settings import DriftConfig
 
 
 def _population(n: int, seed: int) -> pd.DataFrame:

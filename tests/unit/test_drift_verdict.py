@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from monitoring.drift import compute_drift
-from serving.endpoints.monitoring import DriftConfig
+from serving.endpoints.monitoring_settings import DriftConfig
 
 COLUMNS = [f"x{i}" for i in range(30)]
 SHIFTED = ["x0", "x7", "x14"]

@@ -8,15 +8,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from serving.endpoints.spec import (
-    CreateEndpointRequest,
-    EndpointCoreConfig,
-    EndpointRecord,
-    endpoint_view,
-    normalize_config,
-    traffic_weights,
-    validate_endpoint_name,
-)
+from serving.endpoints.spec import CreateEndpointRequest, EndpointCoreConfig, EndpointRecord, traffic_weights
+from serving.endpoints.validation import normalize_config, validate_endpoint_name
+from serving.endpoints.views import endpoint_view
 from serving.protocol.errors import ApiError, install_error_handlers
 
 SECRET = "SECRET-VALUE-123"
@@ -316,20 +310,20 @@ def test_good_endpoint_names_pass(name: str) -> None:
 
 def record(**changes: Any) -> EndpointRecord:
     config = normalize_config(EndpointCoreConfig.model_validate(SDK_CONFIG), "fraud")
-    base: dict[str, Any] = dict(
-        name="fraud",
-        id="0123456789abcdef0123456789abcdef",
-        creator="alice",
-        created_ms=1_700_000_000_000,
-        updated_ms=1_700_000_000_500,
-        config=config,
-        config_version=2,
-        ready="READY",
-        config_update="NOT_UPDATING",
-        pending_config=None,
-        ai_gateway=None,
-        state_message=None,
-    )
+    base: dict[str, Any] = {
+        "name": "fraud",
+        "id": "0123456789abcdef0123456789abcdef",
+        "creator": "alice",
+        "created_ms": 1_700_000_000_000,
+        "updated_ms": 1_700_000_000_500,
+        "config": config,
+        "config_version": 2,
+        "ready": "READY",
+        "config_update": "NOT_UPDATING",
+        "pending_config": None,
+        "ai_gateway": None,
+        "state_message": None,
+    }
     return EndpointRecord(**{**base, **changes})
 
 
@@ -457,7 +451,8 @@ def test_view_parses_with_the_databricks_sdk() -> None:
     ],
 )
 def test_an_invalid_scaling_config_is_refused_naming_the_field(entity, field):
-    from serving.endpoints.spec import EndpointCoreConfig, normalize_config
+    from serving.endpoints.spec import EndpointCoreConfig
+    from serving.endpoints.validation import normalize_config
     from serving.protocol.errors import ApiError
 
     config = EndpointCoreConfig.model_validate(
@@ -469,7 +464,8 @@ def test_an_invalid_scaling_config_is_refused_naming_the_field(entity, field):
 
 
 def test_the_scaling_config_follows_the_served_entity():
-    from serving.endpoints.spec import ServedEntityInput, scaling_config
+    from serving.endpoints.scaling import scaling_config
+    from serving.endpoints.spec import ServedEntityInput
 
     fixed = scaling_config(ServedEntityInput(entity_name="m", entity_version="1", max_concurrency=30, max_replicas=8))
     assert not fixed.vertical and fixed.initial_target == 20 and fixed.max_replicas == 8 and fixed.min_replicas == 1
@@ -483,7 +479,8 @@ def test_the_scaling_config_follows_the_served_entity():
 
 def test_a_stored_config_with_a_removed_autoscaling_field_rolls_out_without_it():
     """Accepted before the field was removed: a restart must not refuse it (a new request naming it is a 400)."""
-    from serving.endpoints.spec import ServedEntityInput, scaling_config
+    from serving.endpoints.scaling import scaling_config
+    from serving.endpoints.spec import ServedEntityInput
 
     entity = ServedEntityInput.model_validate(
         {

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.endpoints import spec
+from serving.endpoints import spec, validation, views
 from serving.gateway.chat_plane import attempt_order
 from serving.generative.secrets import SecretMissing, Secrets
 from serving.protocol.errors import ApiError
@@ -34,12 +34,12 @@ def _config(external: dict, **entity: object) -> spec.EndpointCoreConfig:
 
 
 def test_an_external_model_needs_no_registry_and_shows_its_reference_only() -> None:
-    config = spec.normalize_config(_config({"openai_api_key": REF, "openai_api_base": "http://127.0.0.1:9/v1"}))
+    config = validation.normalize_config(_config({"openai_api_key": REF, "openai_api_base": "http://127.0.0.1:9/v1"}))
     entity = config.served_entities[0]
     assert entity.name == "gpt-4o-mini" and entity.entity_name is None and spec.registry_entities(config) == []
     assert spec.traffic_weights(config) == [("gpt-4o-mini", 100)]
     assert entity.external_model is not None and entity.external_model.base_url == "http://127.0.0.1:9/v1"
-    view = spec._config_view(config, 1, {"deployment": "DEPLOYMENT_READY"})
+    view = views._config_view(config, 1, {"deployment": "DEPLOYMENT_READY"})
     assert view["served_entities"][0]["external_model"]["openai_config"]["openai_api_key"] == REF
 
 
@@ -55,14 +55,14 @@ def test_an_external_model_needs_no_registry_and_shows_its_reference_only() -> N
 )
 def test_a_bad_external_model_is_a_400_naming_the_field(external: dict, entity: dict, field: str) -> None:
     with pytest.raises(ApiError) as caught:
-        spec.normalize_config(_config(external, **entity))
+        validation.normalize_config(_config(external, **entity))
     assert caught.value.status_code == 400 and field in caught.value.message
     assert "SECRET" not in caught.value.message
 
 
 def test_an_entity_needs_a_model_of_one_kind_or_the_other() -> None:
     with pytest.raises(ApiError) as caught:
-        spec.normalize_config(spec.EndpointCoreConfig.model_validate({"served_entities": [{"name": "x"}]}))
+        validation.normalize_config(spec.EndpointCoreConfig.model_validate({"served_entities": [{"name": "x"}]}))
     assert "set entity_name" in caught.value.message
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from serving.endpoints.monitoring import CanaryThresholds, DriftConfig, keep_extensions, overridden
-from serving.endpoints.spec import EndpointCoreConfig, _config_view, normalize_config
+from serving.endpoints.monitoring_settings import CanaryThresholds, DriftConfig, overridden
+from serving.endpoints.spec import EndpointCoreConfig
+from serving.endpoints.validation import keep_extensions, normalize_config
+from serving.endpoints.views import _config_view
 from serving.protocol.errors import ApiError
 
 

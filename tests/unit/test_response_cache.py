@@ -5,6 +5,7 @@ import json
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 
 from serving.endpoints.spec import EndpointCoreConfig
 from serving.gateway.auth import TokenRegistry
@@ -43,11 +44,11 @@ def test_the_cache_config_is_checked():
         {"served_entities": [], "response_cache": {"enabled": True, "ttl_seconds": 5}}
     )
     assert config.response_cache.max_entries == 10_000
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match=r"response_cache\.ttl_seconds"):
         EndpointCoreConfig.model_validate(
             {"served_entities": [], "response_cache": {"enabled": True, "ttl_seconds": 0}}
         )
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match=r"response_cache\.size"):
         EndpointCoreConfig.model_validate({"served_entities": [], "response_cache": {"size": 3}})
 
 

@@ -59,7 +59,7 @@ def gateway_samples(seconds: int, rate: float) -> tuple[list[Sample], float]:
         entity = SimpleNamespace(
             dispatcher=dispatcher, replicas=[replica], starting=0, model_uri="m", ready_in_s=lambda: 0.0
         )
-        manager = SimpleNamespace(live={"ep": SimpleNamespace(entities={"m": entity})})
+        manager = SimpleNamespace(live={"ep": SimpleNamespace(replica_sets={"m": entity})})
         signals = GatewaySignals(manager)  # type: ignore[arg-type]
         gaps = iter(np.random.default_rng(3).exponential(1 / rate, int(rate * seconds * 3)))
         tasks, samples, start = [], [], time.monotonic()

@@ -10,8 +10,9 @@ from serving.autoscaler.config import ScalingConfig
 from serving.autoscaler.policy import PolicyState
 from serving.autoscaler.record import from_record, to_record
 from serving.autoscaler.signals import Sample
-from serving.endpoints import spec
-from serving.endpoints.manager import EndpointManager, LiveEndpoint
+from serving.endpoints import spec, validation
+from serving.endpoints.live import LiveEndpoint
+from serving.endpoints.manager import EndpointManager
 from serving.endpoints.store import EndpointStore
 from serving.gateway.autoscaling import LiveAutoscaler
 from serving.gateway.shared_scaling import RemoteLoad, SharedScaling
@@ -50,7 +51,7 @@ class Clock:
 def _gateway(tmp_path, name: str, *, leading: bool, wall: Clock, mono: Clock, scaling: ScalingConfig | None = None):
     store = EndpointStore(tmp_path / "endpoints.db")
     if not store.list():  # the endpoint in the store too: the leader records only a stored endpoint's state
-        config = spec.normalize_config(
+        config = validation.normalize_config(
             spec.EndpointCoreConfig.model_validate(
                 {"served_entities": [{"name": "champion", "entity_name": "m", "entity_version": "1"}]}
             ),
@@ -63,7 +64,7 @@ def _gateway(tmp_path, name: str, *, leading: bool, wall: Clock, mono: Clock, sc
     manager.leading = leading
     served = ReplicaSet(name="champion", model_name="m", version="1", scaling=scaling or ScalingConfig())
     served.attach(_never)
-    manager.live["e"] = LiveEndpoint(entities={"champion": served}, weights=[("champion", 100)])
+    manager.live["e"] = LiveEndpoint(replica_sets={"champion": served}, weights=[("champion", 100)])
     shared = SharedScaling(
         LoadBoard(store.database), ScalerRecords(store.database), name, lambda: manager.leading, clock=wall
     )
@@ -174,8 +175,10 @@ def test_a_new_leader_continues_from_the_recorded_state_of_the_same_model(tmp_pa
     assert resumed.state.last_horizontal == new_mono.t - 3.0  # 1 s before the record, which is 2 s old
     assert len(resumed.history) == 5 and resumed.history.snapshot().last.t == new_mono.t - 2.0
 
-    manager.live["e"].entities["champion"] = ReplicaSet(name="champion", model_name="m", version="2", scaling=config)
-    manager.live["e"].entities["champion"].attach(_never)
+    manager.live["e"].replica_sets["champion"] = ReplicaSet(
+        name="champion", model_name="m", version="2", scaling=config
+    )
+    manager.live["e"].replica_sets["champion"].attach(_never)
     new.controller.remove(KEY)
     new._configs.clear()
     new.sync()  # another version under the same name: its own start

@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from serving.endpoints.spec import EndpointCoreConfig, EndpointRecord, _config_view, endpoint_view, normalize_config
+from serving.endpoints.spec import EndpointCoreConfig, EndpointRecord
+from serving.endpoints.validation import normalize_config
+from serving.endpoints.views import _config_view, endpoint_view
 from serving.gateway.auth import TokenRegistry
 from serving.protocol.errors import ApiError
 from serving.streams.config import MAX_STREAM_INPUTS, StreamAddress, StreamInput, check_stream_inputs

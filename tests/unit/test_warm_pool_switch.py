@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 from types import SimpleNamespace
+from typing import ClassVar
 
 import serving.gateway.app as gateway_app
 
 
 class RecordingPool:
-    made: list[RecordingPool] = []
+    made: ClassVar[list[RecordingPool]] = []
 
     def __init__(self, size: int, launcher: object) -> None:
         self.size, self.filled, self.closed = size, 0, 0

@@ -7,7 +7,8 @@ says what drift compares with when a version has no training frame on its run: a
 the version's run with ``mlflow.log_input`` (``dataset``: its name), a window of the version's own
 served traffic (``start`` and ``end``), or by default its first served window (its first
 ``first_requests`` requests within ``first_hours`` of its first one). A config update that leaves the
-block out keeps it (the Databricks SDK's ``update_config`` cannot send it); ``"monitoring": null`` removes it.
+block out keeps it (the Databricks SDK's ``update_config`` cannot send it; ``validation.keep_extensions``);
+``"monitoring": null`` removes it.
 
 ``DriftConfig`` and ``CanaryThresholds`` are the settings the computations in ``monitoring/`` take (plain
 dataclasses, no heavy import): the gateway checks a ``monitoring`` block against them when the endpoint
@@ -20,21 +21,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from serving.protocol.errors import invalid_parameter
-
-if TYPE_CHECKING:
-    from serving.endpoints.spec import EndpointCoreConfig
 
 _FORBID = ConfigDict(extra="forbid")
 T = TypeVar("T")
 
 
 CORRECTIONS = ("holm", "bonferroni", "none")
-# Evidently's methods whose score is a p-value (drift below the threshold), and ``chi2_contingency`` (monitoring/drift.py)
+# Evidently's methods whose score is a p-value (drift below the threshold), and ``chi2_contingency``
+# (monitoring/drift.py)
 P_VALUE_METHODS = frozenset(
     {
         "ks",
@@ -173,11 +172,3 @@ def check_monitoring(config: MonitoringConfig) -> None:
             raise invalid_parameter("monitoring.reference: start must be before end")
         if ref.dataset is not None:
             raise invalid_parameter("monitoring.reference: set a dataset or a start/end window, not both")
-
-
-def keep_extensions(update: EndpointCoreConfig, current: EndpointCoreConfig) -> EndpointCoreConfig:
-    """A config update (``EndpointCoreConfig``) that leaves out a tollfree extension block (``monitoring``,
-    ``stream_inputs``) keeps the current config's: the Databricks SDK's ``update_config`` cannot send them.
-    Sent as ``null``, a block is removed."""
-    kept = {key: getattr(current, key) for key in ("monitoring", "stream_inputs") if key not in update.model_fields_set}
-    return update.model_copy(update=kept) if kept else update
