@@ -44,7 +44,7 @@ def naive(gw: Gateway, batch: list[dict[str, str]]) -> dict[str, Any]:
     cpu0, started = gw.cpu(), time.monotonic()
     with httpx.Client(headers={"Authorization": f"Bearer {gw.token}"}, timeout=30) as http:
         while done < len(ids):
-            entry_id, fields = gw.client.xread({NAIVE_SOURCE: last}, count=1)[0][1][0]  # type: ignore[index]
+            entry_id, fields = gw.client.xread({NAIVE_SOURCE: last}, count=1)[0][1][0]  # type: ignore[index]  # redis-py types xread's reply as a bare Awaitable | Any
             last, done = entry_id.decode(), done + 1
             row = {"customer_id": int(fields[b"customer_id"]), "merchant_id": int(fields[b"merchant_id"])}
             answer = http.post(url, json={"dataframe_records": [{**row, "amount": float(fields[b"amount"])}]})

@@ -8,7 +8,7 @@ from dataclasses import MISSING, fields
 import mkdocs_gen_files
 
 from serving.autoscaler.config import FIELD_DOCS, ScalingConfig
-from serving.endpoints.spec import DEFAULT_MAX_REPLICAS
+from serving.endpoints.scaling import DEFAULT_MAX_REPLICAS
 
 ENTITY_LEVEL = {"min_replicas", "max_replicas", "scale_to_zero"}
 

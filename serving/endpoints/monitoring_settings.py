@@ -21,14 +21,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from serving.protocol.errors import invalid_parameter
 
 _FORBID = ConfigDict(extra="forbid")
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")  # the settings dataclasses
 
 
 CORRECTIONS = ("holm", "bonferroni", "none")
@@ -125,7 +128,7 @@ def overridden(cls: type[T], values: dict[str, Any] | None, what: str) -> T:
     """``cls()`` with ``values`` overriding its defaults; an unknown name or a mistyped value is refused by name."""
     values = dict(values or {})
     defaults = cls()
-    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    known = {f.name for f in fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
         raise ValueError(f"unknown {what}(s): {', '.join(unknown)}")
@@ -133,7 +136,7 @@ def overridden(cls: type[T], values: dict[str, Any] | None, what: str) -> T:
         default = getattr(defaults, name)
         if not _fits(default, value):
             raise ValueError(f"{what} {name} must be {_KINDS.get(type(default), 'a string')}")
-    return replace(defaults, **values)  # type: ignore[type-var]
+    return replace(defaults, **values)
 
 
 class ReferenceConfig(BaseModel):
