@@ -76,11 +76,10 @@ def _machine(exclusive: bool) -> Iterator[None]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The order ``make test`` hands whole files to its workers in (it turns xdist's own reordering off):
     real processes first and pure code last, so the run ends on short files and no worker is left with a long
-    one while the others have nothing. An ``alone`` test first waits for the other workers' running tests to end:
-    met at points across the run, those waits took 114 s of ci66's 834 s. So a file with ``alone`` and shared
-    tests goes just before the unit files (its shared tests run beside them, its ``alone`` ones wait for a
-    short one), and a file of ``alone`` tests only goes last. In ci71 both kinds went last and ran one test
-    at a time for their last 87 s."""
+    one while the others have nothing. An ``alone`` test first waits for the other workers' running tests to end,
+    and met at points across the run those waits add up to minutes. So a file with ``alone`` and shared tests
+    goes just before the unit files (its shared tests run beside them, its ``alone`` ones wait for a short one),
+    and a file of ``alone`` tests only goes last: were both kinds last, the run would end on one test at a time."""
     alone = {item.path for item in items if item.get_closest_marker("alone") is not None}
     only_alone = alone - {item.path for item in items if item.get_closest_marker("alone") is None}
     order = {"e2e": 0, "integration": 1, "unit": 3}

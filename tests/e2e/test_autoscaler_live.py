@@ -32,8 +32,8 @@ from tests.models import RowCostModel
 from tests.world import MODEL_NAME, World
 
 # Not ``alone`` since replicas are forked (a start takes about 1 s, not 5): all three passed with three busy loops
-# beside them on the 2 cores (2026-12-05; the step's replicas grew within its 10 s, the first request after idle
-# took 305 ms of its 1 s), so they share the machine with the other workers' tests.
+# beside them on the 2 cores (the step's replicas grew within its 10 s, the first request after idle took 305 ms
+# of its 1 s), so they share the machine with the other workers' tests.
 pytestmark = pytest.mark.slow
 
 PER_ROW_S = 0.025  # one replica serves 40 requests/s

@@ -69,10 +69,10 @@ def _stack_env(home: Path, postgres_dir: Path) -> dict[str, str]:
             "TOLLFREE_POSTGRES_DIR": str(postgres_dir),  # PostgreSQL runs as its own user: not under pytest's 0700 tmp
             "TOLLFREE_WARM_POOL": "0",
             "PREFECT_WORKER_QUERY_SECONDS": "2",
-            # The deployments keep their schedules (checked below), but the server makes no runs of them: the
-            # stack's worker started a canary-all run when the test crossed a 5-minute mark (10:39:51, 2026-12-05;
-            # the hour adds materialize and skew-drift-all), each a flow process beside the test's own steps, so the
-            # test's length and CPU depended on the clock. The deployment run the test needs, it triggers itself.
+            # The deployments keep their schedules (checked below), but the server makes no runs of them: with its
+            # scheduler on, the stack's worker starts a canary-all run whenever the test crosses a 5-minute mark
+            # (the hour adds materialize and skew-drift-all), each a flow process beside the test's own steps, so the
+            # test's length and CPU would depend on the clock. The deployment run the test needs, it triggers itself.
             "PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED": "false",
         }
     )

@@ -33,7 +33,7 @@ def test_tollfree_beats_hpa_defaults_on_a_10x_spike():
     profile = PRESETS["cpu"]
     trace = tr.spike(base_rps=150.0, seed=1)
     hpa = simulate(trace, profile, make_policy("hpa", profile), seed=1, warmup_s=120, timeline=False)
-    # the shipped defaults (the gateway holds the excess: answered late, 2.3x on 2026-12-02), and with
+    # the shipped defaults (the gateway holds the excess: answered late, 2.3x when measured), and with
     # shedding (6.2x); both with the gateway's one standby
     for shed, factor in ((False, 2), (True, 5)):
         mine = simulate(
