@@ -1,7 +1,7 @@
 """The autoscaler benchmark's trace sets and targets: pure functions over its result rows.
 
 A row is one trace instance (trace, seed) x profile; each policy's run of it is a dict with at least
-``bad``, ``replica_seconds`` and ``requests``. The targets (issue 19):
+``bad``, ``replica_seconds`` and ``requests``. The targets:
 
 1. Pareto: no baseline dominates tollfree (fewer-or-equal bad requests and fewer-or-equal
    replica-seconds, one of them strictly fewer).

@@ -34,7 +34,7 @@ from serving.registry.policy import Policy, load_policy, policy_for
 from serving.replicas.probe import probe_model
 from serving.settings import Settings
 
-POLICY_DIR = Path(__file__).resolve().parent / "policies"  # MODEL.yaml, one per model
+POLICY_DIR = Path(__file__).resolve().parent / "policies"  # <model>.yaml, one per model
 # MLflow calls retry with exponential backoff (1, 2, 4 s) before the run fails.
 MLFLOW_RETRIES = dict(retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=1), retry_jitter_factor=0.2)
 
