@@ -2,10 +2,11 @@
 TOLLFREE_GATEWAY_URL, then the newest live record in the state folder, then the default; stale, foreign and
 corrupt records skipped; records written atomically and removed only by their own gateway; and a failed
 connection that says which URL was tried, where it came from and that TOLLFREE_GATEWAY_URL sets it.
-(tests/e2e/test_gateway_discovery.py does the same with a real gateway process.)"""
+(tests/e2e/test_model_errors.py does the same with a real gateway process.)"""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -81,7 +82,7 @@ def test_a_stale_record_a_foreign_host_s_and_a_corrupt_one_are_skipped(home: Pat
     )
     (gateways / "garbage.json").write_text("{not json")
     (gateways / "no-pid.json").write_text(
-        '{"url": "http://127.0.0.1:8093", "hostname": "%s", "started_at": "2026-05-01T12:00:00+00:00"}' % HOST
+        json.dumps({"url": "http://127.0.0.1:8093", "hostname": HOST, "started_at": "2026-05-01T12:00:00+00:00"})
     )
     assert resolve_gateway(env_of(home)).source == "default"
     assert "garbage.json" in caplog.text and "no-pid.json" in caplog.text and "not a process id" in caplog.text
@@ -137,11 +138,11 @@ def test_the_recorded_url_is_one_a_client_on_this_host_can_use(host: str, url: s
 
 @pytest.mark.parametrize("bad", ["ftp://gw:21", "http://", "http://gw:port", "http://gw:0"])
 def test_a_url_that_is_not_http_is_refused_naming_where_it_came_from(home: Path, bad: str) -> None:
-    with pytest.raises(ValueError, match="TOLLFREE_GATEWAY_URL: .* is not a gateway URL; give http"):
+    with pytest.raises(ValueError, match=r"TOLLFREE_GATEWAY_URL: .* is not a gateway URL; give http"):
         resolve_gateway(env_of(home, TOLLFREE_GATEWAY_URL=bad))
     with pytest.raises(GatewayError, match="TOLLFREE_GATEWAY_URL"):
         GatewayApi.from_environ(env_of(home, TOLLFREE_GATEWAY_URL=bad))
-    with pytest.raises(MlflowException, match="the target URI: .* is not a gateway URL"):
+    with pytest.raises(MlflowException, match=r"the target URI: .* is not a gateway URL"):
         gateway_address(f"tollfree:/{bad}", {})
 
 
