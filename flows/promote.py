@@ -35,7 +35,7 @@ from serving.registry.promotion_policy import PromotionPolicy, load_policy, poli
 from serving.replicas.probe import probe_model
 from serving.settings import Settings
 
-PROMOTION_POLICY_DIR = Path(__file__).resolve().parent / "promotion_policies"  # MODEL.yaml, one per model
+PROMOTION_POLICY_DIR = Path(__file__).resolve().parent / "promotion_policies"  # <model>.yaml, one per model
 # MLflow calls retry with exponential backoff (1, 2, 4 s) before the run fails.
 MLFLOW_RETRIES = {
     "retries": 3,

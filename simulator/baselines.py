@@ -126,7 +126,7 @@ class HPA:
 
 
 # -- Knative KPA -----------------------------------------------------------------------------------
-# config/core/configmaps/autoscaler.yaml and pkg/autoscaler/config/config.go defaults:
+# Knative's config/core/configmaps/autoscaler.yaml and pkg/autoscaler/config/config.go defaults:
 KPA_TARGET = 100.0  # container-concurrency-target-default: "100"
 KPA_UTILISATION = 0.7  # container-concurrency-target-percentage: "70"
 KPA_STABLE_S = 60  # stable-window: "60s"
@@ -138,7 +138,7 @@ KPA_MAX_DOWN = 2.0  # max-scale-down-rate: "2.0"
 KPA_ZERO_GRACE_S = 30.0  # scale-to-zero-grace-period: "30s" (enable-scale-to-zero: "true")
 KPA_TBC = 211.0  # target-burst-capacity: "211" (activator in the path while spare capacity < it)
 KPA_ACTIVATOR_QUEUE = 10000  # pkg/activator/net/throttler.go: breakerQueueDepth = 10000
-# config/core/configmaps/defaults.yaml revision-timeout-seconds: "300" (pkg/apis/config/defaults.go
+# Knative's config/core/configmaps/defaults.yaml revision-timeout-seconds: "300" (pkg/apis/config/defaults.go
 # DefaultRevisionTimeoutSeconds = 5 * 60): a request not answered by then gets a timeout.
 KPA_TIMEOUT_S = 300.0
 # pkg/queue/sharedmain/main.go buildBreaker: no breaker when containerConcurrency < 1 (the default 0:
@@ -247,20 +247,21 @@ class KPA:
 
 
 # -- Ray Serve -------------------------------------------------------------------------------------
-# python/ray/serve/config.py AutoscalingConfig defaults and num_replicas="auto" (doc/source/serve/autoscaling-guide.md):
+# Ray's python/ray/serve/config.py AutoscalingConfig defaults and num_replicas="auto"
+# (Ray's doc/source/serve/autoscaling-guide.md):
 RAY_TARGET_ONGOING = 2.0  # target_ongoing_requests: 2
 RAY_MAX_ONGOING = 5  # max_ongoing_requests: 5 (per replica; beyond: queued at the router)
 RAY_UPSCALE_DELAY_S = 30.0  # upscale_delay_s: 30.0
 RAY_DOWNSCALE_DELAY_S = 600.0  # downscale_delay_s: 600.0
 RAY_LOOK_BACK_S = 30.0  # look_back_period_s: 30.0 (mean of the ongoing requests)
-RAY_CONTROL_LOOP_S = 0.1  # ray/serve/_private/constants.py: CONTROL_LOOP_INTERVAL_S = 0.1
-# max_queued_requests: -1 (ray/serve/_private/constants.py DEFAULT_MAX_QUEUED_REQUESTS = -1): the
+RAY_CONTROL_LOOP_S = 0.1  # Ray's ray/serve/_private/constants.py: CONTROL_LOOP_INTERVAL_S = 0.1
+# max_queued_requests: -1 (Ray's ray/serve/_private/constants.py DEFAULT_MAX_QUEUED_REQUESTS = -1): the
 # router queue beyond max_ongoing_requests has no limit; HTTPOptions.request_timeout_s: None
-# (python/ray/serve/config.py): no timeout either.
+# (Ray's python/ray/serve/config.py): no timeout either.
 
 
 class RayServe:
-    """python/ray/serve/autoscaling_policy.py: ``replica_queue_length_autoscaling_policy``.
+    """Ray's python/ray/serve/autoscaling_policy.py: ``replica_queue_length_autoscaling_policy``.
 
     Every 0.1 s: ``desired = running x total / (target x running)`` (total = ongoing requests, queued
     ones included, averaged over the 30 s look-back), ``_apply_scaling_factors`` (factor 1),

@@ -20,6 +20,8 @@ import pytest
 _SESSION_HOME: Path | None = None
 _PREFECT_SERVER = None  # the session's Prefect server, when this process started it (tests.prefect_server)
 _MACHINE_LOCK = "TOLLFREE_TEST_MACHINE_LOCK"  # set by the first pytest process; its xdist workers inherit it
+# The files that take longest (about two minutes or more each in CI, ``--durations``): handed out first.
+LONGEST = ("e2e/test_gateways_failover.py", "e2e/test_stack.py", "e2e/test_demo.py")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -76,18 +78,21 @@ def _machine(exclusive: bool) -> Iterator[None]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The order ``make test`` hands whole files to its workers in (it turns xdist's own reordering off):
     real processes first and pure code last, so the run ends on short files and no worker is left with a long
-    one while the others have nothing. An ``alone`` test first waits for the other workers' running tests to end:
-    met at points across the run, those waits took 114 s of ci66's 834 s. So a file with ``alone`` and shared
-    tests goes just before the unit files (its shared tests run beside them, its ``alone`` ones wait for a
-    short one), and a file of ``alone`` tests only goes last. In ci71 both kinds went last and ran one test
-    at a time for their last 87 s."""
+    one while the others have nothing; the longest files (``LONGEST``) go before all others, so that none of them
+    starts late and sets the run's end. An ``alone`` test first waits for the other workers' running tests to end,
+    and met at points across the run those waits add up to minutes. So a file with ``alone`` and shared tests
+    goes just before the unit files (its shared tests run beside them, its ``alone`` ones wait for a short one),
+    and a file of ``alone`` tests only goes last: were both kinds last, the run would end on one test at a time."""
     alone = {item.path for item in items if item.get_closest_marker("alone") is not None}
     only_alone = alone - {item.path for item in items if item.get_closest_marker("alone") is None}
     order = {"e2e": 0, "integration": 1, "unit": 3}
+    root = Path(__file__).resolve().parent
 
     def rank(item: pytest.Item) -> int:
         if item.path in only_alone:
             return 4
+        if item.path.relative_to(root).as_posix() in LONGEST:
+            return -1
         return 2 if item.path in alone else order.get(item.path.parent.name, 3)
 
     items.sort(key=rank)  # stable: tests keep their order within a file, files theirs within a rank

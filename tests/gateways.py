@@ -6,15 +6,21 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import psutil
 
 from feature_repo import synthetic
+from serving.discovery import read_records
 from serving.gateway.process import GatewayProcess, wait_endpoint_ready
+from serving.settings import PROJECT_DIR, Settings
 from tests.world import MODEL_NAME
 
 ENDPOINT = "fraud"
@@ -56,6 +62,30 @@ def rows_body(world, n: int = 1, seed: int = 5) -> bytes:  # type: ignore[no-unt
     tx = synthetic.read_transactions(world.settings.data_dir)
     rows = tx.sample(n, random_state=seed)[["customer_id", "merchant_id", "amount"]]
     return json.dumps({"dataframe_records": rows.to_dict(orient="records")}).encode()
+
+
+def start_on_any_port(env: Mapping[str, str], log_path: Path, timeout_s: float = 120.0) -> GatewayProcess:
+    """``python -m serving --port 0`` with ``env``: the gateway picks its port and names it in the record it keeps in
+    its state folder (``serving.discovery``); the URL returned is the record's."""
+    records = Settings.from_environ(env).gateways_dir
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "serving", "--host", "127.0.0.1", "--port", "0"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            cwd=str(PROJECT_DIR),
+        )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        mine = [record for _, record in read_records(records) if record.pid == process.pid]
+        if mine:
+            return GatewayProcess(process, mine[0].url, log_path)
+        assert process.poll() is None, f"the gateway exited with code {process.returncode}; see {log_path}"
+        time.sleep(0.1)
+    GatewayProcess(process, "", log_path).stop()
+    raise AssertionError(f"the gateway recorded no URL in {timeout_s:.0f}s; see {log_path}")
 
 
 def command_words(process: psutil.Process) -> list[str]:
@@ -134,6 +164,7 @@ class Outcome:
     sent: float  # monotonic seconds
     answered: float
     status: int
+    detail: str = ""  # a failed request's error: the answer's error code and message, or the connection error
 
 
 class RetryingClients:
@@ -153,18 +184,21 @@ class RetryingClients:
             with httpx.Client(headers=headers, timeout=60) as http:
                 while not self._stop.is_set():
                     sent = time.monotonic()
+                    detail = ""
                     while True:
                         try:
-                            status = http.post(f"{urls[at]}{path}", content=body).status_code
+                            reply = http.post(f"{urls[at]}{path}", content=body)
+                            status = reply.status_code
+                            detail = "" if status == 200 else reply.text[:200]
                             break
-                        except httpx.TransportError:
+                        except httpx.TransportError as error:
                             if not retry:
-                                status = 0
+                                status, detail = 0, repr(error)
                                 break
                             self.retries += 1
                             at = (at + 1) % len(urls)
                             time.sleep(0.02)
-                    self.outcomes.append(Outcome(at, sent, time.monotonic(), status))
+                    self.outcomes.append(Outcome(at, sent, time.monotonic(), status, detail))
                     at = (at + 1) % len(urls)
 
         self.threads = [threading.Thread(target=client, args=(i % len(urls),), daemon=True) for i in range(concurrency)]

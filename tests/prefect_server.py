@@ -4,7 +4,7 @@ It runs what ``prefect.testing.utilities.prefect_test_harness`` runs: Prefect's 
 its ephemeral mode (the event, trigger, automation and task-run services; no UI, no scheduler) on a throw-away
 SQLite database, on a free loopback port. The harness starts one per process, so with xdist one per worker;
 each start costs about 9 CPU-seconds on the 2-core machine (5 of them the database's migrations, 1.6 the block
-types' registration, which no test reads) and each idle server 0.7 CPU-seconds a minute (2026-12-05). So the
+types' registration, which no test reads) and each idle server 0.7 CPU-seconds a minute. So the
 pytest process that hands out the tests starts it once, before its workers exist, and they inherit its
 ``PREFECT_API_URL``; a run without workers starts it on first use. Tests tell their flows, events and
 artifacts apart by their own names and resource ids, as they would on any shared Prefect server.

@@ -136,7 +136,7 @@ def load_policy(path: Path) -> PromotionPolicy:
 
 
 def policy_for(model_name: str, folder: Path) -> PromotionPolicy:
-    """The policy of ``model_name``: ``folder/MODEL.yaml``, checked, and refused if it is another model's."""
+    """The policy of ``model_name``: ``folder/<model>.yaml``, checked, and refused if it is another model's."""
     path = folder / f"{model_name}.yaml"
     if not path.exists():
         raise PromotionPolicyError(f"no promotion policy for model {model_name!r}: expected {path}")

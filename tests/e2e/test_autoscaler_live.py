@@ -32,8 +32,8 @@ from tests.models import RowCostModel
 from tests.world import MODEL_NAME, World
 
 # Not ``alone`` since replicas are forked (a start takes about 1 s, not 5): all three passed with three busy loops
-# beside them on the 2 cores (2026-12-05; the step's replicas grew within its 10 s, the first request after idle
-# took 305 ms of its 1 s), so they share the machine with the other workers' tests.
+# beside them on the 2 cores (the step's replicas grew within its 10 s, the first request after idle took 305 ms
+# of its 1 s), so they share the machine with the other workers' tests.
 pytestmark = pytest.mark.slow
 
 PER_ROW_S = 0.025  # one replica serves 40 requests/s
@@ -57,7 +57,7 @@ def live(world: World) -> Iterator[tuple[GatewayProcess, dict[str, str]]]:
 def ready_replicas(client: httpx.Client, endpoint: str) -> int | None:
     text = client.get("/metrics").text
     found = re.search(
-        r'tollfree_autoscaler_ready_replicas\{endpoint="%s",served_entity="[^"]+"\} (\d+)' % endpoint, text
+        rf'tollfree_autoscaler_ready_replicas\{{endpoint="{endpoint}",served_entity="[^"]+"\}} (\d+)', text
     )
     return int(found.group(1)) if found else None
 
@@ -139,11 +139,13 @@ def test_a_10x_step_adds_replicas_within_10s_without_errors_and_they_leave_after
                             "entity_name": "rowcost",
                             "entity_version": version,
                             "max_replicas": 4,
-                            # the model serves one request at a time (as KServe's containerConcurrency 1): with the default
-                            # target of 4 in flight, the step's 2 in flight (80/s x 25 ms) needs one replica once its start-up
-                            # queue has left the window, so replicas could go before the window after the load; the vertical
-                            # axis is off, this test is the horizontal's. It holds the step's excess (shed_load false) rather than
-                            # refuse it, as the default does: no request may be refused beyond 1 % (benchmarks/fidelity.py measures both)
+                            # the model serves one request at a time (as KServe's containerConcurrency 1):
+                            # with the default target of 4 in flight, the step's 2 in flight (80/s x 25 ms)
+                            # needs one replica once its start-up queue has left the window, so replicas could
+                            # go before the window after the load; the vertical axis is off, this test is the
+                            # horizontal's. It holds the step's excess (shed_load false) rather than refuse it,
+                            # as the default does: no request may be refused beyond 1 % (benchmarks/fidelity.py
+                            # measures both)
                             "autoscaling": {
                                 "scale_down_window_s": SCALE_DOWN_WINDOW_S,
                                 "initial_target": 1,

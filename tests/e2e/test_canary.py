@@ -261,7 +261,7 @@ def test_a_challenger_failing_on_some_inputs_is_rolled_back(world, gateway, clie
 
 
 # A good challenger's latency is judged on a handful of requests (its 5 % share: 30 at least), so a neighbour's
-# burst can make it look slower than the champion: with three test workers beside it (2026-12-05, ci68) it measured
+# burst can make it look slower than the champion: with three test workers beside it, it measured
 # 56.5 ms p99 against 9.4 and was rolled back at the default thresholds. This test is about the walk to 100, the
 # delayed labels and the promotion, so it tolerates up to 10x the champion's latency (no hold, no rollback) and
 # shares the machine; the latency rollback at the default thresholds is the slow challenger's test above.

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 # Not ``alone``: its one clock reading is the promotion's latency gate (p50 <= 50 ms, p99 <= 250 ms), which passed
-# at p50 14.9 ms and p99 22.4 ms with three busy loops beside it on the 2 cores (2026-12-04).
+# at p50 14.9 ms and p99 22.4 ms with three busy loops beside it on the 2 cores.
 pytestmark = pytest.mark.slow
 
 PROJECT = Path(__file__).resolve().parents[2]

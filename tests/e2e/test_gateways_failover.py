@@ -1,11 +1,11 @@
 """Two real gateway processes on one real PostgreSQL state store, behind a real HAProxy configured as ``make up``
-configures it. The first leads (its replicas, its autoscaler), the second follows (routes to the leader's replicas
-from the registry, publishes its load, writes its changes to the store for the leader to apply).
+configures it. The leader holds the replicas and the autoscaler; the follower routes to the leader's replicas from
+the registry, publishes its load, and writes its changes to the store for the leader to apply.
 
 What must hold:
 - an endpoint created through HAProxy is rolled out by the leader and served by both gateways;
-- load sent to the follower alone (12 clients, 32 rows a request) reaches the leader's autoscaler (the leader
-  counts the follower's load: its own is zero);
+- load sent to the follower alone (12 clients, 32 rows a request) reaches the leader's autoscaler (the leader counts
+  the follower's load: its own is zero);
 - ``kill -9`` of the leader under 12 closed-loop clients through HAProxy: no failed request at plain clients (HAProxy
   retries and redispatches), the follower takes the lease within 10 s, adopts the dead leader's replicas (same
   processes) and continues the autoscaler from the leader's record;
@@ -13,6 +13,10 @@ What must hold:
 - a config change (a new served entity) sent through the follower right after ``kill -9`` of the leader, under load:
   once the endpoint is READY again, the new entity answers every request, and the replica processes that run are
   exactly those the survivor lists and the registry holds (the replaced entity's were adopted, then stopped).
+
+The two cases share one store, one HAProxy and one pair of gateway ports (:class:`GatewayPair`): the first kills its
+leader; the second starts a gateway again on the dead one's port, so the first case's survivor leads, and kills that
+leader. A gateway start is seconds of the suite's longest path on a busy machine: the file starts three, not four.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import os
 import re
 import signal
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import psutil
@@ -28,15 +34,16 @@ import pytest
 
 from serving.gateway.process import GatewayProcess, environ_with, start_gateway
 from serving.protocol.wire import OWNER_ENV, REPLICA_TOKEN_ENV
-from serving.replicas.local import process_running
-from serving.state.database import open_database
+from serving.replicas.local import free_port
+from serving.state.database import Database, open_database
 from serving.state.lease import Lease
-from serving.state.replica_table import ReplicaTable
-from tests.gateways import ENTITY, RetryingClients, command_words, rows_body, wait_ready
-from tests.services import haproxy_server
+from serving.state.replica_table import ReplicaRow, ReplicaTable
+from tests.gateways import ENTITY, Outcome, RetryingClients, command_words, rows_body, wait_ready
+from tests.services import Postgres, haproxy_server
+from tests.world import World
 
 # Not ``alone``: its bounds (the lease taken within 10 s, a second replica within 240 s) held with three busy loops
-# beside it on the 2 cores (2026-12-05).
+# beside it on the 2 cores.
 pytestmark = pytest.mark.slow
 
 NAME = "fraud-shared"
@@ -59,11 +66,121 @@ AUTOSCALING = {
 }
 
 
-def _registered(database) -> list:  # type: ignore[no-untyped-def]
-    return sorted((r for r in ReplicaTable(database).all() if r.endpoint == NAME), key=lambda r: r.pid)
+def _replica_pids(token: str) -> set[int]:
+    """The live replica processes of one state, however they started (forked, spawned, adopted, orphaned): those
+    with the state's replica token, made up by the test, in their environment."""
+    out = set()
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if (
+                "serving.replica_server" in command_words(proc)
+                and proc.info["status"] != psutil.STATUS_ZOMBIE
+                and proc.environ().get(REPLICA_TOKEN_ENV) == token
+            ):
+                out.add(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return out
 
 
-def _poll_replicas(database, n: int, timeout_s: float, owner: int) -> list:  # type: ignore[no-untyped-def]
+class GatewayPair:
+    """Two gateway processes on one state store, each on a fixed port behind one HAProxy. A slot whose gateway a
+    case killed gets a new gateway on the same port at the next :meth:`two`, so HAProxy's configuration holds."""
+
+    def __init__(self, env: dict[str, str], logs: Path, ports: list[int], database: Database) -> None:
+        self.env, self.logs, self.ports, self.database = env, logs, ports, database
+        self.token = env["TOLLFREE_REPLICA_TOKEN"]
+        self.slots: list[GatewayProcess | None] = [None, None]
+        self.proxy = ""
+        self._starts = 0
+
+    def two(self) -> tuple[GatewayProcess, GatewayProcess]:
+        """(leader, follower), both running: the leader is the lease's holder."""
+        for i, gateway in enumerate(self.slots):
+            if gateway is None or gateway.process.poll() is not None:
+                self._starts += 1
+                log = self.logs / f"gateway-pair-{self._starts}.log"
+                self.slots[i] = start_gateway(self.env, log, port=self.ports[i], timeout_s=240)
+        deadline = time.monotonic() + 30
+        while (leader := self.leader()) is None:
+            assert time.monotonic() < deadline, (
+                f"no gateway of the pair holds the lease: {Lease(self.database).holder()}"
+            )
+            time.sleep(0.1)
+        return leader, next(g for g in self.slots if g is not None and g is not leader)
+
+    def leader(self) -> GatewayProcess | None:
+        """The running gateway that holds the lease, if one does."""
+        holder = Lease(self.database).holder()
+        pid = holder[0].split("/")[1] if holder is not None else None
+        running = (g for g in self.slots if g is not None and g.process.poll() is None)
+        return next((g for g in running if str(g.process.pid) == pid), None)
+
+    def stop(self) -> None:
+        """The gateways, then every replica of the pair's state: a gateway of several leaves its replicas to the
+        next leader, and none comes."""
+        for gateway in self.slots:
+            if gateway is not None:
+                gateway.stop(grace_s=60)
+        for pid in _replica_pids(self.token):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.fixture(scope="module")
+def pair(world: World, postgres: Postgres, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayPair]:
+    url = postgres.url(postgres.new_database())
+    token = "pair-" + os.urandom(16).hex()
+    env = environ_with({"TOLLFREE_STATE_URL": url, "TOLLFREE_REPLICA_TOKEN": token, "TOLLFREE_WARM_POOL": "0"})
+    first = free_port()
+    while (second := free_port()) == first:
+        pass
+    database = open_database(url)
+    gateways = GatewayPair(env, world.home / "logs", [first, second], database)
+    try:
+        gateways.two()  # before HAProxy: it is ready once it answers through a gateway
+        with haproxy_server(gateways.ports, tmp_path_factory.mktemp("haproxy")) as proxy:
+            gateways.proxy = proxy
+            yield gateways
+    finally:
+        gateways.stop()
+        database.engine.dispose()
+
+
+def _admin() -> dict[str, str]:
+    return {"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}"}
+
+
+def _create(url: str, name: str, entity: dict) -> None:
+    created = httpx.post(
+        f"{url}/api/2.0/serving-endpoints",
+        headers=_admin(),
+        timeout=60,
+        json={"name": name, "config": {"served_entities": [entity]}},
+    )
+    assert created.status_code == 200, created.text
+
+
+def _answers(clients: RetryingClients, n: int, after: float, timeout_s: float = 60.0) -> None:
+    """Until ``n`` of the clients' requests were answered after ``after`` (monotonic seconds)."""
+    deadline = time.monotonic() + timeout_s
+    while sum(1 for o in list(clients.outcomes) if o.answered > after) < n:
+        assert time.monotonic() < deadline, f"fewer than {n} answers within {timeout_s:.0f}s"
+        time.sleep(0.05)
+
+
+def _statuses(outcomes: list[Outcome]) -> list[str]:
+    """The distinct statuses, a failed one with what its answer said (for a failure message)."""
+    return sorted({f"{o.status} {o.detail}".strip() for o in outcomes})
+
+
+def _registered(database: Database, name: str = NAME) -> list[ReplicaRow]:
+    return sorted((r for r in ReplicaTable(database).all() if r.endpoint == name), key=lambda r: r.pid)
+
+
+def _poll_replicas(database: Database, n: int, timeout_s: float, owner: int) -> list[ReplicaRow]:
     """The registered replicas once there are ``n``, all of gateway ``owner``; what there is at the deadline."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -73,7 +190,7 @@ def _poll_replicas(database, n: int, timeout_s: float, owner: int) -> list:  # t
         time.sleep(0.25)
 
 
-def _wait_replicas(database, n: int, timeout_s: float, owner: int) -> list:  # type: ignore[no-untyped-def]
+def _wait_replicas(database: Database, n: int, timeout_s: float, owner: int) -> list[ReplicaRow]:
     rows = _poll_replicas(database, n, timeout_s, owner)
     assert len(rows) >= n and all(r.owner_pid == owner for r in rows), (
         f"not {n} replicas of gateway {owner} within {timeout_s:.0f}s: {rows}"
@@ -81,13 +198,20 @@ def _wait_replicas(database, n: int, timeout_s: float, owner: int) -> list:  # t
     return rows
 
 
-def _decisions(url: str, admin: dict) -> str:
+def _decisions(url: str) -> list[dict]:
+    reply = httpx.get(f"{url}/api/2.0/serving-endpoints/{NAME}/autoscaler", headers=_admin(), timeout=30)
+    assert reply.status_code == 200, reply.text
+    return reply.json()["decisions"]
+
+
+def _decision_lines(url: str) -> str:
     """The gateway's horizontal decisions, one line each (what its autoscaler saw), for a failure message."""
-    reply = httpx.get(f"{url}/api/2.0/serving-endpoints/{NAME}/autoscaler", headers=admin, timeout=30)
-    if reply.status_code != 200:
-        return f"decisions unreadable: {reply.status_code}"
+    try:
+        decisions = _decisions(url)
+    except AssertionError as unreadable:
+        return f"decisions unreadable: {unreadable}"
     lines = []
-    for d in reply.json()["decisions"]:
+    for d in decisions:
         i = d["inputs"]
         if "load_up" in i:
             lines.append(
@@ -97,17 +221,38 @@ def _decisions(url: str, admin: dict) -> str:
     return "\n".join(lines)
 
 
-def _leader_load(url: str, admin: dict, after: float) -> float:
-    """The highest load the leader's autoscaler decided on from now until ``after`` (its decisions' inputs)."""
-    while time.monotonic() < after:
+def _leader_load(url: str, at_least: float, timeout_s: float) -> float:
+    """The highest load the leader's autoscaler has decided on, once it reaches ``at_least`` (or at the deadline)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        seen = max((d["inputs"].get("load_up") or 0.0 for d in _decisions(url)), default=0.0)
+        if seen >= at_least or time.monotonic() > deadline:
+            return seen
         time.sleep(0.5)
-    reply = httpx.get(f"{url}/api/2.0/serving-endpoints/{NAME}/autoscaler", headers=admin, timeout=30)
-    assert reply.status_code == 200, reply.text
-    return max((d["inputs"].get("load_up") or 0.0 for d in reply.json()["decisions"]), default=0.0)
 
 
-def _port(gateway: GatewayProcess) -> int:
-    return int(gateway.url.rsplit(":", 1)[1])
+def _routed_by(follower: GatewayProcess, path: str, body: bytes) -> None:
+    """Until the follower serves a request: it routes once it has read the leader's replicas from the registry."""
+    headers = {**_admin(), "content-type": "application/json"}
+    deadline = time.monotonic() + 30
+    while httpx.post(f"{follower.url}{path}", content=body, timeout=60, headers=headers).status_code != 200:
+        assert time.monotonic() < deadline, "the follower never routed to the leader's replica"
+        time.sleep(0.2)
+
+
+def _kill(leader: GatewayProcess) -> float:
+    """``kill -9`` of the leader; when it died (monotonic seconds)."""
+    leader.process.send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    leader.process.wait(10)
+    return killed_at
+
+
+def _lease_taken(pair: GatewayPair, follower: GatewayProcess, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while pair.leader() is not follower:
+        assert time.monotonic() < deadline, f"no new leader: {Lease(pair.database).holder()}"
+        time.sleep(0.1)
 
 
 def _running_replicas(gateways: list[GatewayProcess]) -> list[int]:
@@ -127,97 +272,67 @@ def _running_replicas(gateways: list[GatewayProcess]) -> list[int]:
     return sorted(out)
 
 
-def test_behind_haproxy_the_follower_takes_over_from_a_killed_leader_and_keeps_scaling(
-    world, postgres, tmp_path, record_property
-):
-    url = postgres.url(postgres.new_database())
-    env = environ_with(
-        {
-            "TOLLFREE_STATE_URL": url,
-            "TOLLFREE_REPLICA_TOKEN": "shared-" + os.urandom(16).hex(),
-            "TOLLFREE_WARM_POOL": "0",
-        }
+def _delete(pair: GatewayPair, url: str, name: str, timeout_s: float = 60.0) -> None:
+    """Delete the endpoint through ``url``, until none of its replica processes runs: the next case counts the
+    replica processes of the pair's state."""
+    pids = {r.pid for r in _registered(pair.database, name)}
+    reply = httpx.delete(f"{url}/api/2.0/serving-endpoints/{name}", headers=_admin(), timeout=60)
+    assert reply.status_code == 200, reply.text
+    deadline = time.monotonic() + timeout_s
+    while pids & _replica_pids(pair.token) or _registered(pair.database, name):
+        assert time.monotonic() < deadline, f"endpoint {name}'s replicas still run {timeout_s:.0f}s after its delete"
+        time.sleep(0.25)
+
+
+def _print_replica_history(url: str, log: str, adopted: list[ReplicaRow], logs: Path) -> None:
+    """What the new leader decided and did with its replicas, and what the adopted one said (pytest cuts a long
+    assertion message)."""
+    print(_decision_lines(url))
+    print(
+        "\n".join(line for line in log.splitlines() if ("replica" in line or "autoscal" in line) and "HTTP" not in line)
     )
-    logs = world.home / "logs"
-    leader = start_gateway(env, logs / "gateway-shared-a.log", timeout_s=240)
-    follower: GatewayProcess | None = None
-    database = open_database(url)
-    clients: list[RetryingClients] = []
-    started: list[int] = []
+    for row in adopted:
+        replica_log = logs / f"replica-{row.port}.log"
+        print(f"--- {replica_log.name}:", *replica_log.read_text().splitlines()[-15:], sep="\n")
+
+
+def test_behind_haproxy_the_follower_takes_over_from_a_killed_leader_and_keeps_scaling(world, pair, record_property):
+    leader, follower = pair.two()
     path = f"/serving-endpoints/{NAME}/invocations"
+    clients: list[RetryingClients] = []
     try:
-        follower = start_gateway(env, logs / "gateway-shared-b.log", timeout_s=240)
-        assert Lease(database).holder()[0].split("/")[1] == str(leader.process.pid)
-        with haproxy_server([_port(leader), _port(follower)], tmp_path) as proxy:
-            admin = {"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}"}
-            created = httpx.post(
-                f"{proxy}/api/2.0/serving-endpoints",
-                headers=admin,
-                timeout=60,
-                json={
-                    "name": NAME,
-                    "config": {"served_entities": [{**ENTITY, "max_replicas": 2, "autoscaling": AUTOSCALING}]},
-                },
-            )
-            assert created.status_code == 200, created.text
-            wait_ready(proxy, NAME)  # rolled out by the leader
-            body = rows_body(world, n=ROWS)
-            deadline = time.monotonic() + 30  # the follower routes once it has read the registry
-            while (
-                httpx.post(
-                    f"{follower.url}{path}",
-                    content=body,
-                    timeout=60,
-                    headers={**admin, "content-type": "application/json"},
-                ).status_code
-                != 200
-            ):
-                assert time.monotonic() < deadline, "the follower never routed to the leader's replica"
-                time.sleep(0.2)
+        _create(pair.proxy, NAME, {**ENTITY, "max_replicas": 2, "autoscaling": AUTOSCALING})
+        wait_ready(pair.proxy, NAME)  # rolled out by the leader
+        body = rows_body(world, n=ROWS)
+        _routed_by(follower, path, body)
 
-            # 12 clients on the follower alone: the leader's own load is zero, yet its autoscaler sees theirs
-            clients.append(RetryingClients([follower.url], path, body, concurrency=12, retry=False))
-            seen_by_leader = _leader_load(leader.url, admin, after=time.monotonic() + 7.0)
-            shared_load = [o.status for o in clients.pop().stop()]
-            started = [r.pid for r in _wait_replicas(database, 1, 10, owner=leader.process.pid)]
+        # the follower's load: 12 clients on the follower alone; the leader's own load is zero, yet it sees theirs
+        clients.append(RetryingClients([follower.url], path, body, concurrency=12, retry=False))
+        seen_by_leader = _leader_load(leader.url, at_least=0.5, timeout_s=30)
+        shared_load = clients.pop().stop()
+        started = [r.pid for r in _wait_replicas(pair.database, 1, 10, owner=leader.process.pid)]
 
-            # 12 plain clients through HAProxy; kill -9 of the leader
-            clients.append(RetryingClients([proxy], path, body, concurrency=12, retry=False))
-            time.sleep(3.0)
-            leader.process.send_signal(signal.SIGKILL)
-            killed_at = time.monotonic()
-            leader.process.wait(10)
-            deadline = time.monotonic() + 30
-            while True:
-                holder = Lease(database).holder()
-                if holder is not None and holder[0].split("/")[1] == str(follower.process.pid):
-                    break
-                assert time.monotonic() < deadline, f"no new leader: {holder}"
-                time.sleep(0.1)
-            took_over_s = time.monotonic() - killed_at
-            adopted = _wait_replicas(database, 1, 60, owner=follower.process.pid)
-            time.sleep(3.0)  # traffic on the new leader
-            outcomes = clients.pop().stop()
+        # the failover: 12 plain clients through HAProxy, kill -9 of the leader once they are served
+        clients.append(RetryingClients([pair.proxy], path, body, concurrency=12, retry=False))
+        _answers(clients[-1], 20, after=0.0)
+        killed_at = _kill(leader)
+        _lease_taken(pair, follower)
+        took_over_s = time.monotonic() - killed_at
+        adopted = _wait_replicas(pair.database, 1, 60, owner=follower.process.pid)
+        _answers(clients[-1], 20, after=time.monotonic())  # traffic on the new leader
+        outcomes = clients.pop().stop()
 
-            # a load step: 64 clients want a second replica, which the new leader starts
-            clients.append(RetryingClients([proxy], path, body, concurrency=64, retry=False))
-            two = _poll_replicas(database, 2, 240, owner=follower.process.pid)  # a start on 2 busy cores
-            stepped = clients.pop().stop()
-            decisions = _decisions(follower.url, admin)  # what the new leader's autoscaler saw, for a failure
-            running = _running_replicas([leader, follower])
+        # the load step: 64 clients want a second replica, which the new leader starts
+        clients.append(RetryingClients([pair.proxy], path, body, concurrency=64, retry=False))
+        two = _poll_replicas(pair.database, 2, 240, owner=follower.process.pid)  # a start on 2 busy cores
+        stepped = clients.pop().stop()
+        decisions = _decision_lines(follower.url)  # what the new leader's autoscaler saw, for a failure
+        running = _running_replicas([leader, follower])
     finally:
         for group in clients:
             group._stop.set()
-        if leader.process.poll() is None:
-            leader.process.kill()
-        if follower is not None:
-            follower.stop(grace_s=60)
-        for pid in started + [r.pid for r in ReplicaTable(database).all() if r.endpoint == NAME]:
-            if process_running(pid):  # one of several gateways leaves its replicas for the next leader: none comes
-                os.killpg(pid, signal.SIGKILL)
-        database.engine.dispose()
     after = [o for o in outcomes if o.answered > killed_at]
-    log = (logs / "gateway-shared-b.log").read_text()
+    log = follower.log_path.read_text()
     resumed = re.search(rf"autoscaler for {NAME}/\S+ continues from its record: (\d+) replicas", log)
     record_property("failover_requests", len(outcomes))
     record_property("failover_lease_taken_s", round(took_over_s, 2))
@@ -226,156 +341,99 @@ def test_behind_haproxy_the_follower_takes_over_from_a_killed_leader_and_keeps_s
         f"lease taken over in {took_over_s:.2f} s; the leader saw {seen_by_leader:.1f} in flight from the follower's "
         f"12 clients; load step: {len(stepped)} requests until a second replica"
     )
-    assert set(shared_load) == {200}, sorted(set(shared_load))
+    assert {o.status for o in shared_load} == {200}, _statuses(shared_load)
     # the leader has no client of its own: what it decided on came from the follower's readings (a busy replica)
     assert seen_by_leader >= 0.5, (
         f"the leader's autoscaler saw a load of {seen_by_leader} from 12 clients on the follower"
     )
-    assert {o.status for o in outcomes} == {200}, sorted({o.status for o in outcomes})
-    assert {o.status for o in stepped} == {200}, sorted({o.status for o in stepped})
+    assert {o.status for o in outcomes} == {200}, _statuses(outcomes)
+    assert {o.status for o in stepped} == {200}, _statuses(stepped)
     assert len(after) > 20 and took_over_s < 10.0
     assert set(started) <= {r.pid for r in adopted}  # the same processes, now the follower's
     assert resumed is not None, "the new leader did not continue from the leader's record"
     assert len(adopted) == 1 and int(resumed.group(1)) == 1, (adopted, resumed.group(0))
     assert len(two) == 2, f"no second replica within 240 s of the load step; the new leader's decisions:\n{decisions}"
     if sorted(r.pid for r in two) != running or not set(started) < set(running):
-        # what the new leader decided and did with its replicas, and what the adopted one said (pytest cuts a
-        # long message)
-        print(decisions)
-        print(
-            "\n".join(
-                line
-                for line in log.splitlines()
-                if ("replica" in line or "autoscal" in line) and "HTTP Request" not in line
-            )
-        )
-        for row in adopted:
-            replica_log = logs / f"replica-{row.port}.log"
-            print(f"--- {replica_log.name}:", *replica_log.read_text().splitlines()[-15:], sep="\n")
+        _print_replica_history(follower.url, log, adopted, pair.logs)
     assert sorted(r.pid for r in two) == running and set(started) < set(running), (started, running)
+    _delete(pair, follower.url, NAME)
 
 
 CHANGED = "fraud-changed"
 BEFORE, AFTER = "before", "after"  # the served entity's name before and after the config change
 
 
-def _replica_pids(token: str) -> set[int]:
-    """The live replica processes of one state, however they started (forked, spawned, adopted, orphaned): those
-    with the state's replica token, made up by the test, in their environment."""
-    out = set()
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        try:
-            if (
-                "serving.replica_server" in command_words(proc)
-                and proc.info["status"] != psutil.STATUS_ZOMBIE
-                and proc.environ().get(REPLICA_TOKEN_ENV) == token
-            ):
-                out.add(proc.pid)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return out
-
-
-def _listed(url: str, admin: dict) -> tuple[set[int], set[str]]:
+def _listed(url: str) -> tuple[set[int], set[str]]:
     """The replica pids and served entities the gateway at ``url`` lists for the endpoint."""
-    reply = httpx.get(f"{url}/api/2.0/serving-endpoints/{CHANGED}/replicas", headers=admin, timeout=30)
+    reply = httpx.get(f"{url}/api/2.0/serving-endpoints/{CHANGED}/replicas", headers=_admin(), timeout=30)
     assert reply.status_code == 200, reply.text
     rows = reply.json()["replicas"]
     return {r["pid"] for r in rows}, {r["served_entity"] for r in rows}
 
 
-def _served_by(url: str, body: bytes, admin: dict) -> str | None:
+def _served_by(url: str, body: bytes) -> str | None:
     """The served entity that answered a request through ``url`` (its ``served-model-name``), or the error status."""
     reply = httpx.post(
         f"{url}/serving-endpoints/{CHANGED}/invocations",
         content=body,
         timeout=60,
-        headers={**admin, "content-type": "application/json"},
+        headers={**_admin(), "content-type": "application/json"},
     )
     return reply.headers.get("served-model-name") if reply.status_code == 200 else f"HTTP {reply.status_code}"
 
 
-def test_a_config_change_right_after_a_failover_leaves_only_the_replicas_the_survivor_lists(world, postgres, tmp_path):
-    url = postgres.url(postgres.new_database())
-    token = "changed-" + os.urandom(16).hex()
-    env = environ_with({"TOLLFREE_STATE_URL": url, "TOLLFREE_REPLICA_TOKEN": token, "TOLLFREE_WARM_POOL": "0"})
-    logs = world.home / "logs"
-    admin = {"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}"}
-    database = open_database(url)
-    leader = start_gateway(env, logs / "gateway-changed-a.log", timeout_s=240)
-    survivor: GatewayProcess | None = None
+def test_a_config_change_right_after_a_failover_leaves_only_the_replicas_the_survivor_lists(world, pair):
+    leader, survivor = pair.two()
+    others = _replica_pids(pair.token)  # another case's, had it failed before deleting its endpoint: not counted
     clients: list[RetryingClients] = []
     try:
-        survivor = start_gateway(env, logs / "gateway-changed-b.log", timeout_s=240)
-        with haproxy_server([_port(leader), _port(survivor)], tmp_path) as proxy:
-            # created through the follower (the leader rolls it out): the follower has its registry client loaded,
-            # so the change after the kill reaches the store at once, while the follower takes over
-            created = httpx.post(
-                f"{survivor.url}/api/2.0/serving-endpoints",
-                headers=admin,
-                timeout=60,
-                json={"name": CHANGED, "config": {"served_entities": [{**ENTITY, "name": BEFORE}]}},
-            )
-            assert created.status_code == 200, created.text
-            wait_ready(proxy, CHANGED)
-            body = rows_body(world, n=4)
-            before = _replica_pids(token)
-            clients.append(
-                RetryingClients([proxy], f"/serving-endpoints/{CHANGED}/invocations", body, concurrency=4, retry=False)
-            )
-            deadline = time.monotonic() + 30
-            while len(clients[0].outcomes) < 20:  # load through HAProxy, on both gateways, before the kill
-                assert time.monotonic() < deadline, "no load reached the endpoint"
-                time.sleep(0.1)
+        # created through the follower (the leader rolls it out): the follower has its registry client loaded,
+        # so the change after the kill reaches the store at once, while the follower takes over
+        _create(survivor.url, CHANGED, {**ENTITY, "name": BEFORE})
+        wait_ready(pair.proxy, CHANGED)
+        body = rows_body(world, n=4)
+        before = _replica_pids(pair.token) - others
+        path = f"/serving-endpoints/{CHANGED}/invocations"
+        clients.append(RetryingClients([pair.proxy], path, body, concurrency=4, retry=False))
+        _answers(clients[-1], 20, after=0.0, timeout_s=30)  # load through HAProxy, on both gateways, before the kill
 
-            # kill -9 of the leader, then at once the change through the survivor (still following, or just leading)
-            leader.process.send_signal(signal.SIGKILL)
-            leader.process.wait(10)
-            put = httpx.put(
-                f"{survivor.url}/api/2.0/serving-endpoints/{CHANGED}/config",
-                headers=admin,
-                timeout=60,
-                json={"served_entities": [{**ENTITY, "name": AFTER}]},
-            )
-            assert put.status_code == 200, put.text
-            view = wait_ready(survivor.url, CHANGED, timeout_s=120)
-            ready_at = time.monotonic()
-            outcomes = clients.pop().stop()
+        # kill -9 of the leader, then at once the change through the survivor (still following, or just leading)
+        _kill(leader)
+        put = httpx.put(
+            f"{survivor.url}/api/2.0/serving-endpoints/{CHANGED}/config",
+            headers=_admin(),
+            timeout=60,
+            json={"served_entities": [{**ENTITY, "name": AFTER}]},
+        )
+        assert put.status_code == 200, put.text
+        view = wait_ready(survivor.url, CHANGED, timeout_s=120)
+        ready_at = time.monotonic()
+        outcomes = clients.pop().stop()
 
-            # READY means servable, and nothing runs that the survivor does not list
-            deadline = ready_at + 10
-            while True:
-                listed, entities = _listed(survivor.url, admin)
-                running = _replica_pids(token)
-                registered = {r.pid for r in ReplicaTable(database).all() if r.endpoint == CHANGED}
-                served = {_served_by(gateway, body, admin) for gateway in (survivor.url, proxy) for _ in range(3)}
-                if (
-                    running == listed == registered and entities == {AFTER} and served == {AFTER}
-                ) or time.monotonic() > deadline:
-                    break
-                time.sleep(0.25)
+        # READY means servable, and nothing runs that the survivor does not list
+        deadline = ready_at + 10
+        while True:
+            listed, entities = _listed(survivor.url)
+            running = _replica_pids(pair.token) - others
+            registered = {r.pid for r in _registered(pair.database, CHANGED)}
+            served = {_served_by(gateway, body) for gateway in (survivor.url, pair.proxy) for _ in range(3)}
+            if (
+                running == listed == registered and entities == {AFTER} and served == {AFTER}
+            ) or time.monotonic() > deadline:
+                break
+            time.sleep(0.25)
     finally:
         for group in clients:
             group._stop.set()
-        if leader.process.poll() is None:
-            leader.process.kill()
-        if survivor is not None:
-            survivor.stop(grace_s=60)
-        for pid in _replica_pids(token):  # what a failure left, so that it does not outlive the test
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        database.engine.dispose()
     print(
-        f"config change after kill -9: {len(outcomes)} requests, statuses {sorted({o.status for o in outcomes})}; "
+        f"config change after kill -9: {len(outcomes)} requests, statuses {_statuses(outcomes)}; "
         f"replicas before {sorted(before)}, after: running {sorted(running)}, listed {sorted(listed)}, "
         f"registered {sorted(registered)}; served {served}"
     )
     # no request failed (0: no HTTP answer; 5xx), as when an entity stops before its successor serves. A 429 is
     # an answer ("retry shortly"): a request still queued at the replaced entity's dispatcher when the rollout
     # stops that entity waits out its 5 s for a replica (one in some runs)
-    assert {o.status for o in outcomes} <= {200, 429}, sorted({o.status for o in outcomes})
+    assert {o.status for o in outcomes} <= {200, 429}, _statuses(outcomes)
     assert [e["name"] for e in view["config"]["served_entities"]] == [AFTER]
     assert served == {AFTER}, f"READY, yet 10 s later requests were served by {served}"
     assert entities == {AFTER} and len(listed) == 1, (entities, listed)

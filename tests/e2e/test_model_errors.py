@@ -1,7 +1,11 @@
 """What a client gets when the model itself goes wrong, through a real gateway and a real replica: an
 exception inside the model is a 500 (not a 400) naming the request id and logged with it; a model that does
 not answer within the gateway's request timeout (``TOLLFREE_REQUEST_TIMEOUT_S``) is a 504; the replica serves
-again once the hung call ends; the inference log holds each of them with its status."""
+again once the hung call ends; the inference log holds each of them with its status.
+
+The same gateway, started with ``--port 0``, is the one the flows and the MLflow plugin find through the record it
+keeps in its state folder, with only ``TOLLFREE_HOME`` set; once it has stopped, its record is gone and a failed call
+names ``TOLLFREE_GATEWAY_URL``. (tests/unit/test_discovery.py holds the resolver's rules.)"""
 
 from __future__ import annotations
 
@@ -17,8 +21,12 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.models import infer_signature
 
-from serving.gateway.process import GatewayProcess, environ_with, start_gateway, wait_endpoint_ready
+from flows.gateway_api import GatewayApi, GatewayError
+from serving.discovery import read_records, resolve_gateway
+from serving.gateway.process import GatewayProcess, environ_with, wait_endpoint_ready
 from serving.inference_log import read_inference_log
+from serving.mlflow_plugin import TollfreeDeploymentClient
+from tests.gateways import start_on_any_port
 from tests.models import TrapModel
 from tests.world import MODEL_NAME
 
@@ -46,7 +54,8 @@ def live(world, tmp_path_factory) -> Iterator[tuple[GatewayProcess, str, Path]]:
     env = environ_with(
         {"TOLLFREE_REQUEST_TIMEOUT_S": str(TIMEOUT_S), "TOLLFREE_HOME": str(home), "TOLLFREE_WARM_POOL": "0"}
     )
-    process = start_gateway(env, home / "gateway.log")
+    env.pop("TOLLFREE_GATEWAY_URL", None)
+    process = start_on_any_port(env, home / "gateway.log")
     token = env["TOLLFREE_TOKEN"]
     try:
         with httpx.Client(base_url=process.url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as api:
@@ -84,6 +93,32 @@ def _invoke(url: str, token: str, x: float) -> tuple[httpx.Response, str, float]
     return reply, request_id, time.monotonic() - started
 
 
+def test_the_flows_and_the_plugin_find_the_gateway_on_another_port_by_its_record(live, monkeypatch):
+    process, token, home = live
+    flows_env = {"TOLLFREE_HOME": str(home), "TOLLFREE_TOKEN": token}  # no TOLLFREE_GATEWAY_URL
+    assert int(process.url.rsplit(":", 1)[1]) not in (0, 8080)
+    api = GatewayApi.from_environ(flows_env)
+    try:
+        assert (api.url, api.address.source) == (process.url, "record")
+        assert api.names() == [ENDPOINT]  # the control plane answered, with the admin token
+    finally:
+        api.close()
+    monkeypatch.delenv("TOLLFREE_GATEWAY_URL", raising=False)
+    monkeypatch.setenv("TOLLFREE_HOME", str(home))
+    assert [d["name"] for d in TollfreeDeploymentClient("tollfree").list_deployments()] == [ENDPOINT]
+
+
+def _served_again(url: str, token: str, within_s: float) -> httpx.Response:
+    """The first answer 200 to a call the replica can serve; meanwhile the hung call holds it (a 504 each)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        reply, _, _ = _invoke(url, token, 3.0)
+        if reply.status_code == 200 or time.monotonic() > deadline:
+            assert reply.status_code == 200, f"no answer 200 within {within_s:.0f}s of the hang: {reply.text}"
+            return reply
+        assert reply.status_code == 504, reply.text
+
+
 def test_a_model_exception_is_a_500_with_the_request_id_logged_and_a_hang_a_504(live):
     process, token, home = live
 
@@ -101,12 +136,25 @@ def test_a_model_exception_is_a_500_with_the_request_id_logged_and_a_hang_a_504(
     assert hung.json()["error_code"] == "DEADLINE_EXCEEDED" and "SECRET" not in hung.text
     assert TIMEOUT_S - 0.5 <= took < TIMEOUT_S + 4.0, took
 
-    time.sleep(HANG_S - took + 1.0)  # the replica predicts one call at a time: once the hung one ends, it serves again
-    after, _, _ = _invoke(process.url, token, 3.0)
-    assert after.status_code == 200 and after.json() == {"predictions": [6.0]}
+    # the replica predicts one call at a time: once the hung one ends, it serves again
+    after = _served_again(process.url, token, within_s=HANG_S + TIMEOUT_S + 10.0)
+    assert after.json() == {"predictions": [6.0]}
 
     process.stop()  # graceful: replicas stopped, logs and the inference log flushed
     logs = "\n".join(p.read_text(errors="replace") for p in home.rglob("*.log"))
     assert f"model failed on request {failed_id}" in logs  # the replica logged the failure with its request id
     logged = read_inference_log(home / "inference_log", endpoint=ENDPOINT).set_index("request_id")
     assert logged.loc[failed_id, "status_code"] == 500 and logged.loc[hung_id, "status_code"] == 504
+
+
+def test_once_stopped_its_record_is_gone_and_a_failed_call_names_the_variable(live):
+    process, token, home = live
+    process.stop()  # graceful (when the test before has not stopped it already)
+    assert read_records(home / "gateways") == []  # removed on the clean shutdown
+    flows_env = {"TOLLFREE_HOME": str(home), "TOLLFREE_TOKEN": token}
+    gone = resolve_gateway(flows_env, default=process.url)  # its port as the default: surely refused now
+    assert gone.source == "default"
+    with pytest.raises(GatewayError) as failed:
+        GatewayApi(gone.url, token, address=gone).names()
+    assert "TOLLFREE_GATEWAY_URL" in str(failed.value) and process.url in str(failed.value)
+    assert str(home / "gateways") in str(failed.value)

@@ -7,7 +7,6 @@ registry never reloads), while the offline recomputation reads the restored, cor
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -20,6 +19,8 @@ from feature_repo import synthetic
 from feature_repo.data_sources import transaction_request
 from feature_repo.features import customer_activity
 from serving.gateway.process import wait_endpoint_ready
+from serving.inference_log import read_inference_log
+from tests.waiting import until
 from tests.world import MODEL_NAME
 
 pytestmark = pytest.mark.slow
@@ -70,10 +71,16 @@ def test_a_serving_side_transform_bug_is_caught_by_parity_naming_the_feature(wor
     from flows.skew import skew
 
     rows = synthetic.read_transactions(world.settings.data_dir).sample(80, random_state=31)
+    sent = len(gateway.sent)
     for row in rows[["customer_id", "merchant_id", "amount"]].to_dict(orient="records"):
         reply = gateway.invoke({"dataframe_records": [row]}, endpoint=ENDPOINT)
         assert reply.status_code == 200, reply.text
-    time.sleep(2.5)  # the inference log is written off the request path, about every second
+    ids = set(gateway.sent[sent:])
+
+    def logged() -> bool:  # the inference log is written off the request path, about every second
+        return ids <= set(read_inference_log(world.settings.inference_log_dir, endpoint=ENDPOINT)["request_id"])
+
+    until(logged, "the requests never reached the inference log", timeout_s=30, every_s=0.2)
     result = skew(endpoint=ENDPOINT, fail_on_finding=False, min_rows=50)
     (entry,) = result["versions"].values()
     assert entry["parity_rows"] == 80 and entry["parity_mismatched"] == ["log_amount"]

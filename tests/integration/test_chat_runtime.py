@@ -145,7 +145,7 @@ def test_a_replica_process_serving_an_agent_records_no_trace(registered: dict[st
     import mlflow
 
     # this process's own traces (the in-process agent of the tests before) are written by a background queue: out
-    # of it before counting, or they land in the count below (2 traces in ci56, where every process ran slowly)
+    # of it before counting, or they land in the count below (they do when every process runs slowly)
     mlflow.flush_trace_async_logging()
     before = _traces()
     token = "chat-runtime-replica-token"

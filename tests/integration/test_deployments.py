@@ -13,6 +13,7 @@ from pathlib import Path
 from prefect.client.orchestration import get_client
 
 from flows.deployments import HOURLY, NIGHTLY, deployments, register, training_definitions
+from tests.waiting import until
 
 JOB_TEMPLATE = Path(__file__).resolve().parents[2] / "infra" / "prefect" / "kubernetes-base-job-template.json"
 
@@ -75,10 +76,10 @@ def test_registering_twice_updates_in_place(prefect_harness):
 
 def test_a_completed_training_run_event_starts_a_promote_run(prefect_harness):
     """The automation really fires: an event shaped like the server's own for a finished train/nightly-fraud run."""
-    import time
     import uuid
 
     from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+    from prefect.client.schemas.objects import FlowRun
     from prefect.events import emit_event
 
     register("tollfree-test-process")
@@ -109,18 +110,15 @@ def test_a_completed_training_run_event_starts_a_promote_run(prefect_harness):
     completed("materialize", "hourly")  # not a training run: no promotion
     completed("train", "adhoc")  # training outside the nightly deployment (the demo's): no promotion either
     completed("train", "nightly-other")  # another model's training: its own promotion, not this one
-    completed("train", "nightly-fraud")
-    deadline = time.monotonic() + 60
-    runs = []
-    while time.monotonic() < deadline:
+    completed("train", "nightly-fraud")  # last: the server evaluates the events in the order they were sent, so
+    # once this one's run exists, the three before it have had their chance to (wrongly) fire
+
+    def promote_runs() -> list[FlowRun]:
         with get_client(sync_client=True) as client:
             runs = client.read_flow_runs(deployment_filter=only_promote)
-        if len(runs) > before:
-            break
-        time.sleep(1)
-    time.sleep(3)  # the two events before it had their chance to (wrongly) fire too
-    with get_client(sync_client=True) as client:
-        runs = client.read_flow_runs(deployment_filter=only_promote)
+        return runs if len(runs) > before else []
+
+    runs = until(promote_runs, "the nightly training run's promotion never ran", timeout_s=60, every_s=0.5)
     assert len(runs) == before + 1, "the trigger should fire once, for the nightly training run only"
     assert runs[0].parameters == {"model_name": "fraud"}
 

@@ -113,7 +113,7 @@ def _log_pyfunc(client, world, python_model, signature_frame, outputs, artifacts
 
 
 # The latency gate of these policies (p50 <= 100 ms, p99 <= 1000 ms) passed at p50 9-12 ms and p99 16-20 ms with
-# three busy loops beside it on the 2 cores (2026-12-04): these tests share the machine.
+# three busy loops beside it on the 2 cores: these tests share the machine.
 def test_first_candidate_passes_every_gate_and_bootstraps_champion(client, first):
     trained, result = first
     assert result["alias"] == "champion" and result["version"] == trained["version"]

@@ -135,7 +135,7 @@ def fast_probe(tmp_path_factory) -> tuple[ProbeResult, list[int], str]:
 
 
 # The latency bounds below are relative (the slow model's 50 ms sleep against the fast one): with three busy
-# loops beside them on the 2 cores the fast p50 was 9.9 ms and the slow 205 ms (2026-12-04), so they share the machine.
+# loops beside them on the 2 cores the fast p50 was 9.9 ms and the slow 205 ms, so they share the machine.
 def test_fast_model_is_measured_and_its_replica_stopped(fast_probe):
     result, pids, uri = fast_probe
     assert result.errors == 0

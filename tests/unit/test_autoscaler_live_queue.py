@@ -13,6 +13,7 @@ from serving.endpoints.manager import EndpointManager
 from serving.endpoints.store import EndpointStore
 from serving.gateway.autoscaling import LiveAutoscaler
 from serving.replicas.replica_set import ReplicaSet
+from tests.waiting import until_async
 
 
 async def _never(replica, requests):  # pragma: no cover - nothing is dispatched in these tests
@@ -42,8 +43,8 @@ def test_shed_load_must_be_a_boolean():
 
 
 def test_a_poke_right_after_a_step_still_steps_within_the_gap(tmp_path):
-    # a request that finds no replica pokes the autoscaler; a poke that comes within 50 ms of the last
-    # step used to be dropped, so scale from zero waited for the next 1-s tick
+    # a request that finds no replica pokes the autoscaler; a poke within 50 ms of the last step steps once the
+    # gap has passed, never dropped: scale from zero would wait for the next 1-s tick
     import asyncio
 
     gap = 0.05  # serving.gateway.autoscaling.POKE_GAP_S
@@ -64,9 +65,12 @@ def test_a_poke_right_after_a_step_still_steps_within_the_gap(tmp_path):
         counted()  # a regular tick
         autoscaler.poke()  # at once after it
         autoscaler.poke()  # a second poke while one is pending adds nothing
-        await asyncio.sleep(gap + 0.1)
+        await until_async(lambda: len(steps) == 2, "the poke within the gap never stepped")
+        # twice the gap after that step: time enough for a step the second poke would wrongly add
+        await until_async(lambda: autoscaler.clock() >= steps[1] + 2 * gap, "the clock stood still")
+        assert len(steps) == 2
         autoscaler.poke()  # long after: at once
-        await asyncio.sleep(0.01)
+        await until_async(lambda: len(steps) == 3, "the poke long after a step never stepped")
 
     asyncio.run(scenario())
     assert len(steps) == 3

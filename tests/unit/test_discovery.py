@@ -2,7 +2,7 @@
 TOLLFREE_GATEWAY_URL, then the newest live record in the state folder, then the default; stale, foreign and
 corrupt records skipped; records written atomically and removed only by their own gateway; and a failed
 connection that says which URL was tried, where it came from and that TOLLFREE_GATEWAY_URL sets it.
-(tests/e2e/test_gateway_discovery.py does the same with a real gateway process.)"""
+(tests/e2e/test_model_errors.py does the same with a real gateway process.)"""
 
 from __future__ import annotations
 

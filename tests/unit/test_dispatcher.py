@@ -22,6 +22,7 @@ from serving.protocol.wire import WireRequest
 from serving.traffic.batching import BatchPlan
 from serving.traffic.dispatcher import AdmissionRefused, Dispatcher
 from tests.fakes import FakeReplica, FakeReplicas, in_process_gateway
+from tests.waiting import until_async
 
 TOKEN = "unit-test-admin-token-0123456789"
 BATCHING = BatchPlan(enabled=True, max_batch=8, max_wait_ms=0.0, single_ms=1.0, gain=5.0)
@@ -112,7 +113,7 @@ def test_requests_submitted_together_leave_in_full_batches_and_overflow_is_refus
         requests = [WireRequest(f"q{i}", "application/json", b"{}") for i in range(19)]
         if busy:
             task = asyncio.ensure_future(dispatcher.submit_many(requests))
-            await asyncio.sleep(0.01)
+            await until_async(lambda: dispatcher.waiting == 16, "the 16 requests within the bound never queued")
             replica.outstanding = 0  # the replica frees up: the 16 admitted ones go
             dispatcher.capacity_changed()
             return replicas.batches, await task

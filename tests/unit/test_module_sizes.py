@@ -1,4 +1,4 @@
-"""Sizes (issue 20): no module over 400 lines and no function over 80 lines, outside the simulator's baselines.
+"""Sizes: no module over 400 lines and no function over 80 lines, outside the simulator's baselines.
 
 A module's lines are its newlines; a function's, from its ``def`` to its last line (``ast``), nested ones
 counted on their own too. simulator/baselines.py holds the other systems' policies, each
@@ -42,7 +42,7 @@ def test_no_module_or_function_is_over_its_size() -> None:
     found = modules()
     assert len(found) > 50, f"only {len(found)} modules found: is the walk looking at the right folders?"
     over = [line for path in found for line in oversized(path)]
-    assert not over, "over the size limits (issue 20):\n" + "\n".join(over)
+    assert not over, "over the size limits:\n" + "\n".join(over)
 
 
 def test_the_check_names_an_oversized_module_and_function(tmp_path: Path) -> None:

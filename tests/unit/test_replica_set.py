@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from benchmarks.fidelity import ADDED
 from serving.protocol.wire import WireReply
 from serving.replicas.replica_set import ReplicaSet
+from tests.waiting import until_async
 
 
 @dataclass(eq=False)
@@ -94,15 +95,15 @@ def test_a_rollout_starts_its_replicas_and_stop_stops_them():
 
 def test_a_rollout_prepares_its_backend_off_the_event_loop_before_it_spawns():
     """The first rollout of a gateway waits for the fork server's imports (seconds): in a thread, so the
-    gateway's loop answers meanwhile (it did not: a status poll with a 5 s timeout failed, ci70)."""
+    gateway's loop answers meanwhile (a status poll with a 5 s timeout fails otherwise)."""
 
     async def scenario() -> tuple[int, list[str], int]:
         backend = FakeBackend()
-        backend.prepared.clear()  # prepare blocks until the loop has turned 50 times
+        backend.prepared.clear()  # prepare blocks until the test, on the loop, lets it return
         served = ReplicaSet("champion", "m", "1", backend, endpoint="e")
         rollout = asyncio.create_task(served.start(1, timeout_s=1.0))
-        for _ in range(50):  # the loop keeps turning while prepare blocks in its thread
-            await asyncio.sleep(0.001)
+        # the loop keeps turning while prepare blocks: were prepare on the loop, this wait could not run
+        await until_async(lambda: backend.events == ["prepare"], "prepare was never called")
         spawned_while_preparing = backend.events.count("spawn")
         backend.prepared.set()
         await rollout
@@ -157,7 +158,7 @@ def test_surplus_replicas_leave_the_routing_at_once_and_dead_ones_when_counted()
         after_down = len(served.replicas)
         other.dead = True
         counted = served.ready_count()
-        await asyncio.sleep(0.2)
+        await until_async(lambda: backend.stopped, "the surplus replica never stopped once drained")
         return after_down, counted, backend.stopped, busy in served.replicas
 
     after_down, counted, stopped, busy_kept = asyncio.run(scenario())

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from typing import ClassVar
 
 import serving.gateway.app as gateway_app
+from tests.waiting import until_async
 
 
 class RecordingPool:
@@ -35,11 +36,11 @@ def test_the_pool_is_the_leaders(monkeypatch):
         assert manager.backend.pool is None
         switch.switch(True)  # takes the lead: a pool of 2, filling
         switch.switch(True)  # still leading: the same pool
-        await asyncio.sleep(0.1)
+        await until_async(lambda: RecordingPool.made and RecordingPool.made[0].filled, "the pool filled")
         assert len(RecordingPool.made) == 1 and manager.backend.pool is RecordingPool.made[0]
         assert RecordingPool.made[0].size == 2 and RecordingPool.made[0].filled == 1
         switch.switch(False)  # loses the lead: the pool's standbys stop
-        await asyncio.sleep(0.1)
+        await until_async(lambda: RecordingPool.made[0].closed, "the pool closed")
         assert manager.backend.pool is None and RecordingPool.made[0].closed == 1
         gateway_app._WarmPoolSwitch(manager, 0).switch(True)
         assert manager.backend.pool is None  # size 0: no pool at all
