@@ -7,9 +7,10 @@ EndpointSlices (list, and watch as a chunked stream of JSON events from a resour
 too old). Every object created is validated against the Kubernetes schemas in strict mode (422 otherwise),
 and every request is checked against the Role in ``infra/k8s/gateway-rbac.yaml`` (403 otherwise). What it
 does not do: scheduling, images, the pod spec beyond the container's command. Its "kubelet" gives each pod of
-a Deployment what ``pods`` makes of it (default: a loopback port where nothing listens, ready at once; ``LocalPods``: a real replica process on loopback, ready when its ``/health/ready`` answers 200, as
-the template's readiness probe asks), and its EndpointSlice controller publishes the ready pods of each
-Service in one slice per pod (each slice has its own port), with the Service's labels.
+a Deployment what ``pods`` makes of it (default: a loopback port where nothing listens, ready at once;
+``LocalPods``: a real replica process on loopback, ready when its ``/health/ready`` answers 200, as the
+template's readiness probe asks), and its EndpointSlice controller publishes the ready pods of each Service in
+one slice per pod (each slice has its own port), with the Service's labels.
 """
 
 from __future__ import annotations

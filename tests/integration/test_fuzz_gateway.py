@@ -105,7 +105,7 @@ def test_no_generated_request_gets_a_5xx(fuzzed):
             suppress_health_check=list(HealthCheck),
         )
         @given(case=operation.as_strategy())
-        def run(case):  # type: ignore[no-untyped-def]
+        def run(case, label=label):  # type: ignore[no-untyped-def]
             response = case.call(headers={"Authorization": f"Bearer {ADMIN}"})
             seen[label] = seen.get(label, 0) + 1
             if response.status_code >= 500:

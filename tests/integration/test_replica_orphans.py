@@ -31,15 +31,15 @@ def _replica(tmp_path: Path, owner_pid: int, grace_s: float, what: list[str]) ->
         "TOLLFREE_REPLICA_OWNER_PID": str(owner_pid),
         "TOLLFREE_REPLICA_ORPHAN_S": str(grace_s),
     }
-    out = open(tmp_path / f"replica-{port}.log", "ab")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "serving.replica_server", *what, "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    with open(tmp_path / f"replica-{port}.log", "ab") as out:  # the child keeps its own descriptor
+        process = subprocess.Popen(
+            [sys.executable, "-m", "serving.replica_server", *what, "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     probe = "/health/live" if what == ["--standby"] else "/health/ready"
     deadline = time.monotonic() + 120

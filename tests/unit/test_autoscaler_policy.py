@@ -178,7 +178,14 @@ def test_vertical_raises_the_target_towards_the_utilisation_aim_in_capped_steps(
     for cycle in range(5):
         t0 = 2 + 30 * cycle if cycle else 1  # a vertical cycle ends at t = 31, 61, ...
         target = scaler.state.target
-        run(scaler, t0, 32 + 30 * cycle, lambda t: 10 * min(target, 40.0), ready=10, util=min(target, 40.0) / 100)
+        run(
+            scaler,
+            t0,
+            32 + 30 * cycle,
+            lambda t, target=target: 10 * min(target, 40.0),
+            ready=10,
+            util=min(target, 40.0) / 100,
+        )
         targets.append(scaler.state.target)
     assert targets[0] == pytest.approx(16.0)  # capped at 4x
     assert targets[1] == pytest.approx(64.0)
@@ -482,7 +489,7 @@ def test_the_forecast_counts_a_trend_only_when_the_seconds_rise_more_consistentl
 
     def seconds(loads):  # loads with a known service time of 0.1 s: requests = load / 0.1
         return tuple(
-            Sample(t=float(t), in_flight=x, ready_replicas=1, requests=int(round(x * 10)), completed=1)
+            Sample(t=float(t), in_flight=x, ready_replicas=1, requests=round(x * 10), completed=1)
             for t, x in enumerate(loads, 1)
         )
 

@@ -230,7 +230,7 @@ def test_a_closing_replica_answers_the_calls_in_flight_refuses_new_ones_and_then
             await connection.call(_envelope(b"[3]"))
         await closing
         assert waiting.done(), "close() returned only after the call in flight was answered"
-        busy, envelope = waiting.result()
+        _busy, envelope = waiting.result()
         assert [a.first for a in wire.decode_answers(envelope, 2)] == [b"[1]", b"[2]"]
         while not lost:
             assert asyncio.get_running_loop().time() < deadline, "the replica never closed the connection"
