@@ -44,7 +44,7 @@ class ModelProfile:
     warm_start_s: float = 0.5
     # The model server's own waiting room per replica (what a replica accepts beyond its parallelism
     # and refuses past): None -- unbounded, a plain HTTP server's default (uvicorn's limit_concurrency
-    # is None, uvicorn/config.py in the uvicorn repository; KServe's model server runs on it). A system
+    # is None, uvicorn's uvicorn/config.py; KServe's model server runs on it). A system
     # that limits what reaches a replica (a gateway, a queue-proxy breaker, a router) overrides it in
     # the simulator.
     queue_limit: int | None = None

@@ -4,10 +4,11 @@ to a reader who was not there.
 
 What counts as a path (:func:`paths_in`): a word with a ``/`` whose first part is one of the repository's top-level
 folders (``serving/replicas/local.py``, ``infra/prefect``), which must exist from the root; and a word ending in
-``.py``, ``.md``, ``.yaml`` or ``.yml`` (``replica_set.py``, ``policies/fraud.yaml``), which must exist beside the
-file that names it, from the root, or as the tail of a repository path (a list of a folder's modules names them
-by their own names). URLs, absolute and home paths, globs and placeholders (``*``, ``{}``, ``<>``) are not paths
-of the repository, nor is another project's path named with its project (``Ray's python/ray/serve/config.py``).
+``.py``, ``.md``, ``.yaml`` or ``.yml`` (``replica_set.py``, ``promotion_policies/fraud.yaml``), which must exist
+beside the file that names it, from the root, or as the tail of a repository path (a list of a folder's modules
+names them by their own names), or be a docs page the docs' gen-files scripts write. URLs, absolute and home
+paths, globs, placeholders (``*``, ``{}``, ``<>``) and a benchmark table's marker in a page are not paths of the
+repository, nor is another project's path named with its project (``Ray's python/ray/serve/config.py``).
 The CHANGELOG is history: not read.
 """
 
@@ -30,6 +31,15 @@ NOT_A_PATH = re.compile(r"[*{}<>$~]|://")
 FOREIGN = re.compile(r"[’']s $")  # "Ray's python/ray/...": another project's path
 SKIPPED = {".git", ".venv", "node_modules", "__pycache__", "site"}
 HISTORY = re.compile(r"\bci\d{2}\b|\bissues? #?\d+\b", re.IGNORECASE)
+MARKER = re.compile(r"<!-- results: [^>]*-->")  # a benchmark run's id, where docs/gen/benchmarks.py puts its table
+GENERATED = re.compile(r'mkdocs_gen_files\.open\(f?"([^"{]+)"')  # pages the docs' gen-files scripts write
+
+
+@cache
+def generated(root: Path) -> frozenset[Path]:
+    """The docs pages made at build time (``docs/gen/*.py``): they exist in the site, not in the repository."""
+    scripts = (root / "docs" / "gen").glob("*.py")
+    return frozenset((root / "docs" / name).resolve() for gen in scripts for name in GENERATED.findall(gen.read_text()))
 
 
 def docs() -> list[Path]:
@@ -89,7 +99,7 @@ def dangling(text: str, folder: Path, root: Path = ROOT) -> list[str]:
     """The paths ``text`` names that do not exist (``folder``: the naming file's)."""
     out = []
     for path in paths_in(text):
-        if (folder / path).exists() or (root / path).exists():
+        if (folder / path).exists() or (root / path).exists() or (folder / path).resolve() in generated(root):
             continue
         if path.split("/")[0] not in TOP_LEVEL and path in tails(root):
             continue
@@ -101,7 +111,7 @@ def test_every_path_named_in_the_docs_exists():
     found = []
     for doc in docs():
         for number, line in enumerate(doc.read_text().splitlines(), 1):
-            found += [f"{doc.relative_to(ROOT)}:{number}: {p}" for p in dangling(line, doc.parent)]
+            found += [f"{doc.relative_to(ROOT)}:{number}: {p}" for p in dangling(MARKER.sub("", line), doc.parent)]
     assert not found, "paths named in the docs that do not exist:\n" + "\n".join(found)
 
 
