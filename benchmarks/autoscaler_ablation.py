@@ -4,7 +4,7 @@ Every rule of the policy (``serving/autoscaler/policy.py``, ``load.py``, ``verti
 constant or a small helper; turning it off sets the constant to its neutral value or replaces the helper
 with the plain behaviour it refines (listed per rule below). Only the benchmark's worker processes are
 patched, for one run at a time. Rules the ablation showed to earn nothing were removed from the policy;
-benchmarks/README.md lists them with their rows.
+docs/benchmarks/autoscaler.md lists them with their rows.
 """
 
 from __future__ import annotations

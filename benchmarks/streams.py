@@ -3,7 +3,7 @@
     python -m benchmarks.streams [--quick] [--workdir DIR] [--replicas 1]
 
 A real redis-server and gateway (``python -m serving``) on 127.0.0.1 serve the world's ``fraud@champion`` as
-``fraud-stream``; see benchmarks/README.md (``streams``) for the phases, the targets and the results.
+``fraud-stream``; see docs/benchmarks/streams.md for the phases, the targets and the results.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 runs each on-demand view's transform on the *whole* joined table. A python-mode view converts that
 table to Python lists first (``to_pydict``), so every column it never reads -- the entity keys, the
 row key, the UTC ``event_timestamp`` above all, the other views' features -- is turned into Python
-objects and dropped again: measured at half the join time for 200k rows (benchmarks/README.md).
+objects and dropped again: about half the join time of a 200k-row chunk (CHANGELOG, benchmarks history).
 
 ``historical_features`` gives the same table. The batch views are joined by Feast
 (``get_historical_features`` with their ``view:feature`` references, the service's projections), and

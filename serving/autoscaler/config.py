@@ -94,7 +94,7 @@ class ScalingConfig:
     # with Retry-After at once instead of a late answer, and those admitted stay within the SLO. false
     # holds up to max_queue, each request at most the dispatcher's 5 s: a burst waits for the replicas a
     # scale-up adds and is answered late, and makes the requests behind it late too. Shedding serves
-    # fewer bad requests (late or refused) live and in the simulator (benchmarks/README.md).
+    # fewer bad requests (late or refused) live and in the simulator (docs/benchmarks/autoscaler.md).
     shed_load: bool = True
 
     @classmethod

@@ -22,7 +22,7 @@ The vertical axis (every ``vertical_interval_s``, ``vertical.py``) sets the targ
 admission limit is ``target x admission_headroom`` and, with ``shed_load``, its queue holds what the
 measured throughput answers within the latency goal (``load.queue_bound``).
 
-The ablation rows of the rules, and which rules have none and why, are in benchmarks/README.md.
+The ablation rows of the rules, and which rules have none and why, are in docs/benchmarks/autoscaler.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The gateway-to-replica hop without HTTP: the batch envelopes of ``serving.protocol.wire`` in length-prefixed
 frames on one long-lived Unix socket connection, for replicas on the gateway's own machine.
 
-An HTTP call on that hop cost 152-185 µs of the gateway's CPU and a 217-296 µs round trip; the same envelope
-in a frame 42-43 µs and 77-78 µs (``python -m benchmarks.hop``, 2026-12-05, one call in flight; the replica's
-uvicorn parsing and answering is spared too). Every replica still answers HTTP: probes, direct clients and the first
-envelope of each gateway go there, and the replica's HTTP answer names its frame address
+A frame costs the gateway about a quarter of the CPU of an HTTP call on that hop and about a third of its round
+trip, one call in flight (``python -m benchmarks.hop`` measures both; docs/benchmarks/peers.md has the figures),
+and the replica's uvicorn parsing and answering is spared too. Every replica still answers HTTP: probes, direct
+clients and the first envelope of each gateway go there, and the replica's HTTP answer names its frame address
 (``ADDRESS_HEADER``), which the gateway uses from then on.
 
 Each frame is ``HEADER`` (kind, call id, payload length; network byte order) followed by the payload:

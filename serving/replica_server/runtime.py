@@ -49,7 +49,7 @@ def settle_heap() -> None:
     the collector's reach (``gc.freeze``) and collect the young generation every 20,000 allocations rather
     than 700. A one-row pandas request allocates thousands of short-lived objects, most freed by their
     reference counts before a collection would scan them. Cycles are still collected. Measured on the
-    pipeline model at c=1 (three interleaved pairs, benchmarks/README.md): 5-17 % more requests a second.
+    pipeline model at c=1 (three interleaved pairs; CHANGELOG, benchmarks history): 5-17 % more requests a second.
     """
     gc.collect()
     gc.freeze()
