@@ -5,7 +5,8 @@ proxy relays.
 
 A temp ``TOLLFREE_HOME``, the ticker (benchmarks/ticker_chat.py), a replica started here, a gateway with ``chat``
 (the ticker) and ``proxy`` (an external model: the gateway's own OpenAI route for ``chat``); per N, a closed loop of N
-streams from a load client of its own against (a) the replica, (b) ``chat``, (c) ``proxy``. See docs/benchmarks/generative.md.
+streams from a load client of its own against (a) the replica, (b) ``chat``, (c) ``proxy``.
+See docs/benchmarks/generative.md.
 Prints the markdown table; ``--out`` also writes the JSON result (provenance, every row, the verdicts).
 """
 

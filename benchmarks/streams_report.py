@@ -1,4 +1,5 @@
-"""The stream benchmark's targets, their verdicts, and the table it prints (markdown, as docs/benchmarks/streams.md shows it)."""
+"""The stream benchmark's targets, their verdicts, and the table it prints (markdown, as
+docs/benchmarks/streams.md shows it)."""
 
 from __future__ import annotations
 
