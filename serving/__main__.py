@@ -91,13 +91,13 @@ def _gateway_app(args: argparse.Namespace, settings: Settings) -> Any:
     from serving.endpoints.manager import EndpointManager
     from serving.endpoints.resolver import mlflow_resolver
     from serving.gateway.app import create_gateway_app
-    from serving.gateway.auth import TokenRegistry
+    from serving.gateway.auth import Tokens
     from serving.gateway.metrics import GatewayMetrics
     from serving.inference_log import InferenceLogWriter
     from serving.replicas.cluster.connect import ClusterSettingsError, cluster_from_environ
 
     try:
-        tokens = TokenRegistry.from_environ(os.environ)
+        tokens = Tokens.from_environ(os.environ)
         cluster = cluster_from_environ(os.environ)  # None: local replica processes
     except (ValueError, ClusterSettingsError) as exc:
         raise _Refused(str(exc)) from None

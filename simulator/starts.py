@@ -7,7 +7,7 @@ A policy's ``warm_pool`` is its number of standbys:
 * ``N``: the live gateway's pool (``serving/replicas/warm_pool.py``, ``serving/replicas/local_backend.py``):
   ``N`` standbys idle at t=0; a scale-up takes the idle ones (``warm_start_s`` + ``model_load_s``)
   and starts the rest cold, all at once. Each take is refilled once the replica it became is ready
-  (``LocalBackend._add`` ends by calling ``WarmPool.fill``), one standby at a time: a refill starts
+  (``LocalBackend.spawn`` ends by calling ``refill``), one standby at a time: a refill starts
   when the one before it has finished and takes ``cold_start_s``.
 * ``math.inf``: a standby is always there (an unlimited pool, the optimistic bound).
 """

@@ -18,7 +18,7 @@ from serving.endpoints.live import LiveEndpoint
 from serving.endpoints.manager import EndpointManager
 from serving.endpoints.store import EndpointStore
 from serving.gateway.app import create_gateway_app
-from serving.gateway.auth import TokenRegistry
+from serving.gateway.auth import Tokens
 from serving.inference_log import InferenceLogWriter
 from serving.protocol.errors import invalid_parameter
 from serving.protocol.wire import ReplicaUnreachable, WireAnswer, WireReply, WireRequest
@@ -77,7 +77,7 @@ Send = Callable[[Any, list[WireRequest]], Awaitable[WireReply]]
 
 def in_process_gateway(
     tmp_path: Path,
-    tokens: TokenRegistry,
+    tokens: Tokens,
     *,
     send: Send | None = None,
     replicas: FakeReplicas | None = None,

@@ -22,7 +22,7 @@ from starlette.concurrency import run_in_threadpool
 
 from serving.endpoints.manager import EndpointManager
 from serving.gateway import control_plane
-from serving.gateway.auth import TokenRegistry, authenticate
+from serving.gateway.auth import Tokens, authenticate
 from serving.gateway.autoscaling import LiveAutoscaler, MachineCpu
 from serving.gateway.chat_plane import OPENAI_ROUTE, ChatPlane
 from serving.gateway.data_plane import INVOCATIONS, InvocationsHandler
@@ -52,7 +52,7 @@ _ADMIN_READS = frozenset({"/metrics"})
 
 def create_gateway_app(
     manager: EndpointManager,
-    tokens: TokenRegistry,
+    tokens: Tokens,
     inference_log: InferenceLogWriter,
     *,
     rng: random.Random | None = None,
@@ -222,7 +222,7 @@ class Gateway:
         self,
         control: FastAPI,
         data_plane: InvocationsHandler,
-        tokens: TokenRegistry,
+        tokens: Tokens,
         limiter: TokenBuckets,
         max_body_bytes: int = 4 * 1024 * 1024,
     ) -> None:

@@ -45,7 +45,7 @@ def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
 
 
-class TokenRegistry:
+class Tokens:
     """Maps bearer tokens to principals without keeping the tokens themselves."""
 
     def __init__(self, tokens: Mapping[str, Principal]) -> None:
@@ -70,12 +70,12 @@ class TokenRegistry:
 
     def __repr__(self) -> str:
         names = ", ".join(repr(p.name) for p in self.principals)
-        return f"TokenRegistry(principals=[{names}])"
+        return f"Tokens(principals=[{names}])"
 
     __str__ = __repr__
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> TokenRegistry:
+    def from_environ(cls, environ: Mapping[str, str]) -> Tokens:
         """Admin token from TOLLFREE_TOKEN, scoped tokens from TOLLFREE_TOKENS_FILE."""
         admin_token = (environ.get(ADMIN_TOKEN_ENV) or "").strip()
         if len(admin_token) < MIN_TOKEN_LENGTH:
@@ -150,18 +150,18 @@ def bearer_token(authorization_header: str | None) -> str:
     return token
 
 
-def authenticate(registry: TokenRegistry, authorization_header: str | None) -> Principal:
+def authenticate(tokens: Tokens, authorization_header: str | None) -> Principal:
     """The caller's principal, whatever its rights; 401 for a missing or unknown token."""
-    principal = registry.lookup(bearer_token(authorization_header))
+    principal = tokens.lookup(bearer_token(authorization_header))
     if principal is None:
         logger.info("rejected request with an unknown bearer token")
         raise unauthenticated("invalid access token")
     return principal
 
 
-def authorize(registry: TokenRegistry, authorization_header: str | None, endpoint: str | None) -> Principal:
+def authorize(tokens: Tokens, authorization_header: str | None, endpoint: str | None) -> Principal:
     """Authenticate the caller; ``endpoint=None`` marks an admin-only operation."""
-    principal = authenticate(registry, authorization_header)
+    principal = authenticate(tokens, authorization_header)
     if endpoint is None:
         if not principal.admin:
             logger.info("denied admin operation to principal %s", principal.name)
@@ -173,12 +173,4 @@ def authorize(registry: TokenRegistry, authorization_header: str | None, endpoin
     return principal
 
 
-__all__ = [
-    "ADMIN_TOKEN_ENV",
-    "TOKENS_FILE_ENV",
-    "Principal",
-    "TokenRegistry",
-    "authenticate",
-    "authorize",
-    "bearer_token",
-]
+__all__ = ["ADMIN_TOKEN_ENV", "TOKENS_FILE_ENV", "Principal", "Tokens", "authenticate", "authorize", "bearer_token"]

@@ -38,6 +38,8 @@ from serving.generative.chat import ChatRequest, completion_text, estimate_token
 from serving.generative.redact import redact
 from serving.inference_log import InferenceLogWriter, InferenceRecord, utc_now
 from serving.protocol.errors import ApiError, error_body, invalid_parameter, unavailable
+from serving.replicas.replica_set import ReplicaSet
+from serving.traffic.replica import Replica
 from serving.traffic.router import choose_entity, pick_replica
 
 log = logging.getLogger(__name__)
@@ -51,8 +53,8 @@ NO_AI_GATEWAY = AiGatewayConfig()
 class _Attempt:
     target: Target
     response: Any
-    replica: Any | None  # a local replica's slot, held until the answer ends
-    entity: Any | None  # its ReplicaSet (for the load meter)
+    replica: Replica | None  # a local replica's slot, held until the answer ends
+    replica_set: ReplicaSet | None  # the replica's set (for the load meter)
     version: str | None
 
 
@@ -225,34 +227,42 @@ class ChatPlane:
                 None,
                 external.name,
             )
-        entity = live.replica_sets[entity_name]
-        replica = await self._replica(entity)
+        replica_set = live.replica_sets[entity_name]
+        replica = await self._replica(replica_set)
         replica.outstanding += 1
-        if entity.dispatcher is not None:
+        if replica_set.dispatcher is not None:
             now = time.monotonic()
-            entity.dispatcher.meter.arrived(now)
-            entity.dispatcher.meter.started(now)  # a chat replica answers its requests side by side
+            replica_set.dispatcher.meter.arrived(now)
+            replica_set.dispatcher.meter.started(now)  # a chat replica answers its requests side by side
         headers = {"x-request-id": request_id}
         if self.manager.launcher.token:
             headers["authorization"] = f"Bearer {self.manager.launcher.token}"
         return _Attempt(
-            Target(entity_name, replica.url + "/invocations", headers, False), None, replica, entity, entity.version
+            Target(entity_name, replica.url + "/invocations", headers, False),
+            None,
+            replica,
+            replica_set,
+            replica_set.version,
         )
 
-    async def _replica(self, entity: Any) -> Any:
-        """The entity's replica with the fewest answers in progress; from zero, the first that starts."""
+    async def _replica(self, replica_set: ReplicaSet) -> Replica:
+        """The replica set's replica with the fewest answers in progress; from zero, the first that starts."""
         deadline = time.monotonic() + self.timeout_s
         while True:
-            replica = pick_replica([r for r in entity.replicas if r.alive()], entity.max_concurrency)
+            replica = pick_replica([r for r in replica_set.replicas if r.alive()], replica_set.max_concurrency)
             if replica is not None:
                 return replica
-            if entity.dispatcher is not None and entity.dispatcher.on_starved is not None and not entity.replicas:
-                entity.dispatcher.on_starved()
+            if (
+                replica_set.dispatcher is not None
+                and replica_set.dispatcher.on_starved is not None
+                and not replica_set.replicas
+            ):
+                replica_set.dispatcher.on_starved()
             if time.monotonic() > deadline:
                 raise ApiError(
                     429,
                     "REQUEST_LIMIT_EXCEEDED",
-                    f"served entity {entity.name} has no free slot; retry shortly",
+                    f"served entity {replica_set.name} has no free slot; retry shortly",
                     {"Retry-After": "1"},
                 )
             await asyncio.sleep(0.05)  # a replica starting or a slot freeing: polled until the deadline
@@ -262,10 +272,10 @@ class ChatPlane:
             return
         attempt.replica.outstanding -= 1
         attempt.replica = None
-        if attempt.entity is not None and attempt.entity.dispatcher is not None:
+        if attempt.replica_set is not None and attempt.replica_set.dispatcher is not None:
             ok, now = outcome.status == 200, time.monotonic()
-            attempt.entity.dispatcher.meter.stopped(now)
-            attempt.entity.dispatcher.meter.finished(now, time.perf_counter() - outcome.started if ok else None)
+            attempt.replica_set.dispatcher.meter.stopped(now)
+            attempt.replica_set.dispatcher.meter.finished(now, time.perf_counter() - outcome.started if ok else None)
 
     def _observe_whole(self, outcome: Outcome, body: bytes, request: ChatRequest) -> None:
         try:

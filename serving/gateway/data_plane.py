@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from serving.endpoints.manager import EndpointManager
-from serving.gateway.auth import Principal, TokenRegistry, authenticate, authorize
+from serving.gateway.auth import Principal, Tokens, authenticate, authorize
 from serving.gateway.chat_plane import ChatPlane
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.rate_limit import TokenBuckets
@@ -54,7 +54,7 @@ class InvocationsHandler:
     def __init__(
         self,
         manager: EndpointManager,
-        tokens: TokenRegistry,
+        tokens: Tokens,
         inference_log: InferenceLogWriter,
         metrics: GatewayMetrics,
         *,

@@ -79,10 +79,10 @@ class StreamFrontDoor:
         out: list[Output | None],
         started: float,
     ) -> None:
-        entity = live.replica_sets.get(name)
-        if entity is None or entity.dispatcher is None:
+        replica_set = live.replica_sets.get(name)
+        if replica_set is None or replica_set.dispatcher is None:
             return  # not started yet: scored again after a back-off
-        answers = await entity.dispatcher.submit_many(
+        answers = await replica_set.dispatcher.submit_many(
             [WireRequest(entry.id, EVENT_CONTENT_TYPE, orjson.dumps(fields)) for _, entry, fields in share]
         )
         elapsed = time.perf_counter() - started
@@ -91,7 +91,7 @@ class StreamFrontDoor:
                 answer = WireAnswer(answer.status_code, 0, orjson.dumps(error_body(answer)), b"")
             if not isinstance(answer, WireAnswer) or answer.status in RETRY_STATUSES:
                 continue  # no capacity now (AdmissionRefused, 429, 503, 504): scored again after a back-off
-            self._record(entry, fields, name, entity.version, answer, elapsed)
+            self._record(entry, fields, name, replica_set.version, answer, elapsed)
             out[at] = (
                 _dead(entry, _reason(answer.first))
                 if answer.status != 200
@@ -100,7 +100,7 @@ class StreamFrontDoor:
                     {
                         b"event_id": entry.id.encode(),
                         b"prediction": _one_prediction(answer.first),
-                        b"model_version": entity.version.encode(),
+                        b"model_version": replica_set.version.encode(),
                         b"served_entity": name.encode(),
                     },
                 )

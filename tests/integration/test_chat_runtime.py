@@ -19,7 +19,7 @@ import pytest
 import uvicorn
 from starlette.testclient import TestClient
 
-from serving.gateway.auth import TokenRegistry
+from serving.gateway.auth import Tokens
 from serving.generative import sse
 from serving.generative.chat import parse_chat_request
 from serving.protocol.errors import ApiError
@@ -217,7 +217,7 @@ def chat_gateway(runtimes: dict[str, ChatRuntime], tmp_path_factory: pytest.Temp
         time.sleep(0.01)
     app = in_process_gateway(
         tmp_path_factory.mktemp("chat-gateway"),
-        TokenRegistry.from_environ({"TOLLFREE_TOKEN": ADMIN}),
+        Tokens.from_environ({"TOLLFREE_TOKEN": ADMIN}),
         replicas=ReplicaClient(),
         replica_url=f"http://127.0.0.1:{port}",
     )  # type: ignore[arg-type]

@@ -19,7 +19,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from serving.gateway.auth import TokenRegistry
+from serving.gateway.auth import Tokens
 from tests.fakes import in_process_gateway, no_registry
 
 ADMIN = "fuzz-admin-token-" + secrets.token_hex(8)
@@ -71,7 +71,7 @@ def without_lifespan(app):  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="module")
 def fuzzed(tmp_path_factory):  # type: ignore[no-untyped-def]
     home = tmp_path_factory.mktemp("fuzz-gateway")
-    tokens = TokenRegistry.from_environ({"TOLLFREE_TOKEN": ADMIN})
+    tokens = Tokens.from_environ({"TOLLFREE_TOKEN": ADMIN})
     app = without_lifespan(in_process_gateway(home, tokens, resolve=no_registry, max_body_bytes=64 * 1024))
     loaded = schemathesis.openapi.from_asgi("/openapi.json", app, headers={"Authorization": f"Bearer {ADMIN}"})
     raw = dict(loaded.raw_schema)

@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from serving.gateway import auth
 from serving.gateway.app import PUBLIC_PATHS
-from serving.gateway.auth import TokenRegistry
+from serving.gateway.auth import Tokens
 from tests.fakes import in_process_gateway, no_registry
 
 ADMIN = "security-admin-token-" + secrets.token_hex(8)
@@ -29,7 +29,7 @@ LIMITED = "security-limited-token-" + secrets.token_hex(8)  # endpoint "ep", 1 r
 CANARY = "CANARY-" + secrets.token_hex(6)  # planted in payloads; must never come back
 
 
-def _tokens(tmp_path: Path) -> TokenRegistry:
+def _tokens(tmp_path: Path) -> Tokens:
     path = tmp_path / "tokens.json"
     path.write_text(
         json.dumps(
@@ -46,7 +46,7 @@ def _tokens(tmp_path: Path) -> TokenRegistry:
             }
         )
     )
-    return TokenRegistry.from_environ({"TOLLFREE_TOKEN": ADMIN, "TOLLFREE_TOKENS_FILE": str(path)})
+    return Tokens.from_environ({"TOLLFREE_TOKEN": ADMIN, "TOLLFREE_TOKENS_FILE": str(path)})
 
 
 @pytest.fixture
@@ -370,5 +370,5 @@ def test_a_bad_rate_limit_in_the_tokens_file_is_refused_naming_the_field(tmp_pat
     path = tmp_path / "tokens.json"
     path.write_text(json.dumps({"tokens": [{"name": "a", "token": SCOPED, "endpoints": ["ep"], "rate_limit": entry}]}))
     with pytest.raises(ValueError, match=named) as caught:
-        TokenRegistry.from_environ({"TOLLFREE_TOKEN": ADMIN, "TOLLFREE_TOKENS_FILE": str(path)})
+        Tokens.from_environ({"TOLLFREE_TOKEN": ADMIN, "TOLLFREE_TOKENS_FILE": str(path)})
     assert SCOPED not in str(caught.value)

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from serving.endpoints import spec, validation
 from serving.endpoints.store import EndpointStore
-from serving.gateway.auth import TokenRegistry
+from serving.gateway.auth import Tokens
 from tests.fakes import in_process_gateway
 
 TOKEN = "integration-test-admin-token-0123"
@@ -66,7 +66,7 @@ def test_conflicting_updates_through_two_gateways_get_one_winner_and_a_409(postg
         both_read.wait()  # each gateway has read the settled record before either writes
         return "1"
 
-    tokens = TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN})
+    tokens = Tokens.from_environ({"TOLLFREE_TOKEN": TOKEN})
     apps = [in_process_gateway(tmp_path / name, tokens, resolve=resolve, store=EndpointStore(url)) for name in "ab"]
     with TestClient(apps[0]) as a, TestClient(apps[1]) as b:
         _settled(a), _settled(b)  # both restored the stored endpoint at start
@@ -98,7 +98,7 @@ def test_conflicting_updates_through_two_gateways_get_one_winner_and_a_409(postg
 def test_with_the_database_down_the_data_plane_serves_and_the_api_says_503_then_recovers(postgres, tmp_path):
     url = postgres.url(postgres.new_database())
     _stored_endpoint(EndpointStore(url))
-    app = in_process_gateway(tmp_path, TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN}), store=EndpointStore(url))
+    app = in_process_gateway(tmp_path, Tokens.from_environ({"TOLLFREE_TOKEN": TOKEN}), store=EndpointStore(url))
     invoke = {"content": json.dumps({"inputs": [[1]]}), "headers": {**AUTH, "content-type": "application/json"}}
     with TestClient(app) as client:
         _settled(client)

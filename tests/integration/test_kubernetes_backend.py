@@ -23,7 +23,7 @@ from fastapi.testclient import TestClient
 from serving.endpoints.manager import EndpointManager
 from serving.endpoints.store import EndpointStore
 from serving.gateway.app import create_gateway_app
-from serving.gateway.auth import TokenRegistry
+from serving.gateway.auth import Tokens
 from serving.inference_log import InferenceLogWriter
 from serving.replicas.cluster.api import ClusterError, DeploymentApi
 from serving.replicas.cluster.connect import DEFAULT_TEMPLATE, Cluster, from_environ
@@ -219,7 +219,7 @@ def _gateway(home: Path, url: str, replicas: FakeReplicas):  # type: ignore[no-u
         cluster=cluster,
         ready_timeout_s=20,
     )
-    tokens = TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN})
+    tokens = Tokens.from_environ({"TOLLFREE_TOKEN": TOKEN})
     return create_gateway_app(manager, tokens, InferenceLogWriter(home / "log")), manager
 
 
@@ -295,7 +295,7 @@ def test_two_gateways_on_one_store_route_to_the_same_pods_and_a_new_leader_adopt
             ready_timeout_s=20,
         )
         app = create_gateway_app(
-            manager, TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN}), InferenceLogWriter(tmp_path / name / "log")
+            manager, Tokens.from_environ({"TOLLFREE_TOKEN": TOKEN}), InferenceLogWriter(tmp_path / name / "log")
         )
         gateways.append((app, manager, replicas))
     (app_a, leader, _), (app_b, follower, follower_replicas) = gateways

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.gateway.auth import Principal, TokenRegistry, authorize, bearer_token
+from serving.gateway.auth import Principal, Tokens, authorize, bearer_token
 from serving.protocol.errors import ApiError
 
 ADMIN_TOKEN = "admin-SECRET-VALUE-123"
@@ -20,7 +20,7 @@ def _write(tmp_path: Path, doc: object) -> str:
 
 
 @pytest.fixture
-def registry(tmp_path: Path) -> TokenRegistry:
+def registry(tmp_path: Path) -> Tokens:
     tokens_file = _write(
         tmp_path,
         {
@@ -30,10 +30,10 @@ def registry(tmp_path: Path) -> TokenRegistry:
             ]
         },
     )
-    return TokenRegistry.from_environ({"TOLLFREE_TOKEN": ADMIN_TOKEN, "TOLLFREE_TOKENS_FILE": tokens_file})
+    return Tokens.from_environ({"TOLLFREE_TOKEN": ADMIN_TOKEN, "TOLLFREE_TOKENS_FILE": tokens_file})
 
 
-def _denied(registry: TokenRegistry, header: str | None, endpoint: str | None) -> ApiError:
+def _denied(registry: Tokens, header: str | None, endpoint: str | None) -> ApiError:
     with pytest.raises(ApiError) as info:
         authorize(registry, header, endpoint)
     for token in (ADMIN_TOKEN, SCOPED_TOKEN, OTHER_TOKEN):
@@ -47,7 +47,7 @@ def test_principal_can_access() -> None:
     assert Principal(name="root", admin=True, endpoints=frozenset()).can_access("anything")
 
 
-def test_lookup(registry: TokenRegistry) -> None:
+def test_lookup(registry: Tokens) -> None:
     admin = registry.lookup(ADMIN_TOKEN)
     assert admin is not None and admin.admin and admin.name == "admin"
     scoped = registry.lookup(SCOPED_TOKEN)
@@ -58,8 +58,8 @@ def test_lookup(registry: TokenRegistry) -> None:
     assert registry.lookup("") is None
 
 
-def test_registry_from_mapping_and_repr(registry: TokenRegistry) -> None:
-    reg = TokenRegistry({"t" * 20: Principal("p1", True, frozenset())})
+def test_registry_from_mapping_and_repr(registry: Tokens) -> None:
+    reg = Tokens({"t" * 20: Principal("p1", True, frozenset())})
     assert reg.lookup("t" * 20) == Principal("p1", True, frozenset())
     for text in (repr(registry), str(registry)):
         assert "svc-a" in text and "admin" in text
@@ -68,12 +68,12 @@ def test_registry_from_mapping_and_repr(registry: TokenRegistry) -> None:
     assert all(token not in repr(vars(registry)) for token in (ADMIN_TOKEN, SCOPED_TOKEN))
 
 
-def test_admin_may_do_anything(registry: TokenRegistry) -> None:
+def test_admin_may_do_anything(registry: Tokens) -> None:
     assert authorize(registry, f"Bearer {ADMIN_TOKEN}", None).admin
     assert authorize(registry, f"bearer {ADMIN_TOKEN}", "any-endpoint").name == "admin"
 
 
-def test_scoped_token(registry: TokenRegistry) -> None:
+def test_scoped_token(registry: Tokens) -> None:
     assert authorize(registry, f"Bearer {SCOPED_TOKEN}", "fraud").name == "svc-a"
     assert authorize(registry, f"BEARER  {SCOPED_TOKEN} ", "churn").name == "svc-a"
     err = _denied(registry, f"Bearer {OTHER_TOKEN}", "fraud")
@@ -98,7 +98,7 @@ def test_scoped_token(registry: TokenRegistry) -> None:
         f"Bearer {ADMIN_TOKEN} extra",
     ],
 )
-def test_unauthenticated(registry: TokenRegistry, header: str | None) -> None:
+def test_unauthenticated(registry: Tokens, header: str | None) -> None:
     err = _denied(registry, header, "fraud")
     assert (err.status_code, err.error_code) == (401, "UNAUTHENTICATED")
     assert err.headers.get("WWW-Authenticate") == "Bearer"
@@ -118,12 +118,12 @@ def test_bearer_token_parsing() -> None:
 @pytest.mark.parametrize("environ", [{}, {"TOLLFREE_TOKEN": ""}, {"TOLLFREE_TOKEN": "short-SECRET"}])
 def test_from_environ_requires_admin_token(environ: dict[str, str]) -> None:
     with pytest.raises(ValueError, match="set TOLLFREE_TOKEN") as info:
-        TokenRegistry.from_environ(environ)
+        Tokens.from_environ(environ)
     assert "short-SECRET" not in str(info.value)
 
 
 def test_from_environ_admin_only() -> None:
-    reg = TokenRegistry.from_environ({"TOLLFREE_TOKEN": f"  {ADMIN_TOKEN}\n"})
+    reg = Tokens.from_environ({"TOLLFREE_TOKEN": f"  {ADMIN_TOKEN}\n"})
     assert [p.name for p in reg.principals] == ["admin"]
     assert reg.lookup(ADMIN_TOKEN) is not None
 
@@ -169,7 +169,7 @@ def test_from_environ_admin_only() -> None:
 def test_tokens_file_errors(tmp_path: Path, doc: object, fragment: str) -> None:
     path = _write(tmp_path, doc)
     with pytest.raises(ValueError) as info:
-        TokenRegistry.from_environ({"TOLLFREE_TOKEN": ADMIN_TOKEN, "TOLLFREE_TOKENS_FILE": path})
+        Tokens.from_environ({"TOLLFREE_TOKEN": ADMIN_TOKEN, "TOLLFREE_TOKENS_FILE": path})
     message = str(info.value)
     assert path in message
     assert fragment in message
@@ -180,13 +180,11 @@ def test_tokens_file_errors(tmp_path: Path, doc: object, fragment: str) -> None:
 def test_tokens_file_missing(tmp_path: Path) -> None:
     path = str(tmp_path / "absent.json")
     with pytest.raises(ValueError, match="cannot read") as info:
-        TokenRegistry.from_environ({"TOLLFREE_TOKEN": ADMIN_TOKEN, "TOLLFREE_TOKENS_FILE": path})
+        Tokens.from_environ({"TOLLFREE_TOKEN": ADMIN_TOKEN, "TOLLFREE_TOKENS_FILE": path})
     assert path in str(info.value)
 
 
-def test_lookup_compares_every_token_without_early_exit(
-    registry: TokenRegistry, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_lookup_compares_every_token_without_early_exit(registry: Tokens, monkeypatch: pytest.MonkeyPatch) -> None:
     import serving.gateway.auth as auth
 
     calls: list[tuple[int, int]] = []

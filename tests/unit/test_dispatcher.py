@@ -15,7 +15,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from serving.gateway.auth import TokenRegistry
+from serving.gateway.auth import Tokens
 from serving.inference_log import read_inference_log
 from serving.protocol.errors import ApiError
 from serving.protocol.wire import WireRequest
@@ -29,9 +29,7 @@ BATCHING = BatchPlan(enabled=True, max_batch=8, max_wait_ms=0.0, single_ms=1.0, 
 
 
 def gateway(tmp_path, replicas: FakeReplicas, *, max_queue: int, max_wait_s: float, limit: int = 1):
-    app = in_process_gateway(
-        tmp_path, TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN}), replicas=replicas, limit=limit
-    )
+    app = in_process_gateway(tmp_path, Tokens.from_environ({"TOLLFREE_TOKEN": TOKEN}), replicas=replicas, limit=limit)
     dispatcher = app.state.manager.live["ep"].replica_sets["m-1"].dispatcher
     dispatcher.max_queue, dispatcher.max_wait_s = max_queue, max_wait_s
     return app

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from mlflow.exceptions import MlflowException
 
 from serving import mlflow_plugin
-from serving.gateway.auth import TokenRegistry
+from serving.gateway.auth import Tokens
 from serving.mlflow_plugin import DeploymentConfig, TollfreeDeploymentClient, parse_config
 from tests.fakes import in_process_gateway
 
@@ -132,7 +132,7 @@ def test_get_and_list_show_them_only_when_the_endpoint_has_them():
 
 def test_against_the_real_gateway_app(tmp_path, monkeypatch):
     """Create with -C stream_inputs, read them back; a bad one is the gateway's 400, naming the field."""
-    app = in_process_gateway(tmp_path, TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN}))
+    app = in_process_gateway(tmp_path, Tokens.from_environ({"TOLLFREE_TOKEN": TOKEN}))
     app.state.manager.leading = False  # stored, no replica started
     http = TestClient(app)
     monkeypatch.setattr(httpx, "request", lambda method, url, timeout=None, **kw: http.request(method, url, **kw))

@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
 from serving.endpoints.spec import EndpointCoreConfig
-from serving.gateway.auth import TokenRegistry
+from serving.gateway.auth import Tokens
 from serving.protocol.wire import WireAnswer, WireReply, WireRequest
 from serving.traffic.response_cache import ResponseCache
 from tests.fakes import FakeReplica, in_process_gateway
@@ -60,9 +60,7 @@ def _app(tmp_path, cache: ResponseCache | None, calls: list[bytes]):
             answers.append(WireAnswer(200, 1, json.dumps([len(calls)]).encode(), b'[{"f":1.0}]'))
         return WireReply(answers)
 
-    return in_process_gateway(
-        tmp_path, TokenRegistry.from_environ({"TOLLFREE_TOKEN": TOKEN}), send=upstream, cache=cache
-    )
+    return in_process_gateway(tmp_path, Tokens.from_environ({"TOLLFREE_TOKEN": TOKEN}), send=upstream, cache=cache)
 
 
 def _post(client: TestClient, body: str) -> httpx.Response:

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from serving.endpoints.spec import EndpointCoreConfig, EndpointRecord
 from serving.endpoints.validation import normalize_config
 from serving.endpoints.views import _config_view, endpoint_view
-from serving.gateway.auth import TokenRegistry
+from serving.gateway.auth import Tokens
 from serving.protocol.errors import ApiError
 from serving.streams.config import MAX_STREAM_INPUTS, StreamAddress, StreamInput, check_stream_inputs
 from tests.fakes import in_process_gateway
@@ -305,7 +305,7 @@ def test_the_record_json_round_trip_keeps_them():
 def gateway(tmp_path):  # type: ignore[no-untyped-def]
     """The real gateway app (no lifespan: nothing starts) as a follower: a create or an update is stored,
     and no replica is started."""
-    app = in_process_gateway(tmp_path, TokenRegistry.from_environ({"TOLLFREE_TOKEN": ADMIN}))
+    app = in_process_gateway(tmp_path, Tokens.from_environ({"TOLLFREE_TOKEN": ADMIN}))
     app.state.manager.leading = False
     yield TestClient(app, headers={"Authorization": f"Bearer {ADMIN}"})
     app.state.manager.live.clear()
