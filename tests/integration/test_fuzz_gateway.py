@@ -89,39 +89,43 @@ def test_the_fuzzed_schema_covers_both_planes(fuzzed):
     assert len(operations) >= 11
 
 
+def _check(label: str, response, case, failures: list[str]) -> None:  # type: ignore[no-untyped-def]
+    """One generated request's answer: never a 5xx, and an error's JSON body in the Databricks error shape."""
+    if response.status_code >= 500:
+        failures.append(
+            f"{label} -> {response.status_code}: {response.text[:200]} for {case.path_parameters} "
+            f"{json.dumps(case.body, default=str)[:200] if case.body is not None else ''}"
+        )
+    elif response.status_code >= 400 and (response.headers.get("content-type") or [""])[0].startswith(
+        "application/json"
+    ):
+        body = response.json()
+        if set(body) != {"error_code", "message"}:
+            failures.append(
+                f"{label} -> {response.status_code} with a body not in the error shape: {response.text[:200]}"
+            )
+
+
+def _fuzz(operation, label: str, seen: dict[str, int], failures: list[str]) -> None:  # type: ignore[no-untyped-def]
+    """Every example hypothesis generates for one operation, sent with the admin token."""
+
+    @settings(
+        max_examples=EXAMPLES, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
+    )
+    @given(case=operation.as_strategy())
+    def run(case):  # type: ignore[no-untyped-def]
+        seen[label] = seen.get(label, 0) + 1
+        _check(label, case.call(headers={"Authorization": f"Bearer {ADMIN}"}), case, failures)
+
+    run()
+
+
 @pytest.mark.slow
 def test_no_generated_request_gets_a_5xx(fuzzed):
     failures: list[str] = []
     seen: dict[str, int] = {}
     for result in fuzzed.get_all_operations():
         operation = result.ok()
-        label = f"{operation.method.upper()} {operation.path}"
-
-        @settings(
-            max_examples=EXAMPLES,
-            deadline=None,
-            database=None,
-            derandomize=True,
-            suppress_health_check=list(HealthCheck),
-        )
-        @given(case=operation.as_strategy())
-        def run(case, label=label):  # type: ignore[no-untyped-def]
-            response = case.call(headers={"Authorization": f"Bearer {ADMIN}"})
-            seen[label] = seen.get(label, 0) + 1
-            if response.status_code >= 500:
-                failures.append(
-                    f"{label} -> {response.status_code}: {response.text[:200]} for {case.path_parameters} "
-                    f"{json.dumps(case.body, default=str)[:200] if case.body is not None else ''}"
-                )
-            elif response.status_code >= 400 and (response.headers.get("content-type") or [""])[0].startswith(
-                "application/json"
-            ):
-                body = response.json()
-                if set(body) != {"error_code", "message"}:
-                    failures.append(
-                        f"{label} -> {response.status_code} with a body not in the error shape: {response.text[:200]}"
-                    )
-
-        run()
+        _fuzz(operation, f"{operation.method.upper()} {operation.path}", seen, failures)
     assert not failures, "\n".join(failures[:20])
     assert len(seen) >= 11 and all(n >= 1 for n in seen.values()), seen

@@ -163,7 +163,7 @@ def test_model_replicas_update_without_downtime_and_probe_routes_the_replica_ser
     [container] = replica["spec"]["template"]["spec"]["containers"]
     probes = _probe_paths(container)
     assert {"readinessProbe", "livenessProbe"} <= set(probes)
-    served = (PROJECT_DIR / "serving" / "replica_server" / "app.py").read_text()
+    served = "".join(p.read_text() for p in (PROJECT_DIR / "serving" / "replica_server").glob("*.py"))
     for path in probes.values():
         assert f'"{path}"' in served, f"the replica serves no {path}"
     assert container["command"][:3] == ["python", "-m", "serving.replica_server"]
