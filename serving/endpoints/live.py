@@ -1,6 +1,6 @@
 """What an endpoint serves right now: its served entities' replica sets and what its config says about routing
 to them (traffic weights, response cache, stream inputs, external models). ``rollouts`` builds one after each
-rollout (the leader), ``reconcile`` after each registry refresh (a follower); the data plane and the stream
+rollout (the leader), ``reconcile`` after each replica table refresh (a follower); the data plane and the stream
 consumers read it.
 """
 

@@ -104,7 +104,7 @@ class EndpointManager:
         gateways: the next leader adopts them)."""
         # a cluster's sets stop routing either way; its Deployments stay
         await self.rollouts.stop(stop_replicas=not keep_replicas or self.cluster is not None)
-        await self.book.flush()  # the registry is up to date
+        await self.book.flush()  # the replica table is up to date
         await self.backend.close()
         await run_in_threadpool(self.launcher.close)  # the fork server; the replicas it forked are handled above
         await self.replica_client.close()

@@ -1,7 +1,7 @@
 """A gateway's endpoints brought in line with the store it shares with other gateways.
 
 ``restore``: a gateway that starts on existing state brings every stored endpoint back up, adopting the live
-replicas a crashed predecessor left (registry, then health check, then ``/adopt``), starting only what is
+replicas a crashed predecessor left (replica table, then health check, then ``/adopt``), starting only what is
 missing and stopping the rest. Several gateways on one store elect a leader (``serving.gateway.leadership``):
 ``lead`` takes over what the previous leader ran, ``reconcile`` has the leader apply what other gateways
 wrote, and ``follow`` routes a follower's data plane to the replicas the leader runs.
@@ -103,7 +103,7 @@ class Reconciler:
 
     async def follow(self) -> None:
         """A follower's data plane, refreshed from the store: every endpoint's config routed to the replicas
-        the registry lists for it (run by the leader). Replicas kept across refreshes keep their counts."""
+        the replica table lists for it (run by the leader). Replicas kept across refreshes keep their counts."""
         records = await run_in_threadpool(self.store.list)
         rows = await self.book.routes() if self.cluster is None else {}  # a cluster's sets follow its watch
         live = self.rollouts.live

@@ -4,7 +4,7 @@ A rollout starts the replicas of the config's new served entities (adopting the 
 running), waits until they are ready, and only then moves traffic to them and stops the sets the config
 dropped; a failed rollout ends ``UPDATE_FAILED`` and the old config keeps serving. An endpoint's rollouts run
 one at a time, each from what the one before left live. Only the leader runs rollouts (``leading``); the
-outcome is written to the store once the registry lists the new replicas. The data plane looks its endpoints
+outcome is written to the store once the replica table lists the new replicas. The data plane looks its endpoints
 up here (``served``): an endpoint being restored after a gateway restart is waited for, one being created is
 a 503.
 """
@@ -213,7 +213,7 @@ class Rollouts:
         config: spec.EndpointCoreConfig | None = None,
     ) -> None:
         """Write the outcome of the rollout of config ``version`` (``config`` once it serves). Only once the
-        registry lists its replicas: a follower that reads READY routes to them at once. Nothing when a change
+        replica table lists its replicas: a follower that reads READY routes to them at once. Nothing when a change
         written since waits for a later version (:func:`superseded`): that rollout writes the outcome."""
         await self.book.flush()
         try:

@@ -3,7 +3,7 @@
 The leader (the one holding the ``leader`` lease, see ``serving.state.lease``) runs rollouts, the replicas
 and the autoscaler, exactly as a lone gateway does, and applies changes other gateways wrote
 (``serving.endpoints.reconcile.Reconciler.reconcile``). A follower serves the data plane of every endpoint,
-routing to the replicas the registry lists (``Reconciler.follow``), and writes its control-plane changes to the
+routing to the replicas the replica table lists (``Reconciler.follow``), and writes its control-plane changes to the
 store. Each gateway checks every ``interval_s``, and at once when another gateway's write sends a notice
 (``serving.state.changes``): renew or take the lease, then reconcile or follow. A leader that
 dies stops renewing; another takes over after the lease's TTL, at once when the dead one was on this machine,

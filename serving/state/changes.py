@@ -1,5 +1,5 @@
 """Change notices between gateways sharing a PostgreSQL store: every write to the endpoints and the replica
-registry sends ``NOTIFY tollfree_state`` in its transaction (delivered at commit); each gateway LISTENs on
+table sends ``NOTIFY tollfree_state`` in its transaction (delivered at commit); each gateway LISTENs on
 its own connection and wakes its leader or follower loop at once. Periodic checks stay as the fallback (a
 notice lost while a listener reconnects costs at most one interval). SQLite: nothing is sent or heard.
 """
