@@ -29,7 +29,7 @@ def auth(method: str, path: str) -> str:
     """Who may call it, by the rules of ``Gateway.__call__``."""
     if path in gateway_app.PUBLIC_PATHS:
         return "none"
-    if method in gateway_app._READS and path not in gateway_app._ADMIN_READS:
+    if method in gateway_app.READ_METHODS and path not in gateway_app.ADMIN_ONLY_READS:
         return "any token with a right to the endpoint" if "{name}" in path else "any token"
     return "admin token"
 

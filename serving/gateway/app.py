@@ -46,8 +46,8 @@ from serving.state.scaling import LoadBoard, ScalerRecords
 log = logging.getLogger(__name__)
 
 PUBLIC_PATHS = frozenset({"/healthz", "/.well-known/databricks-config"})  # the only routes without a token
-_READS = frozenset({"GET", "HEAD"})
-_ADMIN_READS = frozenset({"/metrics"})
+READ_METHODS = frozenset({"GET", "HEAD"})  # the only control-plane methods a non-admin token may use
+ADMIN_ONLY_READS = frozenset({"/metrics"})  # reads only the admin token may make
 
 
 def create_gateway_app(
@@ -247,7 +247,7 @@ class Gateway:
                 try:
                     who = authenticate(self.tokens, _header(scope, b"authorization"))
                     self.limiter.admit(who.name, who.rate_limit)
-                    if not who.admin and (scope["method"] not in _READS or scope["path"] in _ADMIN_READS):
+                    if not who.admin and (scope["method"] not in READ_METHODS or scope["path"] in ADMIN_ONLY_READS):
                         # every change is an admin's: refuse before FastAPI parses (and answers about) the body
                         raise permission_denied("this operation requires an admin token")
                     declared = _header(scope, b"content-length") or ""
@@ -256,7 +256,8 @@ class Gateway:
                 except ApiError as err:
                     await _send_error(send, err)
                     return
-                if scope["method"] not in _READS:  # control-plane bodies are small: read them here, within the limit
+                # control-plane bodies are small: read them here, within the limit
+                if scope["method"] not in READ_METHODS:
                     body, whole = await _read_bounded(receive, self.max_body_bytes)
                     if not whole:
                         await _send_error(
