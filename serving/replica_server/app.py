@@ -30,16 +30,8 @@ from typing import Any
 import orjson
 
 from serving.protocol import frames, wire
-from serving.protocol.errors import (
-    REQUEST_ID_HEADER,
-    ApiError,
-    error_body,
-    internal,
-    not_found,
-    resolve_request_id,
-    unauthenticated,
-)
-from serving.replica_server.asgi import answer_probe, lifespan, read_body, respond
+from serving.protocol.errors import ApiError, error_body, internal, not_found, unauthenticated
+from serving.replica_server.asgi import answer_probe, http_request, read_body, respond
 from serving.replica_server.metrics import ReplicaMetrics
 from serving.replica_server.runtime import ModelRuntime
 from serving.replica_server.scoring import score_envelope, score_one
@@ -77,14 +69,10 @@ class ReplicaApp:
         )
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            await lifespan(receive, send, self.close)
+        incoming = await http_request(scope, receive, send, self.close)
+        if incoming is None:
             return
-        if scope["type"] != "http":
-            return
-        path, method = scope["path"], scope["method"]
-        headers = dict(scope["headers"])
-        request_id = resolve_request_id(headers.get(REQUEST_ID_HEADER.encode(), b"").decode("latin-1") or None)
+        path, method, headers, request_id = incoming
         try:
             if await answer_probe(self, path, method, headers, send, request_id):
                 pass

@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from serving.protocol.errors import REQUEST_ID_HEADER, ApiError
+from serving.protocol.errors import REQUEST_ID_HEADER, ApiError, resolve_request_id
 from serving.replica_server.metrics import ReplicaMetrics
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_REQUEST_ID = REQUEST_ID_HEADER.encode()
 
 
 class ProbedApp(Protocol):
@@ -38,6 +39,21 @@ async def lifespan(receive: Any, send: Any, on_shutdown: Callable[[], object]) -
             on_shutdown()
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+async def http_request(
+    scope: dict[str, Any], receive: Any, send: Any, on_shutdown: Callable[[], object]
+) -> tuple[str, str, dict[bytes, bytes], str] | None:
+    """An HTTP request's path, method, headers and request id; None once a lifespan (or any other non-HTTP)
+    scope has been handled here, with ``on_shutdown`` run when the server stops."""
+    if scope["type"] == "lifespan":
+        await lifespan(receive, send, on_shutdown)
+        return None
+    if scope["type"] != "http":
+        return None
+    headers = dict(scope["headers"])
+    request_id = resolve_request_id(headers.get(_REQUEST_ID, b"").decode("latin-1") or None)
+    return scope["path"], scope["method"], headers, request_id
 
 
 async def read_body(receive: Any) -> bytes:

@@ -37,10 +37,9 @@ from serving.protocol.errors import (
     invalid_parameter,
     malformed_request,
     not_found,
-    resolve_request_id,
     unauthenticated,
 )
-from serving.replica_server.asgi import answer_probe, lifespan, read_body, respond
+from serving.replica_server.asgi import answer_probe, http_request, read_body, respond
 from serving.replica_server.chat import ChatModelError, ChatRuntime
 from serving.replica_server.metrics import ReplicaMetrics
 
@@ -74,14 +73,10 @@ class ChatReplicaApp:
         )
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            await lifespan(receive, send, self.close)
+        incoming = await http_request(scope, receive, send, self.close)
+        if incoming is None:
             return
-        if scope["type"] != "http":
-            return
-        path, method = scope["path"], scope["method"]
-        headers = dict(scope["headers"])
-        request_id = resolve_request_id(headers.get(REQUEST_ID_HEADER.encode(), b"").decode("latin-1") or None)
+        path, method, headers, request_id = incoming
         started = time.perf_counter()
         try:
             if await answer_probe(self, path, method, headers, send, request_id):
