@@ -338,7 +338,7 @@ class LiveAutoscaler:
                         self._resume(key, replica_set, config)
                     self._configs[key] = (replica_set, scaling)
                     # hold a burst while replicas start, rather than refuse it (the 5 s wait still bounds it)
-                    replica_set.set_limits(max_queue=scaling.max_queue)
+                    replica_set.set_limits(max_queue=scaling.max_queue, queue_cap=scaling.max_queue)
                 replica_set.dispatcher.on_starved = self.poke
         for key in set(self._configs) - seen:
             self.controller.remove(key)

@@ -98,12 +98,6 @@ def _split(envelope: bytes) -> tuple[list, memoryview]:
     return items, memoryview(envelope)[cut + 1 :]
 
 
-def single_request(envelope: bytes) -> bool:
-    """The envelope's header lists one request (told without parsing it: the replica scores such an envelope on
-    its event loop rather than its predict thread)."""
-    return envelope.startswith(b'{"items":[[') and envelope.find(b"],[", 0, envelope.find(b"\n")) < 0
-
-
 def encode_requests(requests: Sequence[WireRequest]) -> bytes:
     header = orjson.dumps({"items": [[r.request_id, r.content_type, len(r.body)] for r in requests]})
     return b"".join([header, b"\n", *(r.body for r in requests)])

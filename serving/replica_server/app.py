@@ -14,9 +14,8 @@ stream event (one row; content type ``application/x-tollfree-event+json``, ``ser
 its strings parsed by the model's input types.
 
 A plain ASGI app (``serving.replica_server.asgi``); the scoring itself is ``serving.replica_server.scoring``.
-Requests are parsed, predicted and serialised on one worker thread, so the event loop keeps reading the next
-request meanwhile; an envelope of one request is scored on the event loop itself (no hop to the thread and
-back).
+Every request is parsed, predicted and serialised on one predict thread, never on the event loop: the loop
+keeps reading the next requests and answers the probes at once, however long a predict takes.
 """
 
 from __future__ import annotations
@@ -102,7 +101,7 @@ class ReplicaApp:
 
     async def _envelope(self, body: bytes, send: Any, request_id: str) -> None:
         """The gateway's batch envelope, answered with the busy clock and the frame socket's address."""
-        out = self.score_inline(body) if wire.single_request(body) else await self.score_threaded(body)
+        out = await self.score_threaded(body)
         extra = [(wire.BUSY_HEADER.encode(), f"{self.metrics.busy.total():.6f}".encode())]
         if self.frames_address is not None:
             extra.append((frames.ADDRESS_HEADER.encode(), self.frames_address.encode()))
@@ -116,10 +115,6 @@ class ReplicaApp:
             self._worker, score_one, self.runtime, body, content_type, request_id, want, self.max_rows, self.metrics
         )
         await respond(send, status, out, request_id)
-
-    def score_inline(self, envelope: bytes) -> bytes:
-        """A batch envelope scored on the calling thread (a lone request: no hop to the predict thread)."""
-        return score_envelope(self.runtime, envelope, self.max_rows, self.metrics)
 
     async def score_threaded(self, envelope: bytes) -> bytes:
         """A batch envelope scored on the predict thread, while the event loop reads the next calls."""

@@ -2,13 +2,12 @@
 which its gateway sends batch envelopes without HTTP.
 
 A connection must open with a hello carrying the replica token (any hello, when the replica has none, as its
-HTTP routes then take any caller); then each call
-frame is scored as ``POST /invocations/batch`` would score it (``ReplicaApp.score_inline`` for a lone
-request, on the event loop; ``score_threaded`` for several, on the predict thread) and answered with the
-busy clock. A malformed envelope is answered ``FAILED`` with what is wrong; a stream that is not frames, or
-a call before the hello, closes the connection. When the replica stops (``ReplicaServer``, in ``__main__``,
-calls ``FrameListener.close`` first), it takes no new connection or call, lets the calls in flight finish, and
-closes the connections, as uvicorn does with its requests.
+HTTP routes then take any caller); then each call frame is scored as ``POST /invocations/batch`` would score it
+(``ReplicaApp.score_threaded``, on the predict thread, so the event loop keeps answering probes) and answered
+with the busy clock. A malformed envelope is answered ``FAILED`` with what is wrong; a stream that is not
+frames, or a call before the hello, closes the connection. When the replica stops (``ReplicaServer``, in
+``__main__``, calls ``FrameListener.close`` first), it takes no new connection or call, lets the calls in flight
+finish, and closes the connections, as uvicorn does with its requests.
 """
 
 from __future__ import annotations
@@ -53,7 +52,7 @@ class FrameServer(asyncio.Protocol):
 
     @property
     def in_flight(self) -> set[asyncio.Task[None]]:
-        """The calls being scored on the predict thread (a lone request is answered before the next frame)."""
+        """The calls being scored on the predict thread."""
         return set(self._tasks)
 
     def data_received(self, data: bytes) -> None:
@@ -85,10 +84,8 @@ class FrameServer(asyncio.Protocol):
         app = self._target()
         if self.stopping:
             self._write(frames.frame(frames.FAILED, call_id, b"the replica is stopping"))
-        elif app is None or not hasattr(app, "score_inline"):
+        elif app is None or not hasattr(app, "score_threaded"):
             self._write(frames.frame(frames.FAILED, call_id, b"this replica has no scoring model loaded"))
-        elif wire.single_request(envelope):
-            self._write(self._answer(app, call_id, lambda: app.score_inline(envelope)))
         else:
             task = asyncio.get_running_loop().create_task(self._threaded(app, call_id, envelope))
             self._tasks.add(task)

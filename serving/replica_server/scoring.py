@@ -1,8 +1,8 @@
 """A replica's scoring, apart from HTTP: a request (or the gateway's envelope of several) parsed, predicted
 and answered, each call counted on the replica's busy clock and in its metrics.
 
-Both run on the replica's predict thread, or on the event loop for an envelope of one request
-(``serving.replica_server.app``); the frame socket scores envelopes with the same ``score_envelope``.
+Both run on the replica's one predict thread (``serving.replica_server.app``), never on its event loop; the
+frame socket scores envelopes with the same ``score_envelope``.
 """
 
 from __future__ import annotations

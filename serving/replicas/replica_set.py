@@ -9,8 +9,9 @@ Everyone else reads ``replicas``, ``max_concurrency``, ``scaling`` and ``startin
 ``scale_to`` returns at once: new replicas start in the background (from the warm pool when there is
 one). A lower count is taken from the replicas still starting first: a start that completes past the
 count last asked for is stopped, not added; only the rest of the surplus leaves the routing at once (the
-least busy ready replicas) and stops once its requests are answered. Dead replicas leave the routing when
-``ready_count`` counts them, so the autoscaler sees them missing and replaces them.
+least busy ready replicas) and stops once its requests are answered. A dead replica leaves the routing when
+``ready_count`` counts it or the dispatcher could not reach it (``lost``), and a replacement starts at once, as
+a Kubernetes ReplicaSet replaces a pod that died; while it starts, the dispatcher holds requests for it.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class ReplicaSet:
         self._max_concurrency = max_concurrency
         self._scaling = scaling
         self._starting = 0
+        self._replacing = 0  # of ``_starting``: replacements of replicas that died
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._on_change = on_change  # told whenever ``replicas`` changes (the replica book records them)
@@ -99,6 +101,8 @@ class ReplicaSet:
         self.dispatcher = Dispatcher(
             send, lambda: self._replicas, limit=lambda: self._max_concurrency, timeout_s=timeout_s
         )
+        self.dispatcher.on_lost = self.lost
+        self.dispatcher.replacing = lambda: self._replacing > 0
         return self.dispatcher
 
     def configure(self, max_concurrency: int, scaling: ScalingConfig | None) -> None:
@@ -110,10 +114,15 @@ class ReplicaSet:
         """Seconds a replica asked for now needs to serve, as the backend measured its last starts (0: unknown)."""
         return self.backend.ready_in_s() if self.backend is not None else 0.0
 
-    def set_limits(self, *, max_concurrency: int | None = None, max_queue: int | None = None) -> None:
-        """The per-replica concurrency limit (what it lets go now is sent) and the gateway queue's bound."""
+    def set_limits(
+        self, *, max_concurrency: int | None = None, max_queue: int | None = None, queue_cap: int | None = None
+    ) -> None:
+        """The per-replica concurrency limit (what it lets go now is sent), the gateway queue's bound, and what
+        the queue holds at most while a lost replica's replacement starts (``Dispatcher.queue_cap``)."""
         if max_queue is not None and self.dispatcher is not None:
             self.dispatcher.max_queue = max_queue
+        if queue_cap is not None and self.dispatcher is not None:
+            self.dispatcher.queue_cap = queue_cap
         if max_concurrency is not None:
             self._max_concurrency = max_concurrency
             if self.dispatcher is not None:
@@ -167,7 +176,7 @@ class ReplicaSet:
         """Stop following where the replicas come from (a set of local or remote replicas follows nothing)."""
 
     def ready_count(self) -> int:
-        """The replicas in the routing; a dead one leaves it here (the autoscaler replaces it)."""
+        """The replicas in the routing; a dead one leaves it here, and its replacement starts."""
         dead = [r for r in self._replicas if not r.alive()]
         for replica in dead:
             self._replicas.remove(replica)
@@ -175,7 +184,18 @@ class ReplicaSet:
             log.warning("replica %s of %s/%s died (code %s)", replica.id, self.endpoint, self.name, code)
         if dead:
             self._changed()
+            if self.backend is not None and not self._closed:
+                for _ in dead:
+                    self._starting += 1
+                    self._replacing += 1
+                    self._spawn(self._add(replacing=True))
         return len(self._replicas)
+
+    def lost(self, replica: Replica) -> None:
+        """The dispatcher could not reach ``replica``: if its process is gone, it leaves the routing and its
+        replacement starts now (one that still runs stays; the dispatcher skips it for a while)."""
+        if replica in self._replicas:
+            self.ready_count()
 
     def scale_to(self, n: int) -> None:
         """Ask for ``n`` replicas; returns at once (starts run in the background, see the module doc)."""
@@ -226,9 +246,9 @@ class ReplicaSet:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _add(self) -> None:
+    async def _add(self, *, replacing: bool = False) -> None:
         """One more replica: started, then in the routing, or stopped if it is no longer wanted. It counts
-        as starting until then."""
+        as starting until then (and as ``replacing`` a dead one, when it does)."""
         try:
             replica, ready = await self._backend().start(self.model_uri)
             if self._closed:  # the entity left the routing meanwhile
@@ -255,6 +275,8 @@ class ReplicaSet:
             log.error("could not add a replica to %s/%s: %s", self.endpoint, self.name, exc)
         finally:
             self._starting = max(0, self._starting - 1)
+            if replacing:
+                self._replacing -= 1
 
     async def _drain_and_stop(self, replica: Replica) -> None:
         waited = 0.0

@@ -10,8 +10,14 @@ the plan's short ``max_wait_ms`` for more (``serving.traffic.batching``).
 Limits, as before: at most ``limit`` requests in flight per replica (its concurrency limit), at most
 ``depth`` batches in flight per replica when batching (one predicting, one arriving), at most
 ``max_queue`` waiting (then 429 at once), at most ``max_wait_s`` in the queue (then 429), and
-``timeout_s`` for the replica's answer (then 504). A replica that cannot be reached answers 503 for
-its batch, after one retry on another replica (predictions are idempotent).
+``timeout_s`` for the replica's answer (then 504).
+
+A replica that cannot be reached is left out of the routing for ``EJECT_S`` (as Envoy ejects an outlier), its
+owner is told (``on_lost``: a dead replica's replacement starts at once), and its batch goes back to the front
+of the queue, to be sent once more (predictions are idempotent) to another replica or to the replacement; a
+request that found no replica on its second try answers 503. While a lost replica's replacement starts
+(``replacing``), requests are held for it rather than refused: the queue takes up to ``queue_cap`` and a
+request waits up to ``HOLD_S``, as Knative's activator holds requests for a revision's pods.
 
 A replica predicts one call at a time (one predict thread), in the order they reach it: of a replica's
 calls in flight the oldest is in service and the others wait inside it. The load meter is told so, and
@@ -37,6 +43,9 @@ from serving.traffic.router import pick_replica
 log = logging.getLogger(__name__)
 
 PIPELINE_DEPTH = 2
+SENDS = 2  # a request goes to a replica at most this often: once, and once more if the first was unreachable
+EJECT_S = 1.0  # an unreachable replica gets no call for this long
+HOLD_S = 30.0  # a request waits at most this long for a lost replica's replacement
 
 
 SendBatch = Callable[[Replica, list[WireRequest]], Awaitable[WireReply]]
@@ -59,7 +68,8 @@ class _QueuedRequest:
     future: asyncio.Future[WireAnswer]
     enqueued: float
     expiry: asyncio.TimerHandle | None = None
-    retried: bool = False
+    sends: int = 0  # times it went to a replica
+    unreachable: bool = False  # its last replica could not be reached
 
 
 @dataclass(eq=False)
@@ -110,6 +120,10 @@ class Dispatcher:
         self.on_starved: Callable[[], None] | None = None  # called when a request arrives and no replica is up
         self._busy: dict[str, float] = {}  # replica id -> its busy clock, as its last reply carried it
         self._calls: dict[str, collections.deque[_Call]] = {}  # replica id -> its calls in flight, oldest first
+        self._ejected: dict[str, float] = {}  # replica id -> when it may be called again (it could not be reached)
+        self.on_lost: Callable[[Replica], None] | None = None  # told of a replica that could not be reached
+        self.replacing: Callable[[], bool] = lambda: False  # a lost replica's replacement is starting
+        self.queue_cap = max_queue  # what the queue holds at most while ``replacing`` (``max_queue`` may shed below)
 
     @property
     def waiting(self) -> int:
@@ -148,7 +162,8 @@ class Dispatcher:
         return out
 
     def _enqueue(self, request: WireRequest) -> _QueuedRequest:
-        if len(self._queue) >= self.max_queue and self._pick() is None:
+        bound = max(self.max_queue, self.queue_cap) if self.replacing() else self.max_queue
+        if len(self._queue) >= bound and self._pick() is None:
             self.stats.refused += 1
             self.meter.turned_away(self._clock())
             raise AdmissionRefused(f"queue full ({self.max_queue} waiting)", retry_after_s=1)
@@ -178,10 +193,16 @@ class Dispatcher:
 
     # ---- internals -----------------------------------------------------------------------------
     def _expire(self, pending: _QueuedRequest) -> None:
-        try:
-            self._queue.remove(pending)
-        except ValueError:
+        if pending not in self._queue:
             return  # already sent
+        held = HOLD_S - (self._clock() - pending.enqueued)
+        if self.replacing() and held > 0:  # a replacement is coming: wait for it, not only max_wait_s
+            pending.expiry = asyncio.get_running_loop().call_later(min(held, self.max_wait_s), self._expire, pending)
+            return
+        self._queue.remove(pending)
+        if pending.unreachable:
+            self._settle(pending, error=_unreachable())
+            return
         self.stats.refused += 1
         self._settle(pending, error=AdmissionRefused(f"no free replica within {self.max_wait_s:.1f}s", retry_after_s=1))
 
@@ -205,13 +226,16 @@ class Dispatcher:
                 pending.expiry.cancel()
             self.meter.finished(self._clock(), None)
 
-    def _pick(self, exclude: Replica | None = None) -> Replica | None:
+    def _pick(self) -> Replica | None:
         depth = PIPELINE_DEPTH if self.plan.enabled else None
         batches = self.stats.inflight_batches
+        if self._ejected:
+            now = self._clock()
+            self._ejected = {key: until for key, until in self._ejected.items() if until > now}
         candidates = [
             r
             for r in self._replicas()
-            if (exclude is None or r.id != exclude.id) and r.alive() and (depth is None or batches.get(r.id, 0) < depth)
+            if r.id not in self._ejected and r.alive() and (depth is None or batches.get(r.id, 0) < depth)
         ]
         return pick_replica(candidates, self._limit())
 
@@ -261,6 +285,8 @@ class Dispatcher:
         return True
 
     def _dispatch(self, replica: Replica, batch: list[_QueuedRequest]) -> None:
+        for pending in batch:
+            pending.sends += 1
         replica.outstanding += len(batch)
         key = replica.id
         self.stats.inflight_batches[key] = self.stats.inflight_batches.get(key, 0) + 1
@@ -291,7 +317,7 @@ class Dispatcher:
             del self._calls[key]
 
     async def _run(self, replica: Replica, batch: list[_QueuedRequest], call: _Call) -> None:
-        retry: list[_QueuedRequest] = []
+        unreachable = False
         try:
             try:
                 reply = await asyncio.wait_for(self._send(replica, [p.request for p in batch]), self.timeout_s)
@@ -300,10 +326,7 @@ class Dispatcher:
         except TimeoutError:
             self._fail(batch, lambda: timeout(f"the model did not answer within {self.timeout_s:.0f}s"))
         except ReplicaUnreachable:
-            retry = [p for p in batch if not p.retried and not p.future.done()]
-            for p in retry:
-                p.retried = True
-            self._fail([p for p in batch if p not in retry], _unreachable)
+            unreachable = True
         except Exception:  # a bug here must not leave callers hanging
             log.exception("dispatch to a replica failed")
             self._fail(batch, _unreachable)
@@ -320,14 +343,26 @@ class Dispatcher:
                 self.stats.inflight_batches[key] = left
             else:
                 self.stats.inflight_batches.pop(key, None)
-        if retry:
-            self.stats.retried += len(retry)
-            other = self._pick(exclude=replica)
-            if other is None:
-                self._fail(retry, _unreachable)
-            else:
-                self._dispatch(other, retry)
+        if unreachable:
+            self._unreachable_replica(replica, batch)
         self._pump()
+
+    def _unreachable_replica(self, replica: Replica, batch: list[_QueuedRequest]) -> None:
+        """``replica`` could not be reached: it is ejected, its owner told, and each request of the batch
+        that has a send left goes back to the front of the queue (the others answer 503)."""
+        self._ejected[replica.id] = self._clock() + EJECT_S
+        loop = asyncio.get_running_loop()
+        loop.call_later(EJECT_S, self._pump)  # it may be called again then
+        if self.on_lost is not None:
+            self.on_lost(replica)
+        again = [p for p in batch if p.sends < SENDS and not p.future.done()]
+        self._fail([p for p in batch if p not in again], _unreachable)
+        self.stats.retried += len(again)
+        for pending in reversed(again):
+            pending.unreachable = True
+            self._queue.appendleft(pending)
+            left = max(0.0, self.max_wait_s - (self._clock() - pending.enqueued))
+            pending.expiry = loop.call_later(left, self._expire, pending)
 
     def _fail(self, batch: Sequence[_QueuedRequest], error: Callable[[], ApiError]) -> None:
         for pending in batch:

@@ -1,4 +1,4 @@
-"""Faults, injected for real into real processes: kill -9 of a replica under load, a gateway stopped
+"""Faults, injected for real into real processes: kill -9 of each replica in turn under load, a gateway stopped
 gracefully and restarted, a gateway killed -9 and restarted, Redis (the online store) killed -9 and
 brought back. Each test says what load it holds and asserts what is lost (nothing, or the counted
 unflushed tail of a crashed gateway).
@@ -65,16 +65,19 @@ def gateway_env(world) -> dict[str, str]:  # type: ignore[no-untyped-def]
     return environ_with({"TOLLFREE_WARM_POOL": "0"})
 
 
-def test_kill_9_a_replica_under_load_then_stop_and_restart_the_gateway(world, gateway_env, record_property):
-    """Load: 8 concurrent clients for 12 s on an endpoint pinned at 2 replicas (autoscaler on).
-    Fault: kill -9 of one replica 4 s in. Then a graceful stop (SIGTERM) and a restart on the same state.
+def test_kill_9_of_each_replica_in_turn_under_load_fails_no_request_then_stop_and_restart_the_gateway(
+    world, gateway_env, record_property
+):
+    """Load: 8 concurrent clients for 12 s on an endpoint pinned at 2 replicas (autoscaler on), below capacity.
+    Fault: kill -9 of one replica 4 s in, and of the other a second later (its partner's replacement may not be
+    up yet). Then a graceful stop (SIGTERM) and a restart on the same state.
 
-    Holds: every request answered 200 or 503 (none hangs: client timeout 40 s > the gateway's 30 s), the
-    autoscaler replaces the replica, every answered request is in the inference log after the graceful
-    stop (nothing lost; a 400 and a 401 sent just before the stop included, 200s with their served features
-    and model version, no token in any logged input), and after the restart the endpoint says NOT_READY
-    until its replicas are up, a request sent meanwhile waits and is answered (no 503), and its config comes
-    back as it was and serves."""
+    Holds: every request answered 200 (in flight on a dead replica: sent once more to the other or to a
+    replacement; arriving while none is up: held for the replacement, not refused), both replicas replaced,
+    every answered request in the inference log after the graceful stop (nothing lost; a 400 and a 401 sent just
+    before the stop included, 200s with their served features and model version, no token in any logged input),
+    and after the restart the endpoint says NOT_READY until its replicas are up, a request sent meanwhile waits
+    and is answered (no 503), and its config comes back as it was and serves."""
     body = rows_body(world)
     log = world.home / "logs" / "gateway-faults.log"
     gateway = start_gateway(gateway_env, log, timeout_s=240)
@@ -87,30 +90,33 @@ def test_kill_9_a_replica_under_load_then_stop_and_restart_the_gateway(world, ga
         cpu = {p.pid: sum(p.cpu_times()[:2]) for p in before}
         url = f"{gateway.url}/serving-endpoints/{name}/invocations"
         load = Background(url, body, 12.0, concurrency=8, timeout_s=40.0)
-        time.sleep(4.0)
-        # the victim: the replica that worked hardest in these 4 s, so surely one in the routing
-        victim = max(before, key=lambda p: sum(p.cpu_times()[:2]) - cpu[p.pid])
-        victim.send_signal(signal.SIGKILL)
+        time.sleep(4.0)  # the load's first third, before the fault
+        # the first victim: the replica that worked hardest in these 4 s, so surely one in the routing
+        victims = sorted(before, key=lambda p: sum(p.cpu_times()[:2]) - cpu[p.pid], reverse=True)
+        victims[0].send_signal(signal.SIGKILL)
         killed_at = time.monotonic()
+        time.sleep(1.0)  # the issue's pace: the next replica a second later
+        victims[1].send_signal(signal.SIGKILL)
         result = load.join(90)
         record_property("kill_load", result.summary())
-        print("kill -9 under load:", result.summary())
+        print("kill -9 of each replica in turn under load:", result.summary())
         statuses = result.statuses()
-        assert set(statuses) <= {"200", "503"}, statuses  # retried once on the other replica, or a clean 503
+        assert set(statuses) == {"200"}, statuses
         assert all(o.status is not None for o in result.outcomes), "a request hung or lost its connection"
         assert len(result.with_status(200)) > 50
-        assert any(o.started > killed_at for o in result.with_status(200)), "the endpoint kept serving after the kill"
-        # the autoscaler replaces the dead replica: a new process, and two ready replicas in the routing again
+        assert any(o.started > killed_at + 1.0 for o in result.with_status(200)), "the endpoint kept serving"
+        # both replaced: new processes, and two ready replicas in the routing again
         deadline = time.monotonic() + 240
         while True:
             now = replicas_of(gateway)
             fresh = {p.pid for p in now} - {p.pid for p in before}
-            if fresh and victim.pid not in {p.pid for p in now} and ready_replicas(gateway, name) == 2:
+            victims_gone = not {v.pid for v in victims} & {p.pid for p in now}
+            if len(fresh) >= 2 and victims_gone and ready_replicas(gateway, name) == 2:
                 break
-            assert time.monotonic() < deadline, f"replica not replaced: {[p.pid for p in now]}"
+            assert time.monotonic() < deadline, f"replicas not replaced: {[p.pid for p in now]}"
             time.sleep(1.0)
         replaced_in = time.monotonic() - killed_at
-        record_property("replica_replaced_s", round(replaced_in, 1))
+        record_property("replicas_replaced_s", round(replaced_in, 1))
         after = httpx.post(
             url,
             content=body,
@@ -131,7 +137,7 @@ def test_kill_9_a_replica_under_load_then_stop_and_restart_the_gateway(world, ga
     missing = answered - set(logged["request_id"])
     record_property("graceful_stop_lost", len(missing))
     assert not missing, f"{len(missing)} answered requests missing from the inference log after a graceful stop"
-    assert set(logged[logged["request_id"].isin(answered)]["status_code"]) <= {200, 503}
+    assert set(logged[logged["request_id"].isin(answered)]["status_code"]) == {200}
     served = logged[logged["request_id"].isin(answered) & (logged["status_code"] == 200)]
     assert served["served_features"].notna().all() and served["model_version"].notna().all()
     by_id = logged.set_index("request_id")

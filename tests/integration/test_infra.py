@@ -163,6 +163,8 @@ def test_model_replicas_update_without_downtime_and_probe_routes_the_replica_ser
     [container] = replica["spec"]["template"]["spec"]["containers"]
     probes = _probe_paths(container)
     assert {"readinessProbe", "livenessProbe"} <= set(probes)
+    for kind in probes:  # explicit, never Kubernetes' 1 s default: a probe must outlast a busy event loop's turn
+        assert container[kind]["timeoutSeconds"] >= 2 and container[kind]["periodSeconds"] > 0, kind
     served = "".join(p.read_text() for p in (PROJECT_DIR / "serving" / "replica_server").glob("*.py"))
     for path in probes.values():
         assert f'"{path}"' in served, f"the replica serves no {path}"

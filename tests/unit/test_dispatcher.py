@@ -154,6 +154,66 @@ def test_the_least_loaded_replica_gets_the_batch_and_an_unreachable_one_is_retri
     assert answer.status == 200 and retried == 1
 
 
+def test_a_lost_replicas_requests_wait_for_its_replacement_instead_of_failing():
+    """The only replica dies with a request on it: its owner is told, the request goes back to the queue, and
+    while the replacement starts new requests are held past ``max_wait_s`` and past a shedding bound of 0; all
+    are answered by the replacement."""
+
+    async def scenario():  # type: ignore[no-untyped-def]
+        replicas = FakeReplicas(delay_s=0.01)
+        dead = FakeReplica("dead", reachable=False)
+        current = [dead]
+        lost: list[str] = []
+        dispatcher = Dispatcher(replicas.send, lambda: current, limit=lambda: 4, max_queue=0, max_wait_s=0.05)
+        dispatcher.queue_cap = 100
+        starting = {"n": 0}
+
+        def on_lost(replica):  # type: ignore[no-untyped-def]
+            lost.append(replica.url)
+            replica.up = False
+            current.remove(replica)
+            starting["n"] += 1
+
+        dispatcher.on_lost = on_lost
+        dispatcher.replacing = lambda: starting["n"] > 0
+        first = asyncio.ensure_future(dispatcher.submit(WireRequest("in-flight", "application/json", b"{}")))
+        await until_async(lambda: bool(lost), "the dispatcher told the owner", timeout_s=5)
+        later = [
+            asyncio.ensure_future(dispatcher.submit(WireRequest(f"new{i}", "application/json", b"{}")))
+            for i in range(3)
+        ]
+        await asyncio.sleep(0.2)  # the window under test, four times max_wait_s: nothing is refused in it
+        assert not first.done() and not any(f.done() for f in later)
+        current.append(FakeReplica("replacement"))
+        starting["n"] = 0
+        dispatcher.capacity_changed()
+        answers = await asyncio.gather(first, *later)
+        return lost, answers, replicas.batches
+
+    lost, answers, batches = run(scenario())
+    assert lost == ["dead"]
+    assert [a.status for a in answers] == [200] * 4
+    assert batches[0] == ("dead", ["in-flight"])
+    assert sorted(i for url, ids in batches[1:] for i in ids if url == "replacement") == [
+        "in-flight",
+        "new0",
+        "new1",
+        "new2",
+    ]
+
+
+def test_without_a_replacement_a_lost_replicas_request_answers_503_once_its_wait_runs_out():
+    async def scenario():  # type: ignore[no-untyped-def]
+        replicas = FakeReplicas(delay_s=0.0)
+        dispatcher = Dispatcher(replicas.send, lambda: [FakeReplica("a", reachable=False)], max_wait_s=0.1)
+        await dispatcher.submit(WireRequest("q", "application/json", b"{}"))
+
+    with pytest.raises(ApiError) as err:
+        run(scenario())
+    assert err.value.status_code == 503
+    assert err.value.message == "no replica of this endpoint could be reached"
+
+
 def test_the_busy_clock_a_reply_carries_is_kept_per_replica_until_the_replica_leaves():
     # the autoscaler's utilisation comes back in the client's reply; the dispatcher keeps the last reading
     async def scenario():  # type: ignore[no-untyped-def]
