@@ -1,8 +1,22 @@
-"""One small, real world shared by the integration and e2e tests: data, features, a trained model."""
+"""One small, real world shared by the integration and e2e tests: data, features, a trained model.
+
+Under xdist the controller builds it once, in a process of its own (``python -m tests.world TEMPLATE``, started
+by ``conftest.pytest_configure`` before the workers), into a template state folder; each worker that needs it
+waits for that build and copies the template into its own state folder (``copy_world``). The files name their
+folder by its absolute path (MLflow's artifact locations, Feast's registry of data sources, SQLite and protobuf
+files both), so the copy replaces the template's path with the worker's in every file, byte for byte: both folders
+are ``tempfile.mkdtemp`` names of one prefix in one directory, of equal length, so every length field in those
+files stays right. A run in one process builds its world in place (``build_world``).
+"""
 
 from __future__ import annotations
 
 import os
+import pickle
+import shutil
+import subprocess
+import sys
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -45,6 +59,75 @@ def build_world() -> World:
     return World(settings, materialized, trained)
 
 
+RESULT = "world.pickle"  # the template's build result: (materialized, trained)
+FAILED = "world.failed"  # the builder's error, when it failed
+
+
+def start_template_build(template: Path, environ: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Build the world into ``template`` in a process of its own, with ``environ`` pointed there."""
+    env = {
+        **environ,
+        "TOLLFREE_HOME": str(template),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{template / 'mlflow.db'}",
+        "PREFECT_HOME": str(template / "prefect"),
+    }
+    with open(template.parent / f"{template.name}.log", "wb") as log:  # beside it: the copy takes the whole folder
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.world", str(template)],
+            cwd=Path(__file__).resolve().parents[1],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def copy_world(template: Path, home: Path, timeout_s: float = 900) -> World:
+    """The template's world, once built, copied into ``home`` (see the module's doc)."""
+    deadline = time.monotonic() + timeout_s
+    while not (template / RESULT).exists():
+        if (template / FAILED).exists() or time.monotonic() > deadline:
+            log = template.parent / f"{template.name}.log"
+            tail = log.read_text(errors="replace")[-4000:] if log.exists() else "(no log)"
+            raise RuntimeError(f"the test world's build failed or did not end in {timeout_s:.0f} s:\n{tail}")
+        time.sleep(0.2)
+    old, new = str(template).encode(), str(home).encode()
+    if len(old) != len(new):
+        raise RuntimeError(f"the world template {template} and {home} differ in length: it cannot be copied")
+    for source in template.rglob("*"):
+        target = home / source.relative_to(template)
+        if source.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        elif source.is_file() and source.name != RESULT:
+            data = source.read_bytes()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if old in data:
+                target.write_bytes(data.replace(old, new))
+            else:
+                shutil.copyfile(source, target)
+    materialized, trained = pickle.loads((template / RESULT).read_bytes().replace(old, new))
+    return World(Settings.from_environ(os.environ), materialized, trained)
+
+
+def main(argv: list[str]) -> int:
+    """``python -m tests.world TEMPLATE``: build the world there (the environment points at it), then write
+    its result, or what failed."""
+    from serving.settings import export_defaults
+    from tests.prefect_server import wait_ready
+
+    template = Path(argv[0])
+    try:
+        export_defaults(os.environ)
+        wait_ready(os.environ["PREFECT_API_URL"])
+        world = build_world()
+        partial = template / f"{RESULT}.partial"
+        partial.write_bytes(pickle.dumps((world.materialized, world.trained)))
+        partial.rename(template / RESULT)  # whole, or not there
+    except BaseException as exc:
+        (template / FAILED).write_text(f"{type(exc).__name__}: {exc}")
+        raise
+    return 0
+
+
 def two_days_of_transactions(world: World, path: Path, columns: list[str]) -> Path:
     """Two days of the world's transactions (two date partitions), from five days before the data's end,
     written to ``path`` with ``columns``: the batch-scoring tests' input."""
@@ -57,3 +140,7 @@ def two_days_of_transactions(world: World, path: Path, columns: list[str]) -> Pa
     rows = tx[(tx["event_timestamp"] >= day) & (tx["event_timestamp"] < day + pd.Timedelta(days=2))]
     rows[columns].to_parquet(path, index=False)
     return path
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
