@@ -29,6 +29,7 @@ from serving.replicas.book import ReplicaBook
 from serving.replicas.local import Launcher
 from serving.replicas.local_backend import LocalBackend
 from serving.replicas.replica_set import ReplicaSet
+from serving.state.lease import Fence
 from serving.state.replica_table import ReplicaTable
 
 if TYPE_CHECKING:
@@ -52,7 +53,8 @@ class EndpointManager:
         self.store = store
         self.home = home or log_dir.parent
         self.launcher = Launcher.for_gateway(replica_env, log_dir, token_file=self.home / "replica.token")
-        self.book = ReplicaBook(ReplicaTable(store.database), self.launcher)
+        self.fence = Fence()  # armed by ``Leadership`` when several gateways share the store
+        self.book = ReplicaBook(ReplicaTable(store.database, self.fence), self.launcher)
         self.backend = LocalBackend(self.launcher)  # its warm pool comes with the autoscaler (gateway.app)
         self.cluster = cluster
         self.placement = Placement(self.backend, self.book, cluster)
@@ -71,6 +73,7 @@ class EndpointManager:
             self._attach,
             ready_timeout_s=ready_timeout_s,
             request_timeout_s=request_timeout_s,
+            fence=self.fence,
         )
         self.live: dict[str, LiveEndpoint] = self.rollouts.live  # what serves each endpoint now
         self.endpoints = EndpointApi(store, resolver, self.rollouts, self.ai_gateways)

@@ -61,7 +61,7 @@ class Reconciler:
             record.config_update = "IN_PROGRESS"
             record.pending_config = None
             record.state_message = "the gateway restarted: starting the endpoint's replicas"
-            await run_in_threadpool(self.store.put, record)
+            await run_in_threadpool(self.store.put, record, self.rollouts.fence)
             self.rollouts.mark_restoring(record.name)
             self.rollouts.spawn(record.name, record.config, record.config_version, left)
 

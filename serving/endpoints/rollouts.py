@@ -23,13 +23,16 @@ from serving.endpoints.live import LiveEndpoint
 from serving.endpoints.placement import Placement
 from serving.endpoints.scaling import scaling_config
 from serving.endpoints.store import EndpointStore
-from serving.protocol.errors import not_found, unavailable
+from serving.protocol.errors import ApiError, not_found, unavailable
 from serving.replicas.book import ReplicaBook
 from serving.replicas.local import ReplicaStartError
 from serving.replicas.replica_set import DEFAULT_MAX_CONCURRENCY, ReplicaSet
+from serving.state.lease import Fence
 from serving.state.replica_table import ReplicaRow
 
 log = logging.getLogger(__name__)
+
+OUTCOME_ATTEMPTS = 5  # reads and conditional writes of a rollout's outcome, each lost to a concurrent change
 
 # replica rows a previous gateway left running, by (endpoint, served entity name, model URI)
 LeftRunning = Mapping[tuple[str, str, str], list[ReplicaRow]]
@@ -53,6 +56,7 @@ class Rollouts:
         *,
         ready_timeout_s: float,
         request_timeout_s: float,
+        fence: Fence | None = None,
     ) -> None:
         self.store = store
         self.placement = placement
@@ -64,6 +68,7 @@ class Rollouts:
         # Several gateways on one store: only the leader runs rollouts, replicas and the autoscaler; the others
         # write their control-plane changes to the store (the leader picks them up) and route to its replicas.
         self.leading = True
+        self.fence = fence  # the leader's fencing token, checked by its record writes
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._restoring: dict[str, asyncio.Event] = {}  # set once the restored endpoint is live (or failed)
         self._closing = False  # the gateway is stopping: a cancelled rollout leaves a cluster's Deployments be
@@ -214,22 +219,36 @@ class Rollouts:
     ) -> None:
         """Write the outcome of the rollout of config ``version`` (``config`` once it serves). Only once the
         replica table lists its replicas: a follower that reads READY routes to them at once. Nothing when a change
-        written since waits for a later version (:func:`superseded`): that rollout writes the outcome."""
+        written since waits for a later version (:func:`superseded`): that rollout writes the outcome.
+
+        The write is conditional on the record read (its revision), so a change another gateway wrote meanwhile
+        is never overwritten: the record is read again and the check made again. It is fenced: a gateway whose
+        leader lease another has taken writes nothing (StaleLeader)."""
         await self.book.flush()
-        try:
-            record = await run_in_threadpool(self.store.get, name)
-        except Exception:
-            return  # deleted meanwhile
-        if superseded(record, version):
-            return
-        record.ready = "READY" if ready else "NOT_READY"
-        record.config_update = update
-        record.pending_config = None
-        record.state_message = message
-        record.updated_ms = int(time.time() * 1000)
-        if config is not None:
-            record.config, record.config_version = config, version
-        await run_in_threadpool(self.store.put, record)
+        for _ in range(OUTCOME_ATTEMPTS):
+            try:
+                record = await run_in_threadpool(self.store.get, name)
+            except Exception:
+                return  # deleted meanwhile
+            if superseded(record, version):
+                return
+            expected = record.config_version
+            record.ready = "READY" if ready else "NOT_READY"
+            record.config_update = update
+            record.pending_config = None
+            record.state_message = message
+            record.updated_ms = int(time.time() * 1000)
+            if config is not None:
+                record.config, record.config_version = config, version
+            try:
+                await run_in_threadpool(self.store.compare_and_set, name, expected, record, self.fence)
+                return
+            except ApiError as exc:
+                if exc.status_code != 409:
+                    raise
+        log.warning(
+            "endpoint %s: the outcome of config %d lost %d races in a row; not written", name, version, OUTCOME_ATTEMPTS
+        )
 
 
 def _serves(replica_set: ReplicaSet, served_entity: spec.ServedEntityInput) -> bool:

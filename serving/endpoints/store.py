@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
@@ -26,6 +26,7 @@ from serving.endpoints.spec import EndpointRecord, quote_name
 from serving.protocol.errors import ApiError, already_exists, conflict, not_found, unavailable
 from serving.state.changes import notify
 from serving.state.database import Database, StateStoreError, open_database
+from serving.state.lease import Fence
 from serving.state.migrate import ensure_schema
 from serving.state.schema import autoscaler_state, endpoints
 
@@ -112,8 +113,9 @@ class EndpointStore:
         records = [EndpointRecord.from_json(text, revision=revision) for text, revision in rows]
         return sorted(records, key=lambda r: r.name.encode())
 
-    def put(self, record: EndpointRecord) -> EndpointRecord:
-        """Overwrite an existing endpoint unconditionally; 404 if it does not exist."""
+    def put(self, record: EndpointRecord, fence: Fence | None = None) -> EndpointRecord:
+        """Overwrite an existing endpoint unconditionally; 404 if it does not exist. With ``fence``, a leader's
+        write: StaleLeader (nothing written) once its lease is another's."""
         text = record.to_json()
         statement = (
             update(endpoints)
@@ -121,18 +123,27 @@ class EndpointStore:
             .values(record=text, config_version=record.config_version, revision=endpoints.c.revision + 1)
             .returning(endpoints.c.revision)
         )
-        row = self._read(lambda db: _notified(db, db.execute(statement).first()))
+
+        def write(db: Connection) -> Any:
+            if fence is not None:
+                fence.check(db)
+            return _notified(db, db.execute(statement).first())
+
+        row = self._read(write)
         if row is None:
             raise _missing(record.name)
         record.revision = row[0]
         return record
 
-    def compare_and_set(self, name: str, expected_config_version: int, record: EndpointRecord) -> EndpointRecord:
+    def compare_and_set(
+        self, name: str, expected_config_version: int, record: EndpointRecord, fence: Fence | None = None
+    ) -> EndpointRecord:
         """Write ``record`` only if the stored one still has ``expected_config_version``.
 
         If ``record.revision`` is set (records read from this store carry it), the stored row must
         also still be at that revision: any write since the read makes this fail. A failed check is
         a 409 RESOURCE_CONFLICT; a missing endpoint a 404. ``record.revision`` is updated on success.
+        With ``fence``, a leader's write: StaleLeader (nothing written) once its lease is another's.
         """
         if record.name != name:
             raise ValueError("compare_and_set: record.name differs from name")
@@ -148,6 +159,8 @@ class EndpointStore:
         )
 
         def attempt(db: Connection) -> tuple[int | None, tuple[int, int] | None]:
+            if fence is not None:
+                fence.check(db)
             row = db.execute(statement).first()
             if row is not None:
                 notify(db)

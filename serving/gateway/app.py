@@ -129,7 +129,7 @@ def _lifespan(
             database = manager.store.database
             shared = SharedScaling(
                 LoadBoard(database),
-                ScalerRecords(database),
+                ScalerRecords(database, manager.fence),
                 leadership.me if leadership is not None else holder_id(),
                 lambda: manager.leading,
             )

@@ -9,6 +9,12 @@ store. Each gateway checks every ``interval_s``, and at once when another gatewa
 dies stops renewing; another takes over after the lease's TTL, at once when the dead one was on this machine,
 and adopts its replicas (``Reconciler.lead``). A graceful stop releases the lease.
 
+A leader that cannot renew (the store down, or out of its reach) leads on only while the lease it last renewed
+is surely still its own: from the moment it asked for that renewal, the TTL less one interval. Then it follows,
+before another gateway can take the lease over. Its writes carry the lease's term as a fencing token
+(``serving.state.lease.Fence``), so even a leader that has not noticed yet writes nothing once its lease is
+another's.
+
 With the embedded SQLite store there is one gateway, always the leader, and none of this runs.
 """
 
@@ -18,6 +24,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable
 
@@ -64,21 +71,31 @@ class Leadership:
         ttl_s: float = 10.0,
         interval_s: float = 0.5,
         on_role: Callable[[bool], None] = lambda leading: None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.manager = manager
         self.on_role = on_role  # told True when this gateway starts leading, False when it stops (its warm pool)
         self.me = holder_id()
         self.lease = Lease(manager.store.database, ttl_s=ttl_s, is_gone=gone_from_this_host)
         self.interval_s = interval_s
+        self.clock = clock
+        self._valid_until = 0.0  # on ``clock``: until then, the lease this gateway renewed last is surely its own
         self._changed = asyncio.Event()  # a NOTIFY came: step now rather than at the next interval
         self._listener: ChangeListener | None = None
 
     async def _hold(self) -> bool:
+        """Take or renew the lease: whether this gateway leads now (see the module's doc for a failed renewal)."""
+        asked = self.clock()
         try:
-            return await run_in_threadpool(self.lease.hold, self.me) is not None
+            term = await run_in_threadpool(self.lease.hold, self.me)
         except Exception as exc:
             log.warning("leader lease not renewed: %s", type(exc).__name__)
-            return self.manager.leading
+            return self.manager.leading and self.clock() < self._valid_until
+        if term is None:
+            return False
+        self.manager.fence.hold(self.me, term)
+        self._valid_until = asked + self.lease.ttl_s - self.interval_s
+        return True
 
     async def start(self) -> None:
         """At gateway start: lead (bring every endpoint up, adopting what a dead leader left) or follow."""
@@ -87,6 +104,7 @@ class Leadership:
             await self.manager.reconciler.restore()
         else:
             self.manager.leading = False
+            self.manager.fence.drop()
             log.info("following the leader")
             await self.manager.reconciler.follow()
 
@@ -121,8 +139,9 @@ class Leadership:
             await self.manager.reconciler.lead()
             self.on_role(True)
         elif not held and self.manager.leading:
-            log.warning("lost the leader lease: following")
+            log.warning("lost the leader lease (or could not renew it in time): following")
             self.manager.leading = False
+            self.manager.fence.drop()
             self.on_role(False)
         if self.manager.leading:
             await self.manager.reconciler.reconcile()

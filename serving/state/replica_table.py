@@ -3,7 +3,8 @@
 The gateway that runs a served entity writes its rows whenever the entity's replicas change (one
 transaction replaces them); a follower routes to the replicas it lists, and a gateway started on the same
 state reads it to adopt the replicas a crashed predecessor left running. Its writers log a failed write,
-never raise it: serving does not depend on it (``serving.replicas.book``).
+never raise it: serving does not depend on it (``serving.replicas.book``). Its writes are the leader's, fenced
+(``serving.state.lease.Fence``): a gateway whose lease another has taken changes no row.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from sqlalchemy import and_, delete, insert, or_, select, tuple_
 
 from serving.state.changes import notify
 from serving.state.database import Database
+from serving.state.lease import Fence
 from serving.state.schema import replicas
 
 log = logging.getLogger(__name__)
@@ -43,8 +45,9 @@ class ReplicaRow:
 class ReplicaTable:
     """The ``replicas`` table: read it whole, replace one gateway's rows of an entity, forget rows."""
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, fence: Fence | None = None) -> None:
         self.database = database
+        self.fence = fence
 
     def all(self) -> list[ReplicaRow]:
         with self.database.engine.connect() as db:
@@ -55,6 +58,8 @@ class ReplicaTable:
         addresses, left by a gateway that is gone, is replaced)."""
         rows = list(rows)
         with self.database.engine.begin() as db:
+            if self.fence is not None:
+                self.fence.check(db)
             db.execute(
                 delete(replicas).where(
                     and_(
@@ -78,5 +83,7 @@ class ReplicaTable:
         addresses = [and_(replicas.c.host == r.host, replicas.c.port == r.port) for r in rows]
         if addresses:
             with self.database.engine.begin() as db:
+                if self.fence is not None:
+                    self.fence.check(db)
                 db.execute(delete(replicas).where(or_(*addresses)))
                 notify(db)

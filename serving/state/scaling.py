@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import and_, delete, insert, select
 
 from serving.state.database import Database
+from serving.state.lease import Fence
 from serving.state.schema import autoscaler_state, endpoints, gateway_load
 
 EntityKey = tuple[str, str]  # (endpoint, served entity)
@@ -90,8 +91,11 @@ class ScalerRecord:
 
 
 class ScalerRecords:
-    def __init__(self, database: Database) -> None:
+    """The autoscaler's recorded state, written by the leader (its writes fenced: ``serving.state.lease.Fence``)."""
+
+    def __init__(self, database: Database, fence: Fence | None = None) -> None:
         self.database = database
+        self.fence = fence
 
     def save(self, records: Iterable[ScalerRecord]) -> None:
         """Replace the record of each entity given; the others are left as they are. A record of an endpoint
@@ -100,6 +104,8 @@ class ScalerRecords:
         if not records:
             return
         with self.database.engine.begin() as db:
+            if self.fence is not None:
+                self.fence.check(db)
             stored = set(
                 db.execute(
                     select(endpoints.c.name).where(endpoints.c.name.in_({r.endpoint for r in records}))

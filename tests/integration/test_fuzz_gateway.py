@@ -100,6 +100,65 @@ OPENAI_PATH = {
         "responses": {"200": {"description": "a chat completion"}},
     }
 }
+
+
+def external_chat(base: str) -> dict:
+    """Endpoint ``chat``'s one served entity: an external chat model at ``base``."""
+    return {
+        "name": "upstream",
+        "external_model": {
+            "name": "chat",
+            "provider": "openai",
+            "task": "llm/v1/chat",
+            "openai_config": {"openai_api_key": "{{secrets/fuzz/key}}", "openai_api_base": base + "/v1"},
+        },
+    }
+
+
+STREAM_INPUT = {  # as the API types it (serving.streams.config.StreamInput), so that many pass and reach its checks
+    "type": "object",
+    "properties": {
+        "source": {"type": "string"},
+        "sink": {"type": "string"},
+        "dead_letter": {"type": "string"},
+        "group": {"type": "string"},
+        "batch_size": {"type": "integer"},
+        "max_wait_ms": {"type": "integer"},
+        "max_lag_s": {"type": "number"},
+    },
+}
+
+
+def stream_config_path(entity: dict) -> dict:
+    """The config route once more, for endpoint ``chat`` with its served entity: the stream inputs are what varies."""
+    return {
+        "put": {
+            "operationId": "stream_inputs",
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "properties": {
+                                "served_entities": {
+                                    "type": "array",
+                                    "items": {"const": entity},
+                                    "minItems": 1,
+                                    "maxItems": 1,
+                                },
+                                "stream_inputs": {"type": "array", "items": STREAM_INPUT},
+                            },
+                            "required": ["served_entities", "stream_inputs"],
+                        }
+                    }
+                },
+            },
+            "responses": {"200": {"description": "the endpoint"}},
+        }
+    }
+
+
 COMPLETION = {
     "id": "chatcmpl-fuzz",
     "object": "chat.completion",
@@ -181,25 +240,7 @@ def fuzzed(tmp_path_factory, chat_server):  # type: ignore[no-untyped-def]
         created = client.post(
             "/api/2.0/serving-endpoints",
             headers={"Authorization": f"Bearer {ADMIN}"},
-            json={
-                "name": "chat",
-                "config": {
-                    "served_entities": [
-                        {
-                            "name": "upstream",
-                            "external_model": {
-                                "name": "chat",
-                                "provider": "openai",
-                                "task": "llm/v1/chat",
-                                "openai_config": {
-                                    "openai_api_key": "{{secrets/fuzz/key}}",
-                                    "openai_api_base": chat_server + "/v1",
-                                },
-                            },
-                        }
-                    ]
-                },
-            },
+            json={"name": "chat", "config": {"served_entities": [external_chat(chat_server)]}},
         )
         assert created.status_code == 200, created.text
     loaded = schemathesis.openapi.from_asgi("/openapi.json", app, headers={"Authorization": f"Bearer {ADMIN}"})
@@ -208,6 +249,7 @@ def fuzzed(tmp_path_factory, chat_server):  # type: ignore[no-untyped-def]
         **raw["paths"],
         "/serving-endpoints/{name}/invocations": INVOCATIONS_PATH,
         "/serving-endpoints/chat/completions": OPENAI_PATH,
+        "/api/2.0/serving-endpoints/chat/config": stream_config_path(external_chat(chat_server)),
     }
     schema = schemathesis.openapi.from_dict(raw)
     schema.app = app
@@ -220,7 +262,8 @@ def test_the_fuzzed_schema_covers_both_planes(fuzzed):
     assert ("PUT", "/api/2.0/serving-endpoints/{name}/config") in operations
     assert ("POST", "/serving-endpoints/{name}/invocations") in operations
     assert ("POST", "/serving-endpoints/chat/completions") in operations
-    assert len(operations) >= 12
+    assert ("PUT", "/api/2.0/serving-endpoints/chat/config") in operations
+    assert len(operations) >= 13
 
 
 def _check(label: str, response, case, failures: list[str]) -> None:  # type: ignore[no-untyped-def]
@@ -255,6 +298,9 @@ def _fuzz(operation, label: str, seen: dict[str, set[int]], failures: list[str])
     run()
 
 
+CHAT_ROUTES = ("/serving-endpoints/{name}/invocations", "/serving-endpoints/chat/completions")
+
+
 @pytest.mark.slow
 def test_no_generated_request_gets_a_5xx(fuzzed):
     failures: list[str] = []
@@ -263,10 +309,24 @@ def test_no_generated_request_gets_a_5xx(fuzzed):
         operation = result.ok()
         _fuzz(operation, f"{operation.method.upper()} {operation.path}", seen, failures)
     assert not failures, "\n".join(failures[:20])
-    assert len(seen) >= 12, seen
-    # the data plane's routes were reached past validation: some generated requests were answered, by the
-    # scoring seam or by the chat server
-    for route in ("/serving-endpoints/{name}/invocations", "/serving-endpoints/chat/completions"):
-        assert 200 in seen[f"POST {route}"] and any(400 <= s < 500 for s in seen[f"POST {route}"]), {
-            k: v for k, v in seen.items() if "serving-endpoints/" in k and "api" not in k
-        }
+    assert len(seen) >= 13, seen
+    # the new routes' checks were reached: each refused some generated requests, naming what is wrong
+    for operation in ("PUT /api/2.0/serving-endpoints/chat/config", *(f"POST {route}" for route in CHAT_ROUTES)):
+        assert any(400 <= s < 500 for s in seen[operation]), (operation, seen[operation])
+
+
+def test_a_valid_chat_request_on_each_route_reaches_the_chat_server(fuzzed):
+    """What the fuzzed requests reach once they pass the checks: the chat server's answer, whole or streamed (sent
+    as the fuzzer sends its cases)."""
+    hello = [{"role": "user", "content": "hi"}]
+    invocations = fuzzed["/serving-endpoints/{name}/invocations"]["POST"]
+    completions = fuzzed["/serving-endpoints/chat/completions"]["POST"]
+    cases = [
+        invocations.Case(path_parameters={"name": "chat"}, body={"messages": hello}),
+        invocations.Case(path_parameters={"name": "ep"}, body={"messages": hello, "stream": True}),
+        completions.Case(body={"model": "chat", "messages": hello}),
+    ]
+    answers = [case.call(headers={"Authorization": f"Bearer {ADMIN}"}) for case in cases]
+    assert [a.status_code for a in answers] == [200, 200, 200], [a.text[:200] for a in answers]
+    assert answers[0].json()["choices"][0]["message"]["content"] == "ok"
+    assert answers[1].text.startswith("data: ") and "[DONE]" in answers[1].text

@@ -165,6 +165,24 @@ def test_surplus_replicas_leave_the_routing_at_once_and_dead_ones_when_counted()
     assert after_down == 2 and counted == 1 and stopped == [2] and busy_kept
 
 
+def test_a_dead_replica_is_replaced_at_once_and_the_dispatcher_holds_requests_for_its_replacement():
+    async def scenario() -> tuple[bool, int, bool, list[int], list[int]]:
+        backend = FakeBackend()
+        dead = FakeReplica(1)
+        served = ReplicaSet("champion", "m", "1", backend, endpoint="e", replicas=[dead])
+        dispatcher = served.attach(_never)
+        dead.dead = True
+        served.lost(dead)  # what the dispatcher calls when it cannot reach it
+        holding, starting = dispatcher.replacing(), served.starting
+        backend.release.set()
+        await _settle(served)
+        return holding, starting, dispatcher.replacing(), [r.pid for r in served.replicas], backend.stopped
+
+    holding, starting, still_holding, replicas, stopped = asyncio.run(scenario())
+    assert holding and starting == 1  # the replacement started at once, and requests are held for it
+    assert not still_holding and replicas == [101] and stopped == []
+
+
 def test_limits_reach_the_dispatcher():
     served = ReplicaSet("champion", "m", "1", replicas=[FakeReplica(1)], max_concurrency=4)
     dispatcher = served.attach(_never)
