@@ -19,7 +19,6 @@ import pytest
 
 _SESSION_HOME: Path | None = None
 _PREFECT_SERVER = None  # the session's Prefect server, when this process started it (tests.prefect_server)
-_WORLD_BUILD = None  # the process building the test world's template, when this process started it (tests.world)
 _WORLD_TEMPLATE = "TOLLFREE_TEST_WORLD_TEMPLATE"  # set by the xdist controller; its workers copy the world from there
 _MACHINE_LOCK = "TOLLFREE_TEST_MACHINE_LOCK"  # set by the first pytest process; its xdist workers inherit it
 # The files that take longest (about two minutes or more each in CI, ``--durations``): handed out first.
@@ -42,18 +41,8 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.pop("PREFECT_API_URL", None)  # never a server of the user's shell
         if getattr(config.option, "numprocesses", None):
             _start_prefect_server()  # the xdist controller, before its workers exist
-            _start_world_build()
-
-
-def _start_world_build() -> None:
-    """The test world, built once for every worker (``tests.world``), beside the session's state folder."""
-    global _WORLD_BUILD
-    from tests.world import start_template_build
-
-    assert _SESSION_HOME is not None
-    template = Path(tempfile.mkdtemp(prefix="tollfree-test-"))  # as long a path as each worker's state folder
-    os.environ[_WORLD_TEMPLATE] = str(template)
-    _WORLD_BUILD = start_template_build(template, dict(os.environ))
+            # the test world's template (tests.world): named here, built by the first worker that needs it
+            os.environ[_WORLD_TEMPLATE] = tempfile.mkdtemp(prefix="tollfree-test-")  # as long as a worker's folder
 
 
 def _start_prefect_server() -> str:
@@ -67,10 +56,7 @@ def _start_prefect_server() -> str:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if _WORLD_BUILD is not None:
-        if _WORLD_BUILD.poll() is None:
-            _WORLD_BUILD.kill()
-        _WORLD_BUILD.wait()
+    if not hasattr(config, "workerinput") and os.environ.get(_WORLD_TEMPLATE):
         template = Path(os.environ[_WORLD_TEMPLATE])
         if not os.environ.get("TOLLFREE_KEEP_TEST_STATE"):
             shutil.rmtree(template, ignore_errors=True)
@@ -180,10 +166,11 @@ def _drain_prefect_clients() -> None:
 def world(prefect_harness):
     """Data, features and a registered champion, built once by the real flows: for all xdist workers by the
     controller (copied here from its template), or here."""
-    from tests.world import build_world, copy_world
+    from tests.world import build_template, build_world, copy_world
 
     template = os.environ.get(_WORLD_TEMPLATE)
     if template and _SESSION_HOME is not None:
+        build_template(Path(template), dict(os.environ))
         return copy_world(Path(template), _SESSION_HOME)
     return build_world()
 

@@ -1,8 +1,9 @@
 """One small, real world shared by the integration and e2e tests: data, features, a trained model.
 
-Under xdist the controller builds it once, in a process of its own (``python -m tests.world TEMPLATE``, started
-by ``conftest.pytest_configure`` before the workers), into a template state folder; each worker that needs it
-waits for that build and copies the template into its own state folder (``copy_world``). The files name their
+Under xdist it is built once, into a template state folder the controller names (``conftest.pytest_configure``):
+the first worker that needs it builds it there, in a process of its own (``python -m tests.world TEMPLATE``),
+holding the template's lock; each worker that needs it, that one included, then copies the template into its own
+state folder (``copy_world``). A run whose tests need no world builds none. The files name their
 folder by its absolute path (MLflow's artifact locations, Feast's registry of data sources, SQLite and protobuf
 files both), so the copy replaces the template's path with the worker's in every file, byte for byte: both folders
 are ``tempfile.mkdtemp`` names of one prefix in one directory, of equal length, so every length field in those
@@ -11,12 +12,12 @@ files stays right. A run in one process builds its world in place (``build_world
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pickle
 import shutil
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -63,8 +64,25 @@ RESULT = "world.pickle"  # the template's build result: (materialized, trained)
 FAILED = "world.failed"  # the builder's error, when it failed
 
 
-def start_template_build(template: Path, environ: dict[str, str]) -> subprocess.Popen[bytes]:
-    """Build the world into ``template`` in a process of its own, with ``environ`` pointed there."""
+def build_template(template: Path, environ: dict[str, str], timeout_s: float = 900) -> None:
+    """Build the world into ``template`` in a process of its own, with ``environ`` pointed there; once, whichever
+    worker asks first (the others wait for it on the template's lock)."""
+    with open(template / ".lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (template / RESULT).exists() or (template / FAILED).exists():
+            return
+        build = _start_build(template, environ)
+        try:
+            build.wait(timeout_s)
+        finally:
+            if build.poll() is None:
+                build.kill()
+                build.wait()
+        if not (template / RESULT).exists() and not (template / FAILED).exists():
+            (template / FAILED).write_text(f"the build exited with code {build.returncode}")
+
+
+def _start_build(template: Path, environ: dict[str, str]) -> subprocess.Popen[bytes]:
     env = {
         **environ,
         "TOLLFREE_HOME": str(template),
@@ -81,15 +99,12 @@ def start_template_build(template: Path, environ: dict[str, str]) -> subprocess.
         )
 
 
-def copy_world(template: Path, home: Path, timeout_s: float = 900) -> World:
-    """The template's world, once built, copied into ``home`` (see the module's doc)."""
-    deadline = time.monotonic() + timeout_s
-    while not (template / RESULT).exists():
-        if (template / FAILED).exists() or time.monotonic() > deadline:
-            log = template.parent / f"{template.name}.log"
-            tail = log.read_text(errors="replace")[-4000:] if log.exists() else "(no log)"
-            raise RuntimeError(f"the test world's build failed or did not end in {timeout_s:.0f} s:\n{tail}")
-        time.sleep(0.2)
+def copy_world(template: Path, home: Path) -> World:
+    """The template's world, built (``build_template``), copied into ``home`` (see the module's doc)."""
+    if not (template / RESULT).exists():
+        log = template.parent / f"{template.name}.log"
+        tail = log.read_text(errors="replace")[-4000:] if log.exists() else "(no log)"
+        raise RuntimeError(f"the test world's build failed:\n{tail}")
     old, new = str(template).encode(), str(home).encode()
     if len(old) != len(new):
         raise RuntimeError(f"the world template {template} and {home} differ in length: it cannot be copied")
@@ -97,7 +112,7 @@ def copy_world(template: Path, home: Path, timeout_s: float = 900) -> World:
         target = home / source.relative_to(template)
         if source.is_dir():
             target.mkdir(parents=True, exist_ok=True)
-        elif source.is_file() and source.name != RESULT:
+        elif source.is_file() and source.name not in (RESULT, ".lock"):
             data = source.read_bytes()
             target.parent.mkdir(parents=True, exist_ok=True)
             if old in data:

@@ -84,10 +84,12 @@ def _kendall_critical(n: int, p: float) -> int:
 
 
 def queue_bound(config: ScalingConfig, signals: Signals, now: float, goal: float) -> int:
-    """How many requests may wait at the gateway: what the measured throughput serves within ``goal``
-    of the SLO (``throughput x (goal x SLO - service time)``), so a request admitted can still meet it
-    and the rest get a fast 429. ``max_queue`` while nothing has been served in the last interval
-    (scale from zero: requests are held, not dropped)."""
+    """How many requests may wait at the gateway: what the replicas serve within ``goal`` of the SLO
+    (``rate x (goal x SLO - service time)``), so a request admitted can still meet it and the rest get a
+    fast 429. The rate is the busiest second's of the last interval: what the replicas showed they serve,
+    not an average that the interval's idle seconds dilute (load starting after a pause would otherwise be
+    refused as though the replicas were slow). ``max_queue`` while nothing has been served in the last
+    interval (scale from zero: requests are held, not dropped)."""
     recent = signals.since(now - config.decision_interval_s)
     if not recent:
         return config.max_queue
@@ -96,5 +98,6 @@ def queue_bound(config: ScalingConfig, signals: Signals, now: float, goal: float
     if throughput <= 0 or recent[-1].ready_replicas == 0:
         return config.max_queue
     busy = sum(max(0.0, s.in_flight - s.queue_depth) for s in recent) / n
+    rate = max(s.completed for s in recent)
     wait_s = goal * config.latency_slo_ms / 1000.0 - busy / throughput
-    return int(min(config.max_queue, max(1, math.ceil(throughput * max(0.0, wait_s)))))
+    return int(min(config.max_queue, max(1, math.ceil(rate * max(0.0, wait_s)))))

@@ -9,6 +9,8 @@ wrote, and ``follow`` routes a follower's data plane to the replicas the leader 
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -26,6 +28,8 @@ from serving.replicas.replica_set import ReplicaSet
 
 if TYPE_CHECKING:
     from serving.replicas.cluster.connect import Cluster
+
+log = logging.getLogger(__name__)
 
 
 class Reconciler:
@@ -103,10 +107,16 @@ class Reconciler:
 
     async def follow(self) -> None:
         """A follower's data plane, refreshed from the store: every endpoint's config routed to the replicas
-        the replica table lists for it (run by the leader). Replicas kept across refreshes keep their counts."""
+        the replica table lists for it (run by the leader). Replicas kept across refreshes keep their counts.
+
+        A gateway that led until now (its lease lost while it lived: the store out of its reach for longer than
+        the lease) hands its own replicas over: each of its sets keeps serving until the table lists the new
+        leader's replicas of the same entity, then stops (its requests answered) and its rows leave the table.
+        The new leader cannot adopt them (their owner lives), so without this they would run on, unmanaged."""
         records = await run_in_threadpool(self.store.list)
         rows = await self.book.routes() if self.cluster is None else {}  # a cluster's sets follow its watch
         live = self.rollouts.live
+        handed_over: list[ReplicaSet] = []
         for record in records:
             self.ai_gateways.remember(record)
             before = live.get(record.name)
@@ -114,20 +124,35 @@ class Reconciler:
             for served_entity in spec.registry_entities(record.config):
                 uri = f"models:/{served_entity.entity_name}/{served_entity.resolved_version}"
                 name = str(served_entity.name)
+                listed = [r for r in rows.get((record.name, name, uri), []) if r.owner_pid != os.getpid()]
                 replica_set = before.replica_sets.get(name) if before is not None else None
+                if self.cluster is None and replica_set is not None and _own(replica_set):
+                    if replica_set.model_uri == uri and not listed:
+                        replica_sets[name] = replica_set  # serves on until the new leader's replicas are listed
+                        continue
+                    handed_over.append(replica_set)
                 if replica_set is None or replica_set.model_uri != uri or not replica_set.followed:
                     replica_set = self.placement.follow(record.name, served_entity)
                     self._attach(replica_set)
                 if self.cluster is None:
-                    replicas = rows.get((record.name, name, uri), [])
-                    replica_set.route_to([RemoteReplica(r.replica_id, r.host, r.port) for r in replicas])
+                    replica_set.route_to([RemoteReplica(r.replica_id, r.host, r.port) for r in listed])
                 replica_sets[name] = replica_set
             if before is None or _routing(before) != _routing_of(replica_sets, record.config):
                 live[record.name] = LiveEndpoint.of(replica_sets, record.config)
                 if before is not None:
                     self.placement.forget([s for s in before.replica_sets.values() if s not in replica_sets.values()])
         for name in set(live) - {r.name for r in records}:
-            self.placement.forget(live.pop(name).replica_sets.values())
+            gone = live.pop(name).replica_sets.values()
+            handed_over.extend(s for s in gone if self.cluster is None and _own(s))
+            self.placement.forget(gone)
+        if handed_over:
+            log.info("following: stopping %d replica set(s) this gateway ran as leader", len(handed_over))
+            self.rollouts.spawn_stop(handed_over)
+
+
+def _own(replica_set: ReplicaSet) -> bool:
+    """A set whose replicas this gateway runs (it started them as leader), not one that follows another's."""
+    return not replica_set.followed and replica_set.backend is not None
 
 
 def _target(record: spec.EndpointRecord) -> tuple[spec.EndpointCoreConfig, int]:

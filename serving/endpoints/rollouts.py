@@ -70,6 +70,7 @@ class Rollouts:
         self.leading = True
         self.fence = fence  # the leader's fencing token, checked by its record writes
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._stopping: set[asyncio.Task[None]] = set()  # sets handed over by a gateway that stopped leading
         self._restoring: dict[str, asyncio.Event] = {}  # set once the restored endpoint is live (or failed)
         self._closing = False  # the gateway is stopping: a cancelled rollout leaves a cluster's Deployments be
 
@@ -144,6 +145,12 @@ class Rollouts:
         if name in self._tasks or restoring is not None:
             raise unavailable(f"endpoint {name} is not ready yet")
         raise not_found(f"endpoint {name} does not exist")
+
+    def spawn_stop(self, replica_sets: Iterable[ReplicaSet]) -> None:
+        """Stop ``replica_sets`` in the background, each replica once its requests are answered."""
+        task = asyncio.get_running_loop().create_task(self.stop_all(list(replica_sets)))
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
 
     async def stop_all(self, replica_sets: Iterable[ReplicaSet], *, cancel_starts: bool = False) -> None:
         for replica_set in replica_sets:

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from serving.endpoints.live import LiveEndpoint
 from serving.endpoints.manager import EndpointManager
 from serving.gateway.auth import Principal, Tokens, authenticate, authorize
 from serving.gateway.chat_plane import ChatPlane
@@ -106,8 +107,24 @@ class InvocationsHandler:
         return who
 
     async def _score(self, name: str, headers: dict[bytes, bytes], body: bytes, request_id: str, reply: _Reply) -> None:
-        """Route ``body`` to a served entity by the traffic split and fill ``reply`` with its answer."""
-        live = self.manager.live.get(name) or await self.manager.served(name)
+        """Route ``body`` to a served entity by the traffic split and fill ``reply`` with its answer. A request
+        refused (429, 503) by a served entity that left the routing while the request waited there (a config
+        change replaced it and its replicas stopped) is routed once more, by the endpoint's new routing."""
+        request = WireRequest(request_id, headers.get(b"content-type", b"").decode("latin-1"), body)
+        for last in (False, True):
+            live = self.manager.live.get(name) or await self.manager.served(name)
+            try:
+                await self._score_on(live, name, body, request, reply)
+                return
+            except ApiError as err:
+                current = self.manager.live.get(name)
+                gone = current is not None and current.replica_sets.get(reply.served_entity or "") is not (
+                    live.replica_sets.get(reply.served_entity or "")
+                )
+                if last or err.status_code not in (429, 503) or not gone:
+                    raise
+
+    async def _score_on(self, live: LiveEndpoint, name: str, body: bytes, request: WireRequest, reply: _Reply) -> None:
         reply.served_entity = served_entity = choose_entity(live.weights, self.rng)
         replica_set = live.replica_sets.get(served_entity)
         if replica_set is None:  # an external chat model: what the chat parser says is wrong with the body
@@ -119,7 +136,6 @@ class InvocationsHandler:
         dispatcher = replica_set.dispatcher
         if dispatcher is None:
             raise unavailable(f"served entity {served_entity} is not ready yet")
-        request = WireRequest(request_id, headers.get(b"content-type", b"").decode("latin-1"), body)
         key = _cache_key(served_entity, replica_set.version, request) if live.cache is not None else None
         answer = live.cache.get(key) if live.cache is not None and key is not None else None
         if answer is not None:

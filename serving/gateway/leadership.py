@@ -130,7 +130,12 @@ class Leadership:
                 log.exception("leadership step failed")
 
     async def step(self) -> None:
-        before = None if self.manager.leading else await run_in_threadpool(self.lease.holder)
+        before = None
+        if not self.manager.leading:
+            try:
+                before = await run_in_threadpool(self.lease.holder)
+            except Exception as exc:  # the store out of reach: the renewal below fails too, and this gateway follows
+                log.warning("leader lease not read: %s", type(exc).__name__)
         held = await self._hold()
         if held and not self.manager.leading:
             log.warning("taking over as leader (%s)", self.me)

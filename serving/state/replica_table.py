@@ -4,12 +4,14 @@ The gateway that runs a served entity writes its rows whenever the entity's repl
 transaction replaces them); a follower routes to the replicas it lists, and a gateway started on the same
 state reads it to adopt the replicas a crashed predecessor left running. Its writers log a failed write,
 never raise it: serving does not depend on it (``serving.replicas.book``). Its writes are the leader's, fenced
-(``serving.state.lease.Fence``): a gateway whose lease another has taken changes no row.
+(``serving.state.lease.Fence``): a gateway whose lease another has taken changes no row, except that it may
+withdraw its own (the replicas it hands over once it follows: no other gateway writes rows under its pid).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
@@ -58,7 +60,7 @@ class ReplicaTable:
         addresses, left by a gateway that is gone, is replaced)."""
         rows = list(rows)
         with self.database.engine.begin() as db:
-            if self.fence is not None:
+            if self.fence is not None and (rows or owner_pid != os.getpid()):
                 self.fence.check(db)
             db.execute(
                 delete(replicas).where(

@@ -193,3 +193,49 @@ def test_a_change_sent_while_the_takeover_brings_replicas_up_waits_for_it(tmp_pa
     during, running, after, record = asyncio.run(scenario())
     assert during == "IN_PROGRESS", "the takeover's end was written as the end of the change"
     _check(backend, running, after, record)
+
+
+def test_a_leader_that_lost_its_lease_hands_its_replicas_over_once_the_new_leaders_are_listed(tmp_path):
+    """A gateway led and ran ``before``'s replica, then lost the lease while alive: as a follower it serves on its
+    own replica until the replica table lists another gateway's replica of the entity, then routes there, stops
+    its own and withdraws its row."""
+    from serving.state.replica_table import ReplicaRow, ReplicaTable
+
+    store, backend = _stored(tmp_path), HeldBackend()
+    table = ReplicaTable(store.database)
+
+    async def scenario() -> tuple[list[str], list[str], list[int]]:
+        manager = _follower(store, backend, tmp_path)
+        backend.gate("models:/m/1").set()
+        await manager.reconciler.lead()
+        await manager.rollouts.wait_settled(NAME)
+        await manager.book.flush()
+        manager.leading = False  # the lease is another's now
+        manager.fence.drop()
+        await manager.reconciler.follow()  # the new leader's replicas are not listed yet
+        kept = [r.url for r in manager.live[NAME].replica_sets["before"].replicas]
+        other = ReplicaRow(
+            "local:127.0.0.1:4242:4242",
+            "127.0.0.1",
+            4242,
+            4242,
+            NAME,
+            "before",
+            "models:/m/1",
+            "local",
+            1.0,
+            owner_pid=1,
+        )
+        table.replace(NAME, "before", "models:/m/1", 1, [other])  # the new leader (pid 1) lists its replica
+        await manager.reconciler.follow()
+        routed = [r.url for r in manager.live[NAME].replica_sets["before"].replicas]
+        await _until(lambda: not backend.spawned[0].running, "the handed-over replica never stopped")
+        await manager.book.flush()
+        rows = sorted(r.pid for r in table.all())
+        await manager.shutdown()
+        return kept, routed, rows
+
+    kept, routed, rows = asyncio.run(scenario())
+    assert kept == ["http://127.0.0.1:1000"]  # its own replica served on
+    assert routed == ["http://127.0.0.1:4242"]  # then the new leader's
+    assert rows == [4242]  # its own row withdrawn, the new leader's kept

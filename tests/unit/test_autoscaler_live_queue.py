@@ -76,3 +76,16 @@ def test_a_poke_right_after_a_step_still_steps_within_the_gap(tmp_path):
     assert len(steps) == 3
     assert steps[1] - steps[0] >= gap - 0.005
     assert steps[2] - steps[1] < 0.5
+
+
+def test_load_that_starts_after_idle_seconds_is_bounded_by_the_rate_the_replicas_showed():
+    """Four idle seconds, then one second serving 300 requests (one at a time, 3 ms each): the queue bound is what
+    300/s serves within 80 % of the 500 ms SLO, not what the interval's average (60/s) would."""
+    from serving.autoscaler.load import queue_bound
+    from serving.autoscaler.signals import Sample, Signals
+    from serving.autoscaler.vertical import LATENCY_GOAL
+
+    idle = [Sample(t=float(t), in_flight=0.0, ready_replicas=1, replicas=1) for t in range(1, 5)]
+    busy = Sample(t=5.0, in_flight=1.0, ready_replicas=1, replicas=1, requests=300, completed=300, queue_depth=0.1)
+    bound = queue_bound(ScalingConfig(), Signals((*idle, busy)), now=5.0, goal=LATENCY_GOAL)
+    assert bound >= 100  # 300/s x (0.4 s - 15 ms): four clients are far from an overload

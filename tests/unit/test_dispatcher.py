@@ -75,6 +75,38 @@ def test_a_queued_request_that_waits_too_long_is_refused(tmp_path):
     assert any("within 0.1s" in r.json()["message"] for r in replies if r.status_code == 429)
 
 
+def test_a_request_whose_entity_is_replaced_while_it_waits_is_routed_by_the_new_config(tmp_path):
+    """The entity's only replica cannot be reached, and a config change replaces the entity meanwhile (its set
+    stops): the request, refused by the old set, goes once more through the endpoint's new routing."""
+    from serving.endpoints.live import LiveEndpoint
+    from serving.replicas.replica_set import ReplicaSet
+
+    replicas = FakeReplicas(delay_s=0.0)
+    new = ReplicaSet("m-2", "m", "2", replicas=[FakeReplica("http://new")])
+    new.attach(replicas.send)
+
+    async def send(replica, requests):  # type: ignore[no-untyped-def]
+        if replica.url == "http://replica":  # the config change lands while the request is on the old entity
+            manager.live["ep"] = LiveEndpoint({"m-2": new}, [("m-2", 100)])
+        return await replicas.send(replica, requests)
+
+    app = in_process_gateway(tmp_path, Tokens.from_environ({"TOLLFREE_TOKEN": TOKEN}), replicas=replicas, send=send)
+    manager = app.state.manager
+    old = manager.live["ep"].replica_sets["m-1"]
+    old.replicas[0].reachable = False
+    old.dispatcher.max_wait_s = 0.2
+    with TestClient(app) as client:
+        reply = client.post(
+            "/serving-endpoints/ep/invocations",
+            content=json.dumps({"inputs": [[1]]}),
+            headers={"Authorization": f"Bearer {TOKEN}", "content-type": "application/json"},
+        )
+        manager.live.clear()
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["served-model-name"] == "m-2"
+    assert [url for url, _ in replicas.batches] == ["http://replica", "http://new"]
+
+
 def run(coro):  # type: ignore[no-untyped-def]
     return asyncio.run(coro)
 
