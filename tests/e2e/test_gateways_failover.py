@@ -460,7 +460,7 @@ def _role(gateway: GatewayProcess) -> str:
 def test_postgresql_stopped_for_30_s_under_load_fails_no_request_and_applies_no_refused_write(
     world, pair, postgres, record_property
 ):
-    """Load: 8 plain clients through HAProxy on an endpoint both gateways serve. Fault: PostgreSQL stopped for 30 s
+    """Load: 4 plain clients through HAProxy on an endpoint both gateways serve. Fault: PostgreSQL stopped for 30 s
     (the leader's 10 s lease runs out meanwhile), then started again.
 
     Holds: every request answered 200 (each gateway serves from the configuration it holds); a config change sent
@@ -471,7 +471,7 @@ def test_postgresql_stopped_for_30_s_under_load_fails_no_request_and_applies_no_
     _create(pair.proxy, OUTAGE, {**ENTITY, "name": "kept"})
     acknowledged = wait_ready(pair.proxy, OUTAGE)["config"]
     path = f"/serving-endpoints/{OUTAGE}/invocations"
-    clients = RetryingClients([pair.proxy], path, rows_body(world, n=4), concurrency=8, retry=False)
+    clients = RetryingClients([pair.proxy], path, rows_body(world, n=4), concurrency=4, retry=False)
     try:
         _answers(clients, 20, after=0.0, timeout_s=30)
         postgres.stop()
