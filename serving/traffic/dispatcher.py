@@ -15,7 +15,8 @@ Limits, as before: at most ``limit`` requests in flight per replica (its concurr
 A replica that cannot be reached is left out of the routing for ``EJECT_S`` (as Envoy ejects an outlier), its
 owner is told (``on_lost``: a dead replica's replacement starts at once), and its batch goes back to the front
 of the queue, to be sent once more (predictions are idempotent) to another replica or to the replacement; a
-request that found no replica on its second try answers 503. While a lost replica's replacement starts
+request whose second replica cannot be reached either, or that finds none before its wait runs out, answers
+503. While a lost replica's replacement starts
 (``replacing``), requests are held for it rather than refused: the queue takes up to ``queue_cap`` and a
 request waits up to ``HOLD_S``, as Knative's activator holds requests for a revision's pods.
 
