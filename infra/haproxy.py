@@ -13,11 +13,16 @@ What it does for a client:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 BUFFER_BYTES = 262_144  # tune.bufsize: the largest request HAProxy can retry whole
 
 
-def config(listen_port: int, gateway_ports: list[int], host: str = "127.0.0.1") -> str:
-    servers = "\n".join(f"    server gateway-{i} {host}:{port} check" for i, port in enumerate(gateway_ports, 1))
+def config(listen_port: int, gateway_ports: Sequence[int | str], host: str = "127.0.0.1") -> str:
+    """HAProxy's configuration: listening on ``host:listen_port``, balancing over the gateways, each a port on
+    ``host`` or an address of its own (``"10.0.0.2:8080"``)."""
+    addresses = [g if isinstance(g, str) else f"{host}:{g}" for g in gateway_ports]
+    servers = "\n".join(f"    server gateway-{i} {a} check" for i, a in enumerate(addresses, 1))
     return f"""# written by make up (infra/haproxy.py); rewritten at every up
 global
     maxconn 4096

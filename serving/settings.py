@@ -172,6 +172,12 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
         "replica",
     ),
     EnvVar(
+        "TOLLFREE_REPLICA_HOST",
+        "`127.0.0.1`",
+        "the address a gateway's local replicas listen on, where the other gateways route to them",
+        "gateway",
+    ),
+    EnvVar(
         "TOLLFREE_REPLICA_ORPHAN_S",
         "`60`",
         "seconds a replica whose gateway died waits to be adopted before it stops",

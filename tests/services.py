@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,9 +92,10 @@ class Postgres:
     datadir: Path
     as_user: str | None
     process: subprocess.Popen | None = None
+    listen: tuple[str, ...] = ("127.0.0.1",)  # its addresses; clients elsewhere than loopback need a pg_hba line
 
-    def url(self, database: str = "postgres", *, driver: str = "postgresql") -> str:
-        return f"{driver}://{self.user}:{self.password}@127.0.0.1:{self.port}/{database}"
+    def url(self, database: str = "postgres", *, driver: str = "postgresql", host: str = "127.0.0.1") -> str:
+        return f"{driver}://{self.user}:{self.password}@{host}:{self.port}/{database}"
 
     def admin(self, sql: str) -> None:
         import psycopg
@@ -118,7 +119,7 @@ class Postgres:
                 "-p",
                 str(self.port),
                 "-c",
-                "listen_addresses=127.0.0.1",
+                f"listen_addresses={','.join(self.listen)}",
                 "-c",
                 f"unix_socket_directories={self.datadir}",
                 "-c",
@@ -151,9 +152,10 @@ class Postgres:
 
 
 @contextmanager
-def postgres_server() -> Iterator[Postgres]:
-    """A fresh PostgreSQL cluster on 127.0.0.1 with password auth, run as the ``postgres`` user when we are root
-    (PostgreSQL refuses to run as root); removed with its data at the end."""
+def postgres_server(listen: tuple[str, ...] = ("127.0.0.1",), clients: str | None = None) -> Iterator[Postgres]:
+    """A fresh PostgreSQL cluster on ``listen`` (127.0.0.1) with password auth, run as the ``postgres`` user when
+    we are root (PostgreSQL refuses to run as root); removed with its data at the end. ``clients``: a network
+    (``10.1.2.0/30``) whose hosts may connect as well as loopback's."""
     bindir = ensure_postgres()
     as_user = "postgres" if os.geteuid() == 0 else None
     workdir = Path(tempfile.mkdtemp(prefix="tollfree-pg-"))
@@ -181,7 +183,10 @@ def postgres_server() -> Iterator[Postgres]:
         timeout=120,
         user=as_user,
     )
-    server = Postgres(free_port(), "tollfree", password, bindir, workdir / "data", as_user)
+    if clients is not None:
+        with open(workdir / "data" / "pg_hba.conf", "a") as hba:
+            hba.write(f"host all all {clients} scram-sha-256\n")
+    server = Postgres(free_port(), "tollfree", password, bindir, workdir / "data", as_user, listen=listen)
     try:
         server.start()
         yield server
@@ -191,7 +196,7 @@ def postgres_server() -> Iterator[Postgres]:
 
 
 @contextmanager
-def haproxy_server(gateway_ports: list[int], workdir: Path) -> Iterator[str]:
+def haproxy_server(gateway_ports: Sequence[int | str], workdir: Path) -> Iterator[str]:
     """HAProxy (Debian's) in front of the gateways on ``gateway_ports``, configured as ``make up`` configures it
     (``infra.haproxy``); yields its URL once it answers ``/healthz`` through a gateway."""
     import httpx

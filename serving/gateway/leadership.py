@@ -11,7 +11,8 @@ and adopts its replicas (``Reconciler.lead``). A graceful stop releases the leas
 
 A leader that cannot renew (the store down, or out of its reach) leads on only while the lease it last renewed
 is surely still its own: from the moment it asked for that renewal, the TTL less one interval. Then it follows,
-before another gateway can take the lease over. Its writes carry the lease's term as a fencing token
+before another gateway can take the lease over, even while a statement still waits on a cut network (a watchdog
+checks every fifth of an interval). Its writes carry the lease's term as a fencing token
 (``serving.state.lease.Fence``), so even a leader that has not noticed yet writes nothing once its lease is
 another's.
 
@@ -82,6 +83,7 @@ class Leadership:
         self._valid_until = 0.0  # on ``clock``: until then, the lease this gateway renewed last is surely its own
         self._changed = asyncio.Event()  # a NOTIFY came: step now rather than at the next interval
         self._listener: ChangeListener | None = None
+        self._watchdog: asyncio.Task[None] | None = None
 
     async def _hold(self) -> bool:
         """Take or renew the lease: whether this gateway leads now (see the module's doc for a failed renewal)."""
@@ -91,11 +93,29 @@ class Leadership:
         except Exception as exc:
             log.warning("leader lease not renewed: %s", type(exc).__name__)
             return self.manager.leading and self.clock() < self._valid_until
-        if term is None:
-            return False
+        if term is None or self.clock() >= asked + self.lease.ttl_s - self.interval_s:
+            return False  # not held, or the answer took all the renewal's validity: it renews nothing
         self.manager.fence.hold(self.me, term)
         self._valid_until = asked + self.lease.ttl_s - self.interval_s
         return True
+
+    def expired(self) -> bool:
+        """Whether this gateway leads past the validity of the lease it renewed last."""
+        return self.manager.leading and self.clock() >= self._valid_until
+
+    def _step_down(self) -> None:
+        log.warning("lost the leader lease (or could not renew it in time): following")
+        self.manager.leading = False
+        self.manager.fence.drop()
+        self.on_role(False)
+
+    async def _watch(self) -> None:
+        """Step down the moment the lease renewed last may be another's, whatever the step is waiting for: on a
+        cut network a renewal, or any other statement, waits unanswered for seconds before it fails."""
+        while True:
+            await asyncio.sleep(self.interval_s / 5)
+            if self.expired():
+                self._step_down()
 
     async def start(self) -> None:
         """At gateway start: lead (bring every endpoint up, adopting what a dead leader left) or follow."""
@@ -116,6 +136,7 @@ class Leadership:
 
         self._listener = ChangeListener(self.manager.store.database.url, changed)
         self._listener.start()
+        self._watchdog = asyncio.create_task(self._watch())
         while True:
             try:
                 await asyncio.wait_for(self._changed.wait(), self.interval_s)
@@ -144,16 +165,15 @@ class Leadership:
             await self.manager.reconciler.lead()
             self.on_role(True)
         elif not held and self.manager.leading:
-            log.warning("lost the leader lease (or could not renew it in time): following")
-            self.manager.leading = False
-            self.manager.fence.drop()
-            self.on_role(False)
+            self._step_down()
         if self.manager.leading:
             await self.manager.reconciler.reconcile()
         else:
             await self.manager.reconciler.follow()
 
     async def stop(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         if self._listener is not None:
             await run_in_threadpool(self._listener.stop)
         try:

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,13 +36,20 @@ class GatewayProcess:
 
 
 def start_gateway(
-    env: Mapping[str, str], log_path: Path, host: str = "127.0.0.1", port: int | None = None, timeout_s: float = 60.0
+    env: Mapping[str, str],
+    log_path: Path,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    timeout_s: float = 60.0,
+    runner: Sequence[str] = (),
 ) -> GatewayProcess:
+    """``python -m serving`` on ``host:port`` (a free port if None), run under ``runner`` if given (a command that
+    execs the rest, as ``ip netns exec NAME`` does); returns once it answers ``/healthz``."""
     port = port or free_port(host)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "serving", "--host", host, "--port", str(port)],
+            [*runner, sys.executable, "-m", "serving", "--host", host, "--port", str(port)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=dict(env),

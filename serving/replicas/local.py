@@ -26,6 +26,10 @@ from serving.replicas.forking import ForkServer
 from serving.settings import PROJECT_DIR
 from serving.traffic.replica import process_id
 
+# The address a gateway's local replicas listen on and are listed at in the replica table: loopback unless the
+# gateway's other gateways reach it over a network (each then routes to the replicas at this address).
+REPLICA_HOST_ENV = "TOLLFREE_REPLICA_HOST"
+
 log = logging.getLogger(__name__)
 
 
@@ -191,6 +195,7 @@ class Launcher:
     log_dir: Path
     env: Mapping[str, str]
     fork_server: ForkServer | None = None
+    host: str = "127.0.0.1"  # the address replicas listen on and are listed at (``REPLICA_HOST_ENV``)
 
     @classmethod
     def for_gateway(cls, environ: Mapping[str, str], log_dir: Path, token_file: Path | None = None) -> Launcher:
@@ -201,7 +206,7 @@ class Launcher:
         the gateway; otherwise it is kept in ``token_file`` (see :func:`replica_token`)."""
         token = replica_token(environ, token_file)
         env = {**{k: v for k, v in environ.items() if k != "TOLLFREE_TOKEN"}, REPLICA_TOKEN_ENV: token}
-        return cls(log_dir, env, ForkServer(env, log_dir))
+        return cls(log_dir, env, ForkServer(env, log_dir), environ.get(REPLICA_HOST_ENV) or "127.0.0.1")
 
     @property
     def token(self) -> str | None:
@@ -209,7 +214,7 @@ class Launcher:
 
     def start(self, model_uri: str) -> LocalReplica:
         """A replica process for ``model_uri`` (empty: a warm-pool standby); see :func:`start_replica`."""
-        return start_replica(model_uri, self.log_dir, self.env, fork_server=self.fork_server)
+        return start_replica(model_uri, self.log_dir, self.env, host=self.host, fork_server=self.fork_server)
 
     def prepare(self) -> None:
         """Have the fork server ready (blocking: its imports take seconds the first time), so that ``start``

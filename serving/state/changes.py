@@ -13,6 +13,8 @@ from collections.abc import Callable
 from sqlalchemy import Connection
 from sqlalchemy.engine import URL
 
+from serving.state.database import postgres_liveness
+
 log = logging.getLogger(__name__)
 
 CHANNEL = "tollfree_state"
@@ -31,6 +33,7 @@ class ChangeListener:
     def __init__(self, url: URL, on_change: Callable[[], None], *, poll_s: float = 1.0) -> None:
         self._conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
         self._shown = url.render_as_string(hide_password=True)
+        self._liveness = postgres_liveness(url)  # a cut link ends the wait for notices, as it ends a statement's
         self._on_change = on_change
         self._poll_s = poll_s
         self._stop = threading.Event()
@@ -48,7 +51,7 @@ class ChangeListener:
 
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=5) as conn:
+                with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=5, **self._liveness) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     while not self._stop.is_set():
                         for _ in conn.notifies(timeout=self._poll_s):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
@@ -62,6 +63,24 @@ class Database:
         return first[:300]
 
 
+# How long a PostgreSQL connection may go unanswered, each way. A network cut (not a crash) leaves both ends
+# waiting in silence: the client for an answer, TCP's retransmissions for up to 15 minutes; the server for the
+# client's next statement, holding its transaction's locks, the lease's row among them (``serving.state.lease``),
+# until TCP's keepalive ends it after two hours. With these, a statement unanswered for 5 s fails on the
+# gateway's side, an idle connection is found dead within about 9 s, and the server ends a transaction its
+# client left idle for 5 s, which releases its locks well within the lease's TTL.
+UNANSWERED_MS = 5000
+LIVENESS = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 2}
+
+
+def postgres_liveness(url: URL) -> dict[str, Any]:
+    """libpq's settings for :data:`UNANSWERED_MS` (a URL's own ``options`` are kept, and then it sets its own)."""
+    out: dict[str, Any] = {**LIVENESS, "tcp_user_timeout": UNANSWERED_MS}
+    if "options" not in url.query:
+        out["options"] = f"-c idle_in_transaction_session_timeout={UNANSWERED_MS}"
+    return out
+
+
 def open_database(location: str | Path, timeout_s: float = 30.0) -> Database:
     """An engine for the store; SQLite files get WAL, ``synchronous=FULL`` and a busy wait of ``timeout_s``."""
     url = parse(location)
@@ -83,6 +102,6 @@ def open_database(location: str | Path, timeout_s: float = 30.0) -> Database:
             pool_pre_ping=True,
             pool_size=4,
             max_overflow=4,
-            connect_args={"connect_timeout": max(1, int(min(timeout_s, 10)))},
+            connect_args={"connect_timeout": max(1, int(min(timeout_s, 10))), **postgres_liveness(url)},
         )
     return Database(url, engine)

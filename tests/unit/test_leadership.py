@@ -78,3 +78,71 @@ def test_a_leader_that_cannot_renew_follows_before_its_lease_can_run_out_elsewhe
     assert seen == [(True, 7), (True, 7), (False, None)]
     assert roles == [False] and manager.fence.armed  # its writes are refused until it holds the lease again
     assert manager.reconciler.calls == ["reconcile", "reconcile", "follow"]
+
+
+class HangingLease(FakeLease):
+    """A store on a cut network: the renewal waits, unanswered, until ``answer`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import threading
+
+        self.answer = threading.Event()
+        self.hang = False
+
+    def hold(self, holder: str) -> int | None:
+        if self.hang:
+            self.answer.wait(timeout=30)
+        return 7
+
+
+def _leader(clock: Clock, lease: FakeLease):  # type: ignore[no-untyped-def]
+    manager = SimpleNamespace(
+        store=SimpleNamespace(database=None), leading=True, fence=Fence(), reconciler=FakeReconciler()
+    )
+    roles: list[bool] = []
+    leadership = Leadership(manager, ttl_s=10.0, interval_s=0.05, on_role=roles.append, clock=clock)  # type: ignore[arg-type]
+    leadership.lease = lease  # type: ignore[assignment]
+    return leadership, manager, roles
+
+
+def test_a_renewal_that_hangs_does_not_keep_a_leader_leading_past_its_lease():
+    clock, lease = Clock(), HangingLease()
+    leadership, manager, roles = _leader(clock, lease)
+
+    async def scenario() -> tuple[bool, bool]:
+        await leadership.step()  # renewed at 100: its own until 100 + 10 - 0.05
+        watchdog = asyncio.create_task(leadership._watch())
+        lease.hang = True
+        step = asyncio.create_task(leadership.step())  # the renewal waits on the cut network
+        await asyncio.sleep(0.05)
+        still_before = manager.leading
+        clock.now = 109.96  # the lease it renewed last may now be another's
+        deadline = asyncio.get_running_loop().time() + 5
+        while manager.leading and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        stepped_down = not manager.leading
+        lease.answer.set()
+        await step
+        watchdog.cancel()
+        return still_before, stepped_down
+
+    still_before, stepped_down = asyncio.run(scenario())
+    assert still_before and stepped_down, "the leader led on while its renewal hung past the lease's validity"
+    assert roles == [False] and manager.fence.term is None
+
+
+def test_a_renewal_answered_only_after_its_validity_renews_nothing():
+    clock, lease = Clock(), HangingLease()
+    leadership, manager, roles = _leader(clock, lease)
+    manager.leading = False
+
+    class Late(HangingLease):
+        def hold(self, holder: str) -> int | None:
+            clock.now += 10.0  # the answer came 10 s after it was asked for: a TTL's worth
+            return 7
+
+    leadership.lease = Late()  # type: ignore[assignment]
+    asyncio.run(leadership.step())
+    assert not manager.leading and roles == []
+    assert manager.reconciler.calls == ["follow"]
