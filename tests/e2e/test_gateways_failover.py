@@ -16,18 +16,25 @@ What must hold:
 - PostgreSQL stopped for 30 s under load through HAProxy: no failed request, a config change meanwhile is a 503
   naming the store and is not applied, the leader follows before its lease can run out, and afterwards one
   gateway leads.
+- concurrent config updates through both gateways, across a leader kill and a PostgreSQL restart: the recorded
+  history keeps the API's promises (``tests.history``): nothing acknowledged is lost, nothing refused shows,
+  conflicts answer 409.
 
 The cases share one store, one HAProxy and one pair of gateway ports (:class:`GatewayPair`): the first kills its
 leader; the second starts a gateway again on the dead one's port, so the first case's survivor leads, and kills that
-leader; the third starts one again and stops the store under both. A gateway start is seconds of the suite's longest
+leader; the third starts one again and stops the store under both; the fourth kills the leader and restarts the
+store. A gateway start is seconds of the suite's longest
 path on a busy machine: the file starts four, not six.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 import re
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +49,7 @@ from serving.replicas.local import free_port
 from serving.state.database import Database, open_database
 from serving.state.lease import Lease
 from serving.state.replica_table import ReplicaRow, ReplicaTable
+from tests import history
 from tests.gateways import ENTITY, Outcome, RetryingClients, command_words, rows_body, wait_ready
 from tests.services import Postgres, haproxy_server
 from tests.world import World
@@ -516,3 +524,124 @@ def test_postgresql_stopped_for_30_s_under_load_fails_no_request_and_applies_no_
     assert stepped_down_s < 10.0  # before its lease could run out and be taken elsewhere
     assert after == acknowledged
     _delete(pair, pair.proxy, OUTAGE)
+
+
+HISTORY = ("history-a", "history-b")
+
+
+class ConfigWriters:
+    """Four clients, two on each gateway's own URL, each in a loop: a config update of a random endpoint of
+    ``HISTORY`` that changes only its served entity's ``max_concurrency`` to a number no other update sends (the
+    marker; the replicas are kept and reconfigured), then a read of that endpoint. Every request is recorded
+    (``tests.history``); a request that gets no answer counts as unknown and the client goes on."""
+
+    def __init__(self, urls: list[str]) -> None:
+        self.writes: list[history.Write] = []
+        self.reads: list[history.Read] = []
+        self._markers = itertools.count(1000)
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._client, args=(i, urls[i % 2]), daemon=True) for i in range(4)]
+        for thread in self._threads:
+            thread.start()
+
+    def _client(self, me: int, url: str) -> None:
+        chooser = random.Random(me)
+        with httpx.Client(base_url=url, headers=_admin(), timeout=10) as http:
+            while not self._stop.is_set():
+                name, marker = chooser.choice(HISTORY), next(self._markers)
+                sent = time.monotonic()
+                try:
+                    reply = http.put(
+                        f"/api/2.0/serving-endpoints/{name}/config",
+                        json={"served_entities": [{**ENTITY, "name": "main", "max_concurrency": marker}]},
+                    )
+                    status, version = reply.status_code, None
+                    if status == 200:
+                        version = reply.json()["pending_config"]["config_version"]
+                except httpx.HTTPError:
+                    status, version = 0, None
+                outcome = history.outcome_of(status)
+                self.writes.append(history.Write(me, name, marker, sent, time.monotonic(), outcome, status, version))
+                read = _read_config(http, me, name)
+                if read is not None:
+                    self.reads.append(read)
+                self._stop.wait(0.2 if status == 0 else chooser.uniform(0.0, 0.05))  # a dead gateway: a pause
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+
+
+def _read_config(http: httpx.Client, client: int, name: str) -> history.Read | None:
+    """A read of the endpoint's config for the history; None if it got no 200."""
+    sent = time.monotonic()
+    try:
+        reply = http.get(f"/api/2.0/serving-endpoints/{name}")
+    except httpx.HTTPError:
+        return None
+    if reply.status_code != 200:
+        return None
+    view = reply.json()
+    pending = view.get("pending_config")
+    return history.Read(
+        client,
+        name,
+        sent,
+        time.monotonic(),
+        view["config"]["config_version"],
+        view["config"]["served_entities"][0].get("max_concurrency"),
+        (pending["config_version"], pending["served_entities"][0].get("max_concurrency")) if pending else None,
+    )
+
+
+def _answered_since(writers: ConfigWriters, since: float, n: int, timeout_s: float, outcome: str | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while sum(1 for w in list(writers.writes) if w.sent > since and outcome in (None, w.outcome)) < n:
+        assert time.monotonic() < deadline, f"fewer than {n} config updates answered within {timeout_s:.0f}s"
+        time.sleep(0.05)
+
+
+def test_config_updates_through_both_gateways_across_a_leader_kill_and_a_postgresql_restart_lose_nothing(
+    world, pair, postgres, record_property
+):
+    """Four clients update two endpoints' configs through both gateways at once and read them back, while the
+    leader is killed (and a gateway started again on its port) and PostgreSQL is restarted. The recorded history
+    is checked against the API's promises (``tests.history``): a broken one fails the test with the history."""
+    leader, follower = pair.two()
+    for name in HISTORY:
+        _create(pair.proxy, name, {**ENTITY, "name": "main", "max_concurrency": 1})
+    for name in HISTORY:
+        wait_ready(pair.proxy, name)
+    writers = ConfigWriters([leader.url, follower.url])
+    try:
+        _answered_since(writers, 0.0, 10, 60, history.OK)
+        killed = _kill(leader)
+        pair.two()  # a new gateway on the dead one's port: the follower leads by now, or soon
+        _answered_since(writers, killed, 10, 60, history.OK)
+        postgres.stop()
+        stopped = time.monotonic()
+        try:
+            _answered_since(writers, stopped, 4, 60)  # answered while the store was down
+        finally:
+            postgres.start()
+        _answered_since(writers, time.monotonic(), 10, 60, history.OK)
+    finally:
+        writers.stop()
+    final = {}
+    with httpx.Client(base_url=pair.proxy, headers=_admin(), timeout=30) as http:
+        for name in HISTORY:
+            wait_ready(pair.proxy, name)
+            final[name] = _read_config(http, -1, name)
+    found = history.violations(writers.writes, writers.reads, final)
+    counts = {
+        o: sum(1 for w in writers.writes if w.outcome == o) for o in (history.OK, history.REFUSED, history.UNKNOWN)
+    }
+    conflicts = sum(1 for w in writers.writes if w.status == 409)
+    record_property("config_history", {**counts, "reads": len(writers.reads), "conflicts": conflicts})
+    print(f"config history: {len(writers.writes)} updates {counts} ({conflicts} conflicts), {len(writers.reads)} reads")
+    assert not found, "\n".join(found) + "\n\nthe history:\n" + history.render(writers.writes, writers.reads)
+    assert conflicts > 0, "no two updates met: the history tested no conflict"
+    assert {w.status for w in writers.writes if w.outcome == history.REFUSED} == {409}
+    for name in HISTORY:
+        _delete(pair, pair.proxy, name)
