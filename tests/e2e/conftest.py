@@ -12,6 +12,8 @@ from serving.gateway.process import environ_with, start_gateway, wait_endpoint_r
 from tests.gateways import ENDPOINT, LiveGateway
 from tests.world import MODEL_NAME, World
 
+_STARTED: list[LiveGateway] = []  # the session gateway, once a test asked for it
+
 
 @pytest.fixture(scope="session")
 def gateway(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveGateway]:
@@ -34,6 +36,23 @@ def gateway(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             )
             assert created.status_code == 200, created.text
         wait_endpoint_ready(live.url, admin, ENDPOINT)
+        _STARTED.append(live)
         yield live
     finally:
         process.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _only_the_sessions_endpoint_after_each_module() -> Iterator[None]:
+    """The endpoints a module made on the session gateway are deleted when it ends (their replicas stop): the
+    next module's flows that cover every endpoint (drift, canaries) then cover ``fraud`` and its own only, not
+    every endpoint the worker's earlier modules left."""
+    yield
+    for live in _STARTED:
+        with live.client(live.admin) as client:
+            listed = client.get("/api/2.0/serving-endpoints")
+            assert listed.status_code == 200, listed.text
+            for endpoint in listed.json().get("endpoints", []):
+                if endpoint["name"] != ENDPOINT:
+                    deleted = client.delete(f"/api/2.0/serving-endpoints/{endpoint['name']}")
+                    assert deleted.status_code == 200, deleted.text
