@@ -301,7 +301,10 @@ def test_the_vertical_axis_reads_a_waiting_model_as_busy_and_keeps_its_serial_ta
                             "entity_version": version,
                             "min_replicas": 1,
                             "max_replicas": 1,
-                            "autoscaling": {"vertical_interval_s": 5},
+                            # no shedding: a stall of the replica with the suite's other tests on the 2 cores
+                            # queues requests past the bound 30/s is served within (12), and this case is the
+                            # vertical axis's reading, not the bound's
+                            "autoscaling": {"vertical_interval_s": 5, "shed_load": False},
                         }
                     ]
                 },
@@ -314,13 +317,7 @@ def test_the_vertical_axis_reads_a_waiting_model_as_busy_and_keeps_its_serial_ta
         ended = time.monotonic()
         decisions = api.get("/api/2.0/serving-endpoints/serial/autoscaler").json()["decisions"]
         api.delete("/api/2.0/serving-endpoints/serial")
-    # every request answered; a few may be shed (429) when the one replica stalls for a moment with the suite's other
-    # tests on the 2 cores: its queue bound (shed_load) is what 30/s serves within 80 % of the SLO, 12 requests
-    refused = sum(1 for _, status in results if status == 429)
-    assert {status for _, status in results} <= {200, 429} and refused <= 0.02 * len(results), (
-        {s for _, s in results},
-        refused,
-    )
+    assert {status for _, status in results} == {200}, sorted({s for _, s in results})
     # the cycles whose 5-s window lay wholly inside the load (the cycles' clock starts with the endpoint,
     # not with the load: a cycle at started + 6 looked back to started + 1, past the first request)
     cycles = [d for d in decisions if d["inputs"].get("vertical") and started + 6 <= d["t"] <= ended]
