@@ -22,7 +22,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -103,7 +103,7 @@ class Load:
 
 
 def test_a_leader_cut_off_steps_down_before_its_lease_can_run_out_and_rejoins_as_a_follower_once_healed(
-    world: World, host: Host, tmp_path_factory: pytest.TempPathFactory
+    world: World, host: Host, tmp_path_factory: pytest.TempPathFactory, record_property: Callable[[str, object], None]
 ) -> None:
     logs = world.home / "logs"
     token = "cut-" + os.urandom(16).hex()
@@ -198,6 +198,15 @@ def test_a_leader_cut_off_steps_down_before_its_lease_can_run_out_and_rejoins_as
                 assert direct.status_code == 200, direct.text
                 load.stop()
                 window = [o for o in load.outcomes if cut <= o[1] and o[0] <= b_serves]
+                figures = {
+                    "stepped_down_s": round(stepped_down - cut, 1),
+                    "took_over_s": round(took_over - cut, 1),
+                    "own_replica_s": round(b_serves - cut, 1),
+                    "followed_after_heal_s": round(time.time() - healed, 1),
+                    "requests": len(load.outcomes),
+                    "not_200_in_window": sum(1 for o in window if o[2] != 200),
+                }
+                record_property("partition", figures)
                 print(
                     f"\npartition: A stepped down {stepped_down - cut:.1f} s after the cut, B took over "
                     f"{took_over - cut:.1f} s after it and served on its own replica {b_serves - cut:.1f} s after it; "
