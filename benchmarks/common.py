@@ -1,7 +1,9 @@
-"""What several benchmarks share: progress lines, a nearest-rank percentile, and where a result came from."""
+"""What several benchmarks share: progress lines, a nearest-rank percentile, where a result came from, and the
+fraud world the soaks serve (the real flows' synthetic data, features and champion)."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import platform
@@ -9,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +65,26 @@ class Provenance:
             "loadavg_before": [round(x, 2) for x in self.loadavg_before],
             "loadavg_after": [round(x, 2) for x in os.getloadavg()],
         }
+
+
+def build_fraud_world(home: Path) -> None:
+    """The synthetic world in ``home`` (``TOLLFREE_HOME`` must name it): 36 days of raw events, the features
+    materialized, ``fraud@champion`` trained and registered, all by the project's own flows."""
+    from feature_repo import synthetic
+    from flows.materialize import materialize
+    from flows.train import train
+
+    start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=36)
+    config = synthetic.SyntheticConfig(n_customers=600, n_merchants=100, days=36, seed=11, start=start)
+    synthetic.write(synthetic.generate(config), home / "data")
+    materialize()
+    train(model_name="fraud", alias="champion")
+
+
+def fraud_body(home: Path, rows: int) -> bytes:
+    """A scoring request of ``rows`` transactions of the world in ``home`` (the same sample every call)."""
+    from feature_repo import synthetic
+
+    tx = synthetic.read_transactions(home / "data")
+    picked = tx.sample(rows, random_state=21)[["customer_id", "merchant_id", "amount"]]
+    return json.dumps({"dataframe_records": picked.to_dict(orient="records")}).encode()

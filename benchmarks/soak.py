@@ -24,32 +24,17 @@ import secrets
 import shutil
 import sys
 import tempfile
-from datetime import UTC
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
 
-from benchmarks.common import Provenance
+from benchmarks.common import Provenance, build_fraud_world, fraud_body
 from benchmarks.load import LoadResult, run_load
 
 ROWS = 20
 NAME = "soak"
-
-
-def _world(home: Path) -> None:
-    from datetime import datetime, timedelta
-
-    from feature_repo import synthetic
-    from flows.materialize import materialize
-    from flows.train import train
-
-    start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=36)
-    config = synthetic.SyntheticConfig(n_customers=600, n_merchants=100, days=36, seed=11, start=start)
-    synthetic.write(synthetic.generate(config), home / "data")
-    materialize()
-    train(model_name="fraud", alias="champion")
 
 
 def _rss_mb(pid: int) -> tuple[float, float]:
@@ -65,14 +50,6 @@ def _rss_mb(pid: int) -> tuple[float, float]:
             continue
     mean = sum(replicas) / len(replicas) if replicas else 0.0
     return root.memory_info().rss / 2**20, mean / 2**20
-
-
-def _body(home: Path) -> bytes:
-    from feature_repo import synthetic
-
-    tx = synthetic.read_transactions(home / "data")
-    rows = tx.sample(ROWS, random_state=21)[["customer_id", "merchant_id", "amount"]]
-    return json.dumps({"dataframe_records": rows.to_dict(orient="records")}).encode()
 
 
 def _minute_row(part: LoadResult, gateway: Any, headers: dict[str, str]) -> dict[str, Any]:
@@ -150,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     export_defaults(os.environ)
     if own_home:
         print(f"building the world in {home} ...", flush=True)
-        _world(home)
+        build_fraud_world(home)
     from serving.gateway.process import start_gateway, wait_endpoint_ready
 
     token = os.environ["TOLLFREE_TOKEN"]
@@ -168,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         reply.raise_for_status()
         wait_endpoint_ready(gateway.url, token, NAME, timeout_s=300)
         url = f"{gateway.url}/serving-endpoints/{NAME}/invocations"
-        body = _body(home)
+        body = fraud_body(home, ROWS)
         asyncio.run(run_load(url, token, body, 3.0, concurrency=4))
         calibration = asyncio.run(run_load(url, token, body, 10.0, concurrency=8))
         capacity = calibration.rate()

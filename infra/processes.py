@@ -116,11 +116,12 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         pass
 
 
-def stop_record(record: ProcessRecord, grace_s: float) -> bool:
-    """SIGTERM the record's process group, SIGKILL it after ``grace_s``; True if it had to be killed."""
+def stop_record(record: ProcessRecord, grace_s: float, first: signal.Signals = signal.SIGTERM) -> bool:
+    """SIGTERM (or ``first``) the record's process group, SIGKILL it after ``grace_s``; True if it had to be
+    killed."""
     if not record.alive():
         return False
-    _signal_group(record.pid, signal.SIGTERM)  # spawn() made the pid its group's leader
+    _signal_group(record.pid, first)  # spawn() made the pid its group's leader
     if not _wait_gone([(record.pid, record.start_ticks)], grace_s):
         return False
     _signal_group(record.pid, signal.SIGKILL)

@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -230,6 +230,22 @@ def _start_in_order(config: StackConfig, env: Mapping[str, str], start: _Starts)
         if registration is not None and registration.poll() is None:
             registration.kill()
         raise
+
+
+def start_again(config: StackConfig, environ: Mapping[str, str], names: Sequence[str]) -> list[ProcessRecord]:
+    """Start the named services of the running stack that no longer run (crashed, killed, stopped), as ``up``
+    started them: the same command and environment, marked with the stack's id and put on its record, so
+    ``down`` stops them; returns once they answer. A service that still runs is left alone."""
+    record = StackRecord.load(config.record_path)
+    if record is None:
+        raise RuntimeError(f"no stack recorded in {config.record_path}")
+    for name in names:
+        if name in record.services and not record.services[name].alive():
+            del record.services[name]
+    env = child_environ(config, environ, record.stack_id, admin_token(config, environ))
+    started = _Starts(config, services(config, env), record)(*names)
+    wait_healthy(list(started))  # it empties the list it is given
+    return [proc for _, proc in started]
 
 
 def _port_variable(config: StackConfig, port: int) -> str:
