@@ -111,4 +111,10 @@ def render(report: dict[str, Any]) -> str:
         f"{stream['append_errors']}; drained {stream['drained_s']} s after the load)",
         "PASS" if report["passed"] else "FAIL",
     ]
+    if "command" in report:  # where the result came from (``benchmarks.common.Provenance``)
+        lines.insert(
+            0,
+            f"{report['command']}: {report['date']}, commit {report['commit']}, {report['seconds']} s; "
+            f"{report['cpus']} CPUs, load average {report['loadavg_before']} before, {report['loadavg_after']} after",
+        )
     return "\n".join(lines)
