@@ -5,7 +5,8 @@ A fault's window runs from the fault until ``WINDOW_AFTER_S`` after what it hit 
 once; a gateway or PostgreSQL once it answers again): a request sent inside a window counts as sent during faults.
 Latency percentiles are over the answers 200 (nearest rank); every other outcome is a failure: an answer other than
 200, no answer (a client error or a timeout), or a request not sent because the generator already had its bound in
-flight.
+flight. The failed requests are also grouped by when they were sent (``failure_spans``), so failures outside every
+window show too.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from benchmarks.common import percentile
 from benchmarks.load import LoadResult, Outcome
 
 WINDOW_AFTER_S = 10.0
+SPAN_GAP_S = 5.0  # failures sent closer together than this are one span
 NOT_SENT = "not sent (bound in flight)"
 
 
@@ -43,6 +45,19 @@ def _failures(outcomes: Sequence[Outcome]) -> dict[str, int]:
 
 def _p99(outcomes: Sequence[Outcome]) -> float | None:
     return _ms(percentile((o.latency_s for o in outcomes if o.status == 200), 99))
+
+
+def failure_spans(outcomes: Sequence[Outcome], began: float) -> list[dict[str, float]]:
+    """When the failed requests were sent: spans of failures no more than ``SPAN_GAP_S`` apart, each with its
+    first and last send time (seconds after the load began) and its count; for failures outside every fault's
+    window too."""
+    spans: list[dict[str, float]] = []
+    for t in sorted(o.started - began for o in outcomes if o.status != 200):
+        if spans and t - spans[-1]["last_s"] <= SPAN_GAP_S:
+            spans[-1]["last_s"], spans[-1]["count"] = round(t, 1), spans[-1]["count"] + 1
+        else:
+            spans.append({"first_s": round(t, 1), "last_s": round(t, 1), "count": 1})
+    return spans
 
 
 def figures(
@@ -77,6 +92,7 @@ def figures(
         "requests_during_faults": len(during),
         "p99_during_faults_ms": _p99(list(during)),
         "faults": rows,
+        "failure_spans": failure_spans(load.outcomes, began),
         "stream": asdict(stream),
         "passed": failed == 0 and stream.lost == 0 and stream.doubled == 0 and all(f.error is None for f in faults),
     }
@@ -103,6 +119,14 @@ def render(report: dict[str, Any]) -> str:
         + (f" {report['failures_by_status']}" if report["failures"] else ""),
         f"latency (200s): p50 {report['p50_ms']} ms, p99 {report['p99_ms']} ms, max {report['max_ms']} ms; "
         f"during faults ({report['requests_during_faults']} requests): p99 {report['p99_during_faults_ms']} ms",
+        *(
+            [
+                "failed requests by when they were sent: "
+                + ", ".join(f"{s['first_s']}-{s['last_s']} s: {s['count']}" for s in report["failure_spans"])
+            ]
+            if report["failure_spans"]
+            else []
+        ),
         f"faults ({len(report['faults'])}; window: from the fault until {WINDOW_AFTER_S:.0f} s after what it hit "
         "was back):",
         *(_fault_line(row) for row in report["faults"]),

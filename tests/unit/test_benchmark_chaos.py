@@ -10,7 +10,7 @@ import itertools
 import pytest
 
 from benchmarks.chaos_faults import GAP_S, LEAD_S, TAIL_S, Fault, plan
-from benchmarks.chaos_report import NOT_SENT, WINDOW_AFTER_S, figures, render
+from benchmarks.chaos_report import NOT_SENT, WINDOW_AFTER_S, failure_spans, figures, render
 from benchmarks.chaos_stream import StreamFigures, count
 from benchmarks.load import LoadResult, Outcome
 
@@ -76,7 +76,17 @@ def test_failures_are_counted_by_status_and_attributed_to_the_fault_window_they_
     inside = [o for o in outcomes if 20.5 <= o.started - began <= 25.0 + WINDOW_AFTER_S]
     assert window["requests"] == report["requests_during_faults"] == len(inside)
     assert report["p99_during_faults_ms"] == 10.0 and report["max_ms"] == 2000.0  # the slow one came later
-    assert "FAIL" in render(report) and "gateway-1" in render(report)
+    assert report["failure_spans"] == [{"first_s": 21.0, "last_s": 22.0, "count": 2}]  # not-sent ones have no time
+    assert "FAIL" in render(report) and "gateway-1" in render(report) and "21.0-22.0 s: 2" in render(report)
+
+
+def test_failures_further_apart_than_the_gap_are_spans_of_their_own() -> None:
+    began = 50.0
+    outcomes = [_outcome(began + t, 429) for t in (10.0, 12.0, 16.9, 30.0)] + [_outcome(began + 11.0, 200)]
+    assert failure_spans(outcomes, began) == [
+        {"first_s": 10.0, "last_s": 16.9, "count": 3},
+        {"first_s": 30.0, "last_s": 30.0, "count": 1},
+    ]
 
 
 def test_a_run_passes_only_with_no_failure_nothing_lost_or_doubled_and_every_fault_done() -> None:
