@@ -64,6 +64,12 @@ def rows_body(world, n: int = 1, seed: int = 5) -> bytes:  # type: ignore[no-unt
     return json.dumps({"dataframe_records": rows.to_dict(orient="records")}).encode()
 
 
+def own_state(folder: Path) -> dict[str, str]:
+    """A state store of its own (SQLite in ``folder``), for a test's gateway: started on the world's store, a gateway
+    restores every endpoint the worker's earlier tests left there, each a replica to start, and serves them too."""
+    return {"TOLLFREE_STATE_URL": f"sqlite:///{folder / 'endpoints.db'}"}
+
+
 def start_on_any_port(env: Mapping[str, str], log_path: Path, timeout_s: float = 120.0) -> GatewayProcess:
     """``python -m serving --port 0`` with ``env``: the gateway picks its port and names it in the record it keeps in
     its state folder (``serving.discovery``); the URL returned is the record's."""

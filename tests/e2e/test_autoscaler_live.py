@@ -28,6 +28,7 @@ from mlflow.models import infer_signature
 
 from feature_repo import synthetic
 from serving.gateway.process import GatewayProcess, environ_with, start_gateway, wait_endpoint_ready
+from tests.gateways import own_state
 from tests.models import RowCostModel
 from tests.world import MODEL_NAME, World
 
@@ -43,10 +44,11 @@ SCALE_DOWN_WINDOW_S = 20
 
 
 @pytest.fixture(scope="module")
-def live(world: World) -> Iterator[tuple[GatewayProcess, dict[str, str]]]:
+def live(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayProcess, dict[str, str]]]:
     token = os.environ["TOLLFREE_TOKEN"]
     process = start_gateway(
-        environ_with({"TOLLFREE_WARM_POOL": str(WARM_POOL)}), world.home / "logs" / "gateway-autoscaler.log"
+        environ_with({"TOLLFREE_WARM_POOL": str(WARM_POOL), **own_state(tmp_path_factory.mktemp("state"))}),
+        world.home / "logs" / "gateway-autoscaler.log",
     )
     try:
         yield process, {"Authorization": f"Bearer {token}"}

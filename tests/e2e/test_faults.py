@@ -28,7 +28,7 @@ from serving.inference_log import read_inference_log
 from serving.replicas.local import free_port
 from serving.state.database import open_database
 from serving.state.replica_table import ReplicaTable
-from tests.gateways import ENTITY, RetryingClients, create, get, replicas_of, rows_body, wait_ready
+from tests.gateways import ENTITY, RetryingClients, create, get, own_state, replicas_of, rows_body, wait_ready
 from tests.services import ensure_redis_server
 from tests.world import MODEL_NAME
 
@@ -60,9 +60,10 @@ class Background:
         return self.result
 
 
-@pytest.fixture(scope="module")
-def gateway_env(world) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    return environ_with({"TOLLFREE_WARM_POOL": "0"})
+@pytest.fixture
+def gateway_env(world, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """Each test's gateways: a state store of the test's own, shared by its restarts."""
+    return environ_with({"TOLLFREE_WARM_POOL": "0", **own_state(tmp_path_factory.mktemp("state"))})
 
 
 def test_kill_9_of_each_replica_in_turn_under_load_fails_no_request_then_stop_and_restart_the_gateway(
@@ -85,7 +86,6 @@ def test_kill_9_of_each_replica_in_turn_under_load_fails_no_request_then_stop_an
     try:
         create(gateway, name, {**ENTITY, "min_replicas": 2, "max_replicas": 2})
         assert ready_replicas(gateway, name) == 2
-        # the endpoint's own replicas (the gateway also restores the endpoints other tests left in this state)
         before = [psutil.Process(pid) for pid in endpoint_pids(gateway, name)]
         assert len(before) == 2, before
         url = f"{gateway.url}/serving-endpoints/{name}/invocations"
@@ -238,7 +238,7 @@ def test_a_crashed_gateway_loses_at_most_its_unflushed_tail_and_its_successor_ad
     clients: RetryingClients | None = None
     try:
         create(gateway, name)
-        mine = _registered(world, name, gateway.process.pid)  # this endpoint's; the gateway restored others too
+        mine = _registered(gateway_env["TOLLFREE_STATE_URL"], name, gateway.process.pid)
         assert mine and set(mine) <= {p.pid for p in replicas_of(gateway)}
         url = f"{gateway.url}/serving-endpoints/{name}/invocations"
         load = Background(url, body, 6.0, concurrency=4, timeout_s=20.0)
@@ -268,7 +268,7 @@ def test_a_crashed_gateway_loses_at_most_its_unflushed_tail_and_its_successor_ad
         time.sleep(1.0)  # a second of traffic on the adopted replicas
         outcomes = clients.stop()
         view = get(restarted, f"/api/2.0/serving-endpoints/{name}").json()
-        registry = ReplicaTable(open_database(world.settings.state_url)).all()
+        registry = ReplicaTable(open_database(gateway_env["TOLLFREE_STATE_URL"])).all()
         new_owner = restarted.process.pid
     finally:
         if gateway.process.poll() is None:
@@ -297,9 +297,9 @@ def test_a_crashed_gateway_loses_at_most_its_unflushed_tail_and_its_successor_ad
     assert not replicas_of_pids(mine), "the adopted replicas outlived the graceful stop of their new gateway"
 
 
-def _registered(world, endpoint: str, owner: int, timeout_s: float = 15.0) -> list[int]:  # type: ignore[no-untyped-def]
+def _registered(state_url: str, endpoint: str, owner: int, timeout_s: float = 15.0) -> list[int]:
     """The pids the replica table lists for ``endpoint`` under gateway ``owner`` (written just after a change)."""
-    registry = ReplicaTable(open_database(world.settings.state_url))
+    registry = ReplicaTable(open_database(state_url))
     deadline = time.monotonic() + timeout_s
     while True:
         pids = sorted(r.pid for r in registry.all() if r.endpoint == endpoint and r.owner_pid == owner)

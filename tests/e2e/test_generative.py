@@ -35,6 +35,7 @@ import pytest
 from serving.gateway.process import GatewayProcess, environ_with, start_gateway, wait_endpoint_ready
 from serving.inference_log import read_inference_log
 from serving.replicas.local import free_port
+from tests.gateways import own_state
 
 pytestmark = pytest.mark.slow
 
@@ -74,7 +75,13 @@ def chat_gateway(session_home: Path, trace: Path) -> Iterator[GatewayProcess]:
     secret = session_home / "secrets" / KEY_SECRET
     secret.parent.mkdir(parents=True, exist_ok=True)
     secret.write_text(token)  # the upstream is this gateway: its key is the admin token
-    env = environ_with({"TOLLFREE_WARM_POOL": "0", "TOLLFREE_REQUEST_TIMEOUT_S": str(TIMEOUT_S)})
+    env = environ_with(
+        {
+            "TOLLFREE_WARM_POOL": "0",
+            "TOLLFREE_REQUEST_TIMEOUT_S": str(TIMEOUT_S),
+            **own_state(session_home / "generative"),
+        }
+    )
     gateway = start_gateway(env, session_home / "logs" / "gateway-generative.log", timeout_s=240)
     closed = f"http://127.0.0.1:{free_port()}/v1"
     silent = socket.create_server(("127.0.0.1", 0))  # takes connections, never answers

@@ -23,7 +23,7 @@ from benchmarks.load import run_load
 from serving.autoscaler.config import ScalingConfig
 from serving.gateway.process import environ_with, start_gateway
 from serving.inference_log import read_inference_log
-from tests.gateways import ENTITY, create, rows_body, rss_mb
+from tests.gateways import ENTITY, create, own_state, rows_body, rss_mb
 
 pytestmark = [pytest.mark.slow, pytest.mark.alone]  # their assertions read the clock: no other test beside them
 
@@ -32,8 +32,10 @@ SLO_S = ScalingConfig().latency_slo_ms / 1000
 ROWS = 20  # rows per request: heavier requests keep 5x capacity within what one load-generator process can send
 
 
-def test_five_times_capacity_gets_429_with_retry_after_and_the_admitted_stay_within_the_slo(world, record_property):
-    env = environ_with({"TOLLFREE_WARM_POOL": "0"})
+def test_five_times_capacity_gets_429_with_retry_after_and_the_admitted_stay_within_the_slo(
+    world, record_property, tmp_path
+):
+    env = environ_with({"TOLLFREE_WARM_POOL": "0", **own_state(tmp_path)})
     log = world.home / "logs" / "gateway-overload.log"
     gateway = start_gateway(env, log, timeout_s=240)
     name = "fraud-overload"

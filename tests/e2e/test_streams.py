@@ -33,7 +33,7 @@ from infra.redis import RedisServer
 from serving.gateway.process import GatewayProcess, environ_with, start_gateway, wait_endpoint_ready
 from serving.inference_log import read_inference_log
 from serving.replicas.local import free_port
-from tests.gateways import ENTITY
+from tests.gateways import ENTITY, own_state
 
 pytestmark = pytest.mark.slow
 
@@ -61,8 +61,9 @@ def rows(world) -> pd.DataFrame:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def gateway_env() -> dict[str, str]:
-    return environ_with({"TOLLFREE_WARM_POOL": "0"})
+def gateway_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The module's gateways: a state store of their own, which the crash test's successor restores."""
+    return environ_with({"TOLLFREE_WARM_POOL": "0", **own_state(tmp_path_factory.mktemp("state"))})
 
 
 @pytest.fixture(scope="module")
