@@ -39,6 +39,7 @@ def _failures(outcomes: Sequence[Outcome]) -> dict[str, int]:
     for o in outcomes:
         if o.status != 200:
             key = str(o.status) if o.status is not None else f"error:{o.error}"
+            key += f" ({o.reason})" if o.reason else ""
             counts[key] = counts.get(key, 0) + 1
     return dict(sorted(counts.items()))
 

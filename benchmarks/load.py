@@ -9,6 +9,8 @@ Retry-After, or the client-side error (a timeout past ``timeout_s`` is a hang). 
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ class Outcome:
     status: int | None  # None: no HTTP answer (see error)
     retry_after: str | None = None
     error: str | None = None
+    reason: str | None = None  # an error answer's message, its numbers as N (so that answers alike group together)
 
 
 @dataclass
@@ -61,6 +64,15 @@ class LoadResult:
         )
 
 
+def _reason(content: bytes) -> str:
+    """An error answer's ``message`` (the API's error shape), its numbers as N; its first 80 bytes otherwise."""
+    try:
+        message = str(json.loads(content).get("message", ""))
+    except (ValueError, AttributeError):
+        message = content[:80].decode(errors="replace")
+    return re.sub(r"\d+(\.\d+)?", "N", message)[:120]
+
+
 async def _one(
     session: aiohttp.ClientSession, url: str, headers: dict[str, str], body: bytes, timeout_s: float
 ) -> Outcome:
@@ -73,9 +85,14 @@ async def _one(
             headers={**headers, "x-request-id": request_id},
             timeout=aiohttp.ClientTimeout(total=timeout_s),
         ) as reply:
-            await reply.read()
+            content = await reply.read()
             return Outcome(
-                request_id, started, time.monotonic() - started, reply.status, reply.headers.get("Retry-After")
+                request_id,
+                started,
+                time.monotonic() - started,
+                reply.status,
+                reply.headers.get("Retry-After"),
+                reason=None if reply.status == 200 else _reason(content),
             )
     except TimeoutError:
         return Outcome(request_id, started, time.monotonic() - started, None, error="timeout")
