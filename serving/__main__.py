@@ -95,6 +95,7 @@ def _gateway_app(args: argparse.Namespace, settings: Settings) -> Any:
     from serving.gateway.metrics import GatewayMetrics
     from serving.inference_log import InferenceLogWriter
     from serving.replicas.cluster.connect import ClusterSettingsError, cluster_from_environ
+    from serving.replicas.local import REPLICA_HOST_ENV, can_listen_on
 
     try:
         tokens = Tokens.from_environ(os.environ)
@@ -110,6 +111,9 @@ def _gateway_app(args: argparse.Namespace, settings: Settings) -> Any:
     pool = os.environ.get("TOLLFREE_WARM_POOL", "1")
     if not pool.isdigit():
         raise _Refused(f"TOLLFREE_WARM_POOL must be a whole number of standby replicas (got {pool[:20]!r})")
+    replica_host = os.environ.get(REPLICA_HOST_ENV)
+    if replica_host and not can_listen_on(replica_host):
+        raise _Refused(f"{REPLICA_HOST_ENV}={replica_host[:60]!r} is not an address of this machine to listen on")
     if args.admin_port is not None and args.admin_port == args.port and (args.admin_host or args.host) == args.host:
         raise _Refused("--admin-port must differ from --port")
     settings.home.mkdir(parents=True, exist_ok=True)

@@ -39,6 +39,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def can_listen_on(host: str) -> bool:
+    """Whether this machine has ``host`` (an IPv4 address or name) to listen on."""
+    try:
+        free_port(host)
+    except (OSError, UnicodeError):
+        return False
+    return True
+
+
 class ReplicaStartError(RuntimeError):
     """A replica process exited or never became ready."""
 

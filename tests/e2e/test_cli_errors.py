@@ -32,6 +32,12 @@ def test_the_gateway_refuses_a_request_timeout_that_is_not_a_sane_number_of_seco
     assert result.returncode == 2 and "TOLLFREE_REQUEST_TIMEOUT_S" in result.stderr and "(0, 3600]" in result.stderr
 
 
+def test_the_gateway_refuses_a_replica_host_it_cannot_listen_on(tmp_path):
+    env = dict(os.environ) | {"TOLLFREE_HOME": str(tmp_path), "TOLLFREE_REPLICA_HOST": "192.0.2.1"}  # TEST-NET-1
+    result = run(["serving", "--port", "1"], env)
+    assert result.returncode == 2 and "TOLLFREE_REPLICA_HOST='192.0.2.1'" in result.stderr
+
+
 def test_lineage_of_an_unknown_alias_exits_2_naming_it(world):
     result = run(["flows.lineage", "--model", "fraud", "--ref", "nope"], dict(os.environ))
     assert result.returncode == 2 and "'nope'" in result.stdout
