@@ -47,7 +47,9 @@ class Placement:
 
     def follow(self, endpoint: str, entity: spec.ServedEntityInput) -> ReplicaSet:
         """A follower's set for ``entity``: it routes to the replicas the leader runs (``Reconciler.follow`` gives a
-        local one its replicas from the replica table; a cluster's follows the EndpointSlices by itself)."""
+        local one its replicas from the replica table; a cluster's follows the EndpointSlices by itself). Its queue
+        holds what the leader's holds (the entity's ``max_queue``): while the leader replaces a replica, a follower's
+        requests wait for the replacement as the leader's do."""
         if self.cluster is not None:
             return self._pods(endpoint, entity, lead=False)
         replica_set = ReplicaSet(
@@ -57,6 +59,7 @@ class Placement:
             None,
             endpoint=endpoint,
             max_concurrency=_limit(entity),
+            max_queue=scaling_config(entity, stored=True).max_queue,
         )
         replica_set.followed = True
         return replica_set
@@ -95,6 +98,7 @@ class Placement:
         wanted = Wanted(
             endpoint, str(entity.name), f"models:/{entity.entity_name}/{entity.resolved_version}", entity.workload_size
         )
+        scaling = scaling_config(entity, stored=True)
         return PodSet(
             wanted,
             _model_name(entity),
@@ -102,7 +106,8 @@ class Placement:
             self.cluster.routes,
             self.cluster.deployments if lead else None,
             max_concurrency=_limit(entity),
-            scaling=scaling_config(entity, stored=True) if lead else None,
+            scaling=scaling if lead else None,
+            max_queue=scaling.max_queue,
         )
 
 

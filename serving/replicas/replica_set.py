@@ -50,6 +50,7 @@ class ReplicaSet:
         replicas: Sequence[Replica] = (),
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
         scaling: ScalingConfig | None = None,
+        max_queue: int | None = None,
         drain_timeout_s: float = 30.0,
         on_change: Callable[[ReplicaSet], None] | None = None,
     ) -> None:
@@ -64,6 +65,9 @@ class ReplicaSet:
         self._replicas: list[Replica] = list(replicas)
         self._max_concurrency = max_concurrency
         self._scaling = scaling
+        # the gateway queue's bound from the start: the scaling config's (a follower's set, which no autoscaler
+        # here moves, keeps it), else the dispatcher's default
+        self._max_queue = max_queue if max_queue is not None else (scaling.max_queue if scaling is not None else None)
         self._starting = 0
         self._replacing = 0  # of ``_starting``: replacements of replicas that died
         self._tasks: set[asyncio.Task[None]] = set()
@@ -103,6 +107,8 @@ class ReplicaSet:
         )
         self.dispatcher.on_lost = self.lost
         self.dispatcher.replacing = lambda: self._replacing > 0
+        if self._max_queue is not None:
+            self.set_limits(max_queue=self._max_queue, queue_cap=self._max_queue)
         return self.dispatcher
 
     def configure(self, max_concurrency: int, scaling: ScalingConfig | None) -> None:

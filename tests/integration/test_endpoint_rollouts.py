@@ -239,3 +239,40 @@ def test_a_leader_that_lost_its_lease_hands_its_replicas_over_once_the_new_leade
     assert kept == ["http://127.0.0.1:1000"]  # its own replica served on
     assert routed == ["http://127.0.0.1:4242"]  # then the new leader's
     assert rows == [4242]  # its own row withdrawn, the new leader's kept
+
+
+def test_a_followers_set_holds_a_burst_while_no_replica_is_listed_and_serves_it_once_one_is(tmp_path):
+    """Between a replica's death and its replacement's row, a follower's set has nowhere to send: its queue holds
+    what the leader's holds (the entity's ``max_queue``), not the dispatcher's default of 64, so a burst waits for
+    the replacement instead of getting 429s."""
+    from serving.protocol.wire import WireRequest
+    from serving.state.replica_table import ReplicaRow, ReplicaTable
+    from serving.traffic.dispatcher import AdmissionRefused
+
+    store = _stored(tmp_path)
+    table = ReplicaTable(store.database)
+
+    async def scenario() -> tuple[int, list[object]]:
+        manager = _follower(store, HeldBackend(), tmp_path)
+        await manager.reconciler.follow()  # the table lists no replica of the entity
+        dispatcher = manager.live[NAME].replica_sets["before"].dispatcher
+        assert dispatcher is not None
+        burst = [
+            asyncio.ensure_future(dispatcher.submit(WireRequest(f"q{i}", "application/json", b"{}")))
+            for i in range(200)
+        ]
+        await asyncio.sleep(0)
+        refused_at_once = sum(1 for f in burst if f.done() and isinstance(f.exception(), AdmissionRefused))
+        row = ReplicaRow(
+            "local:127.0.0.1:4242:4242", "127.0.0.1", 4242, 4242, NAME, "before", "models:/m/1", "local", 1.0, 1
+        )
+        table.replace(NAME, "before", "models:/m/1", 1, [row])  # the leader lists the replacement
+        await manager.reconciler.follow()
+        answers = await asyncio.gather(*burst, return_exceptions=True)
+        await manager.shutdown()
+        return refused_at_once, answers
+
+    refused_at_once, answers = asyncio.run(scenario())
+    assert refused_at_once == 0
+    failed = [a for a in answers if isinstance(a, BaseException)]
+    assert not failed, f"{len(failed)} of 200 failed, first: {failed[0]!r}"
