@@ -200,3 +200,29 @@ def test_a_record_round_trips_with_its_times_moved():
     assert back.target == 3.0  # kept inside this config's bounds
     assert back.started_at == 10.0 and back.last_horizontal is None and back.ceiling == 9.0
     assert tuple(back_samples) == samples
+
+
+def test_a_follower_sends_each_replica_what_the_leaders_record_allows(tmp_path):
+    """The leader's policy sized the replicas for a few requests each: a follower's set, which would send the
+    endpoint's default of 32, takes the limit of the leader's record (once the record is of the same model)."""
+    wall, mono = Clock(2_000.0), Clock(10.0)
+    config = ScalingConfig(vertical=False)
+    _, leader_set, leader, leader_shared = _gateway(tmp_path, "a", leading=True, wall=wall, mono=mono, scaling=config)
+    manager, follower_set, follower, follower_shared = _gateway(tmp_path, "b", leading=False, wall=wall, mono=mono)
+    follower_set.followed = True
+    leader.sync()
+    leader_set.set_limits(max_concurrency=3)
+    leader._record(mono.t)
+    leader_shared.tick()
+
+    assert follower_set.max_concurrency == 32
+    follower_shared.tick()  # the follower's thread reads the records
+    follower.step()
+    assert follower_set.max_concurrency == 3
+
+    other = ReplicaSet(name="champion", model_name="m", version="2")  # another version: not the record's
+    other.followed = True
+    other.attach(_never)
+    manager.live["e"].replica_sets["champion"] = other
+    follower.step()
+    assert other.max_concurrency == 32
