@@ -1,6 +1,7 @@
 """Chaos soak: load through HAProxy for 10 minutes while replicas and gateways are killed and PostgreSQL restarts.
 
-    python -m benchmarks.chaos [--minutes 10] [--home DIR] [--json] [--seed N] [--load 0.5] [--stream-rate 20]
+    python -m benchmarks.chaos [--minutes 10] [--home DIR] [--json] [--seed N] [--load 0.5 | --rate R]
+                               [--stream-rate 20]
 
 In a throw-away TOLLFREE_HOME (or ``--home``, which must hold ``fraud@champion``, e.g. after ``make demo``, and no
 running stack) the real flows build the synthetic world and train the fraud model, in a process of their own. Then
@@ -10,9 +11,11 @@ stream feed idle). The endpoint ``chaos`` serves ``fraud@champion`` on 2 replica
 stack's redis-server.
 
 Capacity is measured through HAProxy first (closed loop, 8 clients, 10 s after 3 s of warm-up, 20 rows a request).
-Then, for ``--minutes``: an open loop at ``--load`` x capacity through HAProxy, ``--stream-rate`` events a second
-appended to the stream, and faults at random times drawn from ``--seed`` (``benchmarks.chaos_faults``: replica
-and gateway kills, one PostgreSQL restart). Afterwards the stream drains and its outputs are counted.
+Then, for ``--minutes``: an open loop at ``--load`` x capacity (or at ``--rate`` requests a second: the
+measurement varies from run to run on a shared machine, a fixed rate compares runs) through HAProxy,
+``--stream-rate`` events a second appended to the stream, and faults at random times drawn from ``--seed``
+(``benchmarks.chaos_faults``: replica and gateway kills, one PostgreSQL restart). Afterwards the stream drains
+and its outputs are counted.
 ``python -m infra.stack down`` runs at the end, always (an error, Ctrl-C or SIGTERM included).
 
 Printed (``benchmarks.chaos_report``): requests, failures by status, p50/p99 overall and p99 during faults, each
@@ -185,7 +188,7 @@ def _soak(
     _create_endpoint(proxy, token, broker)
     url = f"{proxy}/serving-endpoints/{NAME}/invocations"
     capacity = _capacity(url, token, body)
-    rate = round(args.load * capacity, 1)
+    rate = args.rate if args.rate is not None else round(args.load * capacity, 1)
     duration_s = args.minutes * 60
     planned = plan(args.seed, duration_s)
     offered = {
@@ -195,7 +198,7 @@ def _soak(
         "replicas": REPLICAS,
         "rows": ROWS,
         "capacity_rps": round(capacity, 1),
-        "load": args.load,
+        "load": None if args.rate is not None else args.load,
         "rate_rps": rate,
         "stream_rate": args.stream_rate,
     }
@@ -260,7 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", type=Path, default=None)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--seed", type=int, default=0, help="draws the faults' times, kinds and targets")
-    parser.add_argument("--load", type=float, default=0.5, help="fraction of the measured capacity")
+    rates = parser.add_mutually_exclusive_group()
+    rates.add_argument("--load", type=float, default=0.5, help="fraction of the measured capacity")
+    rates.add_argument("--rate", type=float, default=None, help="requests a second, whatever the capacity measured")
     parser.add_argument("--stream-rate", type=float, default=20.0, help="stream events appended per second")
     args = parser.parse_args(argv)
     plan(args.seed, args.minutes * 60)  # a run too short for a fault is refused before anything starts

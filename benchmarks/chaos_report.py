@@ -114,7 +114,8 @@ def render(report: dict[str, Any]) -> str:
     offered, stream = report["offered"], report["stream"]
     lines = [
         f"chaos soak: {offered['minutes']:g} min through HAProxy over {offered['gateways']} gateways, endpoint on "
-        f"{offered['replicas']} replicas; open loop at {offered['rate_rps']} req/s ({offered['load']:.0%} of "
+        f"{offered['replicas']} replicas; open loop at {offered['rate_rps']} req/s "
+        f"({'fixed;' if offered['load'] is None else format(offered['load'], '.0%') + ' of'} "
         f"{offered['capacity_rps']} req/s measured, {offered['rows']} rows a request); seed {offered['seed']}",
         f"requests: {report['requests']}; answered 200: {report['answered_200']}; failures: {report['failures']}"
         + (f" {report['failures_by_status']}" if report["failures"] else ""),

@@ -98,3 +98,11 @@ def test_a_run_passes_only_with_no_failure_nothing_lost_or_doubled_and_every_fau
     assert not figures(load, 1000.0, [undone], CLEAN, OFFERED)["passed"]
     doubled = StreamFigures(10, 10, 0, 0, 1, 0, 1.0)
     assert not figures(load, 1000.0, [done], doubled, OFFERED)["passed"]
+
+
+def test_the_header_names_a_fixed_rate_or_the_share_of_the_capacity_measured() -> None:
+    load = LoadResult([_outcome(1000.0 + t, 200) for t in range(60)], 60.0)
+    done = Fault("replica", 20.0, 20.0, 20.1, "replica pid 1")
+    share = render(figures(load, 1000.0, [done], CLEAN, OFFERED)).splitlines()[0]
+    fixed = render(figures(load, 1000.0, [done], CLEAN, {**OFFERED, "load": None})).splitlines()[0]
+    assert "(50% of " in share and "(fixed; " in fixed
