@@ -20,13 +20,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from prometheus_client import CollectorRegistry, Counter, Gauge
+
+if TYPE_CHECKING:
+    import pandas as pd  # the reader's frames; the gateway, which only writes, never loads pandas
 
 logger = logging.getLogger(__name__)
 
