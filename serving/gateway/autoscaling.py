@@ -33,7 +33,7 @@ from serving.autoscaler.policy import seeded as policy_seeded
 from serving.autoscaler.record import from_record, to_record
 from serving.autoscaler.signals import Sample
 from serving.endpoints.manager import EndpointManager
-from serving.gateway.shared_scaling import RemoteLoad, SharedScaling, reading
+from serving.gateway.shared_scaling import LIMIT, RemoteLoad, SharedScaling, follow_limits, reading
 from serving.replicas.replica_set import ReplicaSet
 from serving.state.scaling import Reading, ScalerRecord
 
@@ -241,7 +241,6 @@ POKE_GAP_S = 0.05  # a poked step runs at least this long after the one before
 
 
 RECORD_EVERY_S = 5.0  # the leader records its state this often (what a new leader may lose at most)
-LIMIT = "max_concurrency"  # a record's per-replica admission limit, the leader's
 
 
 class LiveAutoscaler:
@@ -314,7 +313,7 @@ class LiveAutoscaler:
         for key, (state, samples) in self.controller.snapshot().items():
             replica_set = self.manager.replica_set(*key)
             if replica_set is not None:
-                # with the per-replica limit it enforces, which followers enforce too (``_follow_limits``)
+                # with the per-replica limit it enforces, which followers enforce too (``follow_limits``)
                 record = {**to_record(state, samples, shift), LIMIT: replica_set.max_concurrency}
                 records.append(ScalerRecord(key[0], key[1], replica_set.model_uri, wall, record))
         self.shared.record(records)
@@ -352,21 +351,6 @@ class LiveAutoscaler:
         if replica_set is not None and replica_set.scaling is not None:
             replica_set.set_limits(max_concurrency=limit)
 
-    def _follow_limits(self) -> None:
-        """A follower lets each replica have what the leader lets it have: the policy's per-replica limit, from
-        the leader's record, not the endpoint's default of 32. Otherwise a follower's requests fill the replicas'
-        own queues past what the leader sized them for, and the leader's requests wait behind them (its queue
-        then sheds them as though the replicas were slow)."""
-        assert self.shared is not None
-        for endpoint, live in list(self.manager.live.items()):
-            for name, replica_set in live.replica_sets.items():
-                found = self.shared.recorded.get((endpoint, name))
-                if not replica_set.followed or found is None or found.model_uri != replica_set.model_uri:
-                    continue
-                limit = found.state.get(LIMIT)
-                if isinstance(limit, int) and limit >= 1 and limit != replica_set.max_concurrency:
-                    replica_set.set_limits(max_concurrency=limit)
-
     def _set_queue(self, endpoint: str, entity: str, limit: int) -> None:
         """With ``shed_load``, the policy's queue bound: what can wait and still be answered within the SLO
         (see ``policy.queue_bound``); requests past it get a 429 at once, those already waiting stay.
@@ -380,7 +364,7 @@ class LiveAutoscaler:
         if not self.manager.leading:  # one of several gateways, not the leader: the leader scales
             if self.shared is not None:
                 self.shared.offer(self.signals.readings(self.clock()))
-                self._follow_limits()
+                follow_limits(self.manager.live, self.shared.recorded)
             return
         self.sync()
         now = self.clock()

@@ -24,15 +24,19 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from serving.autoscaler.signals import Sample
 from serving.state.scaling import EntityKey, LoadBoard, Reading, ScalerRecord, ScalerRecords
 from serving.traffic.load_meter import LoadReading
 
+if TYPE_CHECKING:
+    from serving.endpoints.live import LiveEndpoint
+
 log = logging.getLogger(__name__)
 
 FRESH_S = 3.0  # a reading older than this is from a gateway gone or stuck
+LIMIT = "max_concurrency"  # in a leader's record: the per-replica admission limit it enforces
 KEEP_RECORDS_S = 3600.0  # a record not saved again for this long is of an entity gone (a resume takes them younger)
 
 
@@ -48,6 +52,21 @@ def reading(load: LoadReading, totals: tuple[int, int], busy: Mapping[str, float
         "latency_p99_ms": load.latency_p99_ms,
         "busy": dict(busy),
     }
+
+
+def follow_limits(live: Mapping[str, LiveEndpoint], recorded: Mapping[EntityKey, ScalerRecord]) -> None:
+    """A follower lets each replica have what the leader lets it have: the policy's per-replica limit, from the
+    leader's record of the same model, not the endpoint's default of 32. Otherwise a follower's requests fill the
+    replicas' own queues past what the leader sized them for, and the leader's requests wait behind them (its
+    queue then sheds them as though the replicas were slow)."""
+    for endpoint, served in list(live.items()):
+        for name, replica_set in served.replica_sets.items():
+            found = recorded.get((endpoint, name))
+            if not replica_set.followed or found is None or found.model_uri != replica_set.model_uri:
+                continue
+            limit = found.state.get(LIMIT)
+            if isinstance(limit, int) and limit >= 1 and limit != replica_set.max_concurrency:
+                replica_set.set_limits(max_concurrency=limit)
 
 
 class RemoteLoad:

@@ -56,3 +56,12 @@ def _only_the_sessions_endpoint_after_each_module() -> Iterator[None]:
                 if endpoint["name"] != ENDPOINT:
                     deleted = client.delete(f"/api/2.0/serving-endpoints/{endpoint['name']}")
                     assert deleted.status_code == 200, deleted.text
+
+
+@pytest.fixture(scope="module")
+def inline_validation() -> None:
+    """Great Expectations loaded in this process, so that the batch runs a test makes here validate their input
+    inline (``serving.batch.validation_process``: a process that has it loaded has no import left to hide in a
+    child) instead of each starting a child that imports it again. The child's path has tests of its own
+    (tests/integration/test_validation_process.py); runs started as processes (the CLI) still take it."""
+    import great_expectations  # noqa: F401  (imported for its effect on the validation mode)

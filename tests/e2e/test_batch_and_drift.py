@@ -16,7 +16,7 @@ from flows import training
 from serving.inference_log import InferenceLogWriter, InferenceRecord
 from tests.world import MODEL_NAME
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("inline_validation")]
 
 
 @pytest.fixture(scope="module")

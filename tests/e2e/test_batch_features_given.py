@@ -23,7 +23,7 @@ from serving.batch import output_layout
 from serving.registry import versions
 from tests.world import MODEL_NAME, two_days_of_transactions
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("inline_validation")]
 SERVICE = "fraud_v1"
 PLAIN = "fraud_plain"
 UNSIGNED = "fraud_unsigned"

@@ -21,7 +21,7 @@ from serving import batch
 from serving.batch import output_layout
 from tests.world import MODEL_NAME, two_days_of_transactions
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("inline_validation")]
 PROJECT = Path(__file__).resolve().parents[2]
 COLUMNS = ["transaction_id", "customer_id", "merchant_id", "event_timestamp", "amount"]
 
