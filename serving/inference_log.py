@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 if TYPE_CHECKING:
-    import pandas as pd  # the reader's frames; the gateway, which only writes, never loads pandas
+    import pandas as pd  # only the reader returns frames: writing records needs no pandas
 
 logger = logging.getLogger(__name__)
 

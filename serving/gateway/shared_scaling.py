@@ -14,7 +14,8 @@ loop, never per request.
   weighted by completions. Readings older than ``FRESH_S`` are from a gateway gone or stuck, and left out.
 - ``SharedScaling``: a thread that, once a second, writes this gateway's readings (when it follows), reads
   the others' (when it leads), and saves the leader's records (``serving.autoscaler.record``) every few
-  seconds; the records are read at start and while following, so a new leader continues from them.
+  seconds; the records are read at start and while following, so a new leader continues from them, and a
+  follower sends each replica at most the per-replica limit the leader's record carries (``follow_limits``).
 """
 
 from __future__ import annotations
