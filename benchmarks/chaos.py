@@ -268,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     rates.add_argument("--rate", type=float, default=None, help="requests a second, whatever the capacity measured")
     parser.add_argument("--stream-rate", type=float, default=20.0, help="stream events appended per second")
     args = parser.parse_args(argv)
+    if (args.rate is not None and args.rate <= 0) or args.load <= 0:
+        parser.error("--rate and --load must be above 0")  # refused before anything starts
     plan(args.seed, args.minutes * 60)  # a run too short for a fault is refused before anything starts
     signal.signal(signal.SIGTERM, _interrupt)
     provenance = Provenance("benchmarks.chaos", argv, watched=("benchmarks", "serving", "infra"))

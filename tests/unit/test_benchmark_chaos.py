@@ -106,3 +106,15 @@ def test_the_header_names_a_fixed_rate_or_the_share_of_the_capacity_measured() -
     share = render(figures(load, 1000.0, [done], CLEAN, OFFERED)).splitlines()[0]
     fixed = render(figures(load, 1000.0, [done], CLEAN, {**OFFERED, "load": None})).splitlines()[0]
     assert "(50% of " in share and "(fixed; " in fixed
+
+
+def test_a_rate_or_load_not_above_zero_is_refused_before_anything_starts(capsys) -> None:
+    import pytest
+
+    from benchmarks.chaos import main
+
+    for bad in (["--rate", "0"], ["--load", "-1"]):
+        with pytest.raises(SystemExit) as exited:
+            main(["--minutes", "10", *bad])
+        assert exited.value.code == 2
+        assert "--rate and --load must be above 0" in capsys.readouterr().err
