@@ -57,6 +57,8 @@ def log_ticker_agent(name: str, *, interval_s: float = 0.0) -> str:
             python_model=__file__,
             model_config={"interval_s": interval_s},
             registered_model_name=name,
+            # all it imports besides the standard library (MLflow would otherwise load it in a process to infer that)
+            pip_requirements=["mlflow"],
             input_example={"input": [{"role": "user", "content": "hello"}], "max_output_tokens": 2},
         )
     return str(info.registered_model_version)

@@ -34,9 +34,14 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["PREFECT_HOME"] = str(_SESSION_HOME / "prefect")
     os.environ["TOLLFREE_TOKEN"] = "test-admin-" + secrets.token_hex(16)
     os.environ.pop("TOLLFREE_TOKENS_FILE", None)
+    from serving.replica_server.imports import skip_feast_type_checks
     from serving.settings import export_defaults
 
     export_defaults(os.environ)
+    # No typeguard checks on Feast's classes in a test process: the definitions tests use are the repository's own,
+    # and the world's build (a process of its own, as every flow the tests start) runs them checked. The
+    # instrumentation would cost each worker about 4 CPU-seconds of its collection.
+    skip_feast_type_checks()
     if not hasattr(config, "workerinput"):  # not an xdist worker: those inherit the controller's server
         os.environ.pop("PREFECT_API_URL", None)  # never a server of the user's shell
         if getattr(config.option, "numprocesses", None):

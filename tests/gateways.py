@@ -178,9 +178,12 @@ class RetryingClients:
     until it gets an HTTP answer, moving to the next gateway in ``urls`` each time (a load balancer's retry and
     redispatch; with one URL, a client that retries). Each client starts on its own gateway and takes turns.
     One :class:`Outcome` per request, its retries included. With ``retry=False``, plain clients: a connection
-    error is an outcome of status 0 (a failed request)."""
+    error is an outcome of status 0 (a failed request). ``think_s``: each client's pause after an answer (load
+    below what the machine serves, rather than all of it: the tests beside it share the cores)."""
 
-    def __init__(self, urls: list[str], path: str, body: bytes, concurrency: int, *, retry: bool = True) -> None:
+    def __init__(
+        self, urls: list[str], path: str, body: bytes, concurrency: int, *, retry: bool = True, think_s: float = 0.0
+    ) -> None:
         self.outcomes: list[Outcome] = []
         self.retries = 0
         self._stop = threading.Event()
@@ -206,6 +209,8 @@ class RetryingClients:
                             time.sleep(0.02)
                     self.outcomes.append(Outcome(at, sent, time.monotonic(), status, detail))
                     at = (at + 1) % len(urls)
+                    if think_s:
+                        self._stop.wait(think_s)
 
         self.threads = [threading.Thread(target=client, args=(i % len(urls),), daemon=True) for i in range(concurrency)]
         for thread in self.threads:

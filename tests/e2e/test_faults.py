@@ -222,12 +222,12 @@ def replicas_of_pids(pids: list[int]) -> list[int]:
 def test_a_crashed_gateway_loses_at_most_its_unflushed_tail_and_its_successor_adopts_the_replicas(
     world, gateway_env, record_property
 ):
-    """Load: 4 concurrent clients for 6 s. Fault: kill -9 of the gateway 5 s in. Holds: every request answered
-    more than 2 s before the crash (two flush intervals of the inference log) is in the log; the lost tail is
-    counted and reported. Its replicas, in their own sessions, outlive it. Then 4 clients that retry connection
-    errors keep sending while a new gateway starts on the same port and state: it adopts the live replicas
-    (no new process, the registry names them under the new gateway), answers within 1 s of listening, and no
-    request fails; its graceful stop then stops the adopted replicas."""
+    """Load: 50 requests a second (open loop) for 6 s. Fault: kill -9 of the gateway 5 s in. Holds: every request
+    answered more than 2 s before the crash (two flush intervals of the inference log) is in the log; the lost tail
+    is counted and reported. Its replicas, in their own sessions, outlive it. Then 4 clients that retry connection
+    errors (each pausing 20 ms after an answer) keep sending while a new gateway starts on the same port and state:
+    it adopts the live replicas (no new process, the registry names them under the new gateway), answers within 1 s
+    of listening, and no request fails; its graceful stop then stops the adopted replicas."""
     body = rows_body(world, seed=9)
     log = world.home / "logs" / "gateway-crash.log"
     port = free_port()
@@ -241,7 +241,7 @@ def test_a_crashed_gateway_loses_at_most_its_unflushed_tail_and_its_successor_ad
         mine = _registered(gateway_env["TOLLFREE_STATE_URL"], name, gateway.process.pid)
         assert mine and set(mine) <= {p.pid for p in replicas_of(gateway)}
         url = f"{gateway.url}/serving-endpoints/{name}/invocations"
-        load = Background(url, body, 6.0, concurrency=4, timeout_s=20.0)
+        load = Background(url, body, 6.0, rate=50, timeout_s=20.0)
         time.sleep(5.0)
         orphans = [p.pid for p in psutil.Process(gateway.process.pid).children(recursive=True)]
         gateway.process.send_signal(signal.SIGKILL)
@@ -259,7 +259,9 @@ def test_a_crashed_gateway_loses_at_most_its_unflushed_tail_and_its_successor_ad
         assert not old_enough, f"{len(old_enough)} requests answered over 2 s before the crash were lost"
         assert replicas_of_pids(mine) == mine, "the replicas died with their gateway"
 
-        clients = RetryingClients([gateway.url], f"/serving-endpoints/{name}/invocations", body, concurrency=4)
+        clients = RetryingClients(
+            [gateway.url], f"/serving-endpoints/{name}/invocations", body, concurrency=4, think_s=0.02
+        )
         restarted = start_gateway(gateway_env, log, port=port, timeout_s=240)
         listening_at = time.monotonic()
         deadline = time.monotonic() + 60
@@ -398,7 +400,7 @@ def redis(world) -> Iterator[Redis]:  # type: ignore[no-untyped-def]
 
 
 def test_redis_down_gives_a_clear_503_and_the_endpoint_recovers_by_itself(world, gateway_env, redis, record_property):
-    """Load: 4 concurrent clients for 14 s on an endpoint whose replica reads Redis. Fault: kill -9 of
+    """Load: 50 requests a second (open loop) for 14 s on an endpoint whose replica reads Redis. Fault: kill -9 of
     redis-server 3 s in, restarted on the same port (its append-only file reloaded) 4 s later. Holds:
     every answer is 200 or a 503 naming the online store (no 500, no hang), and the endpoint serves
     200 again after Redis returns with no action on the gateway."""
@@ -412,7 +414,7 @@ def test_redis_down_gives_a_clear_503_and_the_endpoint_recovers_by_itself(world,
         create(gateway, name)
         url = f"{gateway.url}/serving-endpoints/{name}/invocations"
         assert httpx.post(url, content=body, headers=headers, timeout=60).status_code == 200
-        load = Background(url, body, 14.0, concurrency=4, timeout_s=40.0)
+        load = Background(url, body, 14.0, rate=50, timeout_s=40.0)
         time.sleep(3.0)
         redis.kill()
         down_at = time.monotonic()

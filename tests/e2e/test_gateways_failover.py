@@ -406,7 +406,7 @@ def test_a_config_change_right_after_a_failover_leaves_only_the_replicas_the_sur
         body = rows_body(world, n=4)
         before = _replica_pids(pair.token) - others
         path = f"/serving-endpoints/{CHANGED}/invocations"
-        clients.append(RetryingClients([pair.proxy], path, body, concurrency=4, retry=False))
+        clients.append(RetryingClients([pair.proxy], path, body, concurrency=4, retry=False, think_s=0.05))
         _answers(clients[-1], 20, after=0.0, timeout_s=30)  # load through HAProxy, on both gateways, before the kill
 
         # kill -9 of the leader, then at once the change through the survivor (still following, or just leading)
@@ -468,18 +468,19 @@ def _role(gateway: GatewayProcess) -> str:
 def test_postgresql_stopped_for_30_s_under_load_fails_no_request_and_applies_no_refused_write(
     world, pair, postgres, record_property
 ):
-    """Load: 4 plain clients through HAProxy on an endpoint both gateways serve. Fault: PostgreSQL stopped for 30 s
-    (the leader's 10 s lease runs out meanwhile), then started again.
+    """Load: 4 plain clients through HAProxy (each pausing 50 ms after an answer) on an endpoint both gateways
+    serve. Fault: PostgreSQL stopped for 30 s (the leader's 10 s lease runs out meanwhile), then started
+    again.
 
     Holds: every request answered 200 (each gateway serves from the configuration it holds); a config change sent
-    meanwhile through either gateway answers 503 naming the state store and is not applied; the leader stops
-    leading before its lease can run out (it cannot renew it); once PostgreSQL is back, one gateway leads, the
-    other follows, and the endpoint's config is the one last acknowledged."""
+    meanwhile through either gateway answers 503 naming the state store and is not applied; the leader stops leading
+    before its lease can run out (it cannot renew it); once PostgreSQL is back, one gateway leads, the other
+    follows, and the endpoint's config is the one last acknowledged."""
     leader, follower = pair.two()
     _create(pair.proxy, OUTAGE, {**ENTITY, "name": "kept"})
     acknowledged = wait_ready(pair.proxy, OUTAGE)["config"]
     path = f"/serving-endpoints/{OUTAGE}/invocations"
-    clients = RetryingClients([pair.proxy], path, rows_body(world, n=4), concurrency=4, retry=False)
+    clients = RetryingClients([pair.proxy], path, rows_body(world, n=4), concurrency=4, retry=False, think_s=0.05)
     try:
         _answers(clients, 20, after=0.0, timeout_s=30)
         postgres.stop()

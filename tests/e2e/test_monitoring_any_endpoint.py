@@ -61,7 +61,11 @@ def log_own_model(world, name: str) -> str:  # type: ignore[no-untyped-def]
     model = LogisticRegression().fit(x, y)
     with mlflow.start_run(experiment_id=experiment(world)):
         info = mlflow.sklearn.log_model(
-            model, name="model", signature=infer_signature(x, model.predict(x)), registered_model_name=name
+            model,
+            name="model",
+            signature=infer_signature(x, model.predict(x)),
+            registered_model_name=name,
+            pip_requirements=["scikit-learn"],  # given: inferring them loads the model in a process
         )
     return str(info.registered_model_version)
 

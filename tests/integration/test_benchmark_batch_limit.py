@@ -30,6 +30,7 @@ def test_the_limit_writes_every_row_key_with_the_models_own_prediction(tmp_path)
                 signature=infer_signature(features, model.predict_proba(features)),
                 pyfunc_predict_fn="predict_proba",
                 serialization_format="cloudpickle",
+                pip_requirements=["scikit-learn"],  # given: inferring them loads the model in a process
             )
             out = limit(source, tmp_path / "out.parquet", info.model_uri, workers=2)
     finally:

@@ -35,7 +35,13 @@ def own(world, tmp_path_factory) -> str:  # type: ignore[no-untyped-def]
     with mlflow.start_run(experiment_id=experiment):
         mlflow.log_input(mlflow.data.from_pandas(x, source=str(path), name="holdout"), context="evaluation")
         model = LinearRegression().fit(x, x["a"])
-        info = mlflow.sklearn.log_model(model, name="model", signature=infer_signature(x), registered_model_name=MODEL)
+        info = mlflow.sklearn.log_model(
+            model,
+            name="model",
+            signature=infer_signature(x),
+            registered_model_name=MODEL,
+            pip_requirements=["scikit-learn"],  # given: inferring them loads the model in a process
+        )
     return str(info.registered_model_version)
 
 

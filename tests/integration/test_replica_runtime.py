@@ -54,6 +54,7 @@ def models(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
             input_example=X.iloc[:3],
             pyfunc_predict_fn="predict_proba",
             serialization_format="cloudpickle",
+            pip_requirements=["scikit-learn"],  # given: MLflow would load the model in a process to infer them
         )
         uris["numeric"] = info.model_uri
         Xi = X.round().astype("int64")
@@ -63,6 +64,7 @@ def models(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
             signature=infer_signature(Xi, model.predict(Xi)),
             input_example=Xi.iloc[:3],
             serialization_format="cloudpickle",
+            pip_requirements=["scikit-learn"],  # given: MLflow would load the model in a process to infer them
         )
         uris["integers"] = info.model_uri
         frame = pd.DataFrame({"x": [1.0]})
@@ -102,6 +104,7 @@ def _log_mixed(X: pd.DataFrame, y: pd.Series) -> str:
         name="mixed",
         signature=infer_signature(mixed, pipeline.predict(mixed)),
         serialization_format="cloudpickle",
+        pip_requirements=["scikit-learn"],  # given: MLflow would load the model in a process to infer them
     )
     return info.model_uri
 
