@@ -73,7 +73,13 @@ def _free_ports() -> dict[str, str]:
         pass
     taken = set(range(gateway, gateway + GATEWAYS + 1))
     ports = {}
-    for var in ("TOLLFREE_PREFECT_PORT", "TOLLFREE_MLFLOW_PORT", "TOLLFREE_REDIS_PORT", "TOLLFREE_POSTGRES_PORT"):
+    for var in (
+        "TOLLFREE_PREFECT_PORT",
+        "TOLLFREE_MLFLOW_PORT",
+        "TOLLFREE_REDIS_PORT",
+        "TOLLFREE_POSTGRES_PORT",
+        "TOLLFREE_PROMETHEUS_PORT",
+    ):
         while (port := free_port()) in taken:
             pass
         taken.add(port)

@@ -51,3 +51,12 @@ def ensure_postgres() -> Path:
 
 def ensure_haproxy() -> str:
     return ensure_binary("haproxy", "haproxy")
+
+
+def ensure_prometheus() -> str:
+    return ensure_binary("prometheus", "prometheus")
+
+
+def ensure_promtool() -> str:
+    """Prometheus's rule and configuration checker (Debian ships it in the ``prometheus`` package)."""
+    return ensure_binary("promtool", "prometheus")

@@ -2,7 +2,8 @@
 (``infra.stack_config``).
 
 What ``infra.stack`` starts, in one place: a Prefect server, an MLflow server on the state folder's
-SQLite (unless ``MLFLOW_TRACKING_URI`` names an external one), the gateway, a Prefect process worker.
+SQLite (unless ``MLFLOW_TRACKING_URI`` names an external one), the gateway, Prometheus scraping it and its
+replicas (``infra.prometheus``), a Prefect process worker.
 With ``TOLLFREE_GATEWAYS=N`` (N >= 2): N gateways on the ports after ``TOLLFREE_GATEWAY_PORT``, sharing a
 PostgreSQL state store (the stack's own, ``infra.postgres``, unless ``TOLLFREE_STATE_URL`` names one), and
 HAProxy on ``TOLLFREE_GATEWAY_PORT`` in front of them (``infra.haproxy``).
@@ -21,8 +22,8 @@ from pathlib import Path
 
 import httpx
 
-from infra import haproxy
-from infra.packages import ensure_haproxy
+from infra import haproxy, prometheus
+from infra.packages import ensure_haproxy, ensure_prometheus
 from infra.postgres import run_as
 from infra.processes import MARK, ProcessRecord
 from infra.redis import answers as redis_answers
@@ -117,6 +118,7 @@ def services(config: StackConfig, env: Mapping[str, str]) -> list[Service]:
         )
     )
     out.extend(_gateway_services(config, env))
+    out.append(_prometheus(config, env))
     out.append(
         Service(
             "stream-feed",
@@ -153,6 +155,30 @@ def _mlflow_server(config: StackConfig, backend_store_uri: str, env: Mapping[str
         config.ports["mlflow"],
         _answers(f"{config.url('mlflow')}/health"),
         config.url("mlflow"),
+    )
+
+
+def _prometheus(config: StackConfig, env: Mapping[str, str]) -> Service:
+    """Prometheus over what the gateways list for it, with the rules of ``infra/prometheus/rules.yml``."""
+    folder = config.home / "prometheus"
+    cfg = config.state_dir / "prometheus.yml"
+    token_file = config.home / "secrets" / "scrape-token"
+
+    def prepare() -> None:
+        (folder / "targets").mkdir(parents=True, exist_ok=True)
+        prometheus.write_secret(token_file, env["TOLLFREE_TOKEN"])
+        cfg.parent.mkdir(parents=True, exist_ok=True)
+        cfg.write_text(prometheus.config(folder / "targets", token_file, config.home / "replica.token"))
+
+    port = config.ports["prometheus"]
+    return Service(
+        "prometheus",
+        prometheus.command(ensure_prometheus(), cfg, folder / "data", HOST, port),
+        dict(env),
+        port,
+        _answers(f"{config.url('prometheus')}/-/ready"),
+        config.url("prometheus"),
+        prepare=prepare,
     )
 
 

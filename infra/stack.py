@@ -2,14 +2,15 @@
 
 ``up`` starts, in the background and on 127.0.0.1, a Prefect server (API and UI), an MLflow server
 (tracking, registry, UI) on the state folder's SQLite database, a redis-server (the stream inputs' broker,
-``infra.redis``), the gateway, a Prefect process worker, and the demo's stream feed (``infra.stream_feed``);
+``infra.redis``), the gateway, Prometheus scraping it (``infra.prometheus``), a Prefect process worker, and the
+demo's stream feed (``infra.stream_feed``);
 it registers every deployment of ``flows/deployments.py`` on the process work pool and prints the URLs. With
 ``TOLLFREE_GATEWAYS=N`` (N >= 2) the one gateway becomes a PostgreSQL state store, N gateways and HAProxy in
 front of them (``infra.services``). ``down`` stops exactly what ``up`` started, by the recorded process ids.
 All state stays in ``TOLLFREE_HOME``, so ``up`` after ``down`` finds every run, model and endpoint again.
 
 Ports: ``TOLLFREE_PREFECT_PORT`` (4200), ``TOLLFREE_MLFLOW_PORT`` (5000), ``TOLLFREE_GATEWAY_PORT`` (8080),
-``TOLLFREE_REDIS_PORT`` (6380).
+``TOLLFREE_REDIS_PORT`` (6380), ``TOLLFREE_PROMETHEUS_PORT`` (9090).
 A set ``MLFLOW_TRACKING_URI`` naming a database (SQLite, PostgreSQL, MySQL) becomes the local MLflow
 server's backend store; one naming a server (http, databricks) is used as is and no local MLflow server
 starts. The admin token comes from ``TOLLFREE_TOKEN`` or is generated once into a 0600 file.
@@ -53,6 +54,7 @@ GRACE_S = {
     "mlflow-server": 15.0,
     "prefect-server": 15.0,
     "haproxy": 10.0,
+    "prometheus": 10.0,
     "postgres": 30.0,
 }
 
@@ -217,7 +219,7 @@ def _start_in_order(config: StackConfig, env: Mapping[str, str], start: _Starts)
         broker = start("redis")  # the stream inputs' broker, up before the gateways consume from it
         wait_healthy(broker)
         gateways = [s.name for s in start.wanted if is_gateway(s.name)]
-        others = start("mlflow-server") + start(*gateways) + start("haproxy")
+        others = start("mlflow-server") + start(*gateways) + start("haproxy") + start("prometheus")
         wait_healthy(prefect)
         registration = start_registration(config, env)  # needs only Prefect
         worker = start("worker")
@@ -271,6 +273,7 @@ def summary(config: StackConfig, registered: list[str], kept: list[str]) -> str:
             if config.gateways > 1
             else ""
         ),
+        f"  Prometheus    {config.url('prometheus')}  (alerts at /alerts; rules in infra/prometheus/rules.yml)",
         f"  admin token   {token}",
         f"  stream        redis://{HOST}:{config.ports['redis']}/transactions, fed at TOLLFREE_STREAM_RATE events/s "
         "(default 5); scores in the stream 'scores' once the endpoint 'fraud' exists",
@@ -293,6 +296,7 @@ def down(config: StackConfig) -> int:
     # the gateways stop together: one of several that stops alone hands its replicas to the next leader
     for names in (
         ["stream-feed"],
+        ["prometheus"],
         ["worker"],
         ["haproxy"],
         gateways,

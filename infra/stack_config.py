@@ -19,6 +19,7 @@ PORT_DEFAULTS = {
     "mlflow": ("TOLLFREE_MLFLOW_PORT", 5000),
     "gateway": ("TOLLFREE_GATEWAY_PORT", 8080),
     "redis": ("TOLLFREE_REDIS_PORT", 6380),
+    "prometheus": ("TOLLFREE_PROMETHEUS_PORT", 9090),
 }
 DATABASE_SCHEMES = {"sqlite", "postgresql", "mysql", "mssql"}
 MAX_GATEWAYS = 16

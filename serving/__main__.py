@@ -93,6 +93,7 @@ def _gateway_app(args: argparse.Namespace, settings: Settings) -> Any:
     from serving.gateway.app import create_gateway_app
     from serving.gateway.auth import Tokens
     from serving.gateway.metrics import GatewayMetrics
+    from serving.gateway.scrape_targets import ScrapeTargets
     from serving.inference_log import InferenceLogWriter
     from serving.replicas.cluster.connect import ClusterSettingsError, cluster_from_environ
     from serving.replicas.local import REPLICA_HOST_ENV, can_listen_on
@@ -127,6 +128,7 @@ def _gateway_app(args: argparse.Namespace, settings: Settings) -> Any:
         cluster=cluster,
     )
     metrics = GatewayMetrics.create()  # one registry: the gateway's, the inference log's, the autoscaler's
+    targets = ScrapeTargets(settings.scrape_targets_dir, settings.gateways_dir, lambda: manager.live)
     return create_gateway_app(
         manager,
         tokens,
@@ -135,6 +137,7 @@ def _gateway_app(args: argparse.Namespace, settings: Settings) -> Any:
         autoscale=os.environ.get("TOLLFREE_AUTOSCALE", "on") != "off",
         warm_pool_size=int(pool) if cluster is None else 0,  # pods start from their image, not local standbys
         stream_claim_idle_s=args.stream_claim_idle,
+        scrape_targets=targets,
     )
 
 

@@ -176,7 +176,7 @@ def write_record(
     for stale, old in read_records(folder):
         if old.hostname == record.hostname and old.pid != record.pid and not (alive or pid_alive)(old.pid):
             stale.unlink(missing_ok=True)
-    path = folder / f"{re.sub(r'[^A-Za-z0-9.-]', '_', record.hostname)[:64]}-{record.pid}.json"
+    path = folder / f"{record_name(record.hostname, record.pid)}.json"
     fd, temporary = tempfile.mkstemp(dir=folder, prefix=f".{path.stem}.", suffix=".tmp")  # not *.json: never read
     try:
         with os.fdopen(fd, "w") as out:
@@ -187,6 +187,11 @@ def write_record(
         Path(temporary).unlink(missing_ok=True)
         raise
     return path, record
+
+
+def record_name(hostname: str, pid: int) -> str:
+    """A gateway's name in the state folder's files: its host name (file-safe, at most 64 characters), then its pid."""
+    return f"{re.sub(r'[^A-Za-z0-9.-]', '_', hostname)[:64]}-{pid}"
 
 
 def remove_record(path: Path, record: GatewayRecord) -> bool:

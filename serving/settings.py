@@ -67,6 +67,11 @@ class Settings:
         """Where each running gateway records its URL for clients on this state folder (``serving.discovery``)."""
         return self.home / "gateways"
 
+    @property
+    def scrape_targets_dir(self) -> Path:
+        """Where each running gateway lists what Prometheus scrapes (``serving.gateway.scrape_targets``)."""
+        return self.home / "prometheus" / "targets"
+
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Settings:
         home = Path(environ.get("TOLLFREE_HOME") or DEFAULT_HOME).expanduser().resolve()
@@ -205,6 +210,7 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
     EnvVar("TOLLFREE_POSTGRES_PORT", "`5433`", "the stack's PostgreSQL port (several gateways)", "stack"),
     EnvVar("TOLLFREE_POSTGRES_DIR", "`$TOLLFREE_HOME/postgres`", "the stack's PostgreSQL cluster folder", "stack"),
     EnvVar("TOLLFREE_REDIS_PORT", "`6380`", "the stack's redis-server port (stream inputs' broker)", "stack"),
+    EnvVar("TOLLFREE_PROMETHEUS_PORT", "`9090`", "the stack's Prometheus port (UI, API, alerts)", "stack"),
     EnvVar("TOLLFREE_STREAM_RATE", "`5`", "events a second the stack's stream feed appends", "stack"),
     EnvVar(
         "TOLLFREE_STREAM_ENDPOINT", "`fraud`", "the endpoint the feed attaches its stream to (empty: none)", "stack"

@@ -29,6 +29,7 @@ from serving.gateway.data_plane import INVOCATIONS, InvocationsHandler
 from serving.gateway.leadership import Leadership, holder_id
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.rate_limit import TokenBuckets
+from serving.gateway.scrape_targets import ScrapeTargets
 from serving.gateway.shared_scaling import SharedScaling
 from serving.gateway.streaming import StreamSupervisor
 from serving.inference_log import InferenceLogWriter
@@ -63,11 +64,13 @@ def create_gateway_app(
     metrics: GatewayMetrics | None = None,
     limiter: TokenBuckets | None = None,
     stream_claim_idle_s: float = 30.0,
+    scrape_targets: ScrapeTargets | None = None,
 ) -> Gateway:
     """The gateway app. ``autoscale`` runs the autoscaler on local replica processes, with
     ``warm_pool_size`` standby processes kept ready (``python -m serving`` turns both on). The leader
     consumes the endpoints' stream inputs (``serving.gateway.streaming``); entries another consumer left
-    pending for ``stream_claim_idle_s`` are claimed."""
+    pending for ``stream_claim_idle_s`` are claimed. ``scrape_targets``, when given, keeps Prometheus's list of this
+    gateway and its replicas current while the app runs."""
     metrics = metrics or GatewayMetrics.create()
     limiter = limiter or TokenBuckets()
     autoscaling = AutoscalerSettings(warm_pool_size, autoscale_interval_s) if autoscale else None
@@ -77,7 +80,7 @@ def create_gateway_app(
     chat = ChatPlane(manager, inference_log, metrics, rng=rng, timeout_s=manager.request_timeout_s)
     app = FastAPI(
         title="tollfree gateway",
-        lifespan=_lifespan(manager, inference_log, metrics, autoscaling, streams, chat),
+        lifespan=_lifespan(manager, inference_log, metrics, autoscaling, streams, chat, scrape_targets),
         docs_url=None,
         redoc_url=None,
     )
@@ -106,6 +109,7 @@ def _lifespan(
     autoscaling: AutoscalerSettings | None,
     streams: StreamSupervisor,
     chat: ChatPlane,
+    scrape_targets: ScrapeTargets | None,
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """Start: the inference log, the replica client, every stored endpoint, the autoscaler, the stream
     consumers. Stop: the reverse (the consumers first: what they hold stays pending in the broker), every
@@ -139,6 +143,8 @@ def _lifespan(
         tasks.append(asyncio.get_running_loop().create_task(streams.run()))
         if leadership is not None:
             tasks.append(asyncio.get_running_loop().create_task(leadership.run()))
+        if scrape_targets is not None:
+            tasks.append(asyncio.get_running_loop().create_task(scrape_targets.run()))
         try:
             yield
         finally:

@@ -132,6 +132,9 @@ async def prometheus(request: Request) -> Response:
     for name, live in _manager(request).live.items():
         for replica_set in live.replica_sets.values():
             metrics.replicas.labels(name, replica_set.name).set(sum(r.alive() for r in replica_set.replicas))
+            if replica_set.scaling is not None:  # autoscaled: the bounds the alerting rules compare with
+                metrics.max_replicas.labels(name, replica_set.name).set(replica_set.scaling.max_replicas)
+                metrics.latency_slo.labels(name, replica_set.name).set(replica_set.scaling.latency_slo_ms / 1000.0)
             if replica_set.dispatcher is not None:
                 metrics.queue_depth.labels(name, replica_set.name).set(replica_set.dispatcher.waiting)
     return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -18,6 +18,8 @@ class GatewayMetrics:
     latency: Histogram
     in_flight: Gauge
     replicas: Gauge
+    max_replicas: Gauge
+    latency_slo: Gauge
     queue_depth: Gauge
     cache_hits: Counter
     time_to_first_token: Histogram
@@ -49,6 +51,18 @@ class GatewayMetrics:
             replicas=Gauge(
                 "tollfree_replicas",
                 "Ready replicas per served entity.",
+                ["endpoint", "served_entity"],
+                registry=registry,
+            ),
+            max_replicas=Gauge(
+                "tollfree_max_replicas",
+                "The most replicas the autoscaler may run per served entity (its max_replicas).",
+                ["endpoint", "served_entity"],
+                registry=registry,
+            ),
+            latency_slo=Gauge(
+                "tollfree_latency_slo_seconds",
+                "The p99 latency goal per served entity (its autoscaling latency_slo_ms), in seconds.",
                 ["endpoint", "served_entity"],
                 registry=registry,
             ),

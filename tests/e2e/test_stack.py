@@ -3,7 +3,8 @@
 
 up -> the Prefect API lists every deployment with its schedule, the UIs answer -> a deployment run triggered
 from the Prefect CLI completes and shows its artifact, while an endpoint created through HAProxy comes up and
-answers and the demo's stream feed reaches it -> status says what runs (the stream with its lag) -> down -> no
+answers and the demo's stream feed reaches it -> Prometheus scrapes both gateways and the endpoint's replica and
+records the endpoint's rate -> status says what runs (the stream with its lag) -> down -> no
 process of ours is left (recorded pids, and everything carrying the stack's mark) -> up again: the endpoint, its
 config and alias, and the token are back -> down.
 """
@@ -66,6 +67,7 @@ def _stack_env(home: Path, postgres_dir: Path) -> dict[str, str]:
             "TOLLFREE_GATEWAYS": "2",
             "TOLLFREE_POSTGRES_PORT": str(free_port()),
             "TOLLFREE_REDIS_PORT": str(free_port()),
+            "TOLLFREE_PROMETHEUS_PORT": str(free_port()),
             "TOLLFREE_STREAM_RATE": "20",
             "TOLLFREE_STREAM_ENDPOINT": "tiny",  # the feed attaches its stream to the test's endpoint
             "TOLLFREE_POSTGRES_DIR": str(postgres_dir),  # PostgreSQL runs as its own user: not under pytest's 0700 tmp
@@ -237,7 +239,16 @@ def _feed_dead_lettered(redis_port: str) -> None:
 def _status_lists_what_runs(env: dict[str, str], home: Path) -> None:
     status = _make("status", env)
     assert status.returncode == 0, status.stdout + status.stderr
-    services = ("prefect-server", "mlflow-server", "redis", "postgres", "gateway-1", "gateway-2", "haproxy")
+    services = (
+        "prefect-server",
+        "mlflow-server",
+        "redis",
+        "postgres",
+        "gateway-1",
+        "gateway-2",
+        "haproxy",
+        "prometheus",
+    )
     for name in (*services, "stream-feed", "worker"):
         assert any(line.split()[:1] == [name] and "running" in line for line in status.stdout.splitlines()), (
             status.stdout
@@ -250,11 +261,34 @@ def _status_lists_what_runs(env: dict[str, str], home: Path) -> None:
     assert sum("leading (" in log for log in roles) == 1 and sum("following the leader" in log for log in roles) == 1
 
 
+def _prometheus_scrapes(env: dict[str, str]) -> None:
+    """Prometheus scrapes both gateways and the endpoint's replica (the lists the gateways keep), its recording
+    rules give the endpoint's request rate, and it has loaded the alerting rules."""
+    url = f"http://127.0.0.1:{env['TOLLFREE_PROMETHEUS_PORT']}/api/v1"
+    deadline = time.monotonic() + 90
+    while True:
+        targets = httpx.get(f"{url}/targets", timeout=10).json()["data"]["activeTargets"]
+        up = sorted((t["labels"]["job"], t["labels"].get("endpoint", "")) for t in targets if t["health"] == "up")
+        rate = httpx.get(f"{url}/query", params={"query": 'endpoint:tollfree_requests:rate1m{endpoint="tiny"}'}).json()
+        if (
+            up == [("tollfree-gateway", ""), ("tollfree-gateway", ""), ("tollfree-replica", "tiny")]
+            and rate["data"]["result"]
+        ):
+            break
+        assert time.monotonic() < deadline, (
+            f"Prometheus: targets {[(t['labels'], t['health'], t.get('lastError')) for t in targets]}, rate {rate}"
+        )
+        time.sleep(1.0)
+    rules = httpx.get(f"{url}/rules", params={"type": "alert"}, timeout=10).json()["data"]["groups"]
+    alerts = {rule["name"] for group in rules for rule in group["rules"]}
+    assert {"TollfreeLatencyOverSLO", "TollfreeErrorRate", "TollfreeReplicasAtMax", "TollfreeGatewayDown"} <= alerts
+
+
 def _down_leaves_nothing(env: dict[str, str], home: Path) -> None:
     """``make down`` stops every recorded process and everything carrying the stack's mark; the state stays."""
     record = json.loads((home / "stack" / "stack.json").read_text())
     recorded = [(s["pid"], s["start_ticks"]) for s in record["services"]]
-    assert len(recorded) == 9
+    assert len(recorded) == 10
     down = _make("down", env)
     assert down.returncode == 0, down.stdout + down.stderr
     assert all(start_ticks(pid) != ticks for pid, ticks in recorded)
@@ -303,6 +337,7 @@ def test_up_with_two_gateways_registers_every_deployment_serves_and_comes_back_a
         assert before["config"]["stream_inputs"][0]["source"].endswith("/transactions")
         _deployment_run_done(run, run_output, api, deployments["materialize/hourly"])
         print(f"deployment run done at {time.monotonic() - started:.0f}s")
+        _prometheus_scrapes(env)
 
         _status_lists_what_runs(env, home)
         _down_leaves_nothing(env, home)

@@ -323,6 +323,19 @@ def test_the_metrics_page_documents_every_metric_name_the_gateway_and_the_autosc
     assert not missing, f"docs/reference/metrics.md does not document: {missing}"
 
 
+def test_the_prometheus_rules_read_only_metrics_that_exist_or_that_a_rule_records():
+    from infra.prometheus import RULES
+
+    rules = [rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]]
+    recorded = {rule["record"] for rule in rules if "record" in rule}
+    names = {n for rule in rules for n in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", rule["expr"])}
+    assert {n for n in names if ":" in n} <= recorded, {n for n in names if ":" in n} - recorded
+    used = {re.sub(r"_(bucket|count|sum|total)$", "", n) for n in names if n.startswith("tollfree_")}
+    known = {re.sub(r"_total$", "", n) for n in exposed_metric_names() | autoscaler_metric_names()}
+    assert used <= known, used - known
+    assert {"tollfree_requests", "tollfree_max_replicas", "tollfree_latency_slo_seconds"} <= used
+
+
 def test_grafana_dashboard_queries_only_metrics_that_exist():
     dashboard = json.loads((PROJECT_DIR / "infra" / "grafana" / "tollfree-serving.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]

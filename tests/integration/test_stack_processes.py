@@ -22,7 +22,7 @@ from infra.stack_record import StackRecord
 
 def test_ports_come_from_the_environment_and_are_checked(tmp_path: Path):
     config = StackConfig.from_environ({"TOLLFREE_HOME": str(tmp_path), "TOLLFREE_PREFECT_PORT": "14999"})
-    assert config.ports == {"prefect": 14999, "mlflow": 5000, "gateway": 8080, "redis": 6380}
+    assert config.ports == {"prefect": 14999, "mlflow": 5000, "gateway": 8080, "redis": 6380, "prometheus": 9090}
     assert config.prefect_api == "http://127.0.0.1:14999/api"
     with pytest.raises(ValueError, match="TOLLFREE_GATEWAY_PORT"):
         StackConfig.from_environ({"TOLLFREE_HOME": str(tmp_path), "TOLLFREE_GATEWAY_PORT": "80a"})
@@ -143,9 +143,9 @@ def test_one_gateway_by_default_and_with_several_postgresql_and_haproxy_in_front
         "MLFLOW_TRACKING_URI": "http://mlflow.x:5000",
     }
     one = services(StackConfig.from_environ(env), child_environ(StackConfig.from_environ(env), env, "s", "t" * 20))
-    assert [s.name for s in one] == ["prefect-server", "redis", "gateway", "stream-feed", "worker"]
+    assert [s.name for s in one] == ["prefect-server", "redis", "gateway", "prometheus", "stream-feed", "worker"]
     assert one[2].port == 18080 and "TOLLFREE_STATE_URL" not in one[2].env
-    assert one[1].port == 6380 and "--appendonly" in one[1].argv and one[3].env["TOLLFREE_REDIS_PORT"] == "6380"
+    assert one[1].port == 6380 and "--appendonly" in one[1].argv and one[4].env["TOLLFREE_REDIS_PORT"] == "6380"
 
     several = {**env, "TOLLFREE_GATEWAYS": "3", "TOLLFREE_POSTGRES_PORT": "15433"}
     config = StackConfig.from_environ(several)
@@ -158,6 +158,7 @@ def test_one_gateway_by_default_and_with_several_postgresql_and_haproxy_in_front
         "gateway-2",
         "gateway-3",
         "haproxy",
+        "prometheus",
         "stream-feed",
         "worker",
     ]
@@ -176,6 +177,14 @@ def test_one_gateway_by_default_and_with_several_postgresql_and_haproxy_in_front
         "127.0.0.1:18082",
         "127.0.0.1:18083",
     ]
+    assert wanted["prometheus"].port == 9090 and "--web.listen-address=127.0.0.1:9090" in wanted["prometheus"].argv
+    wanted["prometheus"].prepare()
+    scrape_token = tmp_path / "secrets" / "scrape-token"
+    assert scrape_token.read_text().strip() == "t" * 20 and stat.S_IMODE(scrape_token.stat().st_mode) == 0o600
+    prometheus_cfg = (config.state_dir / "prometheus.yml").read_text()
+    assert (
+        "t" * 20 not in prometheus_cfg and str(tmp_path / "prometheus" / "targets" / "*.gateway.json") in prometheus_cfg
+    )
     given = {**several, "TOLLFREE_STATE_URL": "postgresql://u:p@db.internal/s"}
     assert StackConfig.from_environ(given).postgres is None  # the user's PostgreSQL: none of the stack's own
 
