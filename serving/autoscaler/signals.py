@@ -91,5 +91,10 @@ class SampleHistory:
     def snapshot(self) -> Signals:
         return Signals(tuple(self._samples))
 
+    @property
+    def latest(self) -> Sample | None:
+        """The newest sample, without a snapshot's copy of them all."""
+        return self._samples[-1] if self._samples else None
+
     def __len__(self) -> int:
         return len(self._samples)

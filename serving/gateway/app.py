@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -20,6 +21,9 @@ import orjson
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
+from serving.console.recorder import TimelineRecorder
+from serving.console.routes import Console
+from serving.console.timeline import Timeline
 from serving.endpoints.manager import EndpointManager
 from serving.gateway import control_plane
 from serving.gateway.auth import Tokens, authenticate
@@ -47,6 +51,7 @@ from serving.state.scaling import LoadBoard, ScalerRecords
 log = logging.getLogger(__name__)
 
 PUBLIC_PATHS = frozenset({"/healthz", "/.well-known/databricks-config"})  # the only routes without a token
+CONSOLE = "/console"  # the console's paths (``serving.console``), on the control-plane port only
 READ_METHODS = frozenset({"GET", "HEAD"})  # the only control-plane methods a non-admin token may use
 ADMIN_ONLY_READS = frozenset({"/metrics"})  # reads only the admin token may make
 
@@ -90,10 +95,11 @@ def create_gateway_app(
     app.state.tokens = tokens
     app.state.streams = streams
     control_plane.install(app)
+    app.state.timeline = Timeline()  # the console's history, fed by the autoscaler (``_start_autoscaler``)
     data_plane = InvocationsHandler(
         manager, tokens, inference_log, metrics, rng=rng, max_body_bytes=max_body_bytes, limiter=limiter, chat=chat
     )
-    return Gateway(app, data_plane, tokens, limiter, max_body_bytes)
+    return Gateway(app, data_plane, tokens, limiter, max_body_bytes, Console(app.state, app.state.timeline))
 
 
 @dataclass(frozen=True)
@@ -196,6 +202,11 @@ def _start_autoscaler(
     )
     app.state.autoscaler = scaler
     metrics.registry.register(scaler.controller.collector())
+    recorder = TimelineRecorder(app.state.timeline, metrics.server_errors)
+    pool = manager.backend.pool
+    scaler.after_step = lambda: recorder.record(
+        scaler.controller.scalers, pool.idle if pool is not None else 0, time.time()
+    )
     return loop.create_task(scaler.run())
 
 
@@ -231,8 +242,10 @@ class Gateway:
         tokens: Tokens,
         limiter: TokenBuckets,
         max_body_bytes: int = 4 * 1024 * 1024,
+        console: Console | None = None,
     ) -> None:
         self.control = control
+        self.console = console
         self.data_plane = data_plane
         self.tokens = tokens
         self.limiter = limiter
@@ -241,6 +254,9 @@ class Gateway:
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
+            if self.console is not None and (scope["path"] == CONSOLE or scope["path"].startswith(CONSOLE + "/")):
+                await self.console(scope, receive, send)  # its own sign-in: a cookie, not a bearer header
+                return
             if scope["method"] == "POST":
                 match = INVOCATIONS.match(scope["path"])
                 if match is not None:

@@ -278,6 +278,7 @@ class LiveAutoscaler:
         self._last_step = 0.0
         self._last_record: float | None = None
         self._poke: asyncio.Handle | None = None
+        self.after_step: Callable[[], None] | None = None  # the leader's, after each step (the console's timeline)
 
     def _resume(self, key: EntityKey, replica_set: ReplicaSet, config: ScalingConfig) -> None:
         """Continue from the recorded state of the same entity and model, unless it is older than the windows."""
@@ -371,6 +372,8 @@ class LiveAutoscaler:
         self._last_step = now
         self.controller.step(now)
         self._record(now)
+        if self.after_step is not None:
+            self.after_step()
 
     def poke(self) -> None:
         """Step soon (a request found no replica): at once, or 50 ms after the last step when that was

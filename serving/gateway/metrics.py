@@ -119,6 +119,16 @@ class GatewayMetrics:
             ),
         )
 
+    def server_errors(self) -> dict[tuple[str, str], float]:
+        """5xx answers counted so far, by (endpoint, served entity)."""
+        out: dict[tuple[str, str], float] = {}
+        for family in self.requests.collect():
+            for sample in family.samples:
+                if sample.name.endswith("_total") and sample.labels.get("status", "").startswith("5"):
+                    key = (sample.labels["endpoint"], sample.labels["served_entity"])
+                    out[key] = out.get(key, 0.0) + sample.value
+        return out
+
     def exposition(self, endpoint: str | None = None) -> bytes:
         """Prometheus text; with ``endpoint``, only that endpoint's samples (the per-endpoint route)."""
         text = generate_latest(self.registry)

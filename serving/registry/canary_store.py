@@ -17,7 +17,12 @@ from serving.settings import Settings
 
 
 def state_path(settings: Settings, endpoint: str) -> Path:
-    return settings.home / "canary" / f"{quote(endpoint, safe='')}.json"
+    return state_file(settings.home, endpoint)
+
+
+def state_file(home: Path, endpoint: str) -> Path:
+    """The endpoint's canary state in the state folder ``home`` (the console reads it there)."""
+    return home / "canary" / f"{quote(endpoint, safe='')}.json"
 
 
 def load_state(settings: Settings, endpoint: str) -> CanaryState | None:

@@ -28,6 +28,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "mlflow_plugin": frozenset({"discovery"}),  # a client of the gateway's API
     "gateway": frozenset(
         {
+            "console",
             "endpoints",
             "streams",
             "generative",
@@ -41,6 +42,7 @@ LAYERS: dict[str, frozenset[str]] = {
             "settings",
         }
     ),
+    "console": frozenset({"endpoints", "replicas", "registry", "autoscaler", "protocol"}),  # the browser console
     "endpoints": frozenset(
         {"streams", "generative", "replicas", "traffic", "autoscaler", "protocol", "registry", "state"}
     ),
