@@ -60,3 +60,9 @@ def ensure_prometheus() -> str:
 def ensure_promtool() -> str:
     """Prometheus's rule and configuration checker (Debian ships it in the ``prometheus`` package)."""
     return ensure_binary("promtool", "prometheus")
+
+
+def ensure_chromium() -> tuple[str, str]:
+    """Chromium and the chromedriver of the same release (Debian's ``chromium`` and ``chromium-driver``): what the
+    console's browser test drives."""
+    return ensure_binary("chromium", "chromium"), ensure_binary("chromedriver", "chromium-driver")
