@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 TOKEN_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 RATE_BUCKETS = (1, 5, 10, 20, 30, 50, 75, 100, 200, 500, 1000, 5000)
+ENTITY = ["endpoint", "served_entity"]  # the labels of a per-entity metric
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -32,45 +34,39 @@ class GatewayMetrics:
     @classmethod
     def create(cls) -> GatewayMetrics:
         registry = CollectorRegistry()
+
+        def per_entity(kind: type, name: str, doc: str, **options: object) -> Any:
+            """A metric of ``kind`` labelled by endpoint and served entity, on the gateway's registry."""
+            return kind(name, doc, ENTITY, registry=registry, **options)
+
         return cls(
             registry=registry,
             requests=Counter(
                 "tollfree_requests_total",
                 "Invocations by endpoint, served entity and HTTP status.",
-                ["endpoint", "served_entity", "status"],
+                [*ENTITY, "status"],
                 registry=registry,
             ),
-            latency=Histogram(
+            latency=per_entity(
+                Histogram,
                 "tollfree_request_latency_seconds",
                 "Invocation latency at the gateway.",
-                ["endpoint", "served_entity"],
                 buckets=LATENCY_BUCKETS,
-                registry=registry,
             ),
             in_flight=Gauge("tollfree_in_flight_requests", "Invocations in flight.", ["endpoint"], registry=registry),
-            replicas=Gauge(
-                "tollfree_replicas",
-                "Ready replicas per served entity.",
-                ["endpoint", "served_entity"],
-                registry=registry,
-            ),
-            max_replicas=Gauge(
+            replicas=per_entity(Gauge, "tollfree_replicas", "Ready replicas per served entity."),
+            max_replicas=per_entity(
+                Gauge,
                 "tollfree_max_replicas",
                 "The most replicas the autoscaler may run per served entity (its max_replicas).",
-                ["endpoint", "served_entity"],
-                registry=registry,
             ),
-            latency_slo=Gauge(
+            latency_slo=per_entity(
+                Gauge,
                 "tollfree_latency_slo_seconds",
                 "The p99 latency goal per served entity (its autoscaling latency_slo_ms), in seconds.",
-                ["endpoint", "served_entity"],
-                registry=registry,
             ),
-            queue_depth=Gauge(
-                "tollfree_queue_depth",
-                "Requests waiting at the gateway for a replica, per served entity.",
-                ["endpoint", "served_entity"],
-                registry=registry,
+            queue_depth=per_entity(
+                Gauge, "tollfree_queue_depth", "Requests waiting at the gateway for a replica, per served entity."
             ),
             cache_hits=Counter(
                 "tollfree_cache_hits_total",
@@ -78,44 +74,33 @@ class GatewayMetrics:
                 ["endpoint"],
                 registry=registry,
             ),
-            time_to_first_token=Histogram(
+            time_to_first_token=per_entity(
+                Histogram,
                 "tollfree_time_to_first_token_seconds",
                 "Chat streams: from the request's arrival to its first token, at the gateway.",
-                ["endpoint", "served_entity"],
                 buckets=TOKEN_BUCKETS,
-                registry=registry,
             ),
-            inter_token=Histogram(
+            inter_token=per_entity(
+                Histogram,
                 "tollfree_inter_token_seconds",
                 "Chat streams: the gap between two tokens (chunks) the gateway passes on.",
-                ["endpoint", "served_entity"],
                 buckets=TOKEN_BUCKETS,
-                registry=registry,
             ),
-            output_tokens_per_s=Histogram(
+            output_tokens_per_s=per_entity(
+                Histogram,
                 "tollfree_output_tokens_per_second",
                 "Chat streams: output tokens a second, first token to last.",
-                ["endpoint", "served_entity"],
                 buckets=RATE_BUCKETS,
-                registry=registry,
             ),
-            streams=Gauge(
-                "tollfree_streams_in_flight",
-                "Chat streams being relayed.",
-                ["endpoint", "served_entity"],
-                registry=registry,
-            ),
+            streams=per_entity(Gauge, "tollfree_streams_in_flight", "Chat streams being relayed."),
             tokens=Counter(
                 "tollfree_tokens_total",
                 "Chat tokens used (the model's usage, else estimated), by direction.",
-                ["endpoint", "served_entity", "direction"],
+                [*ENTITY, "direction"],
                 registry=registry,
             ),
-            fallbacks=Counter(
-                "tollfree_fallbacks_total",
-                "Chat requests a served entity failed and handed to the next.",
-                ["endpoint", "served_entity"],
-                registry=registry,
+            fallbacks=per_entity(
+                Counter, "tollfree_fallbacks_total", "Chat requests a served entity failed and handed to the next."
             ),
         )
 
