@@ -309,6 +309,18 @@ class Controller:
             records = records[-limit:]
         return [r.as_dict() for r in records]
 
+    def since(self, endpoint: str, after: float, limit: int) -> list[dict[str, Any]]:
+        """The endpoint's decisions later than ``after`` (this controller's clock), oldest first, at most the
+        ``limit`` newest: read from the newest back, so a caller that polls pays for what is new only."""
+        found: list[DecisionRecord] = []
+        with self._lock:
+            for record in reversed(self.history):
+                if record.t <= after or len(found) >= limit:
+                    break
+                if record.endpoint == endpoint:
+                    found.append(record)
+        return [r.as_dict() for r in reversed(found)]
+
     def collector(self) -> Collector:
         """A prometheus_client collector of the controller's gauges and counters."""
         return _ControllerCollector(self)

@@ -26,6 +26,7 @@ from urllib.parse import parse_qs
 
 from pydantic import ValidationError
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
@@ -51,6 +52,7 @@ CHANGE_HEADER = "x-tollfree-console"  # a header no cross-site form or simple re
 MAX_FORM_BYTES = 4096
 STREAM_S = 600.0  # an event stream ends after this; the browser reconnects (and its cookie is checked again)
 LOG_LINES = 20
+LOG_EVERY = 5  # an endpoint's event stream sends the replicas' log tails every 5 s
 HISTORY_S = 3600.0
 
 
@@ -166,7 +168,8 @@ class Console:
             yield "retry: 2000\n\n"
             ended = self.clock() + STREAM_S
             while self.clock() < ended and not await request.is_disconnected():
-                yield _event("endpoints", {"endpoints": self._rows(request), "t": self.clock()})
+                rows = await run_in_threadpool(self._rows, request)
+                yield _event("endpoints", {"endpoints": rows, "t": self.clock()})
                 await asyncio.sleep(2.0)
 
         return _stream(ticks())
@@ -196,7 +199,8 @@ class Console:
         name = request.path_params["name"]
         try:
             self._may_see(request, name)
-            return JSONResponse(self._snapshot(name, after=self.clock() - HISTORY_S, decisions=200))
+            snapshot = await run_in_threadpool(self._snapshot, name, self.clock() - HISTORY_S, 200)
+            return JSONResponse(snapshot)
         except ApiError as err:
             return _error(err)
 
@@ -213,38 +217,40 @@ class Console:
         async def ticks() -> AsyncIterator[str]:
             nonlocal after
             yield "retry: 2000\n\n"
-            ended = self.clock() + STREAM_S
+            ended, tick = self.clock() + STREAM_S, 0
             while self.clock() < ended and not await request.is_disconnected():
-                try:
-                    snapshot = self._snapshot(name, after=after, decisions=50)
+                try:  # the replicas' log tails every LOG_EVERY ticks: files read, not needed each second
+                    snapshot = await run_in_threadpool(self._snapshot, name, after, 50, tick % LOG_EVERY == 0)
                 except ApiError:  # deleted meanwhile
                     yield _event("gone", {"endpoint": name})
                     return
                 newest = [p["t"] for points in snapshot["points"].values() for p in points]
                 after = max([after, *newest])
                 yield _event("tick", snapshot)
+                tick += 1
                 await asyncio.sleep(1.0)
 
         return _stream(ticks())
 
-    def _snapshot(self, name: str, after: float, decisions: int) -> dict[str, Any]:
+    def _snapshot(self, name: str, after: float, decisions: int, logs: bool = True) -> dict[str, Any]:
+        """The endpoint's page: its row, config, the points and decisions later than ``after``, its replicas (with
+        their log tails when ``logs``) and its canary. Blocking (the store, the files): run it off the event loop."""
         record = self.state.manager.endpoints.get(name)  # ApiError 404 when gone
         view = endpoint_view(record)
         now = self.clock()
         points = self.timeline.since(name, after)
         recent = self.timeline.last(name, views.WINDOW_S)
+        canary = self._canary(name)
         return {
             "t": now,
-            "endpoint": views.overview_row(
-                view, recent, self._ready(name), self._slo_ms(name), self._canary(name), now
-            ),
+            "endpoint": views.overview_row(view, recent, self._ready(name), self._slo_ms(name), canary, now),
             "config": view.get("config"),
             "pending_config": view.get("pending_config"),
             "state_message": view.get("state_message"),
             "points": {entity: [p.as_dict() for p in ps] for entity, ps in points.items()},
             "decisions": self._decisions(name, after, decisions),
-            "replicas": self._replicas(name),
-            "canary": views.canary_summary(self._canary(name)),
+            "replicas": self._replicas(name, logs),
+            "canary": views.canary_summary(canary),
         }
 
     def _ready(self, name: str) -> dict[str, int]:
@@ -270,13 +276,9 @@ class Console:
         if scaler is None:
             return []
         shift = time.time() - scaler.clock()  # its records carry its own (monotonic) clock
-        out = []
-        for d in scaler.controller.export():
-            if d["endpoint"] == name and d["t"] + shift > after:
-                out.append({**d, "t": d["t"] + shift})
-        return out[-limit:]
+        return [{**d, "t": d["t"] + shift} for d in scaler.controller.since(name, after - shift, limit)]
 
-    def _replicas(self, name: str) -> list[dict[str, Any]]:
+    def _replicas(self, name: str, logs: bool) -> list[dict[str, Any]]:
         live = self.state.manager.live.get(name)
         out = []
         for entity, replica_set in live.replica_sets.items() if live is not None else ():
@@ -288,7 +290,7 @@ class Console:
                         "pid": replica.pid,
                         "alive": replica.alive(),
                         "outstanding": replica.outstanding,
-                        "log": _tail(replica.log_path) if isinstance(replica, LocalReplica) else [],
+                        "log": _tail(replica.log_path) if logs and isinstance(replica, LocalReplica) else None,
                     }
                 )
         return out

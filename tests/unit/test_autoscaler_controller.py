@@ -184,3 +184,15 @@ def test_the_ready_gauge_shows_the_count_after_the_apply():
     assert backend.replicas == 0 and controller.export()[-1]["ready_replicas"] == 1  # the decision saw 1
     gauge = 'tollfree_autoscaler_ready_replicas{endpoint="fraud",served_entity="champion"} '
     assert gauge + "0.0" in generate_latest(registry).decode()
+
+
+def test_since_reads_an_endpoints_newest_decisions_only():
+    from serving.autoscaler.controller import DecisionRecord
+
+    controller = Controller(None, None, {})  # type: ignore[arg-type]  (no step: the history is given)
+    for t in range(10):
+        for endpoint in ("a", "b"):
+            controller.history.append(DecisionRecord(float(t), endpoint, "main", t, 1.0, 2, "why", t))
+    assert [d["t"] for d in controller.since("a", 6.0, 10)] == [7.0, 8.0, 9.0]
+    assert [d["t"] for d in controller.since("b", -1.0, 2)] == [8.0, 9.0]  # the newest, oldest first
+    assert controller.since("c", -1.0, 10) == []

@@ -79,6 +79,7 @@
   }
 
   const decisions = [];
+  const logs = {};
   const seen = new Set();
   function render(snapshot) {
     const row = snapshot.endpoint;
@@ -111,7 +112,8 @@
     for (const r of snapshot.replicas) {
       element("h3", `${r.served_entity} v${r.model_version}: pid ${r.pid}, ${r.alive ? "alive" : "dead"}, ` +
         `${r.outstanding} in flight`, replicas);
-      element("pre", r.log.join("\n"), replicas);
+      if (r.log !== null) logs[r.pid] = r.log.join("\n"); // sent every few seconds: kept in between
+      element("pre", logs[r.pid] || "", replicas);
     }
     const canary = snapshot.canary;
     document.getElementById("canary").textContent = canary
