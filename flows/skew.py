@@ -12,7 +12,9 @@
   FeatureService, a mismatch rate per feature (where the model has a FeatureService).
 Every run leaves a summary table artifact with the verdict, a table per version, the HTML report
 linked by a link artifact, and Prefect events: ``tollfree.drift.detected`` (naming every drifted
-column) / ``tollfree.skew.detected`` per finding, and ``tollfree.skew-drift.<verdict>`` once per run.
+column) / ``tollfree.skew.detected`` per finding, and ``tollfree.skew-drift.<verdict>`` once per run; a run that
+compared data also records its verdict in the state folder for the gateway (``serving.endpoints.monitoring_results``:
+the console's flag, the ``tollfree_drift_findings`` metric).
 A finding ends the run Failed (unless ``fail_on_finding=False``). The endpoint's config
 (``monitoring``) may opt it out or set its own thresholds, window and minimum rows; a flow parameter,
 when given, wins over it.
@@ -44,6 +46,7 @@ from flows.served_data import PREDICTION, Reference, reference_for, reference_pr
 from monitoring.drift import DriftResult, compute_drift
 from monitoring.parity import ParityResult
 from monitoring.reference import after
+from serving.endpoints import monitoring_results
 from serving.endpoints.monitoring_settings import DriftConfig, MonitoringConfig, overridden
 from serving.endpoints.store import EndpointStore
 from serving.inference_log import read_inference_log
@@ -216,6 +219,7 @@ def skew(
     summary["verdict"] = "findings" if findings else "clean"
     summary["findings"] = findings
     _summary_artifact(endpoint, summary)
+    monitoring_results.save_latest(settings.home, summary, now)  # for the gateway: its console and metrics
     _event(f"tollfree.skew-drift.{summary['verdict']}", endpoint, {"findings": findings[:50]})
     if findings and fail_on_finding:
         raise RuntimeError(f"endpoint {endpoint}: {'; '.join(findings)}")

@@ -66,6 +66,7 @@ def endpoint(who: str, name: str, admin: bool) -> str:
         '<section><h2>Served entities</h2><table id="entities"></table></section>'
         f"{actions}"
         '<section><h2>Canary</h2><div id="canary">none</div></section>'
+        '<section><h2>Skew and drift</h2><div id="monitoring">no run has compared data yet</div></section>'
         '<section><h2>Autoscaler decisions</h2><table id="decisions"></table></section>'
         '<section><h2>Replicas</h2><div id="replicas"></div></section></main>',
         scripts=(UPLOT, "endpoint.js"),

@@ -35,6 +35,7 @@ from starlette.staticfiles import StaticFiles
 from serving.console import pages, views
 from serving.console.timeline import Timeline
 from serving.endpoints import spec
+from serving.endpoints.monitoring_results import load_latest
 from serving.endpoints.views import endpoint_view
 from serving.protocol.errors import (
     ApiError,
@@ -44,7 +45,7 @@ from serving.protocol.errors import (
     permission_denied,
     unauthenticated,
 )
-from serving.registry.canary_store import state_file
+from serving.registry.canary_store import read_state
 from serving.replicas.local import LocalReplica
 
 COOKIE = "tollfree_console"
@@ -190,6 +191,7 @@ class Console:
                         self._ready(record.name),
                         self._slo_ms(record.name),
                         self._canary(record.name),
+                        self._monitoring(record.name),
                         now,
                     )
                 )
@@ -240,10 +242,12 @@ class Console:
         now = self.clock()
         points = self.timeline.since(name, after)
         recent = self.timeline.last(name, views.WINDOW_S)
-        canary = self._canary(name)
+        canary, monitoring = self._canary(name), self._monitoring(name)
         return {
             "t": now,
-            "endpoint": views.overview_row(view, recent, self._ready(name), self._slo_ms(name), canary, now),
+            "endpoint": views.overview_row(
+                view, recent, self._ready(name), self._slo_ms(name), canary, monitoring, now
+            ),
             "config": view.get("config"),
             "pending_config": view.get("pending_config"),
             "state_message": view.get("state_message"),
@@ -251,6 +255,7 @@ class Console:
             "decisions": self._decisions(name, after, decisions),
             "replicas": self._replicas(name, logs),
             "canary": views.canary_summary(canary),
+            "monitoring": monitoring,
         }
 
     def _ready(self, name: str) -> dict[str, int]:
@@ -264,11 +269,10 @@ class Console:
         return {entity: s.scaling.latency_slo_ms for entity, s in sets if s.scaling is not None}
 
     def _canary(self, name: str) -> Mapping[str, Any] | None:
-        path = state_file(self.state.manager.home, name)
-        try:
-            return json.loads(path.read_text())
-        except (OSError, ValueError):
-            return None
+        return read_state(self.state.manager.home, name)
+
+    def _monitoring(self, name: str) -> Mapping[str, Any] | None:
+        return load_latest(self.state.manager.home, name)
 
     def _decisions(self, name: str, after: float, limit: int) -> list[dict[str, Any]]:
         """The autoscaler's decisions for the endpoint later than ``after`` (wall clock), newest last."""

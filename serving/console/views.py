@@ -45,11 +45,13 @@ def overview_row(
     ready: Mapping[str, int],
     slo_ms: Mapping[str, float],
     canary: Mapping[str, Any] | None,
+    monitoring: Mapping[str, Any] | None,
     now: float,
 ) -> dict[str, Any]:
     """An endpoint's row on the overview: its state, served entities with their versions, share and ready replicas
     (``ready``, as the gateway routes now), last minute's figures per entity and in all, and what needs a look
-    (``flags``)."""
+    (``flags``): not ready, an update in progress, a p99 over its goal, a canary in progress, drift or skew found by
+    the last monitoring run (``monitoring``, ``serving.endpoints.monitoring_results``)."""
     state = view.get("state") or {}
     split = traffic_split(view)
     entities = []
@@ -78,6 +80,8 @@ def overview_row(
         flags.append("p99 over the latency goal: " + ", ".join(over))
     if canary is not None and canary.get("status") == "active":
         flags.append(f"canary at {canary.get('traffic')} %")
+    if monitoring is not None and monitoring.get("verdict") == "findings":
+        flags.append(f"the last monitoring run found {len(monitoring.get('findings') or ())} (skew or drift)")
     return {
         "name": view.get("name"),
         "ready": state.get("ready"),

@@ -9,15 +9,19 @@ checks the token's right to the endpoint it names."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.concurrency import run_in_threadpool
 
 from serving.endpoints import openapi, spec, views
 from serving.endpoints.manager import EndpointManager
+from serving.endpoints.monitoring_results import load_latest
 from serving.gateway.auth import Principal, authenticate, authorize
+from serving.registry.canary_store import read_state
 from serving.replicas.local import rss_mb
 
 API = "/api/2.0/serving-endpoints"
@@ -129,7 +133,14 @@ async def endpoint_replicas(name: str, request: Request) -> dict[str, Any]:
 async def prometheus(request: Request) -> Response:
     _principal(request, None)
     metrics = request.app.state.metrics
-    for name, live in _manager(request).live.items():
+    manager = _manager(request)
+    for name in manager.live:  # what the monitoring and canary flows last recorded (files: off the event loop)
+        drift, canary = await run_in_threadpool(_last_runs, manager.home, name)
+        if drift is not None:
+            metrics.drift_findings.labels(name).set(len(drift.get("findings") or ()))
+        if canary is not None:
+            metrics.canary_rolled_back.labels(name).set(1 if canary.get("status") == "rolled_back" else 0)
+    for name, live in manager.live.items():
         for replica_set in live.replica_sets.values():
             metrics.replicas.labels(name, replica_set.name).set(sum(r.alive() for r in replica_set.replicas))
             if replica_set.scaling is not None:  # autoscaled: the bounds the alerting rules compare with
@@ -138,6 +149,11 @@ async def prometheus(request: Request) -> Response:
             if replica_set.dispatcher is not None:
                 metrics.queue_depth.labels(name, replica_set.name).set(replica_set.dispatcher.waiting)
     return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+
+def _last_runs(home: Path, endpoint: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The endpoint's latest skew and drift verdict and its latest canary state, as the flows recorded them."""
+    return load_latest(home, endpoint), read_state(home, endpoint)
 
 
 def install(app: FastAPI) -> None:

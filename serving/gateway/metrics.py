@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,8 @@ class GatewayMetrics:
     replicas: Gauge
     max_replicas: Gauge
     latency_slo: Gauge
+    drift_findings: Gauge
+    canary_rolled_back: Gauge
     queue_depth: Gauge
     cache_hits: Counter
     time_to_first_token: Histogram
@@ -39,6 +42,9 @@ class GatewayMetrics:
             """A metric of ``kind`` labelled by endpoint and served entity, on the gateway's registry."""
             return kind(name, doc, ENTITY, registry=registry, **options)
 
+        def per_endpoint(kind: type, name: str, doc: str) -> Any:
+            return kind(name, doc, ["endpoint"], registry=registry)
+
         return cls(
             registry=registry,
             requests=Counter(
@@ -53,7 +59,7 @@ class GatewayMetrics:
                 "Invocation latency at the gateway.",
                 buckets=LATENCY_BUCKETS,
             ),
-            in_flight=Gauge("tollfree_in_flight_requests", "Invocations in flight.", ["endpoint"], registry=registry),
+            in_flight=per_endpoint(Gauge, "tollfree_in_flight_requests", "Invocations in flight."),
             replicas=per_entity(Gauge, "tollfree_replicas", "Ready replicas per served entity."),
             max_replicas=per_entity(
                 Gauge,
@@ -65,43 +71,23 @@ class GatewayMetrics:
                 "tollfree_latency_slo_seconds",
                 "The p99 latency goal per served entity (its autoscaling latency_slo_ms), in seconds.",
             ),
+            drift_findings=per_endpoint(
+                Gauge,
+                "tollfree_drift_findings",
+                "Findings of the endpoint's latest skew and drift run (0: clean); absent before its first.",
+            ),
+            canary_rolled_back=per_endpoint(
+                Gauge,
+                "tollfree_canary_rolled_back",
+                "1 when the endpoint's latest canary ended rolled back, else 0; absent before its first canary.",
+            ),
             queue_depth=per_entity(
                 Gauge, "tollfree_queue_depth", "Requests waiting at the gateway for a replica, per served entity."
             ),
-            cache_hits=Counter(
-                "tollfree_cache_hits_total",
-                "Invocations answered from the response cache.",
-                ["endpoint"],
-                registry=registry,
+            cache_hits=per_endpoint(
+                Counter, "tollfree_cache_hits_total", "Invocations answered from the response cache."
             ),
-            time_to_first_token=per_entity(
-                Histogram,
-                "tollfree_time_to_first_token_seconds",
-                "Chat streams: from the request's arrival to its first token, at the gateway.",
-                buckets=TOKEN_BUCKETS,
-            ),
-            inter_token=per_entity(
-                Histogram,
-                "tollfree_inter_token_seconds",
-                "Chat streams: the gap between two tokens (chunks) the gateway passes on.",
-                buckets=TOKEN_BUCKETS,
-            ),
-            output_tokens_per_s=per_entity(
-                Histogram,
-                "tollfree_output_tokens_per_second",
-                "Chat streams: output tokens a second, first token to last.",
-                buckets=RATE_BUCKETS,
-            ),
-            streams=per_entity(Gauge, "tollfree_streams_in_flight", "Chat streams being relayed."),
-            tokens=Counter(
-                "tollfree_tokens_total",
-                "Chat tokens used (the model's usage, else estimated), by direction.",
-                [*ENTITY, "direction"],
-                registry=registry,
-            ),
-            fallbacks=per_entity(
-                Counter, "tollfree_fallbacks_total", "Chat requests a served entity failed and handed to the next."
-            ),
+            **_chat_metrics(per_entity, registry),
         )
 
     def server_errors(self) -> dict[tuple[str, str], float]:
@@ -122,3 +108,37 @@ class GatewayMetrics:
         label = f'endpoint="{endpoint}"'.encode()
         lines = [line for line in text.splitlines() if line.startswith(b"#") or label in line]
         return b"\n".join(lines) + b"\n"
+
+
+def _chat_metrics(per_entity: Callable[..., Any], registry: CollectorRegistry) -> dict[str, Any]:
+    """The chat streams' metrics (time to first token, inter-token gap, speed, streams, tokens, fallbacks)."""
+    return {
+        "time_to_first_token": per_entity(
+            Histogram,
+            "tollfree_time_to_first_token_seconds",
+            "Chat streams: from the request's arrival to its first token, at the gateway.",
+            buckets=TOKEN_BUCKETS,
+        ),
+        "inter_token": per_entity(
+            Histogram,
+            "tollfree_inter_token_seconds",
+            "Chat streams: the gap between two tokens (chunks) the gateway passes on.",
+            buckets=TOKEN_BUCKETS,
+        ),
+        "output_tokens_per_s": per_entity(
+            Histogram,
+            "tollfree_output_tokens_per_second",
+            "Chat streams: output tokens a second, first token to last.",
+            buckets=RATE_BUCKETS,
+        ),
+        "streams": per_entity(Gauge, "tollfree_streams_in_flight", "Chat streams being relayed."),
+        "tokens": Counter(
+            "tollfree_tokens_total",
+            "Chat tokens used (the model's usage, else estimated), by direction.",
+            [*ENTITY, "direction"],
+            registry=registry,
+        ),
+        "fallbacks": per_entity(
+            Counter, "tollfree_fallbacks_total", "Chat requests a served entity failed and handed to the next."
+        ),
+    }

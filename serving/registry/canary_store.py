@@ -10,6 +10,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from serving.registry.canary_steps import CanaryState
@@ -21,8 +22,18 @@ def state_path(settings: Settings, endpoint: str) -> Path:
 
 
 def state_file(home: Path, endpoint: str) -> Path:
-    """The endpoint's canary state in the state folder ``home`` (the console reads it there)."""
+    """The endpoint's canary state in the state folder ``home``."""
     return home / "canary" / f"{quote(endpoint, safe='')}.json"
+
+
+def read_state(home: Path, endpoint: str) -> dict[str, Any] | None:
+    """The endpoint's canary state as stored (plain JSON, for the gateway's console and metrics); None when no canary
+    ran, or the file is unreadable."""
+    try:
+        found = json.loads(state_file(home, endpoint).read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def load_state(settings: Settings, endpoint: str) -> CanaryState | None:

@@ -155,3 +155,26 @@ def test_an_endpoint_under_traffic_streams_its_points_and_its_split_is_set_from_
     view = wait_ready(gateway.url, NAME)
     routes = view["config"]["traffic_config"]["routes"]  # what the SDK's get returns
     assert [(r["served_model_name"], r["traffic_percentage"]) for r in routes] == [(entity, 100)]
+
+
+def test_the_last_monitoring_runs_findings_are_flagged_and_shown(world, gateway):
+    from datetime import UTC, datetime
+
+    from serving.endpoints.monitoring_results import results_file, save_latest
+
+    summary = {
+        "endpoint": NAME,
+        "verdict": "findings",
+        "findings": [f"drift {NAME}/1: amount"],
+        "rows": 400,
+        "versions": {"fraud/1": {"rows": 400, "drift_share": 0.25, "drifted": ["amount"], "report": "/r.html"}},
+    }
+    save_latest(world.home, summary, datetime.now(UTC))
+    try:
+        with _signed_in(gateway.url, gateway.admin) as client:
+            flags = _row(client.get("/console/api/endpoints").json())["flags"]
+            assert "the last monitoring run found 1 (skew or drift)" in flags, flags
+            shown = client.get(f"/console/api/endpoints/{NAME}").json()["monitoring"]
+            assert shown["findings"] == summary["findings"] and shown["versions"]["fraud/1"]["drifted"] == ["amount"]
+    finally:
+        results_file(world.home, NAME).unlink()

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 
@@ -28,6 +29,7 @@ from sklearn.linear_model import LogisticRegression
 
 from flows.canary import canary
 from flows.skew import skew_all
+from serving.endpoints.monitoring_results import load_latest
 from serving.gateway.process import wait_endpoint_ready
 from serving.registry import versions
 from tests.gateways import LiveGateway
@@ -142,6 +144,13 @@ def test_drift_of_a_model_never_trained_here_names_the_shifted_columns_and_a_fai
         state.result()
     message = str(failed.value)
     assert "byo-gone: failed" in message and f"drift {MODEL}/1:a" in message, message
+    # recorded for the gateway: its console flags the endpoint and its metrics feed the TollfreeDriftFound alert
+    recorded = load_latest(world.home, "byo")
+    assert recorded is not None and recorded["verdict"] == "findings", recorded
+    assert recorded["versions"][f"{MODEL}/1"]["drifted"], recorded
+    with gateway.client(gateway.admin) as api:
+        exported = re.search(r'^tollfree_drift_findings\{endpoint="byo"\} (\S+)$', api.get("/metrics").text, re.M)
+    assert exported is not None and float(exported.group(1)) == len(recorded["findings"]) > 0
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 

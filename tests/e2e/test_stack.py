@@ -281,7 +281,14 @@ def _prometheus_scrapes(env: dict[str, str]) -> None:
         time.sleep(1.0)
     rules = httpx.get(f"{url}/rules", params={"type": "alert"}, timeout=10).json()["data"]["groups"]
     alerts = {rule["name"] for group in rules for rule in group["rules"]}
-    assert {"TollfreeLatencyOverSLO", "TollfreeErrorRate", "TollfreeReplicasAtMax", "TollfreeGatewayDown"} <= alerts
+    assert {
+        "TollfreeLatencyOverSLO",
+        "TollfreeErrorRate",
+        "TollfreeReplicasAtMax",
+        "TollfreeDriftFound",
+        "TollfreeCanaryRolledBack",
+        "TollfreeGatewayDown",
+    } <= alerts
 
 
 def _down_leaves_nothing(env: dict[str, str], home: Path) -> None:

@@ -66,13 +66,21 @@ def test_a_row_flags_what_needs_a_look():
     }
     points = {"blue": [_point(99.0, p99_ms=80.0, errors=6)], "green": [_point(99.0, p99_ms=900.0)]}
     canary = {"status": "active", "traffic": 5}
-    row = views.overview_row(view, points, {"blue": 2, "green": 1}, {"blue": 500.0, "green": 500.0}, canary, 100.0)
+    drift = {"verdict": "findings", "findings": ["fraud/4: drift in amount"]}
+    row = views.overview_row(
+        view, points, {"blue": 2, "green": 1}, {"blue": 500.0, "green": 500.0}, canary, drift, 100.0
+    )
     assert [(e["name"], e["version"], e["traffic_percentage"], e["ready"]) for e in row["entities"]] == [
         ("blue", "3", 95, 2),
         ("green", "4", 5, 1),
     ]
     assert row["ready_replicas"] == 3 and round(row["requests_per_s"], 3) == round(20 / 60, 3)
     assert row["error_ratio"] == pytest.approx(6 / 20)
-    assert row["flags"] == ["p99 over the latency goal: green", "canary at 5 %"]
-    quiet = views.overview_row({**view, "state": {"ready": "NOT_READY"}}, {}, {}, {}, None, 100.0)
+    assert row["flags"] == [
+        "p99 over the latency goal: green",
+        "canary at 5 %",
+        "the last monitoring run found 1 (skew or drift)",
+    ]
+    clean = {"verdict": "clean", "findings": []}
+    quiet = views.overview_row({**view, "state": {"ready": "NOT_READY"}}, {}, {}, {}, None, clean, 100.0)
     assert quiet["flags"] == ["not ready"] and quiet["error_ratio"] is None

@@ -37,6 +37,7 @@ LAYERS: dict[str, frozenset[str]] = {
             "autoscaler",
             "protocol",
             "inference_log",
+            "registry",
             "state",
             "discovery",
             "settings",

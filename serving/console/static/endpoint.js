@@ -120,9 +120,22 @@
       ? `${canary.status}: challenger ${canary.challenger} at ${canary.traffic} % against ${canary.champion}; ` +
         `last decision ${canary.last_decision ?? "-"}: ${canary.last_reason ?? ""}`
       : "none";
+    monitoring(snapshot.monitoring);
     splitForm(row.entities);
     addPoints(snapshot.points);
     status.textContent = `${row.ready}, live at ${new Date(snapshot.t * 1000).toLocaleTimeString()}`;
+  }
+
+  function monitoring(latest) {
+    const box = document.getElementById("monitoring");
+    if (!latest) return;
+    box.replaceChildren();
+    element("p", `${latest.verdict} (${latest.rows} served rows), ${new Date(latest.at).toLocaleString()}`, box);
+    if (latest.findings.length) element("p", latest.findings.join("; "), box).className = "error";
+    for (const [label, v] of Object.entries(latest.versions)) {
+      const drifted = (v.drifted || []).join(", ") || "none";
+      element("p", `${label}: drift share ${v.drift_share ?? "-"}, drifted ${drifted}; report ${v.report ?? "-"}`, box);
+    }
   }
 
   let formFor = "";
