@@ -85,3 +85,24 @@ class TrapModel(mlflow.pyfunc.PythonModel):
         if (x == 13).any():
             time.sleep(self.hang_s)
         return x * 2
+
+
+def register_row_cost_model(tracking_uri: str, name: str, per_row_s: float, experiment_of: str = "fraud") -> str:
+    """A ``RowCostModel`` logged in the experiment of ``experiment_of``'s champion and registered as ``name``;
+    its version."""
+    from mlflow import MlflowClient
+    from mlflow.models import infer_signature
+
+    client = MlflowClient(tracking_uri)
+    champion = client.get_model_version_by_alias(experiment_of, "champion")
+    frame = pd.DataFrame({"x": [1.0]})
+    with mlflow.start_run(experiment_id=client.get_run(champion.run_id).info.experiment_id):
+        info = mlflow.pyfunc.log_model(
+            name="model",
+            python_model=RowCostModel(per_row_s),
+            pip_requirements=["mlflow"],
+            signature=infer_signature(frame, [2.0]),
+            input_example=frame,
+            registered_model_name=name,
+        )
+    return str(info.registered_model_version)

@@ -20,16 +20,12 @@ from collections import Counter
 from collections.abc import Iterator
 
 import httpx
-import mlflow
-import pandas as pd
 import pytest
-from mlflow import MlflowClient
-from mlflow.models import infer_signature
 
 from feature_repo import synthetic
 from serving.gateway.process import GatewayProcess, environ_with, start_gateway, wait_endpoint_ready
+from tests import models
 from tests.gateways import own_state
-from tests.models import RowCostModel
 from tests.world import MODEL_NAME, World
 
 # Not ``alone`` since replicas are forked (a start takes about 1 s, not 5): all three passed with three busy loops
@@ -82,19 +78,7 @@ def wait_pool_full(client: httpx.Client, endpoint: str, timeout_s: float = 120.0
 
 
 def register_row_cost_model(world: World) -> str:
-    client = MlflowClient(world.settings.tracking_uri)
-    champion = client.get_model_version_by_alias(MODEL_NAME, "champion")
-    frame = pd.DataFrame({"x": [1.0]})
-    with mlflow.start_run(experiment_id=client.get_run(champion.run_id).info.experiment_id):
-        info = mlflow.pyfunc.log_model(
-            name="model",
-            python_model=RowCostModel(PER_ROW_S),
-            pip_requirements=["mlflow"],
-            signature=infer_signature(frame, [2.0]),
-            input_example=frame,
-            registered_model_name="rowcost",
-        )
-    return str(info.registered_model_version)
+    return models.register_row_cost_model(world.settings.tracking_uri, "rowcost", PER_ROW_S, MODEL_NAME)
 
 
 CLIENT_ERRORS: Counter[str] = Counter()  # 599s of open_loop by exception type, for the failure message

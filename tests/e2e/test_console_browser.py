@@ -12,12 +12,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import mlflow
-import pandas as pd
 import pytest
 from databricks.sdk import WorkspaceClient
-from mlflow import MlflowClient
-from mlflow.models import infer_signature
 from selenium import webdriver
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
@@ -27,7 +23,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from benchmarks.load import LoadResult, run_load
 from infra.packages import ensure_chromium
 from tests.gateways import LiveGateway, wait_ready
-from tests.models import RowCostModel
+from tests.models import register_row_cost_model
 from tests.world import MODEL_NAME, World
 
 pytestmark = pytest.mark.slow
@@ -66,21 +62,11 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
 @pytest.fixture(scope="module")
 def endpoint(world: World, gateway: LiveGateway) -> str:
     """An endpoint on a model that serves one request at a time (25 ms), so a 10x step needs more replicas."""
-    client = MlflowClient(world.settings.tracking_uri)
-    champion = client.get_model_version_by_alias(MODEL_NAME, "champion")
-    frame = pd.DataFrame({"x": [1.0]})
-    with mlflow.start_run(experiment_id=client.get_run(champion.run_id).info.experiment_id):
-        info = mlflow.pyfunc.log_model(
-            name="model",
-            python_model=RowCostModel(PER_ROW_S),
-            pip_requirements=["mlflow"],
-            signature=infer_signature(frame, [2.0]),
-            registered_model_name="rowcost-console",
-        )
+    version = register_row_cost_model(world.settings.tracking_uri, "rowcost-console", PER_ROW_S, MODEL_NAME)
     entity = {
         "name": "main",
         "entity_name": "rowcost-console",
-        "entity_version": str(info.registered_model_version),
+        "entity_version": version,
         "max_replicas": 3,
         "autoscaling": {"initial_target": 1, "vertical": False, "shed_load": False},
     }
