@@ -139,7 +139,10 @@ class Leadership:
         self._watchdog = asyncio.create_task(self._watch())
         while True:
             try:
-                await asyncio.wait_for(self._changed.wait(), self.interval_s)
+                # not asyncio.wait_for: on Python 3.11 it can swallow the task's cancellation when the change
+                # arrives at the same moment (the gateway's shutdown then waits on this loop forever)
+                async with asyncio.timeout(self.interval_s):
+                    await self._changed.wait()
             except TimeoutError:
                 pass
             self._changed.clear()
