@@ -178,3 +178,14 @@ def test_the_last_monitoring_runs_findings_are_flagged_and_shown(world, gateway)
             assert shown["findings"] == summary["findings"] and shown["versions"]["fraud/1"]["drifted"] == ["amount"]
     finally:
         results_file(world.home, NAME).unlink()
+
+
+def test_bad_input_gets_a_clear_error(gateway):
+    with httpx.Client(base_url=gateway.url, timeout=30) as anonymous:
+        large = anonymous.post("/console/sign-in", data={"token": "x" * 5000})
+        assert large.status_code == 413 and "too large" in large.text and "x" * 100 not in large.text
+    with _signed_in(gateway.url, gateway.admin) as client:
+        after = client.get(f"/console/api/endpoints/{NAME}/events", params={"after": "yesterday"})
+        assert after.status_code == 400 and "after must be a number" in after.json()["message"]
+        unknown = client.get("/console/api/endpoints/no-such-endpoint")
+        assert unknown.status_code == 404 and "no-such-endpoint" in unknown.json()["message"]
