@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import secrets
 import signal
 import socket
@@ -33,7 +34,28 @@ REPLICA_HOST_ENV = "TOLLFREE_REPLICA_HOST"
 log = logging.getLogger(__name__)
 
 
+# Ports handed to servers started later come from below the kernel's ephemeral range: a port from that range
+# can be taken by any outgoing connection (to PostgreSQL, a replica, a client) between the choice and the server's
+# bind, and the server then fails with "address already in use".
+LISTEN_PORTS_FROM = 20000
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on at ``host`` now, for a server about to start: a random one below the ephemeral
+    range where the system has room there, else one the kernel picks."""
+    try:
+        first_ephemeral = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        first_ephemeral = LISTEN_PORTS_FROM
+    for _ in range(64 if first_ephemeral - LISTEN_PORTS_FROM > 1000 else 0):
+        port = random.randrange(LISTEN_PORTS_FROM, first_ephemeral)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))  # no SO_REUSEADDR: a port with connections in TIME_WAIT is passed over
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
