@@ -148,6 +148,7 @@ async def prometheus(request: Request) -> Response:
                 metrics.latency_slo.labels(name, replica_set.name).set(replica_set.scaling.latency_slo_ms / 1000.0)
             if replica_set.dispatcher is not None:
                 metrics.queue_depth.labels(name, replica_set.name).set(replica_set.dispatcher.waiting)
+                metrics.queue_limit.labels(name, replica_set.name).set(replica_set.dispatcher.queue_limit)
     return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
 

@@ -26,6 +26,7 @@ class GatewayMetrics:
     drift_findings: Gauge
     canary_rolled_back: Gauge
     queue_depth: Gauge
+    queue_limit: Gauge
     cache_hits: Counter
     time_to_first_token: Histogram
     inter_token: Histogram
@@ -83,6 +84,11 @@ class GatewayMetrics:
             ),
             queue_depth=per_entity(
                 Gauge, "tollfree_queue_depth", "Requests waiting at the gateway for a replica, per served entity."
+            ),
+            queue_limit=per_entity(
+                Gauge,
+                "tollfree_queue_limit",
+                "Requests that may wait at the gateway for a replica before the next is answered 429, per served entity.",
             ),
             cache_hits=per_endpoint(
                 Counter, "tollfree_cache_hits_total", "Invocations answered from the response cache."

@@ -162,9 +162,14 @@ class Dispatcher:
             out.append(answer)
         return out
 
+    @property
+    def queue_limit(self) -> int:
+        """How many requests may wait now before the next is refused: ``max_queue``, or ``queue_cap`` if larger
+        while a lost replica's replacement starts."""
+        return max(self.max_queue, self.queue_cap) if self.replacing() else self.max_queue
+
     def _enqueue(self, request: WireRequest) -> _QueuedRequest:
-        bound = max(self.max_queue, self.queue_cap) if self.replacing() else self.max_queue
-        if len(self._queue) >= bound and self._pick() is None:
+        if len(self._queue) >= self.queue_limit and self._pick() is None:
             self.stats.refused += 1
             self.meter.turned_away(self._clock())
             raise AdmissionRefused(f"queue full ({self.max_queue} waiting)", retry_after_s=1)
