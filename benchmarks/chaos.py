@@ -18,8 +18,9 @@ measurement varies from run to run on a shared machine, a fixed rate compares ru
 and its outputs are counted.
 ``python -m infra.stack down`` runs at the end, always (an error, Ctrl-C or SIGTERM included).
 
-Printed (``benchmarks.chaos_report``): requests, failures by status, p50/p99 overall and p99 during faults, each
-fault with its time, the stream's events produced, scored, lost and doubled; with ``--json`` the result as JSON on
+Printed (``benchmarks.chaos_report``): requests, failures by status (and by when they were sent, beside each
+gateway's queue limit then: ``benchmarks.chaos_watch``), p50/p99 overall and p99 during faults, each fault with its
+time, the stream's events produced, scored, lost and doubled; with ``--json`` the result as JSON on
 stdout (the text then goes to stderr). Exit 0 only with no failure, no event lost or doubled, every fault done.
 """
 
@@ -51,6 +52,7 @@ from redis.typing import EncodableT, FieldT
 from benchmarks.chaos_faults import Fault, Injector, Planned, plan
 from benchmarks.chaos_report import figures, render
 from benchmarks.chaos_stream import Producer, StreamFigures, drain_and_count, stream_input
+from benchmarks.chaos_watch import QueueSample, QueueWatch
 from benchmarks.common import Provenance, build_fraud_world, fraud_body, log
 from benchmarks.load import LoadResult, run_load
 
@@ -183,8 +185,9 @@ def _inject(injector: Injector, planned: list[Planned], began: float) -> list[Fa
 
 def _soak(
     env: dict[str, str], args: argparse.Namespace, body: bytes, events: Sequence[dict[FieldT, EncodableT]]
-) -> tuple[LoadResult, float, list[Fault], StreamFigures, dict[str, Any]]:
-    """Calibrate, then the load, the stream and the faults together; then the stream drained and counted."""
+) -> tuple[LoadResult, float, list[Fault], StreamFigures, dict[str, Any], list[QueueSample]]:
+    """Calibrate, then the load, the stream and the faults together (the gateways' queues read meanwhile); then
+    the stream drained and counted."""
     from infra.stack_config import StackConfig
 
     config = StackConfig.from_environ(env)
@@ -213,15 +216,18 @@ def _soak(
     producer = Producer(client, events, args.stream_rate)
     load = _Load(url, token, body, duration_s, rate)
     began = time.monotonic()
+    watch = QueueWatch(config.gateway_ports(), NAME, token, began)
     load.start()
     producer.start()
+    watch.start()
     try:
         faults = _inject(Injector(config, env, NAME, random.Random(args.seed), began), planned, began)
         result = load.join(max(0.0, began + duration_s - time.monotonic()) + REQUEST_TIMEOUT_S + 30)
     finally:
         producer.stop()
+        queues = watch.stop()
     log(f"load done: {result.summary()}; draining the stream ...")
-    return result, began, faults, drain_and_count(client, producer, DRAIN_TIMEOUT_S), offered
+    return result, began, faults, drain_and_count(client, producer, DRAIN_TIMEOUT_S), offered, queues
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -252,8 +258,8 @@ def _run(args: argparse.Namespace, provenance: Provenance) -> dict[str, Any]:
         env = _stack_environ(home)
         if _stack("up", env) != 0:
             raise RuntimeError("python -m infra.stack up failed; its output is above")
-        load, began, faults, stream, offered = _soak(env, args, body, events)
-        return {**provenance.record(), **figures(load, began, faults, stream, offered)}
+        load, began, faults, stream, offered, queues = _soak(env, args, body, events)
+        return {**provenance.record(), **figures(load, began, faults, stream, offered, queues)}
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the stack's stop short
             signal.signal(sig, signal.SIG_IGN)

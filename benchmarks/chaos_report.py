@@ -6,7 +6,7 @@ once; a gateway or PostgreSQL once it answers again): a request sent inside a wi
 Latency percentiles are over the answers 200 (nearest rank); every other outcome is a failure: an answer other than
 200, no answer (a client error or a timeout), or a request not sent because the generator already had its bound in
 flight. The failed requests are also grouped by when they were sent (``failure_spans``), so failures outside every
-window show too.
+window show too, each span with the gateways' admission queues read around it (``benchmarks.chaos_watch``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 from benchmarks.chaos_faults import Fault
 from benchmarks.chaos_stream import StreamFigures
+from benchmarks.chaos_watch import QueueSample, around
 from benchmarks.common import percentile
 from benchmarks.load import LoadResult, Outcome
 
@@ -62,10 +63,16 @@ def failure_spans(outcomes: Sequence[Outcome], began: float) -> list[dict[str, f
 
 
 def figures(
-    load: LoadResult, began: float, faults: Sequence[Fault], stream: StreamFigures, offered: dict[str, Any]
+    load: LoadResult,
+    began: float,
+    faults: Sequence[Fault],
+    stream: StreamFigures,
+    offered: dict[str, Any],
+    queues: Sequence[QueueSample] = (),
 ) -> dict[str, Any]:
     """The run's figures and verdict. ``began``: when the load began (monotonic seconds, the clock of the outcomes'
-    ``started``). Passed: no failure, no stream event lost or doubled, and every fault done."""
+    ``started``); ``queues``: the gateways' queues as read during the load. Passed: no failure, no stream event
+    lost or doubled, and every fault done."""
     spans = windows(faults)
 
     def sent_in(lo: float, hi: float) -> list[Outcome]:
@@ -93,7 +100,10 @@ def figures(
         "requests_during_faults": len(during),
         "p99_during_faults_ms": _p99(list(during)),
         "faults": rows,
-        "failure_spans": failure_spans(load.outcomes, began),
+        "failure_spans": [
+            {**span, "queues": around(queues, span["first_s"] - 1.0, span["last_s"] + 1.0)}
+            for span in failure_spans(load.outcomes, began)
+        ],
         "stream": asdict(stream),
         "passed": failed == 0 and stream.lost == 0 and stream.doubled == 0 and all(f.error is None for f in faults),
     }
@@ -106,6 +116,14 @@ def _fault_line(row: dict[str, Any]) -> str:
         f"  {row['at_s']:6.1f} s  {row['kind']:<8} back at {row['ended_s']:6.1f} s  {outcome}; window: "
         f"{row['requests']} requests, {failed} failed{' ' + str(row['failures']) if failed else ''}, "
         f"p99 {row['p99_ms']} ms"
+    )
+
+
+def _queues(span: dict[str, Any]) -> str:
+    read = span.get("queues") or {}
+    return (
+        "".join(f"; gateway :{port} limit {q['min_limit']:g}, depth {q['max_depth']:g}" for port, q in read.items())
+        or "; no gateway read"
     )
 
 
@@ -123,8 +141,9 @@ def render(report: dict[str, Any]) -> str:
         f"during faults ({report['requests_during_faults']} requests): p99 {report['p99_during_faults_ms']} ms",
         *(
             [
-                "failed requests by when they were sent: "
-                + ", ".join(f"{s['first_s']}-{s['last_s']} s: {s['count']}" for s in report["failure_spans"])
+                "failed requests by when they were sent (and each gateway's lowest queue limit and deepest queue "
+                "read around them):",
+                *(f"  {s['first_s']}-{s['last_s']} s: {s['count']}{_queues(s)}" for s in report["failure_spans"]),
             ]
             if report["failure_spans"]
             else []

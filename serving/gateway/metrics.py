@@ -88,7 +88,7 @@ class GatewayMetrics:
             queue_limit=per_entity(
                 Gauge,
                 "tollfree_queue_limit",
-                "Requests that may wait at the gateway for a replica before the next is answered 429, per served entity.",
+                "Requests that may wait at the gateway before the next is answered 429, per served entity.",
             ),
             cache_hits=per_endpoint(
                 Counter, "tollfree_cache_hits_total", "Invocations answered from the response cache."

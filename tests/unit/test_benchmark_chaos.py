@@ -12,6 +12,7 @@ import pytest
 from benchmarks.chaos_faults import GAP_S, LEAD_S, TAIL_S, Fault, plan
 from benchmarks.chaos_report import NOT_SENT, WINDOW_AFTER_S, failure_spans, figures, render
 from benchmarks.chaos_stream import StreamFigures, count
+from benchmarks.chaos_watch import QueueSample, read_queue
 from benchmarks.load import LoadResult, Outcome
 
 OFFERED = {
@@ -76,8 +77,41 @@ def test_failures_are_counted_by_status_and_attributed_to_the_fault_window_they_
     inside = [o for o in outcomes if 20.5 <= o.started - began <= 25.0 + WINDOW_AFTER_S]
     assert window["requests"] == report["requests_during_faults"] == len(inside)
     assert report["p99_during_faults_ms"] == 10.0 and report["max_ms"] == 2000.0  # the slow one came later
-    assert report["failure_spans"] == [{"first_s": 21.0, "last_s": 22.0, "count": 2}]  # not-sent ones have no time
+    # not-sent ones have no time; no queue read in this run
+    assert report["failure_spans"] == [{"first_s": 21.0, "last_s": 22.0, "count": 2, "queues": {}}]
     assert "FAIL" in render(report) and "gateway-1" in render(report) and "21.0-22.0 s: 2" in render(report)
+
+
+def test_each_span_of_failures_shows_each_gateways_lowest_queue_limit_and_deepest_queue_around_it() -> None:
+    began = 1000.0
+    load = LoadResult([_outcome(began + 30.0, 429), _outcome(began + 31.0, 429)], 60.0)
+    queues = [
+        QueueSample(28.5, 8081, 40.0, 0.0),  # before the span's second of margin: not read
+        QueueSample(29.5, 8081, 12.0, 12.0),
+        QueueSample(30.5, 8082, 10000.0, 3.0),
+        QueueSample(31.5, 8081, 38.0, 2.0),
+        QueueSample(32.5, 8081, 1.0, 0.0),  # after it
+    ]
+    (span,) = figures(load, began, [], CLEAN, OFFERED, queues)["failure_spans"]
+    assert span["queues"] == {
+        "8081": {"min_limit": 12.0, "max_depth": 12.0},
+        "8082": {"min_limit": 10000.0, "max_depth": 3.0},
+    }
+    assert "gateway :8081 limit 12, depth 12; gateway :8082 limit 10000, depth 3" in render(
+        figures(load, began, [], CLEAN, OFFERED, queues)
+    )
+
+
+def test_the_queue_of_an_endpoint_is_read_from_a_metrics_page_summed_over_its_entities() -> None:
+    page = """# TYPE tollfree_queue_limit gauge
+tollfree_queue_limit{endpoint="chaos",served_entity="a"} 30.0
+tollfree_queue_limit{endpoint="chaos",served_entity="b"} 8.0
+tollfree_queue_limit{endpoint="other",served_entity="a"} 5.0
+# TYPE tollfree_queue_depth gauge
+tollfree_queue_depth{endpoint="chaos",served_entity="a"} 2.0
+"""
+    assert read_queue(page, "chaos") == {"limit": 38.0, "depth": 2.0}
+    assert read_queue(page, "missing") == {}
 
 
 def test_failures_further_apart_than_the_gap_are_spans_of_their_own() -> None:
