@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from serving.gateway.autoscaling import MachineCpu, busy_share
+from serving.gateway.scaling_signals import MachineCpu, busy_share
 from serving.replica_server.metrics import BusyClock, ReplicaMetrics
 
 

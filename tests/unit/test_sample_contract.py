@@ -15,7 +15,7 @@ import pytest
 
 from serving.autoscaler.load import service_s
 from serving.autoscaler.signals import Sample
-from serving.gateway.autoscaling import GatewaySignals
+from serving.gateway.scaling_signals import GatewaySignals
 from serving.protocol.wire import WireAnswer, WireReply, WireRequest
 from serving.traffic.dispatcher import Dispatcher
 from simulator.engine import Action, View, simulate
