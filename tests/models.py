@@ -1,4 +1,5 @@
-"""Deliberately bad models for the promotion gates: one that is slow, one that is unfair.
+"""Models the tests register: deliberately bad ones for the promotion gates (slow, unfair, broken), and small
+ones whose answers a test can predict (a cost per row, traps, mixed column types).
 
 They live in an importable module so the pickled models load in a replica process too.
 """
@@ -103,6 +104,49 @@ def register_row_cost_model(tracking_uri: str, name: str, per_row_s: float, expe
             pip_requirements=["mlflow"],
             signature=infer_signature(frame, [2.0]),
             input_example=frame,
+            registered_model_name=name,
+        )
+    return str(info.registered_model_version)
+
+
+class MixedColumnsModel(mlflow.pyfunc.PythonModel):
+    """A score from columns of four types (double, long, boolean, string), each of which moves it: what the Open
+    Inference Protocol's datatypes must reach the model as."""
+
+    def predict(self, context: Any, model_input: pd.DataFrame, params: dict | None = None) -> np.ndarray:
+        return (
+            model_input["amount"].to_numpy(dtype=float) * model_input["count"].to_numpy(dtype=float)
+            + model_input["city"].str.len().to_numpy(dtype=float)
+            + np.where(model_input["flag"].to_numpy(dtype=bool), 0.5, 0.0)
+        )
+
+
+def register_mixed_columns_model(tracking_uri: str, name: str, experiment_of: str = "fraud") -> str:
+    """A ``MixedColumnsModel`` with its signature (amount: double, count: long, flag: boolean, city: string; a
+    double out), registered as ``name`` in the experiment of ``experiment_of``'s champion; its version."""
+    from mlflow import MlflowClient
+    from mlflow.models import ModelSignature
+    from mlflow.types import ColSpec, Schema
+
+    client = MlflowClient(tracking_uri)
+    champion = client.get_model_version_by_alias(experiment_of, "champion")
+    signature = ModelSignature(
+        inputs=Schema(
+            [
+                ColSpec("double", "amount"),
+                ColSpec("long", "count"),
+                ColSpec("boolean", "flag"),
+                ColSpec("string", "city"),
+            ]
+        ),
+        outputs=Schema([ColSpec("double")]),
+    )
+    with mlflow.start_run(experiment_id=client.get_run(champion.run_id).info.experiment_id):
+        info = mlflow.pyfunc.log_model(
+            name="model",
+            python_model=MixedColumnsModel(),
+            pip_requirements=["mlflow"],
+            signature=signature,
             registered_model_name=name,
         )
     return str(info.registered_model_version)

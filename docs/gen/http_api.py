@@ -2,10 +2,10 @@
 mkdocs-gen-files).
 
 The gateway's FastAPI app serves an OpenAPI document at ``/openapi.json`` for its control plane; the data plane
-(invocations, the OpenAI-compatible route) is a plain ASGI handler in front of it, outside that document. So the
-page lists every route from both: the control plane's from ``serving.gateway.control_plane.install``, the data
-plane's from the patterns ``serving.gateway.app.Gateway`` matches, and each route's auth from the same sets the
-gateway checks."""
+(invocations, the OpenAI-compatible route, the Open Inference Protocol's routes) is plain ASGI in front of it,
+outside that document. So the page lists every route from both: the control plane's from
+``serving.gateway.control_plane.install``, the data plane's from the patterns ``serving.gateway.app.Gateway``
+matches and ``serving.gateway.oip_plane.ROUTES``, and each route's auth from the same sets the gateway checks."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from serving.gateway import app as gateway_app
 from serving.gateway import control_plane
 from serving.gateway.chat_plane import OPENAI_ROUTE
 from serving.gateway.data_plane import InvocationsHandler
+from serving.gateway.oip_plane import ROUTES as OIP_ROUTES
 from serving.protocol.scoring import INPUT_KEYS
 
 INVOCATIONS_PATH = "/serving-endpoints/{name}/invocations"
@@ -68,6 +69,7 @@ def data_routes() -> list[tuple[str, str, str, str, str]]:
             "-",
             first_paragraph(InvocationsHandler.openai.__doc__).split(": ", 1)[-1],  # after the route's own name
         ),
+        *((method, path, who, "-", f"Open Inference Protocol: {what}") for method, path, who, what in OIP_ROUTES),
     ]
 
 
@@ -84,7 +86,8 @@ def page(control: list, data: list) -> str:
         "`serving/gateway/app.py`). A token is a bearer token (`Authorization: Bearer ...`): the admin token",
         "(`TOLLFREE_TOKEN`) or a scoped one from `TOLLFREE_TOKENS_FILE`, which reaches only its endpoints.",
         "With `--admin-port`, the control plane listens only there and the public port has the data plane and",
-        'the probes alone. Errors are `{"error_code", "message"}`.',
+        'the probes alone. Errors are `{"error_code", "message"}`; on the Open Inference Protocol\'s routes',
+        '`{"error"}` ([how-to](../how-to/open-inference-protocol.md)).',
         "",
         "## Data plane",
         "",

@@ -1,7 +1,6 @@
-"""The OpenAPI document of one endpoint's invocations route, from what its served models accept.
-
-A model trained on a FeatureService accepts the service's entity keys and request-time fields (the
-replica fetches the rest online); any other model accepts its signature's input columns.
+"""The OpenAPI document of one endpoint's invocations route, from what its served models accept
+(``serving.endpoints.model_io``: a FeatureService's entity keys and request-time fields, else the signature's
+input columns).
 """
 
 from __future__ import annotations
@@ -12,7 +11,9 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from serving.endpoints import spec
+from serving.endpoints.model_io import model_io
 from serving.endpoints.store import EndpointStore
+from serving.protocol.tensors import DATATYPES
 
 _JSON_TYPES = {
     "long": "integer",
@@ -23,35 +24,17 @@ _JSON_TYPES = {
     "string": "string",
     "datetime": "string",
     "binary": "string",
-    "Int64": "integer",
-    "Int32": "integer",
-    "Float64": "number",
-    "Float32": "number",
-    "String": "string",
-    "Bool": "boolean",
+    "int64": "integer",
+    "int32": "integer",
+    "float64": "number",
+    "float32": "number",
+    "bool": "boolean",
 }
 
 
 def model_inputs(model_uri: str, home: Path) -> dict[str, str]:
     """Column -> JSON type that a request to this model carries."""
-    import mlflow.models
-
-    info = mlflow.models.get_model_info(model_uri)
-    service = (info.metadata or {}).get("feature_service")
-    if service:
-        from feature_repo import store as feature_store
-
-        store = feature_store.open_store(home)
-        fs = feature_store.feature_service(store, service)
-        columns = dict.fromkeys(feature_store.entity_join_keys(store, fs), "integer")
-        columns.update({k: _JSON_TYPES.get(t, "number") for k, t in feature_store.request_fields(store, fs).items()})
-        return columns
-    if info.signature is None or not info.signature.inputs.has_input_names():
-        return {}
-    return {
-        column.name: _JSON_TYPES.get(str(getattr(column.type, "name", column.type)), "string")
-        for column in info.signature.inputs.inputs
-    }
+    return {c.name: _JSON_TYPES.get(c.type, "string") for c in model_io(model_uri, home).inputs}
 
 
 def endpoint_openapi(endpoint: str, entities: dict[str, dict[str, str]]) -> dict[str, Any]:
@@ -124,9 +107,62 @@ def endpoint_openapi(endpoint: str, entities: dict[str, dict[str, str]]) -> dict
                     },
                     "responses": responses,
                 }
-            }
+            },
+            **_oip_paths(endpoint, list(columns), responses),
         },
     }
+
+
+def _oip_paths(endpoint: str, columns: list[str], responses: dict[str, Any]) -> dict[str, Any]:
+    """The Open Inference Protocol's routes of the endpoint (``serving.gateway.oip_plane``): its metadata, its
+    readiness and inference (by the split, or pinned to a version); errors there are ``{"error"}``."""
+    tensor = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "enum": columns} if columns else {"type": "string"},
+            "datatype": {"type": "string", "enum": list(DATATYPES)},
+            "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+            "data": {"type": "array"},
+            "parameters": {"type": "object", "properties": {"binary_data_size": {"type": "integer"}}},
+        },
+        "required": ["name", "datatype", "shape"],
+    }
+    infer = {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "inputs": {"type": "array", "items": tensor, "minItems": 1},
+            "outputs": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}}}},
+            "parameters": {"type": "object", "properties": {"binary_data_output": {"type": "boolean"}}},
+        },
+        "required": ["inputs"],
+    }
+    error = {"type": "object", "properties": {"error": {"type": "string"}}}
+    oip_responses = {
+        **{code: {**answer, "content": {"application/json": {"schema": error}}} for code, answer in responses.items()},
+        "200": {"description": "Output tensors: model_name, model_version, id, outputs (name, datatype, shape, data)."},
+    }
+    version = {"name": "version", "in": "path", "required": True, "schema": {"type": "string"}}
+    paths: dict[str, Any] = {}
+    for base, parameters in (
+        (f"/v2/models/{endpoint}", []),
+        (f"/v2/models/{endpoint}/versions/{{version}}", [version]),
+    ):
+        paths[base] = {"get": {"parameters": parameters, "responses": {"200": {"description": "Model metadata."}}}}
+        paths[base + "/ready"] = {
+            "get": {
+                "parameters": parameters,
+                "responses": {"200": {"description": "Ready."}, "400": {"description": "Not ready."}},
+            }
+        }
+        paths[base + "/infer"] = {
+            "post": {
+                "parameters": parameters,
+                "requestBody": {"required": True, "content": {"application/json": {"schema": infer}}},
+                "responses": oip_responses,
+            }
+        }
+    return paths
 
 
 async def endpoint_document(store: EndpointStore, name: str, home: Path) -> dict[str, Any]:

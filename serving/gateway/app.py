@@ -27,12 +27,15 @@ from serving.console.timeline import Timeline
 from serving.endpoints.manager import EndpointManager
 from serving.gateway import control_plane
 from serving.gateway.auth import Tokens, authenticate
-from serving.gateway.autoscaling import LiveAutoscaler, MachineCpu
+from serving.gateway.autoscaling import LiveAutoscaler
 from serving.gateway.chat_plane import OPENAI_ROUTE, ChatPlane
 from serving.gateway.data_plane import INVOCATIONS, InvocationsHandler
 from serving.gateway.leadership import Leadership, holder_id
 from serving.gateway.metrics import GatewayMetrics
+from serving.gateway.oip_plane import PREFIX as OIP_PREFIX
+from serving.gateway.oip_plane import ModelSchemas, OipPlane
 from serving.gateway.rate_limit import TokenBuckets
+from serving.gateway.scaling_signals import MachineCpu
 from serving.gateway.scrape_targets import ScrapeTargets
 from serving.gateway.shared_scaling import SharedScaling
 from serving.gateway.streaming import StreamSupervisor
@@ -70,12 +73,14 @@ def create_gateway_app(
     limiter: TokenBuckets | None = None,
     stream_claim_idle_s: float = 30.0,
     scrape_targets: ScrapeTargets | None = None,
+    model_schemas: ModelSchemas | None = None,
 ) -> Gateway:
     """The gateway app. ``autoscale`` runs the autoscaler on local replica processes, with
     ``warm_pool_size`` standby processes kept ready (``python -m serving`` turns both on). The leader
     consumes the endpoints' stream inputs (``serving.gateway.streaming``); entries another consumer left
     pending for ``stream_claim_idle_s`` are claimed. ``scrape_targets``, when given, keeps Prometheus's list of this
-    gateway and its replicas current while the app runs."""
+    gateway and its replicas current while the app runs. ``model_schemas``: where the Open Inference Protocol's
+    routes read each model's inputs and outputs (default: the registry)."""
     metrics = metrics or GatewayMetrics.create()
     limiter = limiter or TokenBuckets()
     autoscaling = AutoscalerSettings(warm_pool_size, autoscale_interval_s) if autoscale else None
@@ -99,7 +104,8 @@ def create_gateway_app(
     data_plane = InvocationsHandler(
         manager, tokens, inference_log, metrics, rng=rng, max_body_bytes=max_body_bytes, limiter=limiter, chat=chat
     )
-    return Gateway(app, data_plane, tokens, limiter, max_body_bytes, Console(app.state, app.state.timeline))
+    oip = OipPlane(manager, tokens, data_plane, model_schemas)
+    return Gateway(app, data_plane, tokens, limiter, max_body_bytes, Console(app.state, app.state.timeline), oip)
 
 
 @dataclass(frozen=True)
@@ -243,9 +249,11 @@ class Gateway:
         limiter: TokenBuckets,
         max_body_bytes: int = 4 * 1024 * 1024,
         console: Console | None = None,
+        oip: OipPlane | None = None,
     ) -> None:
         self.control = control
         self.console = console
+        self.oip = oip
         self.data_plane = data_plane
         self.tokens = tokens
         self.limiter = limiter
@@ -256,6 +264,9 @@ class Gateway:
         if scope["type"] == "http":
             if self.console is not None and (scope["path"] == CONSOLE or scope["path"].startswith(CONSOLE + "/")):
                 await self.console(scope, receive, send)  # its own sign-in: a cookie, not a bearer header
+                return
+            if self.oip is not None and _is_oip(scope["path"]):
+                await self.oip(scope, receive, send)  # the Open Inference Protocol: data plane, its own error shape
                 return
             if scope["method"] == "POST":
                 match = INVOCATIONS.match(scope["path"])
@@ -304,6 +315,7 @@ class PublicGateway:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and not (
             scope["path"] in PUBLIC_PATHS
+            or _is_oip(scope["path"])
             or (
                 scope["method"] == "POST"
                 and (INVOCATIONS.match(scope["path"]) is not None or scope["path"] == OPENAI_ROUTE)
@@ -343,6 +355,10 @@ def _replay(body: bytes, receive: Any) -> Any:
         return await receive()
 
     return replay
+
+
+def _is_oip(path: str) -> bool:
+    return path == OIP_PREFIX or path.startswith(OIP_PREFIX + "/")
 
 
 def _header(scope: dict, name: bytes) -> str | None:

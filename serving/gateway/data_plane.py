@@ -79,12 +79,12 @@ class InvocationsHandler:
         started = time.perf_counter()
         headers = dict(scope["headers"])
         request_id = resolve_request_id(headers.get(_REQUEST_ID, b"").decode("latin-1") or None)
-        reply = _Reply()
+        reply = Reply()
         in_flight = self.metrics.in_flight.labels(name)
         in_flight.inc()
         try:
-            who = self._admit(headers, name)
-            reply.request_body = body = await self._body(receive)
+            who = self.admit(headers, name)
+            reply.request_body = body = await self.body(receive)
             chat = is_chat_body(body) if self.chat is not None else None
             if self.chat is not None and chat is not None:
                 await self.chat.handle(receive, send, name, who, chat, request_id, started)
@@ -95,9 +95,9 @@ class InvocationsHandler:
         finally:
             in_flight.dec()
         await _send_json(send, reply.status, reply.body, [(_REQUEST_ID, request_id.encode()), *reply.headers])
-        self._log(name, request_id, reply, time.perf_counter() - started)
+        self.record(name, request_id, reply, time.perf_counter() - started)
 
-    def _admit(self, headers: dict[bytes, bytes], name: str) -> Principal:
+    def admit(self, headers: dict[bytes, bytes], name: str) -> Principal:
         """The caller, allowed on endpoint ``name`` and within its rate limit, with a body not declared too big."""
         who = authorize(self.tokens, headers.get(b"authorization", b"").decode("latin-1") or None, name)
         self.limiter.admit(who.name, who.rate_limit)
@@ -106,7 +106,7 @@ class InvocationsHandler:
             raise payload_too_large(f"request body over the limit of {self.max_body_bytes} bytes")
         return who
 
-    async def _score(self, name: str, headers: dict[bytes, bytes], body: bytes, request_id: str, reply: _Reply) -> None:
+    async def _score(self, name: str, headers: dict[bytes, bytes], body: bytes, request_id: str, reply: Reply) -> None:
         """Route ``body`` to a served entity by the traffic split and fill ``reply`` with its answer. A request
         refused (429, 503) by a served entity that left the routing while the request waited there (a config
         change replaced it and its replicas stopped) is routed once more, by the endpoint's new routing."""
@@ -114,7 +114,7 @@ class InvocationsHandler:
         for last in (False, True):
             live = self.manager.live.get(name) or await self.manager.served(name)
             try:
-                await self._score_on(live, name, body, request, reply)
+                await self._score_on(live, name, request, reply)
                 return
             except ApiError as err:
                 current = self.manager.live.get(name)
@@ -124,11 +124,18 @@ class InvocationsHandler:
                 if last or err.status_code not in (429, 503) or not gone:
                     raise
 
-    async def _score_on(self, live: LiveEndpoint, name: str, body: bytes, request: WireRequest, reply: _Reply) -> None:
-        reply.served_entity = served_entity = choose_entity(live.weights, self.rng)
+    async def _score_on(self, live: LiveEndpoint, name: str, request: WireRequest, reply: Reply) -> None:
+        await self.score_on_entity(live, name, choose_entity(live.weights, self.rng), request, reply)
+
+    async def score_on_entity(
+        self, live: LiveEndpoint, name: str, served_entity: str, request: WireRequest, reply: Reply
+    ) -> None:
+        """Fill ``reply`` with ``served_entity``'s answer to ``request``: from the response cache, or through its
+        replica set's dispatcher."""
+        reply.served_entity = served_entity
         replica_set = live.replica_sets.get(served_entity)
         if replica_set is None:  # an external chat model: what the chat parser says is wrong with the body
-            parse_chat_request(body)
+            parse_chat_request(request.body)
             raise invalid_parameter(
                 f"served entity {served_entity} is an external chat model: send a chat request (messages)"
             )
@@ -149,7 +156,7 @@ class InvocationsHandler:
                 reply.headers.append((CACHE_HEADER.encode(), b"miss"))
         reply.answered(answer)
 
-    def _log(self, name: str, request_id: str, reply: _Reply, elapsed: float) -> None:
+    def record(self, name: str, request_id: str, reply: Reply, elapsed: float) -> None:
         """The request's metrics and its inference-log record."""
         self.metrics.requests.labels(name, reply.served_entity or "", str(reply.status)).inc()
         self.metrics.latency.labels(name, reply.served_entity or "").observe(elapsed)
@@ -182,7 +189,7 @@ class InvocationsHandler:
             header = headers.get(b"authorization", b"").decode("latin-1") or None
             who = authenticate(self.tokens, header)
             self.limiter.admit(who.name, who.rate_limit)
-            body = await self._body(receive)
+            body = await self.body(receive)
             data = is_chat_body(body)
             if data is None and self.chat is not None:  # what the chat parser says is wrong with it, by name
                 parse_chat_request(body, require_model=True)
@@ -199,7 +206,7 @@ class InvocationsHandler:
             return
         await self.chat.handle(receive, send, model, who, data, request_id, started, openai=True)
 
-    async def _body(self, receive: Any) -> bytes:
+    async def body(self, receive: Any) -> bytes:
         chunks = []
         size = 0
         while True:
@@ -216,7 +223,7 @@ class InvocationsHandler:
 
 
 @dataclass
-class _Reply:
+class Reply:
     """What one invocation answers, and what its inference-log record says about it."""
 
     status: int = 500

@@ -78,6 +78,7 @@ def test_the_sdk_manages_and_queries_an_endpoint(w, world):
 
     spec = w.serving_endpoints.get_open_api(NAME).contents.read().decode()
     assert "customer_id" in spec and "amount" in spec and f"/serving-endpoints/{NAME}/invocations" in spec
+    assert f"/v2/models/{NAME}/infer" in spec  # the Open Inference Protocol's route of the same endpoint
 
     gateway_config = w.serving_endpoints.put_ai_gateway(
         NAME, inference_table_config=AiGatewayInferenceTableConfig(enabled=True, table_name_prefix="fraud")

@@ -2,7 +2,8 @@
 
 The schema is the one the gateway serves at ``/openapi.json`` (fetched with a token: it is not public),
 plus the data plane's routes, which live outside FastAPI's routing and so outside that document: the
-invocations route (a scoring body or a chat body) and the OpenAI-compatible chat route. The gateway's
+invocations route (a scoring body or a chat body), the OpenAI-compatible chat route and the Open Inference
+Protocol's routes (their model ``ep`` takes one double column ``x``; their errors are ``{"error"}``). The gateway's
 scoring replicas are a seam that answers every request (the real replica's parser is fuzzed by
 ``tests/unit/test_fuzz_scoring.py``); its registry holds no model, so every create is refused at resolution
 and nothing starts a process. Endpoint ``chat`` serves an external chat model, a real HTTP server on
@@ -27,6 +28,8 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 
 from serving.gateway.auth import Tokens
+from serving.gateway.oip_plane import ModelSchemas
+from serving.protocol.columns import Column, ModelIO
 from tests.fakes import in_process_gateway, no_registry
 
 ADMIN = "fuzz-admin-token-" + secrets.token_hex(8)
@@ -99,6 +102,63 @@ OPENAI_PATH = {
         },
         "responses": {"200": {"description": "a chat completion"}},
     }
+}
+
+
+TENSOR = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "enum": ["x", "nope"]},
+        "datatype": {
+            "type": "string",
+            "enum": ["BOOL", "INT8", "INT64", "UINT8", "FP16", "FP32", "FP64", "BYTES", "FP99"],
+        },
+        "shape": {"type": "array", "items": {"type": "integer"}},
+        "data": {},
+        "parameters": {"type": "object"},
+    },
+    "required": ["name", "datatype", "shape"],
+}
+OIP_INFER_BODY = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "inputs": {"type": "array", "items": TENSOR},
+        "outputs": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}}}},
+        "parameters": {"type": "object"},
+    },
+}
+MODEL_NAME = {
+    "name": "name",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "enum": [*ENDPOINTS, "nope"]},
+}
+OIP_PATHS = {  # the Open Inference Protocol's REST routes (``serving.gateway.oip_plane``), data plane too
+    "/v2": {"get": {"operationId": "oip_server", "responses": {"200": {"description": "server metadata"}}}},
+    "/v2/health/ready": {"get": {"operationId": "oip_ready", "responses": {"200": {"description": "ready"}}}},
+    "/v2/models/{name}": {
+        "get": {
+            "operationId": "oip_model",
+            "parameters": [MODEL_NAME],
+            "responses": {"200": {"description": "metadata"}},
+        }
+    },
+    "/v2/models/{name}/ready": {
+        "get": {
+            "operationId": "oip_model_ready",
+            "parameters": [MODEL_NAME],
+            "responses": {"200": {"description": "ready"}},
+        }
+    },
+    "/v2/models/{name}/infer": {
+        "post": {
+            "operationId": "oip_infer",
+            "parameters": [MODEL_NAME],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": OIP_INFER_BODY}}},
+            "responses": {"200": {"description": "output tensors"}},
+        }
+    },
 }
 
 
@@ -233,8 +293,11 @@ def fuzzed(tmp_path_factory, chat_server):  # type: ignore[no-untyped-def]
     (home / "secrets" / "fuzz").mkdir(parents=True)
     (home / "secrets" / "fuzz" / "key").write_text("upstream-key")
     tokens = Tokens.from_environ({"TOLLFREE_TOKEN": ADMIN})
+    schemas = ModelSchemas(home, read=lambda uri, home: ModelIO((Column("x", "double"),), ()))
     app = without_lifespan(
-        in_process_gateway(home, tokens, resolve=no_registry, max_body_bytes=64 * 1024, replica_url=chat_server)
+        in_process_gateway(
+            home, tokens, resolve=no_registry, max_body_bytes=64 * 1024, replica_url=chat_server, model_schemas=schemas
+        )
     )
     with TestClient(app) as client:  # the external chat endpoint, created as a user would
         created = client.post(
@@ -250,6 +313,7 @@ def fuzzed(tmp_path_factory, chat_server):  # type: ignore[no-untyped-def]
         "/serving-endpoints/{name}/invocations": INVOCATIONS_PATH,
         "/serving-endpoints/chat/completions": OPENAI_PATH,
         "/api/2.0/serving-endpoints/chat/config": stream_config_path(external_chat(chat_server)),
+        **OIP_PATHS,
     }
     schema = schemathesis.openapi.from_dict(raw)
     schema.app = app
@@ -263,7 +327,8 @@ def test_the_fuzzed_schema_covers_both_planes(fuzzed):
     assert ("POST", "/serving-endpoints/{name}/invocations") in operations
     assert ("POST", "/serving-endpoints/chat/completions") in operations
     assert ("PUT", "/api/2.0/serving-endpoints/chat/config") in operations
-    assert len(operations) >= 13
+    assert ("POST", "/v2/models/{name}/infer") in operations
+    assert len(operations) >= 18
 
 
 def _check(label: str, response, case, failures: list[str]) -> None:  # type: ignore[no-untyped-def]
@@ -277,7 +342,10 @@ def _check(label: str, response, case, failures: list[str]) -> None:  # type: ig
         "application/json"
     ):
         body = response.json()
-        if set(body) != {"error_code", "message"}:
+        shape = {"error_code", "message"}
+        if case.path.startswith("/v2"):  # the Open Inference Protocol's error, or a model's "not ready" answer
+            shape = {"name", "ready"} if case.path.endswith("/ready") and "ready" in body else {"error"}
+        if set(body) != shape:
             failures.append(
                 f"{label} -> {response.status_code} with a body not in the error shape: {response.text[:200]}"
             )
@@ -309,9 +377,13 @@ def test_no_generated_request_gets_a_5xx(fuzzed):
         operation = result.ok()
         _fuzz(operation, f"{operation.method.upper()} {operation.path}", seen, failures)
     assert not failures, "\n".join(failures[:20])
-    assert len(seen) >= 13, seen
+    assert len(seen) >= 18, seen
     # the new routes' checks were reached: each refused some generated requests, naming what is wrong
-    for operation in ("PUT /api/2.0/serving-endpoints/chat/config", *(f"POST {route}" for route in CHAT_ROUTES)):
+    for operation in (
+        "PUT /api/2.0/serving-endpoints/chat/config",
+        "POST /v2/models/{name}/infer",
+        *(f"POST {route}" for route in CHAT_ROUTES),
+    ):
         assert any(400 <= s < 500 for s in seen[operation]), (operation, seen[operation])
 
 
