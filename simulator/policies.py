@@ -8,7 +8,6 @@ from dataclasses import replace
 
 from serving.autoscaler.config import ScalingConfig
 from serving.autoscaler.controller import EntityScaler
-from serving.autoscaler.load import sheds
 from serving.autoscaler.policy import max_concurrency_for, seeded
 from simulator.baselines import HPA, KPA, RayServe
 from simulator.engine import Action, SimPolicy, View
@@ -43,7 +42,6 @@ class Tollfree:
         self.stream_max_lag_s = stream_max_lag_s
         self.warm_pool = warm_pool
         self.front_queue: float | None = float(config.max_queue)  # the gateway's bounded queue
-        self.began: float | None = None  # when the set began (its first step): the queue sheds from ``load.sheds``
         self.replica_queue: float | None = 0.0  # the gateway admits at most max_concurrency per replica
         self.timeout_s: float | None = GATEWAY_MAX_WAIT_S
         self.scaler: EntityScaler | None = None
@@ -66,10 +64,8 @@ class Tollfree:
         decision = self.scaler.decide(view.now)
         if decision.vertical:
             self.targets.append((view.now, decision.target_concurrency))
-        # the gateway's queue: the policy's bound once the set sheds, else max_queue (serving/gateway/autoscaling.py)
-        self.began = view.now if self.began is None else self.began
-        shed = sheds(self.config, view.now - self.began)
-        self.front_queue = float(decision.queue_limit if shed else self.config.max_queue)
+        # the gateway's queue: the policy's bound with shed_load, else max_queue (serving/gateway/autoscaling.py)
+        self.front_queue = float(decision.queue_limit if self.config.shed_load else self.config.max_queue)
         return Action(replicas=max(decision.replicas, self.scaler.floor), admission_limit=decision.max_concurrency)
 
 

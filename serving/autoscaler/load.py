@@ -83,19 +83,6 @@ def _kendall_critical(n: int, p: float) -> int:
     return critical
 
 
-# A set's queue sheds load only after this many decision intervals: the seconds in which a set starts, or in which a
-# leader takes the sets of a dead one over (adopting its replicas while the other gateways' traffic comes to it),
-# are no measure of what its replicas serve, and a bound computed from them refuses requests the replicas would
-# answer in time. Meanwhile requests wait up to the dispatcher's 5 s, as while a replica's replacement starts.
-UNSHED_INTERVALS = 2
-
-
-def sheds(config: ScalingConfig, running_s: float) -> bool:
-    """Whether a set's queue takes ``queue_bound`` ``running_s`` seconds after the set began where it is decided
-    (else it holds ``max_queue``): with ``shed_load``, once its first ``UNSHED_INTERVALS`` intervals are over."""
-    return config.shed_load and running_s >= UNSHED_INTERVALS * config.decision_interval_s
-
-
 def queue_bound(config: ScalingConfig, signals: Signals, now: float, goal: float) -> int:
     """How many requests may wait at the gateway: what the replicas serve within ``goal`` of the SLO
     (``rate x (goal x SLO - service time)``), so a request admitted can still meet it and the rest get a

@@ -20,7 +20,6 @@ from collections.abc import Callable
 
 from serving.autoscaler.config import ScalingConfig
 from serving.autoscaler.controller import Actuator, Controller, EntityKey
-from serving.autoscaler.load import sheds
 from serving.autoscaler.policy import seeded as policy_seeded
 from serving.autoscaler.record import from_record, to_record
 from serving.endpoints.manager import EndpointManager
@@ -106,7 +105,6 @@ class LiveAutoscaler:
         )
         # key -> the replica set the controller has a config for (a new set: a new version or rollout) and that config
         self._configs: dict[EntityKey, tuple[ReplicaSet, ScalingConfig]] = {}
-        self._began: dict[EntityKey, float] = {}  # key -> when its current set began here (``load.sheds``)
         self._last_step = 0.0
         self._last_record: float | None = None
         self._poke: asyncio.Handle | None = None
@@ -165,7 +163,6 @@ class LiveAutoscaler:
                 if known is None or known[0] is not replica_set or known[1] != scaling:
                     if known is None or known[0] is not replica_set:
                         self.controller.remove(key)  # a new set (new version): start from its own plan
-                        self._began[key] = self.clock()
                     config = seeded(scaling, replica_set)
                     self.controller.set_config(key, config, len(replica_set.replicas), replica_serves(replica_set))
                     if known is None:  # not decided for here before: perhaps by a previous leader
@@ -177,7 +174,6 @@ class LiveAutoscaler:
         for key in set(self._configs) - seen:
             self.controller.remove(key)
             del self._configs[key]
-            self._began.pop(key, None)
 
     def _set_limit(self, endpoint: str, entity: str, limit: int) -> None:
         """The policy's per-replica admission limit, whether the vertical axis moves the target or not: the
@@ -189,13 +185,10 @@ class LiveAutoscaler:
     def _set_queue(self, endpoint: str, entity: str, limit: int) -> None:
         """With ``shed_load``, the policy's queue bound: what can wait and still be answered within the SLO
         (see ``policy.queue_bound``); requests past it get a 429 at once, those already waiting stay.
-        Without it, ``max_queue``; and ``max_queue`` too in a set's first intervals here (a new set, or the sets a
-        leader took over: ``load.sheds``)."""
+        Without it, ``max_queue``."""
         replica_set = self.manager.replica_set(endpoint, entity)
         if replica_set is not None and replica_set.scaling is not None:
-            running_s = self.clock() - self._began.get((endpoint, entity), self.clock())
-            shed = sheds(replica_set.scaling, running_s)
-            replica_set.set_limits(max_queue=limit if shed else replica_set.scaling.max_queue)
+            replica_set.set_limits(max_queue=limit if replica_set.scaling.shed_load else replica_set.scaling.max_queue)
 
     def step(self) -> None:
         self._poke = None

@@ -1,6 +1,5 @@
-"""The gateway's queue under the live autoscaler: the policy's SLO bound with ``shed_load`` once a set has run
-here for its first intervals, else ``max_queue``. A real endpoint manager and dispatcher (no replica process is
-needed: nothing is sent)."""
+"""The gateway's queue under the live autoscaler: the policy's SLO bound with ``shed_load``, else
+``max_queue``. A real endpoint manager and dispatcher (no replica process is needed: nothing is sent)."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import os
 import pytest
 
 from serving.autoscaler.config import ScalingConfig
-from serving.autoscaler.load import UNSHED_INTERVALS
 from serving.endpoints.live import LiveEndpoint
 from serving.endpoints.manager import EndpointManager
 from serving.endpoints.store import EndpointStore
@@ -22,36 +20,21 @@ async def _never(replica, requests):  # pragma: no cover - nothing is dispatched
     raise AssertionError("no request is sent")
 
 
-def _served(shed: bool) -> ReplicaSet:
+@pytest.mark.parametrize(("shed", "expected"), [(True, 7), (False, 500)])
+def test_the_queue_takes_the_policy_bound_only_when_shedding(tmp_path, shed, expected):
+    manager = EndpointManager(
+        EndpointStore(tmp_path / "endpoints.db"), lambda *a: "1", dict(os.environ), tmp_path / "logs", home=tmp_path
+    )
     served = ReplicaSet(
         name="champion", model_name="m", version="1", scaling=ScalingConfig(max_queue=500, shed_load=shed)
     )
     served.attach(_never)
-    return served
-
-
-@pytest.mark.parametrize(("shed", "expected"), [(True, 7), (False, 500)])
-def test_the_queue_takes_the_policy_bound_only_when_shedding_and_after_a_sets_first_intervals(tmp_path, shed, expected):
-    manager = EndpointManager(
-        EndpointStore(tmp_path / "endpoints.db"), lambda *a: "1", dict(os.environ), tmp_path / "logs", home=tmp_path
-    )
-    served = _served(shed)
     manager.live["e"] = LiveEndpoint(replica_sets={"champion": served}, weights=[("champion", 100)])
-    now = [100.0]
-    autoscaler = LiveAutoscaler(manager, clock=lambda: now[0])
+    autoscaler = LiveAutoscaler(manager)
     autoscaler.sync()
     assert served.dispatcher.max_queue == 500  # held up to max_queue until the policy has measured anything
     autoscaler.controller.queue_sink("e", "champion", 7)
-    assert served.dispatcher.max_queue == 500  # a set's first intervals here are no measure of its replicas
-    now[0] += UNSHED_INTERVALS * served.scaling.decision_interval_s + 0.1
-    autoscaler.controller.queue_sink("e", "champion", 7)
     assert served.dispatcher.max_queue == expected
-    # a set taken over (another object for the same entity: a leader's own set after the followed one) starts over
-    taken = _served(shed)
-    manager.live["e"] = LiveEndpoint(replica_sets={"champion": taken}, weights=[("champion", 100)])
-    autoscaler.sync()
-    autoscaler.controller.queue_sink("e", "champion", 7)
-    assert taken.dispatcher.max_queue == 500
 
 
 def test_shed_load_must_be_a_boolean():
