@@ -16,6 +16,9 @@ Per model, one server at a time (never two under load at once):
   tollfree    python -m serving (the gateway; no warm pool) + endpoint "bench" (1 replica, max_concurrency
               64), requests to /serving-endpoints/bench/invocations with a bearer token; the replica
               batches concurrent requests when its load-time profile says batches pay
+  tollfree-oip  the same gateway and endpoint, the same row sent to /v2/models/bench/infer as an Open
+              Inference Protocol request (one FP64 input of shape [1, 20], JSON data, as tritonclient sends
+              a matrix with binary data off): the v2 route's cost over the MLflow route's
 
 Load: wrk (closed loop, keep-alive; a Lua script sets the POST body and headers), one single-row
 `dataframe_split` body, for each concurrency a 2 s warm-up then --seconds timed (benchmarks/serving_servers.py
@@ -50,10 +53,11 @@ MODELS = {
     "light": {"n_estimators": 100, "max_depth": 3, "label": "GBDT 100 trees, depth 3, 20 features"},
     "heavy": {"n_estimators": 500, "max_depth": 6, "label": "GBDT 500 trees, depth 6, 20 features"},
 }
-SERVERS = ("mlflow-1w", "mlflow-2w", "tollfree")
+SERVERS = ("mlflow-1w", "mlflow-2w", "tollfree", "tollfree-oip")
 INPROC_CALLS = 2000
 INPROC_MAX_S = 20.0
-TARGETS = {"rps_ratio_c32_min": 3.0, "p50_over_inprocess_c1_max_ms": 1.0}
+TARGETS = {"rps_ratio_c32_min": 3.0, "p50_over_inprocess_c1_max_ms": 1.0, "oip_rps_ratio_c32_min": 0.9}
+OIP_PATH = "/v2/models/bench/infer"
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -119,7 +123,8 @@ def register_models(home: Path, tracking_uri: str) -> dict[str, Any]:
         registered[key] = {"name": name, "version": str(info.registered_model_version), "label": spec["label"]}
         log(f"registered {name} v{info.registered_model_version} ({spec['label']}) in {time.monotonic() - began:.1f}s")
     body = json.dumps({"dataframe_split": {"columns": columns, "data": [row]}})
-    return {"models": registered, "body": body, "columns": columns, "row": row}
+    oip_body = json.dumps({"inputs": [{"name": "input-0", "datatype": "FP64", "shape": [1, FEATURES], "data": row}]})
+    return {"models": registered, "body": body, "oip_body": oip_body, "columns": columns, "row": row}
 
 
 # --- the limit ---------------------------------------------------------------------------------------
@@ -176,6 +181,14 @@ def _verdict(rows: list[dict[str, Any]], inproc: dict[str, Any]) -> dict[str, An
             "target": "tollfree < mlflow-2w",
             "pass": tf32["p99_ms"] < ml32["p99_ms"],
         }
+    oip32 = at("tollfree-oip", 32)
+    if tf32 and oip32:
+        ratio = oip32["rps"] / tf32["rps"]
+        out["oip_rps_ratio_c32"] = {
+            "value": ratio,
+            "target": f">= {TARGETS['oip_rps_ratio_c32_min']} (tollfree-oip / tollfree)",
+            "pass": ratio >= TARGETS["oip_rps_ratio_c32_min"] and oip32["errors"] == 0,
+        }
     tf1 = at("tollfree", 1)
     if tf1:
         gap = tf1["p50_ms"] - inproc["p50_ms"]
@@ -200,7 +213,8 @@ def run(seconds: int, levels: list[int], provenance: Provenance) -> dict[str, An
             log(f"model {key}: {model['label']}")
             inproc = _in_process(model, setup["columns"], setup["row"])
             log(f"  in-process  p50 {inproc['p50_ms']:.3f} ms  p99 {inproc['p99_ms']:.3f} ms ({inproc['calls']} calls)")
-            rows, failures = _each_server(model, body, levels, seconds, env, home)
+            bodies = {"": body, "tollfree-oip": setup["oip_body"]}
+            rows, failures = _each_server(model, bodies, levels, seconds, env, home)
             results[key] = {
                 "model": model,
                 "in_process": inproc,
@@ -229,16 +243,18 @@ def run(seconds: int, levels: list[int], provenance: Provenance) -> dict[str, An
 
 
 def _each_server(
-    model: dict[str, Any], body: str, levels: list[int], seconds: int, env: dict[str, str], home: Path
+    model: dict[str, Any], bodies: dict[str, str], levels: list[int], seconds: int, env: dict[str, str], home: Path
 ) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """Every server in turn on ``model``: started, loaded at each level, stopped; a failure is noted, not raised."""
+    """Every server in turn on ``model``: started, loaded at each level, stopped; a failure is noted, not raised.
+    ``bodies``: the request each server kind gets (``""``: any other kind's)."""
     rows: list[dict[str, Any]] = []
     failures: dict[str, str] = {}
     for kind in SERVERS:
         t0 = time.monotonic()
         try:
-            if kind == "tollfree":
-                server = start_tollfree(model, env, home / "logs")
+            if kind.startswith("tollfree"):
+                server = start_tollfree(model, env, home / "logs", kind=kind)
+                server.path = OIP_PATH if kind == "tollfree-oip" else server.path
             else:
                 server = start_mlflow(model, 1 if kind == "mlflow-1w" else 2, env, home / "logs")
         except Exception as exc:  # report and go on with the other servers
@@ -247,7 +263,7 @@ def _each_server(
             continue
         log(f"  {kind} ready in {time.monotonic() - t0:.1f}s at {server.url}")
         try:
-            rows += measure(server, body, levels, seconds, home / "post.lua")
+            rows += measure(server, bodies.get(kind, bodies[""]), levels, seconds, home / "post.lua")
         except Exception as exc:
             failures[kind] = f"load: {exc}"
             log(f"  {kind}: FAILED under load: {exc}")
