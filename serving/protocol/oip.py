@@ -185,8 +185,9 @@ def _split_matrix(tensor: Tensor, columns: Sequence[Column]) -> bytes:
     label = f"input {tensor.name[:64]!r}"
     for column in columns:
         _check_type(label, tensor.datatype, column)
-    matrix = tensor.values.reshape(tensor.rows, len(columns))
-    rows = [[_plain(v, c) for v, c in zip(row, columns)] for row in matrix.tolist()]
+    rows = tensor.values.reshape(tensor.rows, len(columns)).tolist()
+    if tensor.datatype == "BYTES":  # numbers and booleans go as they are
+        rows = [[_plain(v, c) for v, c in zip(row, columns)] for row in rows]
     return orjson.dumps({"dataframe_split": {"columns": [c.name for c in columns], "data": rows}})
 
 
@@ -196,7 +197,8 @@ def _column_values(tensor: Tensor, column: Column | None) -> list[Any]:
         _check_type(label, tensor.datatype, column)
     if tensor.width != 1:
         raise invalid_parameter(f"{label}: shape {list(tensor.shape)} is not a column ([n] or [n, 1])")
-    return [_plain(v, column) for v in tensor.values.tolist()]
+    values = tensor.values.tolist()
+    return [_plain(v, column) for v in values] if tensor.datatype == "BYTES" else values
 
 
 def _check_type(label: str, datatype: str, column: Column) -> None:
