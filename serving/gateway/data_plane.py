@@ -94,7 +94,7 @@ class InvocationsHandler:
             reply.refused(err)
         finally:
             in_flight.dec()
-        await _send_json(send, reply.status, reply.body, [(_REQUEST_ID, request_id.encode()), *reply.headers])
+        await send_body(send, reply.status, reply.body, [(_REQUEST_ID, request_id.encode()), *reply.headers])
         self.record(name, request_id, reply, time.perf_counter() - started)
 
     def admit(self, headers: dict[bytes, bytes], name: str) -> Principal:
@@ -201,8 +201,8 @@ class InvocationsHandler:
             if not who.can_access(model):
                 raise permission_denied(f"token {who.name!r} may not access serving endpoint {model[:100]!r}")
         except ApiError as err:
-            headers_out = [(_REQUEST_ID, request_id.encode()), *_error_headers(err)]
-            await _send_json(send, err.status_code, orjson.dumps(error_body(err)), headers_out)
+            headers_out = [(_REQUEST_ID, request_id.encode()), *error_headers(err)]
+            await send_body(send, err.status_code, orjson.dumps(error_body(err)), headers_out)
             return
         await self.chat.handle(receive, send, model, who, data, request_id, started, openai=True)
 
@@ -248,7 +248,7 @@ class Reply:
             orjson.dumps(error_body(err)),
             err.error_code,
         )
-        self.headers.extend(_error_headers(err))
+        self.headers.extend(error_headers(err))
 
 
 def _cache_key(served_entity: str, version: str, request: WireRequest) -> tuple[str, ...] | None:
@@ -275,12 +275,15 @@ async def _submit(dispatcher: Dispatcher, request: WireRequest, endpoint: str) -
         ) from refused
 
 
-def _error_headers(err: ApiError) -> list[tuple[bytes, bytes]]:
+def error_headers(err: ApiError) -> list[tuple[bytes, bytes]]:
     return [(k.lower().encode(), v.encode()) for k, v in err.headers.items()]
 
 
-async def _send_json(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
-    start = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]
+async def send_body(
+    send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]], content_type: bytes = b"application/json"
+) -> None:
+    """One whole answer: status, content type and length, ``headers``, ``body``."""
+    start = [(b"content-type", content_type), (b"content-length", str(len(body)).encode()), *headers]
     await send({"type": "http.response.start", "status": status, "headers": start})
     await send({"type": "http.response.body", "body": body})
 

@@ -22,8 +22,8 @@ from starlette.concurrency import run_in_threadpool
 from serving.endpoints.live import LiveEndpoint
 from serving.endpoints.manager import EndpointManager
 from serving.endpoints.model_io import model_io
-from serving.gateway.auth import Tokens, authenticate, authorize
-from serving.gateway.data_plane import InvocationsHandler, Reply
+from serving.gateway.auth import Principal, Tokens, authenticate, authorize
+from serving.gateway.data_plane import InvocationsHandler, Reply, error_headers, send_body
 from serving.protocol import oip
 from serving.protocol.columns import ModelIO
 from serving.protocol.errors import (
@@ -101,31 +101,34 @@ class OipPlane:
             match = MODEL.match(path)
             if match is not None:
                 name, pinned, action = match.groups()
-                if action == "infer":
-                    _method(method, "POST")
+                if action == "infer" and method == "POST":
                     await self._infer(headers, receive, send, name, pinned)
                     return
-                _method(method, "GET")
-                authorize(self.tokens, _auth(headers), name)
+                self._admit(authorize(self.tokens, _auth(headers), name))  # a stranger learns nothing, not even 405
+                _method(method, "POST" if action == "infer" else "GET")
                 live = await self._live(name)
                 entity = _entity(live, name, pinned)
                 if action == "ready":
                     ready = _ready(live, entity)
-                    await _send(send, 200 if ready else 400, orjson.dumps({"name": name, "ready": ready}))
+                    await send_body(send, 200 if ready else 400, orjson.dumps({"name": name, "ready": ready}), [])
                 else:
-                    await _send(send, 200, orjson.dumps(await self._metadata(live, name, entity, pinned)))
+                    await send_body(send, 200, orjson.dumps(await self._metadata(live, name, entity, pinned)), [])
                 return
+            self._admit(authenticate(self.tokens, _auth(headers)))
             _method(method, "GET")
-            authenticate(self.tokens, _auth(headers))
             if path in (PREFIX + "/health/live", PREFIX + "/health/ready"):
-                await _send(send, 200, orjson.dumps({"live" if path.endswith("live") else "ready": True}))
+                await send_body(send, 200, orjson.dumps({"live" if path.endswith("live") else "ready": True}), [])
             elif path == PREFIX:
                 doc = {"name": SERVER_NAME, "version": self.version, "extensions": EXTENSIONS}
-                await _send(send, 200, orjson.dumps(doc))
+                await send_body(send, 200, orjson.dumps(doc), [])
             else:
                 raise not_found("no such route of the Open Inference Protocol")
         except ApiError as err:
-            await _send(send, err.status_code, oip.error_json(err), _error_headers(err))
+            await send_body(send, err.status_code, oip.error_json(err), error_headers(err))
+
+    def _admit(self, who: Principal) -> None:
+        """Within the caller's rate limit, as every route is (inference: the data plane's ``admit``)."""
+        self.data_plane.limiter.admit(who.name, who.rate_limit)
 
     async def _live(self, name: str) -> LiveEndpoint:
         return self.manager.live.get(name) or await self.manager.served(name)
@@ -147,7 +150,7 @@ class OipPlane:
         reply = Reply()
         in_flight = self.data_plane.metrics.in_flight.labels(name)
         in_flight.inc()
-        body, content_type, extra = b"", "application/json", []
+        body, content_type, extra = b"", b"application/json", []
         try:
             self.data_plane.admit(headers, name)
             raw = await self.data_plane.body(receive)
@@ -165,7 +168,8 @@ class OipPlane:
             if reply.answer is not None and reply.status == 200:
                 body, length = oip.infer_response(reply.answer.first, request, name, reply.version, io)
                 if length is not None:
-                    content_type, extra = oip.BINARY_CONTENT_TYPE, [(oip.BINARY_HEADER.encode(), str(length).encode())]
+                    content_type = oip.BINARY_CONTENT_TYPE.encode()
+                    extra = [(oip.BINARY_HEADER.encode(), str(length).encode())]
             else:
                 body = orjson.dumps({"error": _message(reply.body)})
         except ApiError as err:
@@ -174,7 +178,7 @@ class OipPlane:
         finally:
             in_flight.dec()
         out = [(_REQUEST_ID, request_id.encode()), *extra, *[h for h in reply.headers if h[0] != b"content-type"]]
-        await _send(send, reply.status, body, out, content_type)
+        await send_body(send, reply.status, body, out, content_type)
         self.data_plane.record(name, request_id, reply, time.perf_counter() - started)
 
 
@@ -216,19 +220,3 @@ def _message(error_body: bytes) -> str:
         return str(orjson.loads(error_body).get("message", "the model failed"))
     except (orjson.JSONDecodeError, AttributeError):
         return "the model failed"
-
-
-def _error_headers(err: ApiError) -> list[tuple[bytes, bytes]]:
-    return [(k.lower().encode(), v.encode()) for k, v in err.headers.items()]
-
-
-async def _send(
-    send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None, content_type: str = ""
-) -> None:
-    start = [
-        (b"content-type", (content_type or "application/json").encode()),
-        (b"content-length", str(len(body)).encode()),
-        *(headers or []),
-    ]
-    await send({"type": "http.response.start", "status": status, "headers": start})
-    await send({"type": "http.response.body", "body": body})

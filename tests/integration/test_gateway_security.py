@@ -372,3 +372,42 @@ def test_a_bad_rate_limit_in_the_tokens_file_is_refused_naming_the_field(tmp_pat
     with pytest.raises(ValueError, match=named) as caught:
         Tokens.from_environ({"TOLLFREE_TOKEN": ADMIN, "TOLLFREE_TOKENS_FILE": str(path)})
     assert SCOPED not in str(caught.value)
+
+
+V2_ROUTES = [
+    ("GET", "/v2/health/live"),
+    ("GET", "/v2/health/ready"),
+    ("GET", "/v2"),
+    ("GET", "/v2/models/ep"),
+    ("GET", "/v2/models/ep/versions/1"),
+    ("GET", "/v2/models/ep/ready"),
+    ("POST", "/v2/models/ep/infer"),
+    ("POST", "/v2/models/ep/versions/1/infer"),
+]
+
+
+def test_the_open_inference_protocols_routes_need_a_token_a_right_and_keep_the_rate_limit(client):
+    for method, path in V2_ROUTES:
+        for headers in ({}, {"Authorization": "Bearer wrong-token-0123456789abcdef"}):
+            reply = _call(client, method, path, headers)
+            assert reply.status_code == 401 and set(reply.json()) == {"error"}, (method, path, reply.text)
+        other = path.replace("/models/ep", "/models/other")
+        if other != path:
+            reply = _call(client, method, other, {"Authorization": f"Bearer {SCOPED}"})
+            assert reply.status_code == 403, (method, other, reply.text)
+    limited = {"Authorization": f"Bearer {LIMITED}"}
+    codes = [client.get("/v2/health/live", headers=limited).status_code for _ in range(6)]
+    assert codes[:3] == [200, 200, 200] and 429 in codes[3:]  # the burst, then the token's limit
+    assert LIMITED not in client.get("/v2/models/ep", headers=limited).text
+
+
+def test_the_open_inference_protocol_names_a_wrong_route_method_or_binary_header(client):
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    assert client.get("/v2/repository/index", headers=admin).status_code == 404
+    assert client.get("/v2/models/ep/infer", headers=admin).status_code == 405
+    assert client.post("/v2/health/live", headers=admin).status_code == 405
+    assert client.post("/v2/health/live").status_code == 401  # a stranger is not told which methods exist
+    reply = client.post(
+        "/v2/models/ep/infer", content=b"{}", headers={**admin, "Inference-Header-Content-Length": "many"}
+    )
+    assert reply.status_code == 400 and "Inference-Header-Content-Length".lower() in reply.json()["error"].lower()
