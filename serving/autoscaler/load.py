@@ -83,19 +83,24 @@ def _kendall_critical(n: int, p: float) -> int:
     return critical
 
 
+MIN_MEASURED = 10  # requests served in an interval before its busiest second is taken for the replicas' rate
+
+
 def queue_bound(config: ScalingConfig, signals: Signals, now: float, goal: float) -> int:
     """How many requests may wait at the gateway: what the replicas serve within ``goal`` of the SLO
     (``rate x (goal x SLO - service time)``), so a request admitted can still meet it and the rest get a
     fast 429. The rate is the busiest second's of the last interval: what the replicas showed they serve,
     not an average that the interval's idle seconds dilute (load starting after a pause would otherwise be
-    refused as though the replicas were slow). ``max_queue`` while nothing has been served in the last
-    interval (scale from zero: requests are held, not dropped)."""
+    refused as though the replicas were slow). ``max_queue`` while fewer than ``MIN_MEASURED`` requests were served
+    in the last interval: a rate measured on a request or two (scale from zero, the first second of load after an
+    idle spell) says what was asked, not what the replicas serve, and would refuse the load that follows."""
     recent = signals.since(now - config.decision_interval_s)
     if not recent:
         return config.max_queue
     n = len(recent)
-    throughput = sum(s.completed for s in recent) / n
-    if throughput <= 0 or recent[-1].ready_replicas == 0:
+    completed = sum(s.completed for s in recent)
+    throughput = completed / n
+    if completed < MIN_MEASURED or recent[-1].ready_replicas == 0:
         return config.max_queue
     busy = sum(max(0.0, s.in_flight - s.queue_depth) for s in recent) / n
     rate = max(s.completed for s in recent)

@@ -89,3 +89,18 @@ def test_load_that_starts_after_idle_seconds_is_bounded_by_the_rate_the_replicas
     busy = Sample(t=5.0, in_flight=1.0, ready_replicas=1, replicas=1, requests=300, completed=300, queue_depth=0.1)
     bound = queue_bound(ScalingConfig(), Signals((*idle, busy)), now=5.0, goal=LATENCY_GOAL)
     assert bound >= 100  # 300/s x (0.4 s - 15 ms): four clients are far from an overload
+
+
+def test_a_rate_measured_on_a_request_or_two_holds_the_queue_instead_of_shedding():
+    """One request served in an idle interval (a warm-up, the first second after idle) is no measure of what the
+    replicas serve: the queue holds up to max_queue until MIN_MEASURED requests were served in the interval."""
+    from serving.autoscaler.load import MIN_MEASURED, queue_bound
+    from serving.autoscaler.signals import Sample, Signals
+    from serving.autoscaler.vertical import LATENCY_GOAL
+
+    idle = [Sample(t=float(t), in_flight=0.0, ready_replicas=1, replicas=1) for t in range(1, 5)]
+    one = Sample(t=5.0, in_flight=1.0, ready_replicas=1, replicas=1, requests=1, completed=1)
+    config = ScalingConfig(max_queue=500)
+    assert queue_bound(config, Signals((*idle, one)), now=5.0, goal=LATENCY_GOAL) == 500
+    enough = Sample(t=5.0, in_flight=1.0, ready_replicas=1, replicas=1, requests=MIN_MEASURED, completed=MIN_MEASURED)
+    assert queue_bound(config, Signals((*idle, enough)), now=5.0, goal=LATENCY_GOAL) < 500
