@@ -198,6 +198,8 @@ def _gateway_services(config: StackConfig, env: Mapping[str, str]) -> list[Servi
         ]
     out = []
     gateway_env = dict(env)
+    # the gateways would all ask for one gRPC port, and HAProxy here carries HTTP/1.1 only: gRPC is for one gateway
+    gateway_env.pop("TOLLFREE_GRPC_PORT", None)
     pg = config.postgres
     if pg is not None:
         gateway_env["TOLLFREE_STATE_URL"] = pg.url()

@@ -1,4 +1,8 @@
-"""``python -m serving --host 127.0.0.1 --port PORT [--admin-port PORT]``: the gateway with its local replicas.
+"""``python -m serving --host 127.0.0.1 --port PORT [--admin-port PORT] [--grpc-port PORT]``: the gateway with its
+local replicas.
+
+With ``--grpc-port`` (or ``TOLLFREE_GRPC_PORT``) the Open Inference Protocol's gRPC service listens on that port of
+``--host`` too (``serving.gateway.oip_grpc``).
 
 With ``--admin-port`` the control plane (the serving-endpoints API, ``/metrics``, ``/openapi.json``)
 listens only on that port (bind it to a private interface with ``--admin-host``); ``--port`` then
@@ -47,6 +51,13 @@ def _parser() -> argparse.ArgumentParser:
         help="serve the control plane on this port only (default: on --port with the data plane)",
     )
     parser.add_argument("--admin-host", default=None, help="interface for --admin-port (default: --host)")
+    parser.add_argument(
+        "--grpc-port",
+        type=int,
+        default=None,
+        help="serve the Open Inference Protocol over gRPC on this port of --host, 0: a free port (default: "
+        "TOLLFREE_GRPC_PORT, else no gRPC)",
+    )
     parser.add_argument(
         "--request-timeout",
         type=float,
@@ -115,6 +126,13 @@ def _gateway_app(args: argparse.Namespace, settings: Settings) -> Any:
     replica_host = os.environ.get(REPLICA_HOST_ENV)
     if replica_host and not can_listen_on(replica_host):
         raise _Refused(f"{REPLICA_HOST_ENV}={replica_host[:60]!r} is not an address of this machine to listen on")
+    grpc_port = args.grpc_port
+    if grpc_port is None and os.environ.get("TOLLFREE_GRPC_PORT"):
+        grpc_port = int(os.environ["TOLLFREE_GRPC_PORT"]) if os.environ["TOLLFREE_GRPC_PORT"].isdigit() else -1
+    if grpc_port is not None and not 0 <= grpc_port <= 65535:
+        raise _Refused("the gRPC port (--grpc-port or TOLLFREE_GRPC_PORT) must be a port number, 0 for a free one")
+    if grpc_port and grpc_port in (args.port, args.admin_port):
+        raise _Refused("--grpc-port must differ from --port and --admin-port")
     if args.admin_port is not None and args.admin_port == args.port and (args.admin_host or args.host) == args.host:
         raise _Refused("--admin-port must differ from --port")
     settings.home.mkdir(parents=True, exist_ok=True)
@@ -138,6 +156,7 @@ def _gateway_app(args: argparse.Namespace, settings: Settings) -> Any:
         warm_pool_size=int(pool) if cluster is None else 0,  # pods start from their image, not local standbys
         stream_claim_idle_s=args.stream_claim_idle,
         scrape_targets=targets,
+        grpc_listen=None if grpc_port is None else (args.host, grpc_port),
     )
 
 

@@ -153,6 +153,12 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
         "`manual`: refuse an old schema and name `python -m serving.state upgrade`",
         "gateway",
     ),
+    EnvVar(
+        "TOLLFREE_GRPC_PORT",
+        "none: no gRPC",
+        "the port of the Open Inference Protocol's gRPC service (`--grpc-port` wins; `0`: a free port)",
+        "gateway",
+    ),
     EnvVar("TOLLFREE_AUTOSCALE", "`on`", "`off`: no autoscaler in `python -m serving`", "gateway"),
     EnvVar("TOLLFREE_WARM_POOL", "`1`", "standby replica processes kept with the runtime imported", "gateway"),
     EnvVar(

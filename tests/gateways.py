@@ -32,6 +32,7 @@ class LiveGateway:
     admin: str
     scoped: str  # may only use the endpoint "other"
     sent: list[str]  # request ids sent through the data plane
+    grpc: str = ""  # host:port of its gRPC service, when it serves one
 
     @property
     def url(self) -> str:

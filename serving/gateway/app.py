@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from fastapi import FastAPI
@@ -51,6 +51,9 @@ from serving.protocol.errors import (
 from serving.replicas.warm_pool import WarmPool
 from serving.state.scaling import LoadBoard, ScalerRecords
 
+if TYPE_CHECKING:  # imported when a gRPC port is asked for: grpcio and the protocol's compiled messages
+    from serving.gateway.oip_grpc import GrpcListen
+
 log = logging.getLogger(__name__)
 
 PUBLIC_PATHS = frozenset({"/healthz", "/.well-known/databricks-config"})  # the only routes without a token
@@ -74,13 +77,15 @@ def create_gateway_app(
     stream_claim_idle_s: float = 30.0,
     scrape_targets: ScrapeTargets | None = None,
     model_schemas: ModelSchemas | None = None,
+    grpc_listen: tuple[str, int] | None = None,
 ) -> Gateway:
     """The gateway app. ``autoscale`` runs the autoscaler on local replica processes, with
     ``warm_pool_size`` standby processes kept ready (``python -m serving`` turns both on). The leader
     consumes the endpoints' stream inputs (``serving.gateway.streaming``); entries another consumer left
     pending for ``stream_claim_idle_s`` are claimed. ``scrape_targets``, when given, keeps Prometheus's list of this
     gateway and its replicas current while the app runs. ``model_schemas``: where the Open Inference Protocol's
-    routes read each model's inputs and outputs (default: the registry)."""
+    routes read each model's inputs and outputs (default: the registry); ``grpc_listen``, when given, the host and port
+    of its gRPC service (``serving.gateway.oip_grpc``), served while the app runs."""
     metrics = metrics or GatewayMetrics.create()
     limiter = limiter or TokenBuckets()
     autoscaling = AutoscalerSettings(warm_pool_size, autoscale_interval_s) if autoscale else None
@@ -88,9 +93,18 @@ def create_gateway_app(
     metrics.registry.register(streams.collector())
     rng = rng or random.Random()
     chat = ChatPlane(manager, inference_log, metrics, rng=rng, timeout_s=manager.request_timeout_s)
+    data_plane = InvocationsHandler(
+        manager, tokens, inference_log, metrics, rng=rng, max_body_bytes=max_body_bytes, limiter=limiter, chat=chat
+    )
+    oip = OipPlane(manager, tokens, data_plane, model_schemas)
+    grpc = None
+    if grpc_listen is not None:
+        from serving.gateway.oip_grpc import GrpcListen
+
+        grpc = GrpcListen(oip, *grpc_listen, max_body_bytes)
     app = FastAPI(
         title="tollfree gateway",
-        lifespan=_lifespan(manager, inference_log, metrics, autoscaling, streams, chat, scrape_targets),
+        lifespan=_lifespan(manager, inference_log, metrics, autoscaling, streams, chat, scrape_targets, grpc),
         docs_url=None,
         redoc_url=None,
     )
@@ -101,10 +115,6 @@ def create_gateway_app(
     app.state.streams = streams
     control_plane.install(app)
     app.state.timeline = Timeline()  # the console's history, fed by the autoscaler (``_start_autoscaler``)
-    data_plane = InvocationsHandler(
-        manager, tokens, inference_log, metrics, rng=rng, max_body_bytes=max_body_bytes, limiter=limiter, chat=chat
-    )
-    oip = OipPlane(manager, tokens, data_plane, model_schemas)
     return Gateway(app, data_plane, tokens, limiter, max_body_bytes, Console(app.state, app.state.timeline), oip)
 
 
@@ -122,6 +132,7 @@ def _lifespan(
     streams: StreamSupervisor,
     chat: ChatPlane,
     scrape_targets: ScrapeTargets | None,
+    grpc: GrpcListen | None,
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """Start: the inference log, the replica client, every stored endpoint, the autoscaler, the stream
     consumers. Stop: the reverse (the consumers first: what they hold stays pending in the broker), every
@@ -157,9 +168,14 @@ def _lifespan(
             tasks.append(asyncio.get_running_loop().create_task(leadership.run()))
         if scrape_targets is not None:
             tasks.append(asyncio.get_running_loop().create_task(scrape_targets.run()))
+        if grpc is not None:
+            await grpc.start()
+            app.state.grpc_port = grpc.port
         try:
             yield
         finally:
+            if grpc is not None:
+                await grpc.stop()
             for task in reversed(tasks):
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

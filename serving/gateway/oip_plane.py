@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -104,36 +105,43 @@ class OipPlane:
                 if action == "infer" and method == "POST":
                     await self._infer(headers, receive, send, name, pinned)
                     return
-                self._admit(authorize(self.tokens, _auth(headers), name))  # a stranger learns nothing, not even 405
+                self.caller(_auth(headers), name)  # a stranger learns nothing, not even 405
                 _method(method, "POST" if action == "infer" else "GET")
-                live = await self._live(name)
-                entity = _entity(live, name, pinned)
                 if action == "ready":
-                    ready = _ready(live, entity)
+                    ready = await self.model_ready(name, pinned)
                     await send_body(send, 200 if ready else 400, orjson.dumps({"name": name, "ready": ready}), [])
                 else:
-                    await send_body(send, 200, orjson.dumps(await self._metadata(live, name, entity, pinned)), [])
+                    await send_body(send, 200, orjson.dumps(await self.model_metadata(name, pinned)), [])
                 return
-            self._admit(authenticate(self.tokens, _auth(headers)))
+            self.caller(_auth(headers))
             _method(method, "GET")
             if path in (PREFIX + "/health/live", PREFIX + "/health/ready"):
                 await send_body(send, 200, orjson.dumps({"live" if path.endswith("live") else "ready": True}), [])
             elif path == PREFIX:
-                doc = {"name": SERVER_NAME, "version": self.version, "extensions": EXTENSIONS}
-                await send_body(send, 200, orjson.dumps(doc), [])
+                await send_body(send, 200, orjson.dumps(self.server_metadata()), [])
             else:
                 raise not_found("no such route of the Open Inference Protocol")
         except ApiError as err:
             await send_body(send, err.status_code, oip.error_json(err), error_headers(err))
 
-    def _admit(self, who: Principal) -> None:
-        """Within the caller's rate limit, as every route is (inference: the data plane's ``admit``)."""
+    def caller(self, authorization: str | None, name: str | None = None) -> Principal:
+        """The caller of a route that is not inference, with a right to endpoint ``name`` when one is named, and
+        within its rate limit, as every route is (inference: the data plane's ``admit``)."""
+        who = authenticate(self.tokens, authorization) if name is None else authorize(self.tokens, authorization, name)
         self.data_plane.limiter.admit(who.name, who.rate_limit)
+        return who
 
-    async def _live(self, name: str) -> LiveEndpoint:
-        return self.manager.live.get(name) or await self.manager.served(name)
+    def server_metadata(self) -> dict[str, Any]:
+        return {"name": SERVER_NAME, "version": self.version, "extensions": EXTENSIONS}
 
-    async def _metadata(self, live: LiveEndpoint, name: str, entity: str | None, pinned: str | None) -> dict:
+    async def model_ready(self, name: str, pinned: str | None) -> bool:
+        """Whether a replica of the endpoint (of the entity serving version ``pinned``) is ready."""
+        live = await self._live(name)
+        return _ready(live, _entity(live, name, pinned))
+
+    async def model_metadata(self, name: str, pinned: str | None) -> dict[str, Any]:
+        live = await self._live(name)
+        entity = _entity(live, name, pinned)
         served = [(share, e) for e, share in live.weights if e in live.replica_sets]
         chosen = entity or (max(served)[1] if served else "")  # the entity with the largest share of the traffic
         replica_set = live.replica_sets.get(chosen)
@@ -143,18 +151,28 @@ class OipPlane:
         versions = [pinned] if pinned else sorted({str(s.version) for s in live.replica_sets.values()})
         return oip.model_metadata(name, versions, io)
 
-    async def _infer(self, headers: dict[bytes, bytes], receive: Any, send: Any, name: str, pinned: str | None) -> None:
-        """One inference: admitted, converted, scored by the data plane, answered as tensors, logged."""
+    async def _live(self, name: str) -> LiveEndpoint:
+        return self.manager.live.get(name) or await self.manager.served(name)
+
+    async def infer(
+        self,
+        headers: dict[bytes, bytes],
+        name: str,
+        pinned: str | None,
+        request_id: str,
+        read: Callable[[], Awaitable[oip.InferRequest]],
+    ) -> Inference:
+        """One inference, whatever its transport: admitted (``headers``: the caller's authorization), its request
+        read (``read``), scored by the data plane, its output tensors taken from the predictions, metered and
+        logged."""
         started = time.perf_counter()
-        request_id = resolve_request_id(headers.get(_REQUEST_ID, b"").decode("latin-1") or None)
-        reply = Reply()
+        done = Inference(Reply())
+        reply = done.reply
         in_flight = self.data_plane.metrics.in_flight.labels(name)
         in_flight.inc()
-        body, content_type, extra = b"", b"application/json", []
         try:
             self.data_plane.admit(headers, name)
-            raw = await self.data_plane.body(receive)
-            request = oip.parse_infer(raw, _header_length(headers))
+            done.request = request = await read()
             live = await self._live(name)
             entity = _entity(live, name, pinned) or choose_entity(live.weights, self.data_plane.rng)
             replica_set = live.replica_sets.get(entity)
@@ -163,23 +181,50 @@ class OipPlane:
             io = await self.schemas.get(replica_set.model_uri)
             oip.check_outputs(request, io)
             reply.request_body = scoring = oip.scoring_body(request, io)
-            wire = WireRequest(request_id, "application/json", scoring)
-            await self.data_plane.score_on_entity(live, name, entity, wire, reply)
+            await self.data_plane.score_on_entity(
+                live, name, entity, WireRequest(request_id, "application/json", scoring), reply
+            )
             if reply.answer is not None and reply.status == 200:
-                body, length = oip.infer_response(reply.answer.first, request, name, reply.version, io)
-                if length is not None:
-                    content_type = oip.BINARY_CONTENT_TYPE.encode()
-                    extra = [(oip.BINARY_HEADER.encode(), str(length).encode())]
+                done.outputs = oip.output_tensors(reply.answer.first, request, io)
             else:
-                body = orjson.dumps({"error": _message(reply.body)})
+                done.message = _message(reply.body)
         except ApiError as err:
             reply.refused(err)
-            body = oip.error_json(err)
+            done.outputs, done.message = None, err.message
         finally:
             in_flight.dec()
+        self.data_plane.record(name, request_id, reply, time.perf_counter() - started)
+        return done
+
+    async def _infer(self, headers: dict[bytes, bytes], receive: Any, send: Any, name: str, pinned: str | None) -> None:
+        """One inference over REST: the JSON (and binary data) in, output tensors out."""
+        request_id = resolve_request_id(headers.get(_REQUEST_ID, b"").decode("latin-1") or None)
+
+        async def read() -> oip.InferRequest:
+            return oip.parse_infer(await self.data_plane.body(receive), _header_length(headers))
+
+        done = await self.infer(headers, name, pinned, request_id, read)
+        reply, body, content_type, extra = done.reply, b"", b"application/json", []
+        if done.outputs is not None and done.request is not None:
+            body, length = oip.encode_response(done.outputs, done.request, name, reply.version)
+            if length is not None:
+                content_type = oip.BINARY_CONTENT_TYPE.encode()
+                extra = [(oip.BINARY_HEADER.encode(), str(length).encode())]
+        else:
+            body = orjson.dumps({"error": done.message or "the model failed"})
         out = [(_REQUEST_ID, request_id.encode()), *extra, *[h for h in reply.headers if h[0] != b"content-type"]]
         await send_body(send, reply.status, body, out, content_type)
-        self.data_plane.record(name, request_id, reply, time.perf_counter() - started)
+
+
+@dataclass
+class Inference:
+    """What one inference gave: the reply (status, served entity, version), the request as read, and its output
+    tensors when the model answered, else the error's message."""
+
+    reply: Reply
+    request: oip.InferRequest | None = None
+    outputs: list[oip.Output] | None = None
+    message: str | None = None
 
 
 def _entity(live: LiveEndpoint, name: str, pinned: str | None) -> str | None:

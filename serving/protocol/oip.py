@@ -110,14 +110,21 @@ def parse_infer(body: bytes, header_length: int | None) -> InferRequest:
         inputs.append(tensor)
     if at != len(binary):
         raise invalid_parameter(f"the binary data holds {len(binary) - at} bytes no input claims")
+    params = _parameters(doc, "the request")
+    return infer_request(request_id, inputs, _requested(doc.get("outputs")), params.get("binary_data_output") is True)
+
+
+def infer_request(
+    request_id: str | None, inputs: Sequence[Tensor], outputs: tuple[tuple[str, bool], ...] | None, binary_output: bool
+) -> InferRequest:
+    """A request of these tensors, checked as one: distinct names, one number of rows."""
+    if not inputs:
+        raise invalid_parameter("inputs must be a non-empty list of tensors")
     if len({t.name for t in inputs}) != len(inputs):
         raise invalid_parameter("inputs must have distinct names")
     if len({t.rows for t in inputs}) != 1:
         raise invalid_parameter("every input must have the same first dimension (the rows)")
-    params = _parameters(doc, "the request")
-    return InferRequest(
-        request_id, tuple(inputs), _requested(doc.get("outputs")), params.get("binary_data_output") is True
-    )
+    return InferRequest(request_id, tuple(inputs), outputs, binary_output)
 
 
 def _parameters(item: dict[str, Any], where: str) -> dict[str, Any]:
@@ -228,13 +235,31 @@ def _names(columns: Sequence[Column]) -> str:
     return listed + (f" and {len(columns) - 8} more" if len(columns) > 8 else "")
 
 
+Output = tuple[str, str, tuple[int, ...], np.ndarray]  # an output tensor: name, datatype, shape, flat values
+
+
+def output_tensors(predictions: bytes, request: InferRequest, io: ModelIO) -> list[Output]:
+    """The output tensors the request asks for (all when it names none), from the replica's predictions JSON."""
+    outputs = _output_tensors(orjson.loads(predictions), request.rows, io)
+    if request.outputs is None:
+        return outputs
+    wanted = dict(request.outputs)
+    return [output for output in outputs if output[0] in wanted]
+
+
 def infer_response(
     predictions: bytes, request: InferRequest, model: str, version: str | None, io: ModelIO
 ) -> tuple[bytes, int | None]:
-    """The inference response for the replica's predictions JSON: the body, and the length of its JSON part when
-    an output goes as binary data (the ``Inference-Header-Content-Length`` header), else None."""
-    outputs = _output_tensors(orjson.loads(predictions), request.rows, io)
-    wanted = dict(request.outputs) if request.outputs is not None else None
+    """The REST inference response for the replica's predictions JSON: the body, and the length of its JSON part
+    when an output goes as binary data (the ``Inference-Header-Content-Length`` header), else None."""
+    return encode_response(output_tensors(predictions, request, io), request, model, version)
+
+
+def encode_response(
+    outputs: Sequence[Output], request: InferRequest, model: str, version: str | None
+) -> tuple[bytes, int | None]:
+    """Output tensors as the REST inference response (see ``infer_response``)."""
+    wanted = dict(request.outputs or ())
     doc: dict[str, Any] = {"model_name": model, "outputs": []}
     if version is not None:
         doc["model_version"] = version
@@ -242,10 +267,8 @@ def infer_response(
         doc["id"] = request.id
     binary: list[bytes] = []
     for name, datatype, shape, values in outputs:
-        if wanted is not None and name not in wanted:
-            continue
         out: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(shape)}
-        if request.binary_output or (wanted or {}).get(name):
+        if request.binary_output or wanted.get(name):
             raw = to_binary(datatype, values)
             out["parameters"] = {"binary_data_size": len(raw)}
             binary.append(raw)
@@ -256,7 +279,7 @@ def infer_response(
     return (head, None) if not binary else (head + b"".join(binary), len(head))
 
 
-def _output_tensors(predictions: Any, rows: int, io: ModelIO) -> list[tuple[str, str, tuple[int, ...], np.ndarray]]:
+def _output_tensors(predictions: Any, rows: int, io: ModelIO) -> list[Output]:
     """Predictions as MLflow's scoring server gives them (a list of values, of rows, or of records; or a dict of
     columns) as named tensors; names and datatypes from the model's outputs where it declares them."""
     declared = {c.name: c for c in io.outputs}
@@ -269,7 +292,7 @@ def _output_tensors(predictions: Any, rows: int, io: ModelIO) -> list[tuple[str,
     else:
         values = predictions if isinstance(predictions, list) else [predictions]
         columns = {first.name if first is not None else PREDICTIONS: values}
-    tensors: list[tuple[str, str, tuple[int, ...], np.ndarray]] = []
+    tensors: list[Output] = []
     for name, values in columns.items():
         nested = bool(values) and all(isinstance(v, list) for v in values)
         width = len(values[0]) if nested else 1

@@ -86,7 +86,7 @@ def from_json(label: str, datatype: str, shape: tuple[int, ...], data: Any) -> n
             f"{label}: data holds {array.size} elements but shape {list(shape)} needs {math.prod(shape)}"
         )
     if datatype == "BYTES":
-        if not all(isinstance(v, str) for v in array):
+        if not all(isinstance(v, (str, bytes)) for v in array):  # bytes: from a gRPC request
             raise invalid_parameter(f"{label}: BYTES data must be strings")
         return array
     kind = array.dtype.kind if array.size else ("b" if datatype == "BOOL" else "i")

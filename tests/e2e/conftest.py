@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from serving.gateway.process import environ_with, start_gateway, wait_endpoint_ready
+from serving.replicas.local import free_port
 from tests.gateways import ENDPOINT, LiveGateway
 from tests.world import MODEL_NAME, World
 
@@ -22,9 +23,10 @@ def gateway(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     scoped = "scoped-" + secrets.token_hex(16)
     tokens_file: Path = tmp_path_factory.mktemp("tokens") / "tokens.json"
     tokens_file.write_text(json.dumps({"tokens": [{"name": "app", "token": scoped, "endpoints": ["other"]}]}))
-    env = environ_with({"TOLLFREE_TOKENS_FILE": str(tokens_file)})
+    grpc_port = free_port("127.0.0.1")  # the Open Inference Protocol's gRPC service
+    env = environ_with({"TOLLFREE_TOKENS_FILE": str(tokens_file), "TOLLFREE_GRPC_PORT": str(grpc_port)})
     process = start_gateway(env, world.home / "logs" / "gateway-e2e.log")
-    live = LiveGateway(process, admin, scoped, [])
+    live = LiveGateway(process, admin, scoped, [], grpc=f"127.0.0.1:{grpc_port}")
     try:
         with live.client(admin) as client:
             created = client.post(

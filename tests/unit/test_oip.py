@@ -177,3 +177,61 @@ def test_metadata_lists_inputs_and_outputs_with_datatypes_and_variable_rows() ->
         ],
         "outputs": [{"name": "predictions", "datatype": "INT64", "shape": [-1]}],
     }
+
+
+def test_a_grpc_request_reads_typed_contents_and_raw_inputs_alike() -> None:
+    from serving.protocol import oip_grpc
+    from serving.protocol.tensors import to_binary
+    from serving.protocol.v2 import grpc_predict_v2_pb2 as pb
+
+    typed = pb.ModelInferRequest(model_name="m", id="a")
+    typed.inputs.add(name="count", datatype="INT8", shape=[2]).contents.int_contents.extend([3, -4])
+    typed.inputs.add(name="city", datatype="BYTES", shape=[2, 1]).contents.bytes_contents.extend([b"Oslo", b"x"])
+    raw = pb.ModelInferRequest(model_name="m", id="a")
+    raw.inputs.add(name="count", datatype="INT8", shape=[2])
+    raw.inputs.add(name="city", datatype="BYTES", shape=[2, 1])
+    raw.raw_input_contents.extend(
+        [to_binary("INT8", np.array([3, -4])), to_binary("BYTES", np.array([b"Oslo", b"x"], dtype=object))]
+    )
+    for message in (typed, raw):
+        request = oip_grpc.request_from_message(message)
+        assert request.id == "a" and request.rows == 2
+        assert [t.values.tolist() for t in request.inputs] == [[3, -4], [b"Oslo", b"x"]]
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (lambda m: m.inputs[0].contents.int_contents.__setitem__(0, 300), "out of the range of INT8"),
+        (lambda m: m.inputs[0].contents.int_contents.append(1), "needs 1"),
+        (lambda m: setattr(m.inputs[0], "datatype", "FP16"), "must come in raw_input_contents"),
+        (lambda m: (m.inputs[0].ClearField("contents"), m.raw_input_contents.extend([b"\x01"] * 2)), "one per input"),
+        (lambda m: m.inputs.append(m.inputs[0]), "distinct names"),
+        (lambda m: m.raw_input_contents.append(b"\x01"), "cannot both carry data"),
+    ],
+)
+def test_a_bad_grpc_request_is_refused_naming_what_is_wrong(change, named) -> None:  # type: ignore[no-untyped-def]
+    from serving.protocol import oip_grpc
+    from serving.protocol.v2 import grpc_predict_v2_pb2 as pb
+
+    message = pb.ModelInferRequest(model_name="m")
+    message.inputs.add(name="count", datatype="INT8", shape=[1]).contents.int_contents.append(5)
+    change(message)
+    with pytest.raises(ApiError, match=named) as refused:
+        oip_grpc.request_from_message(message)
+    assert refused.value.status_code == 400
+
+
+def test_a_grpc_response_carries_the_outputs_raw() -> None:
+    from serving.protocol import oip_grpc
+    from serving.protocol.tensors import from_binary
+
+    request = oip.parse_infer(
+        orjson.dumps({"id": "r", "inputs": [{"name": "a", "datatype": "FP64", "shape": [2], "data": [1, 2]}]}), None
+    )
+    outputs = oip.output_tensors(b"[0, 1]", request, MIXED)
+    response = oip_grpc.infer_response(outputs, request, "m", "4")
+    assert (response.model_name, response.model_version, response.id) == ("m", "4", "r")
+    (out,) = response.outputs
+    assert (out.name, out.datatype, list(out.shape)) == ("predictions", "INT64", [2])
+    assert from_binary("o", "INT64", (2,), response.raw_output_contents[0]).tolist() == [0, 1]
