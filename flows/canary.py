@@ -1,7 +1,9 @@
 """Canary flows: ``python -m flows.canary [--endpoint NAME]``; one evaluation per endpoint, acted on at once.
 
 - No canary running and the endpoint's model has a ``challenger`` alias: the challenger joins the
-  endpoint as a second served entity (pinned version) with the first step's traffic share.
+  endpoint as a second served entity (pinned version) with the first step's traffic share; or, with
+  ``shadow_percent``, as a shadow sent a copy of that share of the requests, judged on the same requests as the
+  champion (``monitoring.shadow``) before it takes any traffic.
 - No canary running and the endpoint already splits its traffic between two versions of one model
   (set by hand, with the Databricks SDK say): the split is adopted as a canary at its current share.
 - A canary running: the verdict over the inference log since the current step began
@@ -38,10 +40,11 @@ from flows.gateway_api import GatewayApi, GatewayError
 from flows.labels import read_labelled
 from flows.replica_memory import replica_rss_mb
 from monitoring.canary import CanaryVerdict, canary_verdict
+from monitoring.shadow import shadow_verdict
 from serving.endpoints.monitoring_settings import CanaryThresholds
 from serving.inference_log import read_inference_log
 from serving.registry.canary import Judge, Outcome, outcome, run_once
-from serving.registry.canary_steps import CanaryPlan, CanaryState, with_memory
+from serving.registry.canary_steps import SHADOW, CanaryPlan, CanaryState, with_memory
 from serving.registry.canary_store import exclusive
 from serving.settings import Settings
 
@@ -95,6 +98,11 @@ def _judge(api: GatewayApi, settings: Settings, config: CanaryThresholds, plan: 
 
     def judge(state: CanaryState, now: datetime) -> tuple[CanaryState, CanaryVerdict]:
         since = state.step_started_at()
+        if state.phase == SHADOW:  # the two answers to the same requests: the shadows' records too
+            log = read_inference_log(
+                settings.inference_log_dir, endpoint=state.endpoint, since=since, until=now, shadow=None
+            )
+            return state, shadow_verdict(log, state.champion_entity, state.challenger_entity, since, now, config)
         state = with_memory(plan, state, _memory_samples(state, now, api))
         log = read_inference_log(settings.inference_log_dir, endpoint=state.endpoint, since=since, until=now)
         labels = read_labelled(settings, state.endpoint, since)
@@ -152,9 +160,13 @@ def canary(
     gateway_url: str | None = None,
     max_warn_hold_s: float = 1800.0,
     rollout_timeout_s: float = 300.0,
+    shadow_percent: int = 0,
+    shadow_dwell_s: float = 600.0,
 ) -> dict[str, Any]:
     """Evaluate the endpoint's canary once and act: start, advance, hold, roll back or promote. Thresholds:
-    the ``thresholds`` given, else the endpoint's ``monitoring.canary``, else the defaults."""
+    the ``thresholds`` given, else the endpoint's ``monitoring.canary``, else the defaults. ``shadow_percent`` > 0:
+    a canary starts with a shadow phase at that share of the requests, held ``shadow_dwell_s`` with a clean
+    verdict before the first step's traffic."""
     logger = get_run_logger()
     settings = Settings.from_environ(os.environ)
     plan = CanaryPlan(
@@ -162,6 +174,8 @@ def canary(
         min_dwell_s=min_dwell_s,
         drain_s=drain_s,
         max_warn_hold_s=max_warn_hold_s,
+        shadow_percent=shadow_percent,
+        shadow_dwell_s=shadow_dwell_s,
     )
     client = MlflowClient(settings.tracking_uri)
     api = GatewayApi.from_environ(os.environ, gateway_url)
@@ -192,6 +206,8 @@ def canary_all(
     drain_s: float = 60.0,
     gateway_url: str | None = None,
     max_warn_hold_s: float = 1800.0,
+    shadow_percent: int = 0,
+    shadow_dwell_s: float = 600.0,
 ) -> dict[str, Any]:
     """``canary`` for every endpoint the gateway serves (or the ones named), each as its own subflow."""
     if endpoints is None:
@@ -209,6 +225,8 @@ def canary_all(
         drain_s=drain_s,
         gateway_url=gateway_url,
         max_warn_hold_s=max_warn_hold_s,
+        shadow_percent=shadow_percent,
+        shadow_dwell_s=shadow_dwell_s,
     )
     raise_for("canary", results)
     return results
@@ -228,6 +246,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=lambda s: [int(x) for x in s.split(",")], default=None, help="e.g. 5,25,50,100")
     parser.add_argument("--thresholds", type=json.loads, default=None, help='JSON, e.g. {"min_requests": 500}')
     parser.add_argument("--gateway-url", default=None)
+    parser.add_argument(
+        "--shadow-percent",
+        type=int,
+        default=0,
+        help="a new canary starts as a shadow sent a copy of this share of the requests (default 0: no shadow phase)",
+    )
+    parser.add_argument("--shadow-dwell-s", type=float, default=600.0, help="the shadow phase, clean, before 5 %%")
     args = parser.parse_args(argv)
     if args.endpoint is None:
         every = canary_all(
@@ -236,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
             drain_s=args.drain_s,
             gateway_url=args.gateway_url,
             max_warn_hold_s=args.max_warn_hold_s,
+            shadow_percent=args.shadow_percent,
+            shadow_dwell_s=args.shadow_dwell_s,
         )
         print(json.dumps({e: {k: v for k, v in r.items() if k != "checks"} for e, r in every.items()}, default=str))
         return 0
@@ -247,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         drain_s=args.drain_s,
         gateway_url=args.gateway_url,
         max_warn_hold_s=args.max_warn_hold_s,
+        shadow_percent=args.shadow_percent,
+        shadow_dwell_s=args.shadow_dwell_s,
     )
     print(json.dumps({k: v for k, v in result.items() if k != "checks"}, default=str))  # the CLI's answer
     return 0

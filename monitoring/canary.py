@@ -105,10 +105,10 @@ def canary_verdict(
         accuracy_check(_labelled_correct(labels, champion), _labelled_correct(labels, challenger), config),
         memory_check(_memory_rows(memory, champion), _memory_rows(memory, challenger), config),
     )
-    return _decide(checks, since, now)
+    return decide(checks, since, now)
 
 
-def _decide(checks: tuple[Check, ...], since: datetime, now: datetime) -> CanaryVerdict:
+def decide(checks: tuple[Check, ...], since: datetime, now: datetime) -> CanaryVerdict:
     def named(status: str) -> list[Check]:
         return [c for c in checks if c.status == status]
 

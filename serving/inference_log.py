@@ -54,6 +54,7 @@ class InferenceRecord:
     rows: int
     input_tokens: int | None = None  # chat requests: the usage (reported by the model, else estimated)
     output_tokens: int | None = None
+    shadow: bool | None = None  # True: a shadow's answer to a copy of request_id, never sent to the client
 
 
 INFERENCE_LOG_SCHEMA: pa.Schema = pa.schema(
@@ -72,6 +73,7 @@ INFERENCE_LOG_SCHEMA: pa.Schema = pa.schema(
         pa.field("rows", pa.int64(), nullable=False),
         pa.field("input_tokens", pa.int64()),
         pa.field("output_tokens", pa.int64()),
+        pa.field("shadow", pa.bool_()),
     ]
 )
 
@@ -279,7 +281,8 @@ def _part_files(folder: Path, endpoint: str | None, since: datetime | None, unti
 
 
 def _conformed(table: pa.Table) -> pa.Table:
-    """A part in today's schema: columns added since it was written (the token counts) come back null."""
+    """A part in today's schema: columns added since it was written (the token counts, the shadow mark) come back
+    null."""
     for field in INFERENCE_LOG_SCHEMA:
         if field.name not in table.column_names:
             table = table.append_column(field.name, pa.nulls(len(table), field.type))
@@ -287,9 +290,14 @@ def _conformed(table: pa.Table) -> pa.Table:
 
 
 def read_inference_log(
-    folder: Path, endpoint: str | None = None, since: datetime | None = None, until: datetime | None = None
+    folder: Path,
+    endpoint: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    shadow: bool | None = False,
 ) -> pd.DataFrame:
-    """All records (``since`` <= timestamp < ``until``), sorted by timestamp; empty frame if none."""
+    """All records (``since`` <= timestamp < ``until``), sorted by timestamp; empty frame if none. ``shadow``:
+    False (the default) the requests clients sent, as answered to them; True the shadows' answers only; None both."""
     tables = [_conformed(pq.read_table(part)) for part in _part_files(Path(folder), endpoint, since, until)]
     table = pa.concat_tables(tables) if tables else INFERENCE_LOG_SCHEMA.empty_table()
     ts_type = INFERENCE_LOG_SCHEMA.field("timestamp").type
@@ -299,5 +307,8 @@ def read_inference_log(
         table = table.filter(pc.greater_equal(table["timestamp"], pa.scalar(_as_utc(since), ts_type)))
     if until is not None:
         table = table.filter(pc.less(table["timestamp"], pa.scalar(_as_utc(until), ts_type)))
+    if shadow is not None:
+        marked = pc.fill_null(table["shadow"], False)
+        table = table.filter(marked if shadow else pc.invert(marked))
     table = table.sort_by([("timestamp", "ascending"), ("request_id", "ascending")])
     return table.to_pandas().reset_index(drop=True)

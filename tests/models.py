@@ -91,6 +91,14 @@ class TrapModel(mlflow.pyfunc.PythonModel):
 def register_row_cost_model(tracking_uri: str, name: str, per_row_s: float, experiment_of: str = "fraud") -> str:
     """A ``RowCostModel`` logged in the experiment of ``experiment_of``'s champion and registered as ``name``;
     its version."""
+    return register_x_model(tracking_uri, name, RowCostModel(per_row_s), experiment_of)
+
+
+def register_x_model(
+    tracking_uri: str, name: str, model: mlflow.pyfunc.PythonModel, experiment_of: str = "fraud"
+) -> str:
+    """A model of one double column ``x`` (``RowCostModel``, ``TrapModel``) logged in the experiment of
+    ``experiment_of``'s champion and registered as ``name``; its version."""
     from mlflow import MlflowClient
     from mlflow.models import infer_signature
 
@@ -100,7 +108,7 @@ def register_row_cost_model(tracking_uri: str, name: str, per_row_s: float, expe
     with mlflow.start_run(experiment_id=client.get_run(champion.run_id).info.experiment_id):
         info = mlflow.pyfunc.log_model(
             name="model",
-            python_model=RowCostModel(per_row_s),
+            python_model=model,
             pip_requirements=["mlflow"],
             signature=infer_signature(frame, [2.0]),
             input_example=frame,

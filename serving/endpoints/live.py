@@ -22,6 +22,7 @@ class LiveEndpoint:
     cache: ResponseCache | None = None
     streams: tuple[StreamInput, ...] = ()  # the config's stream inputs (the leader runs their consumers)
     external: dict[str, ExternalModelInput] = field(default_factory=dict)  # served entities another server runs
+    shadows: tuple[tuple[str, int], ...] = ()  # (served entity name, shadow percentage): serving.gateway.shadow
 
     @classmethod
     def of(cls, replica_sets: dict[str, ReplicaSet], config: spec.EndpointCoreConfig) -> LiveEndpoint:
@@ -32,6 +33,7 @@ class LiveEndpoint:
             cache_for(config),
             stream_inputs(config),
             external_models(config),
+            spec.shadow_shares(config),
         )
 
 

@@ -101,6 +101,11 @@ class CanaryThresholds:
     min_labelled: int = 200  # per side, for accuracy
     min_memory_samples: int = 6
     require_labels: bool = False  # hold until accuracy can be judged
+    # the shadow phase: the share of requests whose two answers agree (every prediction equal; numbers within
+    # agreement_tolerance), below which it warns or rolls back (monitoring.shadow)
+    agreement_tolerance: float = 0.1
+    agreement_warn: float = 0.90
+    agreement_rollback: float = 0.70
     alpha: float = 0.05
     bootstrap: int = 1000
     max_bootstrap_rows: int = 5000

@@ -1,10 +1,10 @@
 """Serving-endpoint requests, configs and records in Databricks ``/api/2.0/serving-endpoints`` shapes.
 
 Inputs take what databricks-sdk and MLflow send for registry models on CPU, plus tollfree extensions
-(``entity_alias``, ``min/max_replicas``, ``max_concurrency``, ``autoscaling``, and on the config
-``response_cache``, ``monitoring`` and ``stream_inputs``); other fields are a 400 naming them. These are the
-types only: ``validation`` checks a config and fills its defaults, ``views`` renders a record as Databricks
-returns it.
+(``entity_alias``, ``min/max_replicas``, ``max_concurrency``, ``autoscaling``, a route's ``shadow_percentage``,
+and on the config ``response_cache``, ``monitoring`` and ``stream_inputs``); other fields are a 400 naming them.
+These are the types only: ``validation`` checks a config and fills its defaults, ``views`` renders a record as
+Databricks returns it.
 """
 
 from __future__ import annotations
@@ -69,6 +69,9 @@ class Route(BaseModel):
     served_model_name: str | None = Field(default=None, max_length=128)
     served_entity_name: str | None = Field(default=None, max_length=128)
     traffic_percentage: StrictInt
+    # tollfree extension: a shadow (traffic_percentage 0) that is sent a copy of this share of the endpoint's
+    # requests after each client's answer; its answers go to the inference log marked shadow, never to a client
+    shadow_percentage: StrictInt | None = None
 
 
 class TrafficConfig(BaseModel):
@@ -123,6 +126,14 @@ class CreateEndpointRequest(BaseModel):
 def registry_entities(config: EndpointCoreConfig) -> list[ServedEntityInput]:
     """The entities that serve a registry model on replicas (all but the external models)."""
     return [e for e in config.served_entities if e.external_model is None]
+
+
+def shadow_shares(config: EndpointCoreConfig) -> tuple[tuple[str, int], ...]:
+    """(served entity name, shadow percentage) for each shadow of a normalized config."""
+    routes = config.traffic_config.routes if config.traffic_config is not None else []
+    return tuple(
+        (str(r.served_entity_name or r.served_model_name), r.shadow_percentage) for r in routes if r.shadow_percentage
+    )
 
 
 def traffic_weights(config: EndpointCoreConfig) -> list[tuple[str, int]]:

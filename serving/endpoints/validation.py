@@ -109,7 +109,9 @@ def _normalize_entity(i: int, e: ServedEntityInput) -> ServedEntityInput:
     return e.model_copy(update={"name": name, "entity_version": version, "resolved_version": resolved})
 
 
-def _normalize_traffic(traffic: TrafficConfig | None, names: list[str]) -> TrafficConfig:
+def _normalize_traffic(
+    traffic: TrafficConfig | None, names: list[str], external: frozenset[str] = frozenset()
+) -> TrafficConfig:
     if traffic is None:
         _check(len(names) == 1, "traffic_config is required with several served entities")
         return TrafficConfig(routes=[Route(served_entity_name=names[0], traffic_percentage=100)])
@@ -124,8 +126,15 @@ def _normalize_traffic(traffic: TrafficConfig | None, names: list[str]) -> Traff
         _check(target in names, f"{p} names no served entity of this config")
         _check(target not in seen, f"{p} routes to the same served entity as routes[{seen.get(target)}]")
         _check(0 <= r.traffic_percentage <= 100, f"{p}.traffic_percentage must be between 0 and 100")
+        shadow = r.shadow_percentage or None
+        if shadow is not None:
+            _check(0 < shadow <= 100, f"{p}.shadow_percentage must be between 0 and 100")
+            _check(r.traffic_percentage == 0, f"{p}: a shadow takes no traffic (traffic_percentage must be 0)")
+            _check(target not in external, f"{p}: an external model cannot be a shadow")
         seen[target] = i
-        routes.append(Route(served_entity_name=target, traffic_percentage=r.traffic_percentage))
+        routes.append(
+            Route(served_entity_name=target, traffic_percentage=r.traffic_percentage, shadow_percentage=shadow)
+        )
     total = sum(r.traffic_percentage for r in routes)
     _check(total == 100, f"traffic_config: traffic percentages sum to {total}, not 100")
     return TrafficConfig(routes=routes)
@@ -147,7 +156,8 @@ def normalize_config(config: EndpointCoreConfig, endpoint_name: str | None = Non
         assert e.name is not None
         _check(e.name not in first, f"served_entities[{i}].name duplicates served_entities[{first.get(e.name)}].name")
         first[e.name] = i
-    traffic = _normalize_traffic(config.traffic_config, list(first))
+    external = frozenset(str(e.name) for e in entities if e.external_model is not None)
+    traffic = _normalize_traffic(config.traffic_config, list(first), external)
     if config.monitoring is not None:
         check_monitoring(config.monitoring)
     if config.stream_inputs is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from serving.endpoints.external import external_view
-from serving.endpoints.spec import EndpointCoreConfig, EndpointRecord, ServedEntityInput, traffic_weights
+from serving.endpoints.spec import EndpointCoreConfig, EndpointRecord, ServedEntityInput, shadow_shares, traffic_weights
 
 
 def _deployment(record: EndpointRecord, pending: bool) -> dict[str, str]:
@@ -48,8 +48,10 @@ def _entity_views(e: ServedEntityInput, state: dict[str, str]) -> tuple[dict[str
 
 def _config_view(config: EndpointCoreConfig, version: int, state: dict[str, str]) -> dict[str, Any]:
     views = [_entity_views(e, state) for e in config.served_entities]
+    shadows = dict(shadow_shares(config))
     routes = [
         {"served_entity_name": n, "served_model_name": n, "traffic_percentage": pct}
+        | ({"shadow_percentage": shadows[n]} if n in shadows else {})
         for n, pct in traffic_weights(config)
     ]
     out: dict[str, Any] = {

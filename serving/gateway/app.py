@@ -104,7 +104,9 @@ def create_gateway_app(
         grpc = GrpcListen(oip, *grpc_listen, max_body_bytes)
     app = FastAPI(
         title="tollfree gateway",
-        lifespan=_lifespan(manager, inference_log, metrics, autoscaling, streams, chat, scrape_targets, grpc),
+        lifespan=_lifespan(
+            manager, inference_log, metrics, autoscaling, streams, chat, scrape_targets, grpc, data_plane
+        ),
         docs_url=None,
         redoc_url=None,
     )
@@ -133,6 +135,7 @@ def _lifespan(
     chat: ChatPlane,
     scrape_targets: ScrapeTargets | None,
     grpc: GrpcListen | None,
+    data_plane: InvocationsHandler,
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """Start: the inference log, the replica client, every stored endpoint, the autoscaler, the stream
     consumers. Stop: the reverse (the consumers first: what they hold stays pending in the broker), every
@@ -176,6 +179,7 @@ def _lifespan(
         finally:
             if grpc is not None:
                 await grpc.stop()
+            await data_plane.shadows.close()  # copies in flight to shadows: no client waits for them
             for task in reversed(tasks):
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

@@ -26,6 +26,7 @@ from serving.gateway.auth import Principal, Tokens, authenticate, authorize
 from serving.gateway.chat_plane import ChatPlane
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.rate_limit import TokenBuckets
+from serving.gateway.shadow import ShadowMirror
 from serving.generative.chat import is_chat_body, parse_chat_request
 from serving.inference_log import InferenceLogWriter, InferenceRecord, utc_now
 from serving.protocol.errors import (
@@ -72,6 +73,7 @@ class InvocationsHandler:
         self.max_body_bytes = max_body_bytes
         self.limiter = limiter or TokenBuckets()
         self.chat = chat
+        self.shadows = ShadowMirror(self.score_on_entity, Reply, inference_log, metrics, self.rng)
 
     async def __call__(self, scope: dict, receive: Any, send: Any, name: str) -> None:
         """One invocation of endpoint ``name``: admitted, scored (or handed to the chat plane, which answers and
@@ -96,6 +98,8 @@ class InvocationsHandler:
             in_flight.dec()
         await send_body(send, reply.status, reply.body, [(_REQUEST_ID, request_id.encode()), *reply.headers])
         self.record(name, request_id, reply, time.perf_counter() - started)
+        if reply.scored is not None and reply.answer is not None:  # a request the split's entity answered
+            self.shadows.mirror(*reply.scored, reply.served_entity)
 
     def admit(self, headers: dict[bytes, bytes], name: str) -> Principal:
         """The caller, allowed on endpoint ``name`` and within its rate limit, with a body not declared too big."""
@@ -133,6 +137,7 @@ class InvocationsHandler:
         """Fill ``reply`` with ``served_entity``'s answer to ``request``: from the response cache, or through its
         replica set's dispatcher."""
         reply.served_entity = served_entity
+        reply.scored = (live, name, request)
         replica_set = live.replica_sets.get(served_entity)
         if replica_set is None:  # an external chat model: what the chat parser says is wrong with the body
             parse_chat_request(request.body)
@@ -234,6 +239,7 @@ class Reply:
     served_entity: str | None = None  # the name the traffic split chose
     version: str | None = None  # its model version
     answer: WireAnswer | None = None  # the replica's (or the cache's) answer; None when refused
+    scored: tuple[LiveEndpoint, str, WireRequest] | None = None  # what was sent to be scored, for the shadows
 
     def answered(self, answer: WireAnswer) -> None:
         """The answer goes back byte for byte, naming the served entity that gave it."""

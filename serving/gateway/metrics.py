@@ -28,6 +28,8 @@ class GatewayMetrics:
     queue_depth: Gauge
     queue_limit: Gauge
     cache_hits: Counter
+    shadow_requests: Counter
+    shadow_skipped: Counter
     time_to_first_token: Histogram
     inter_token: Histogram
     output_tokens_per_s: Histogram
@@ -92,6 +94,20 @@ class GatewayMetrics:
             ),
             cache_hits=per_endpoint(
                 Counter, "tollfree_cache_hits_total", "Invocations answered from the response cache."
+            ),
+            shadow_requests=Counter(
+                "tollfree_shadow_requests_total",
+                "Copies of invocations a shadow answered, by endpoint, shadow entity and HTTP status (never sent to "
+                "a client; not counted in tollfree_requests_total).",
+                [*ENTITY, "status"],
+                registry=registry,
+            ),
+            shadow_skipped=Counter(
+                "tollfree_shadow_skipped_total",
+                "Copies for a shadow not sent, by endpoint and reason: in_flight (the gateway's most copies in "
+                "flight), busy (the shadow's queue is full), not_ready (the shadow has no replica yet).",
+                ["endpoint", "reason"],
+                registry=registry,
             ),
             **_chat_metrics(per_entity, registry),
         )

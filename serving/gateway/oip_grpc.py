@@ -91,7 +91,9 @@ class OipService(pb_grpc.GRPCInferenceServiceServicer):
         if done.outputs is None or done.request is None:
             headers = {k.decode(): v.decode("latin-1") for k, v in done.reply.headers if k == b"retry-after"}
             await _abort(context, done.reply.status, done.message or "the model failed", headers)
-        return oip_grpc.infer_response(done.outputs, done.request, name, done.reply.version)
+        response = oip_grpc.infer_response(done.outputs, done.request, name, done.reply.version)
+        self.plane.mirror(done)  # its tasks run once this handler has returned the answer
+        return response
 
     async def _caller(self, context: Any) -> None:
         try:

@@ -214,6 +214,13 @@ class OipPlane:
             body = orjson.dumps({"error": done.message or "the model failed"})
         out = [(_REQUEST_ID, request_id.encode()), *extra, *[h for h in reply.headers if h[0] != b"content-type"]]
         await send_body(send, reply.status, body, out, content_type)
+        self.mirror(done)
+
+    def mirror(self, done: Inference) -> None:
+        """The request's copies to the endpoint's shadows, once its answer is on its way."""
+        reply = done.reply
+        if reply.scored is not None and reply.answer is not None:
+            self.data_plane.shadows.mirror(*reply.scored, reply.served_entity)
 
 
 @dataclass

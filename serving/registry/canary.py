@@ -23,12 +23,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from serving.registry import lifecycle, versions
 from serving.registry.canary_steps import (
     ACTIVE,
+    CANARY,
     FAILED,
     HOLD,
     PROMOTE,
     PROMOTED,
     ROLLBACK,
     ROLLED_BACK,
+    SHADOW,
     Action,
     CanaryPlan,
     CanaryState,
@@ -131,9 +133,11 @@ def _start(
             if k in champion
         },
     }
-    first = plan.steps[0]
-    body = config_body(view, [entity_input(champion), challenger], {champion["name"]: 100 - first, name: first})
-    settled = api.apply(endpoint, body, timeout_s)
+    shadowed = plan.shadow_percent > 0  # a shadow phase first: copies of requests, no traffic
+    first = 0 if shadowed else plan.steps[0]
+    shadows = {name: plan.shadow_percent} if shadowed else {}
+    routes = {champion["name"]: 100 - first, name: first}
+    settled = api.apply(endpoint, config_body(view, [entity_input(champion), challenger], routes, shadows), timeout_s)
     now = utc_now()
     state = CanaryState(
         endpoint=endpoint,
@@ -146,6 +150,7 @@ def _start(
         traffic=first,
         step_started=now.isoformat(),
         started=now.isoformat(),
+        phase=SHADOW if shadowed else CANARY,
     )
     if settled["state"]["config_update"] != "NOT_UPDATING":
         why = f"challenger {model} v{challenger_version} failed to deploy: {settled.get('state_message', '')}"
@@ -157,11 +162,9 @@ def _start(
         return outcome(endpoint, ROLLBACK, why, state), state
     state = state.moved(now, status=ACTIVE, traffic=first, last_reason="canary started")
     _tag(client, state, endpoint=endpoint, status=ACTIVE, traffic=first, started=now.isoformat())
+    takes = f"a copy of {plan.shadow_percent} % of the requests to" if shadowed else f"{first} % of"
     return outcome(
-        endpoint,
-        "started",
-        f"{model} v{challenger_version} takes {first} % of {endpoint} beside v{champion_version}",
-        state,
+        endpoint, "started", f"{model} v{challenger_version} takes {takes} {endpoint} beside v{champion_version}", state
     ), state
 
 
@@ -246,7 +249,8 @@ def _act(
     if action.kind == HOLD:
         return state.moved(utc_now(), last_decision=HOLD, last_reason=action.reason)
     routes = {state.champion_entity: 100 - action.traffic, state.challenger_entity: action.traffic}
-    set_traffic(api, endpoint, view, routes, timeout_s)
+    shadows: dict[str, int] | None = {} if state.phase == SHADOW else None  # leaving the shadow phase ends the copies
+    set_traffic(api, endpoint, view, routes, timeout_s, shadows)
     now = utc_now()
     if action.kind == ROLLBACK:
         lifecycle.drop(client, state.model, lifecycle.CHALLENGER, state.challenger_version)
@@ -270,7 +274,12 @@ def _act(
         _tag(client, state, status=PROMOTED, traffic=100, ended=now.isoformat())
         return state
     state = state.moved(
-        now, traffic=action.traffic, step_started=now.isoformat(), last_decision=action.kind, last_reason=action.reason
+        now,
+        traffic=action.traffic,
+        phase=CANARY,
+        step_started=now.isoformat(),
+        last_decision=action.kind,
+        last_reason=action.reason,
     )
     _tag(client, state, traffic=action.traffic)
     return state

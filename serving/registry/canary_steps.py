@@ -11,6 +11,11 @@ challenger with a small share is measured slower than a busy champion even when 
 model (an idle replica's caches are cold: +21 % p50 for an identical copy at 5 %, measured on a 2-core
 machine), so an unbounded hold on a latency warning would keep a good canary at its first step forever.
 Not enough data yet holds without a bound.
+
+With ``shadow_percent``, the canary begins with a shadow phase: the challenger takes no traffic and is sent a copy
+of that share of the requests after each client's answer (``serving.gateway.shadow``); its verdict compares the two
+answers to the same requests (``monitoring.shadow``). A clean shadow held ``shadow_dwell_s`` moves to the first
+step's traffic; a warning holds it as a warning holds a step; a rollback verdict ends the canary at once.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 
 ACTIVE, ROLLED_BACK, PROMOTED, FAILED = "active", "rolled_back", "promoted", "failed"
 ADVANCE, HOLD, ROLLBACK, PROMOTE = "advance", "hold", "rollback", "promote"
+SHADOW, CANARY = "shadow", "canary"  # a canary's phases: copies of requests only, then a share of the traffic
 
 
 @dataclass(frozen=True)
@@ -30,13 +36,17 @@ class CanaryPlan:
     drain_s: float = 60.0  # after traffic leaves an entity, before it is removed from the endpoint
     max_warn_hold_s: float = 1800.0  # how long from a step's start a warning holds it
     max_memory_samples: int = 200
+    shadow_percent: int = 0  # > 0: a shadow phase at this share of the requests comes first
+    shadow_dwell_s: float = 600.0  # the shadow phase, with a clean verdict, before the first step
 
     def __post_init__(self) -> None:
         steps = tuple(int(s) for s in self.steps)
         if not steps or steps[-1] != 100 or any(not 0 < s <= 100 for s in steps) or list(steps) != sorted(set(steps)):
             raise ValueError(f"canary steps must rise strictly within (0, 100] and end at 100, got {list(self.steps)}")
-        if self.min_dwell_s < 0 or self.drain_s < 0 or self.max_warn_hold_s < 0:
-            raise ValueError("min_dwell_s, drain_s and max_warn_hold_s must be >= 0")
+        if self.min_dwell_s < 0 or self.drain_s < 0 or self.max_warn_hold_s < 0 or self.shadow_dwell_s < 0:
+            raise ValueError("min_dwell_s, drain_s, max_warn_hold_s and shadow_dwell_s must be >= 0")
+        if not 0 <= self.shadow_percent <= 100:
+            raise ValueError(f"shadow_percent must be between 0 (no shadow phase) and 100, got {self.shadow_percent}")
         object.__setattr__(self, "steps", steps)
 
 
@@ -58,6 +68,7 @@ class CanaryState:
     last_reason: str | None = None
     history: tuple[dict[str, Any], ...] = ()
     memory: tuple[dict[str, Any], ...] = field(default=(), repr=False)  # {timestamp, served_entity, rss_mb}
+    phase: str = CANARY  # shadow: the challenger is sent copies of requests and takes no traffic
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -78,7 +89,7 @@ class CanaryState:
         """A copy with ``changes`` and an entry in the history."""
         entry = {
             "at": now.isoformat(),
-            **{k: v for k, v in changes.items() if k in ("status", "traffic", "last_decision", "last_reason")},
+            **{k: v for k, v in changes.items() if k in ("status", "traffic", "phase", "last_decision", "last_reason")},
         }
         return replace(self, **changes, history=(*self.history, entry))
 
@@ -97,29 +108,26 @@ def next_action(plan: CanaryPlan, state: CanaryState, decision: str, reason: str
     if decision == "rollback":
         return Action(ROLLBACK, 0, reason)
     dwelt = (now - state.step_started_at()).total_seconds()
+    where = "in the shadow phase" if state.phase == SHADOW else f"at {state.traffic} %"
+    dwell_s = plan.shadow_dwell_s if state.phase == SHADOW else plan.min_dwell_s
     if decision == "warn":
-        hold_s = max(plan.min_dwell_s, plan.max_warn_hold_s)
+        hold_s = max(dwell_s, plan.max_warn_hold_s)
         if dwelt < hold_s:
             return Action(
-                HOLD,
-                state.traffic,
-                f"warning, held {dwelt:.0f} s of at most {hold_s:.0f} s at {state.traffic} %: {reason}",
+                HOLD, state.traffic, f"warning, held {dwelt:.0f} s of at most {hold_s:.0f} s {where}: {reason}"
             )
-        return _next_step(
-            plan, state, f"warned for {dwelt:.0f} s at {state.traffic} %, moving on (not a rollback): {reason}"
-        )
+        return _next_step(plan, state, f"warned for {dwelt:.0f} s {where}, moving on (not a rollback): {reason}")
     if decision != "ok":
         return Action(HOLD, state.traffic, reason)
-    if dwelt < plan.min_dwell_s:
-        return Action(
-            HOLD,
-            state.traffic,
-            f"clean so far; {dwelt:.0f} s of the {plan.min_dwell_s:.0f} s dwell at {state.traffic} %",
-        )
-    return _next_step(plan, state, f"clean for {dwelt:.0f} s at {state.traffic} %: {reason}")
+    if dwelt < dwell_s:
+        return Action(HOLD, state.traffic, f"clean so far; {dwelt:.0f} s of the {dwell_s:.0f} s dwell {where}")
+    return _next_step(plan, state, f"clean for {dwelt:.0f} s {where}: {reason}")
 
 
 def _next_step(plan: CanaryPlan, state: CanaryState, reason: str) -> Action:
+    if state.phase == SHADOW:  # the shadow phase ends at the first step's traffic
+        first = plan.steps[0]
+        return Action(PROMOTE if first == 100 else ADVANCE, first, reason)
     later = [s for s in plan.steps if s > state.traffic]
     target = later[0] if later else 100
     return Action(PROMOTE if target == 100 else ADVANCE, target, reason)

@@ -48,14 +48,29 @@ def routes_of(view: Mapping[str, Any]) -> dict[str, int]:
     return {r["served_entity_name"]: int(r["traffic_percentage"]) for r in view["config"]["traffic_config"]["routes"]}
 
 
-def config_body(view: Mapping[str, Any], entities: list[dict[str, Any]], routes: Mapping[str, int]) -> dict[str, Any]:
-    """A config request with ``entities`` and ``routes``, keeping the view's cache, capture and monitoring
-    settings, so a traffic change resends every entity exactly as it was (an alias stays an alias)."""
+def shadows_of(view: Mapping[str, Any]) -> dict[str, int]:
+    """Served entity name -> shadow percentage of each shadow of the endpoint's current config."""
+    routes = view.get("config", {}).get("traffic_config", {}).get("routes", [])  # none before the first config
+    return {r["served_entity_name"]: int(r["shadow_percentage"]) for r in routes if r.get("shadow_percentage")}
+
+
+def config_body(
+    view: Mapping[str, Any],
+    entities: list[dict[str, Any]],
+    routes: Mapping[str, int],
+    shadows: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """A config request with ``entities``, ``routes`` and ``shadows`` (None: the view's), keeping the view's
+    cache, capture and monitoring settings, so a traffic change resends every entity exactly as it was (an alias
+    stays an alias)."""
+    shadows = shadows_of(view) if shadows is None else shadows
     body: dict[str, Any] = {
         "served_entities": entities,
         "traffic_config": {
             "routes": [
-                {"served_entity_name": e["name"], "traffic_percentage": int(routes.get(e["name"], 0))} for e in entities
+                {"served_entity_name": e["name"], "traffic_percentage": int(routes.get(e["name"], 0))}
+                | ({"shadow_percentage": shadows[e["name"]]} if shadows.get(e["name"]) else {})
+                for e in entities
             ]
         },
     }
@@ -71,12 +86,18 @@ def served(view: dict[str, Any], name: str) -> dict[str, Any] | None:
 
 
 def set_traffic(
-    api: EndpointApi, endpoint: str, view: dict[str, Any], routes: dict[str, int], timeout_s: float
+    api: EndpointApi,
+    endpoint: str,
+    view: dict[str, Any],
+    routes: dict[str, int],
+    timeout_s: float,
+    shadows: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
-    """Apply ``routes`` over the view's (every entity resent as it is) and wait until they hold; the settled view.
-    A change that does not settle to those routes is an error naming the endpoint."""
+    """Apply ``routes`` (and ``shadows``; None: the view's) over the view's (every entity resent as it is) and wait
+    until they hold; the settled view. A change that does not settle to those routes is an error naming the
+    endpoint."""
     entities = [entity_input(e) for e in view["config"]["served_entities"]]
-    settled = api.apply(endpoint, config_body(view, entities, routes), timeout_s)
+    settled = api.apply(endpoint, config_body(view, entities, routes, shadows), timeout_s)
     if settled["state"]["config_update"] != "NOT_UPDATING" or routes_of(settled) != {**routes_of(view), **routes}:
         raise RuntimeError(
             f"endpoint {endpoint}: traffic change did not apply ({settled.get('state_message', settled['state'])})"

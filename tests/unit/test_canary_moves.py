@@ -161,3 +161,31 @@ def test_a_split_between_two_models_or_equal_shares_without_alias_is_reported_no
     _split(api, {"a": 50, "b": 50}, {"a": "1", "b": "3"})
     equal = run(world)
     assert equal["action"] == "idle" and "equally" in equal["reason"]
+
+
+def test_a_shadow_phase_sends_copies_first_then_the_first_steps_traffic(world):
+    settings, registry, api = world
+    shadowed = CanaryPlan(steps=(5, 50, 100), min_dwell_s=0, drain_s=0, shadow_percent=30, shadow_dwell_s=0)
+
+    def step(judge=None):  # type: ignore[no-untyped-def]
+        return canary.run_once(api, registry, settings, "e", shadowed, judge or verdicts(), timeout_s=1)
+
+    started = step()
+    assert started["action"] == "started" and "a copy of 30 %" in started["reason"]
+    assert api.routes() == {"m-1": 100, "m-2": 0} and endpoint_traffic.shadows_of(api.view) == {"m-2": 30}
+    assert canary_store.load_state(settings, "e").phase == "shadow"
+    assert step(verdicts("warn"))["action"] == "hold" and endpoint_traffic.shadows_of(api.view) == {"m-2": 30}
+    advanced = step(verdicts("ok"))
+    assert advanced["action"] == "advance" and api.routes() == {"m-1": 95, "m-2": 5}
+    assert endpoint_traffic.shadows_of(api.view) == {}  # the copies end with the shadow phase
+    assert canary_store.load_state(settings, "e").phase == "canary"
+    assert step(verdicts("ok"))["action"] == "advance" and api.routes() == {"m-1": 50, "m-2": 50}
+
+
+def test_a_rollback_in_the_shadow_phase_ends_the_copies_and_the_canary(world):
+    settings, registry, api = world
+    shadowed = CanaryPlan(steps=(5, 100), min_dwell_s=0, drain_s=0, shadow_percent=100)
+    canary.run_once(api, registry, settings, "e", shadowed, verdicts(), timeout_s=1)
+    rolled = canary.run_once(api, registry, settings, "e", shadowed, verdicts("rollback"), timeout_s=1)
+    assert rolled["action"] == "rollback" and endpoint_traffic.shadows_of(api.view) == {}
+    assert registry.aliases == {"champion": "1"} and api.routes() == {"m-1": 100, "m-2": 0}

@@ -83,3 +83,18 @@ def test_plan_validation_state_round_trip_drain_and_memory_cap():
     assert not drained(plan, state, NOW + timedelta(seconds=30)) and drained(plan, state, NOW + timedelta(seconds=61))
     capped = with_memory(plan, state, [{"timestamp": str(i), "served_entity": "chall", "rss_mb": i} for i in range(5)])
     assert [m["rss_mb"] for m in capped.memory] == [2, 3, 4]
+
+
+def test_the_shadow_phase_holds_its_own_dwell_then_moves_to_the_first_step():
+    from dataclasses import replace
+
+    plan = CanaryPlan(min_dwell_s=60, shadow_percent=50, shadow_dwell_s=1200)
+    shadow = replace(_state(0, started=NOW - timedelta(minutes=15)), phase="shadow")
+    held = next_action(plan, shadow, "ok", "fine", NOW)
+    assert held.kind == HOLD and "1200 s dwell in the shadow phase" in held.reason
+    later = replace(shadow, step_started=(NOW - timedelta(minutes=25)).isoformat())
+    moved = next_action(plan, later, "ok", "fine", NOW)
+    assert (moved.kind, moved.traffic) == (ADVANCE, 5)
+    assert next_action(plan, later, "rollback", "agreement", NOW).kind == ROLLBACK
+    with pytest.raises(ValueError, match="shadow_percent"):
+        CanaryPlan(shadow_percent=101)

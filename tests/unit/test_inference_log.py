@@ -282,3 +282,14 @@ def test_malformed_records_are_lost_without_leaking_payload(tmp_path: Path, capl
     assert writer.stats() == {"written": 1, "dropped": 0, "lost": 2, "pending": 0}
     assert SECRET not in caplog.text and len(caplog.records) == 2
     assert read_inference_log(tmp_path)["request_id"].tolist() == ["req-c-00003"]
+
+
+def test_shadow_answers_are_read_only_when_asked_for(tmp_path: Path) -> None:
+    client = [make(i, served_entity="a", status_code=200) for i in range(1, 4)]
+    shadows = [make(i, served_entity="b", status_code=200, shadow=True) for i in range(1, 3)]
+    with InferenceLogWriter(tmp_path, flush_interval_s=3600) as writer:
+        for rec in [*client, *shadows]:
+            writer.record(rec)
+    assert set(read_inference_log(tmp_path)["served_entity"]) == {"a"}  # what clients were sent, by default
+    assert list(read_inference_log(tmp_path, shadow=True)["served_entity"]) == ["b", "b"]
+    assert len(read_inference_log(tmp_path, shadow=None)) == 5
