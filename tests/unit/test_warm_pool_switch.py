@@ -7,7 +7,7 @@ import asyncio
 from types import SimpleNamespace
 from typing import ClassVar
 
-import serving.gateway.app as gateway_app
+import serving.gateway.lifespan as gateway_lifespan
 from tests.waiting import until_async
 
 
@@ -26,12 +26,12 @@ class RecordingPool:
 
 
 def test_the_pool_is_the_leaders(monkeypatch):
-    monkeypatch.setattr(gateway_app, "WarmPool", RecordingPool)
+    monkeypatch.setattr(gateway_lifespan, "WarmPool", RecordingPool)
     RecordingPool.made.clear()
     manager = SimpleNamespace(backend=SimpleNamespace(pool=None), launcher=object())
 
     async def scenario() -> None:
-        switch = gateway_app._WarmPoolSwitch(manager, 2)
+        switch = gateway_lifespan.WarmPoolSwitch(manager, 2)
         switch.switch(False)  # a follower: no pool
         assert manager.backend.pool is None
         switch.switch(True)  # takes the lead: a pool of 2, filling
@@ -42,7 +42,7 @@ def test_the_pool_is_the_leaders(monkeypatch):
         switch.switch(False)  # loses the lead: the pool's standbys stop
         await until_async(lambda: RecordingPool.made[0].closed, "the pool closed")
         assert manager.backend.pool is None and RecordingPool.made[0].closed == 1
-        gateway_app._WarmPoolSwitch(manager, 0).switch(True)
+        gateway_lifespan.WarmPoolSwitch(manager, 0).switch(True)
         assert manager.backend.pool is None  # size 0: no pool at all
 
     asyncio.run(scenario())
