@@ -59,6 +59,8 @@ def lifespan(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if grpc is not None:
+            grpc.bind()  # a gRPC port in use stops the gateway before it starts anything
         inference_log.start()
         await manager.open()
         if manager.cluster is not None:  # the routing first: a restored endpoint finds its pods at once

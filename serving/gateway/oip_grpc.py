@@ -122,13 +122,16 @@ async def _abort(context: Any, status: int, message: str, headers: dict[str, str
 
 class GrpcListen:
     """The service on ``host:port`` (0: a free port, then ``port`` is the one it got) while the gateway runs, on
-    its event loop. No other process may share the port (SO_REUSEPORT is off)."""
+    its event loop. ``bind`` takes the port (first, so a port in use stops the gateway before it starts anything),
+    ``start`` serves on it once the endpoints are restored. No other process may share the port (SO_REUSEPORT is
+    off)."""
 
     def __init__(self, plane: OipPlane, host: str, port: int, max_message_bytes: int) -> None:
         self.plane, self.host, self.port, self.max_message_bytes = plane, host, port, max_message_bytes
         self.server: grpc.aio.Server | None = None
+        self._bound: grpc.aio.Server | None = None
 
-    async def start(self) -> None:
+    def bind(self) -> None:
         server = grpc.aio.server(
             options=[
                 ("grpc.so_reuseport", 0),
@@ -142,9 +145,15 @@ class GrpcListen:
             self.port = server.add_insecure_port(f"{host}:{self.port}")
         except RuntimeError:
             raise OSError(f"the gRPC port {host}:{self.port} is in use or not an address of this machine") from None
-        await server.start()
-        self.server = server
-        log.info("Open Inference Protocol over gRPC on %s:%d", host, self.port)
+        self._bound = server
+
+    async def start(self) -> None:
+        if self._bound is None:
+            self.bind()
+        assert self._bound is not None
+        await self._bound.start()
+        self.server, self._bound = self._bound, None
+        log.info("Open Inference Protocol over gRPC on %s:%d", self.host, self.port)
 
     async def stop(self) -> None:
         if self.server is not None:

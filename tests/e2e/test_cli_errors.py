@@ -52,3 +52,30 @@ def test_training_without_data_names_the_missing_file(tmp_path):
     assert "training refused" in result.stderr and "transactions.parquet" in result.stderr
     assert "customers.parquet" in result.stderr and "materialize" in result.stderr  # every missing input named
     assert not (tmp_path / "empty" / "mlflow.db").exists()  # refused before the registry was opened
+
+
+@pytest.mark.parametrize(
+    ("args", "grpc_env", "named"),
+    [
+        (["--port", "1"], "soon", "the gRPC port (--grpc-port or TOLLFREE_GRPC_PORT) must be a port number"),
+        (["--port", "1", "--grpc-port", "1"], None, "--grpc-port must differ from --port"),
+    ],
+)
+def test_the_gateway_refuses_a_grpc_port_it_cannot_use(tmp_path, args, grpc_env, named):
+    env = dict(os.environ) | {"TOLLFREE_HOME": str(tmp_path)}
+    if grpc_env is not None:
+        env["TOLLFREE_GRPC_PORT"] = grpc_env
+    result = run(["serving", *args], env)
+    assert result.returncode == 2 and named in result.stderr
+
+
+def test_a_gateway_whose_grpc_port_is_taken_stops_naming_it(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = dict(os.environ) | {"TOLLFREE_HOME": str(tmp_path), "TOLLFREE_GRPC_PORT": str(port)}
+        result = run(["serving", "--port", "0"], env)
+    assert result.returncode != 0 and f"the gRPC port 127.0.0.1:{port} is in use" in result.stdout + result.stderr
