@@ -26,6 +26,7 @@ from serving.gateway.scaling_signals import MachineCpu
 from serving.gateway.scrape_targets import ScrapeTargets
 from serving.gateway.shared_scaling import SharedScaling
 from serving.gateway.streaming import StreamSupervisor
+from serving.heap import settle_heap
 from serving.inference_log import InferenceLogWriter
 from serving.replicas.warm_pool import WarmPool
 from serving.state.scaling import LoadBoard, ScalerRecords
@@ -92,6 +93,7 @@ def lifespan(
         if grpc is not None:
             await grpc.start()
             app.state.grpc_port = grpc.port
+        settle_heap()  # what is alive now stays out of the collector's reach: no full collection stalls requests
         try:
             yield
         finally:

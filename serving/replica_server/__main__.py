@@ -17,12 +17,12 @@ from serving.replica_server.imports import import_runtime, skip_feast_type_check
 
 skip_feast_type_checks()  # before anything below imports Feast
 
+from serving.heap import settle_heap  # noqa: E402  (after skip_feast_type_checks)
 from serving.protocol.wire import REPLICA_KEEP_ALIVE_S, REPLICA_TOKEN_ENV  # noqa: E402  (after skip_feast_type_checks)
 from serving.replica_server.app import create_replica_app  # noqa: E402  (after skip_feast_type_checks)
 from serving.replica_server.chat import load_runtime  # noqa: E402  (after skip_feast_type_checks)
 from serving.replica_server.frames_server import FrameListener  # noqa: E402  (after skip_feast_type_checks)
 from serving.replica_server.owner import DEFAULT_ORPHAN_S, ORPHAN_ENV, Adoptable, OwnerWatch, first_owner, watch  # noqa: E402  (after skip_feast_type_checks)
-from serving.replica_server.runtime import settle_heap  # noqa: E402  (after skip_feast_type_checks)
 from serving.replica_server.standby import StandbyApp  # noqa: E402  (after skip_feast_type_checks)
 
 log = logging.getLogger("serving.replica_server")

@@ -20,7 +20,6 @@ fails, each request is predicted alone so one bad request cannot fail its neighb
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
 import warnings
@@ -41,20 +40,6 @@ from serving.traffic.batching import PROFILE_SIZES, BatchPlan, plan_from_profile
 log = logging.getLogger(__name__)
 
 FEATURE_SERVICE_KEY = "feature_service"
-YOUNG_COLLECTION_EVERY = 20_000  # allocations between young-generation collections (Python's default: 700)
-
-
-def settle_heap() -> None:
-    """Once the model is loaded: move the objects alive now (MLflow, pandas, scikit-learn, the model) out of
-    the collector's reach (``gc.freeze``) and collect the young generation every 20,000 allocations rather
-    than 700. A one-row pandas request allocates thousands of short-lived objects, most freed by their
-    reference counts before a collection would scan them. Cycles are still collected. Measured on the
-    pipeline model at c=1 (three interleaved pairs; CHANGELOG, benchmarks history): 5-17 % more requests a second.
-    """
-    gc.collect()
-    gc.freeze()
-    _, middle, old = gc.get_threshold()
-    gc.set_threshold(YOUNG_COLLECTION_EVERY, middle, old)
 
 
 @dataclass(frozen=True)

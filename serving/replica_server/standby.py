@@ -16,10 +16,10 @@ from typing import Any
 
 import orjson
 
+from serving.heap import settle_heap
 from serving.protocol.errors import ApiError, error_body, internal, not_found, resolve_request_id, unauthenticated
 from serving.replica_server.app import ReplicaApp, create_replica_app
 from serving.replica_server.asgi import lifespan, read_body, respond
-from serving.replica_server.runtime import settle_heap
 
 log = logging.getLogger(__name__)
 

@@ -40,6 +40,7 @@ LAYERS: dict[str, frozenset[str]] = {
             "registry",
             "state",
             "discovery",
+            "heap",
             "settings",
         }
     ),
@@ -49,7 +50,9 @@ LAYERS: dict[str, frozenset[str]] = {
     ),
     "streams": frozenset({"traffic", "protocol", "inference_log"}),  # Redis Streams front doors
     "replicas": frozenset({"traffic", "autoscaler", "protocol", "state", "settings"}),  # with the replica table
-    "replica_server": frozenset({"features", "generative", "traffic", "protocol", "settings"}),  # its own process
+    "replica_server": frozenset(
+        {"features", "generative", "traffic", "protocol", "heap", "settings"}
+    ),  # its own process
     "features": frozenset({"protocol"}),
     "generative": frozenset({"protocol"}),  # chat requests, AI gateway
     "traffic": frozenset({"protocol"}),
@@ -60,6 +63,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "inference_log": frozenset(),
     "state": frozenset({"settings"}),  # the shared state store
     "discovery": frozenset({"settings"}),  # where a gateway listens
+    "heap": frozenset(),  # the collector kept off the request path
     "settings": frozenset(),
 }
 ORDER = list(LAYERS)
