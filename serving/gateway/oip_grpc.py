@@ -10,7 +10,8 @@ message; a refusal for load carries ``retry-after`` in the trailing metadata.
 from __future__ import annotations
 
 import logging
-from typing import Any, NoReturn
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 
@@ -22,6 +23,7 @@ from serving.protocol.v2 import grpc_predict_v2_pb2 as pb
 from serving.protocol.v2 import grpc_predict_v2_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # the gRPC status of each HTTP status the routes answer with
 STATUS = {
@@ -48,32 +50,28 @@ class OipService(pb_grpc.GRPCInferenceServiceServicer):
         self.plane = plane
 
     async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
-        await self._caller(context)
-        return pb.ServerLiveResponse(live=True)
+        return await self._answer(context, None, lambda: _now(pb.ServerLiveResponse(live=True)))
 
     async def ServerReady(self, request: pb.ServerReadyRequest, context: Any) -> pb.ServerReadyResponse:
-        await self._caller(context)
-        return pb.ServerReadyResponse(ready=True)
+        return await self._answer(context, None, lambda: _now(pb.ServerReadyResponse(ready=True)))
 
     async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
-        await self._caller(context)
-        return pb.ServerMetadataResponse(**self.plane.server_metadata())
+        return await self._answer(
+            context, None, lambda: _now(pb.ServerMetadataResponse(**self.plane.server_metadata()))
+        )
 
     async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
-        try:
-            self.plane.caller(_metadata(context).get("authorization"), request.name)
-            ready = await self.plane.model_ready(request.name, request.version or None)
-        except ApiError as err:
-            await _abort(context, err.status_code, err.message, err.headers)
-        return pb.ModelReadyResponse(ready=ready)
+        async def ready() -> pb.ModelReadyResponse:
+            return pb.ModelReadyResponse(ready=await self.plane.model_ready(request.name, request.version or None))
+
+        return await self._answer(context, request.name, ready)
 
     async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
-        try:
-            self.plane.caller(_metadata(context).get("authorization"), request.name)
+        async def metadata() -> pb.ModelMetadataResponse:
             doc = await self.plane.model_metadata(request.name, request.version or None)
-        except ApiError as err:
-            await _abort(context, err.status_code, err.message, err.headers)
-        return oip_grpc.model_metadata(doc)
+            return oip_grpc.model_metadata(doc)
+
+        return await self._answer(context, request.name, metadata)
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
         metadata = _metadata(context)
@@ -95,11 +93,18 @@ class OipService(pb_grpc.GRPCInferenceServiceServicer):
         self.plane.mirror(done)  # its tasks run once this handler has returned the answer
         return response
 
-    async def _caller(self, context: Any) -> None:
+    async def _answer(self, context: Any, name: str | None, answer: Callable[[], Awaitable[T]]) -> T:
+        """``answer()`` for a caller with a token (with a right to endpoint ``name`` when one is named) within its
+        rate limit; an ApiError ends the call with its status."""
         try:
-            self.plane.caller(_metadata(context).get("authorization"))
+            self.plane.caller(_metadata(context).get("authorization"), name)
+            return await answer()
         except ApiError as err:
             await _abort(context, err.status_code, err.message, err.headers)
+
+
+async def _now(value: T) -> T:
+    return value
 
 
 def _metadata(context: Any) -> dict[str, str]:
