@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,11 +25,14 @@ from prefect import Flow, serve
 from prefect.deployments.runner import EntrypointType, RunnerDeployment
 from prefect.events.schemas.deployment_triggers import DeploymentEventTrigger
 
+from flows.apply import apply_endpoints
 from flows.batch_score import batch_score
 from flows.canary import canary_all
 from flows.labels import ingest_labels
 from flows.materialize import materialize
 from flows.promote import PROMOTION_POLICY_DIR, promote
+from flows.replicate import TARGETS_ENV, replicate, targets_from
+from flows.rollback import rollback
 from flows.skew import skew_all
 from flows.train import train
 from serving.registry.promotion_policy import load_policy
@@ -75,7 +80,19 @@ def promote_after_training(model_name: str) -> DeploymentEventTrigger:
     )
 
 
-def _per_model(definition: TrainingDefinition) -> list[RunnerDeployment]:
+def replicate_after_promotion(model_name: str) -> DeploymentEventTrigger:
+    """Fires on every completed canary or rollback run: the champion may have moved, and the other regions'
+    registries follow it (a version already copied is not copied again)."""
+    return DeploymentEventTrigger(
+        name=f"replicate-{model_name}-after-promotion",
+        description="A finished canary or rollback run hands the champion to the other regions' registries.",
+        expect={"prefect.flow-run.Completed"},
+        match_related={"prefect.resource.role": "flow", "prefect.resource.name": [canary_all.name, rollback.name]},
+        parameters={"model_name": model_name, "alias": "champion"},
+    )
+
+
+def _per_model(definition: TrainingDefinition, replicate_to: Sequence[str]) -> list[RunnerDeployment]:
     model = definition.model
     return [
         _deployment(
@@ -92,7 +109,20 @@ def _per_model(definition: TrainingDefinition) -> list[RunnerDeployment]:
             triggers=[promote_after_training(model)],
             description=f"Promotion gates on {model}'s candidate after each finished training run (event trigger).",
         ),
-    ]
+    ] + (
+        [
+            _deployment(
+                replicate,
+                f"after-promotion-{model}",
+                parameters={"model_name": model, "alias": "champion", "to": list(replicate_to)},
+                triggers=[replicate_after_promotion(model)],
+                description=f"Copy {model}'s champion into the other regions' registries after each canary or "
+                "rollback run (event trigger).",
+            )
+        ]
+        if replicate_to
+        else []
+    )
 
 
 def deployments(
@@ -100,16 +130,20 @@ def deployments(
     batch_output: str | None = None,
     labels_input: str | None = None,
     policies: Path = PROMOTION_POLICY_DIR,
+    endpoint_files: Sequence[str] = (),
+    replicate_to: Sequence[str] = (),
 ) -> list[RunnerDeployment]:
     """The deployments with their schedules: monitoring covers every endpoint the gateway serves, retraining
-    and promotion every model with a training definition; retraining registers a ``candidate``, never promotes."""
+    and promotion every model with a training definition; retraining registers a ``candidate``, never promotes.
+    With ``endpoint_files``, the gateway's endpoints are made to match them every 5 minutes; with
+    ``replicate_to`` (other regions' registries), each model's champion is copied there after a promotion."""
     out = [
         _deployment(
             materialize, "hourly", cron=HOURLY, description="Recompute feature tables and load the online store."
         )
     ]
     for definition in training_definitions(policies):
-        out += _per_model(definition)
+        out += _per_model(definition, replicate_to)
     out += [
         _deployment(
             skew_all,
@@ -126,6 +160,17 @@ def deployments(
             "its challenger. One subflow per endpoint.",
         ),
     ]
+    if endpoint_files:
+        out.append(
+            _deployment(
+                apply_endpoints,
+                "every-5-minutes",
+                cron=EVERY_5_MINUTES,
+                parameters={"files": list(endpoint_files)},
+                description="Make the gateway's endpoints match the endpoints files; an alias that moved rolls "
+                "its endpoints to the new version.",
+            )
+        )
     if labels_input:
         out.append(
             _deployment(
@@ -215,12 +260,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-input", help="parquet the daily batch-score deployment reads")
     parser.add_argument("--batch-output", help="folder the daily batch-score deployment writes")
     parser.add_argument("--labels-input", help="parquet or CSV of delayed labels the daily label ingestion reads")
+    parser.add_argument(
+        "--endpoints-file", action="append", default=[], help="an endpoints file applied every 5 minutes (repeatable)"
+    )
+    parser.add_argument(
+        "--replicate-to",
+        default=os.environ.get(TARGETS_ENV, ""),
+        help=f"other regions' registry URIs, comma-separated (default: {TARGETS_ENV})",
+    )
     args = parser.parse_args(argv)
     kwargs = {
         "batch_input": args.batch_input,
         "batch_output": args.batch_output,
         "labels_input": args.labels_input,
         "policies": args.policies,
+        "endpoint_files": [str(Path(f).resolve()) for f in args.endpoints_file],
+        "replicate_to": targets_from(args.replicate_to),
     }
     if args.work_pool is None:
         serve(*deployments(**kwargs))

@@ -22,7 +22,11 @@ API = "/api/2.0/serving-endpoints"
 
 
 class GatewayError(RuntimeError):
-    pass
+    """The gateway could not be reached, or answered ``status`` (None when it did not answer)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class GatewayApi:
@@ -67,11 +71,27 @@ class GatewayApi:
                 message = reply.json().get("message", "")
             except ValueError:
                 message = reply.text[:200]
-            raise GatewayError(f"{method} {path}: {reply.status_code} {message}")
+            raise GatewayError(f"{method} {path}: {reply.status_code} {message}", reply.status_code)
         return reply.json()
 
     def get(self, endpoint: str) -> dict[str, Any]:
         return self._call("GET", f"{API}/{endpoint}")
+
+    def find(self, endpoint: str) -> dict[str, Any] | None:
+        """The endpoint's view, None when the gateway has no such endpoint."""
+        try:
+            return self.get(endpoint)
+        except GatewayError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Create an endpoint (the create request's JSON); its view."""
+        return self._call("POST", API, body)
+
+    def put_ai_gateway(self, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call("PUT", f"{API}/{endpoint}/ai-gateway", body)
 
     def names(self) -> list[str]:
         """Every endpoint the gateway serves."""

@@ -8,7 +8,10 @@ What it does for a client:
   can retry only a request it holds whole: it waits for the whole body before it sends a request on
   (``option http-buffer-request``), and bodies over ``BUFFER_BYTES`` are not retried. Predictions are idempotent,
   so a request sent twice is answered once; a request the dead gateway had already logged is logged twice;
-- ``balance leastconn``: each new request to the gateway with the fewest in flight.
+- ``balance leastconn``: each new request to the gateway with the fewest in flight;
+- another region's gateways as backup servers (``backups``, for clients that cannot fail over themselves): they
+  take requests only while every gateway of this region fails its health check (all of them then, ``option
+  allbackups``); a retried request goes there too once this region's are all down.
 """
 
 from __future__ import annotations
@@ -18,11 +21,18 @@ from collections.abc import Sequence
 BUFFER_BYTES = 262_144  # tune.bufsize: the largest request HAProxy can retry whole
 
 
-def config(listen_port: int, gateway_ports: Sequence[int | str], host: str = "127.0.0.1") -> str:
+def config(
+    listen_port: int, gateway_ports: Sequence[int | str], host: str = "127.0.0.1", backups: Sequence[str] = ()
+) -> str:
     """HAProxy's configuration: listening on ``host:listen_port``, balancing over the gateways, each a port on
-    ``host`` or an address of its own (``"10.0.0.2:8080"``)."""
+    ``host`` or an address of its own (``"10.0.0.2:8080"``); ``backups``: another region's gateways
+    (addresses), used only while none of these is up."""
     addresses = [g if isinstance(g, str) else f"{host}:{g}" for g in gateway_ports]
     servers = "\n".join(f"    server gateway-{i} {a} check" for i, a in enumerate(addresses, 1))
+    if backups:
+        servers += "\n    option allbackups\n" + "\n".join(
+            f"    server backup-{i} {a} check backup" for i, a in enumerate(backups, 1)
+        )
     return f"""# written by make up (infra/haproxy.py); rewritten at every up
 global
     maxconn 4096

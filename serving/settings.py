@@ -134,6 +134,12 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
         "the gateway the flows and `mlflow deployments -t tollfree` talk to",
         "all",
     ),
+    EnvVar(
+        "TOLLFREE_REPLICATE_TO",
+        "none: no replication",
+        "the other regions' registry URIs, comma-separated: the replicate flow copies each promoted version there",
+        "all",
+    ),
     # the gateway
     EnvVar(
         "TOLLFREE_TOKENS_FILE",

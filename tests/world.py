@@ -99,26 +99,36 @@ def _start_build(template: Path, environ: dict[str, str]) -> subprocess.Popen[by
         )
 
 
+def copy_home(source: Path, home: Path, skip: frozenset[str] = frozenset()) -> None:
+    """Every file under ``source`` copied into ``home`` (a path of the same length), with ``source``'s path written
+    as ``home``'s inside them (MLflow's and Feast's stores name their own folders); top-level ``skip`` names left."""
+    old, new = str(source).encode(), str(home).encode()
+    if len(old) != len(new):
+        raise RuntimeError(f"{source} and {home} differ in length: a state folder cannot be copied there")
+    for path in source.rglob("*"):
+        relative = path.relative_to(source)
+        if relative.parts[0] in skip:
+            continue
+        target = home / relative
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        elif path.is_file() and path.name not in (RESULT, ".lock"):
+            data = path.read_bytes()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if old in data:
+                target.write_bytes(data.replace(old, new))
+            else:
+                shutil.copyfile(path, target)
+
+
 def copy_world(template: Path, home: Path) -> World:
     """The template's world, built (``build_template``), copied into ``home`` (see the module's doc)."""
     if not (template / RESULT).exists():
         log = template.parent / f"{template.name}.log"
         tail = log.read_text(errors="replace")[-4000:] if log.exists() else "(no log)"
         raise RuntimeError(f"the test world's build failed:\n{tail}")
+    copy_home(template, home)
     old, new = str(template).encode(), str(home).encode()
-    if len(old) != len(new):
-        raise RuntimeError(f"the world template {template} and {home} differ in length: it cannot be copied")
-    for source in template.rglob("*"):
-        target = home / source.relative_to(template)
-        if source.is_dir():
-            target.mkdir(parents=True, exist_ok=True)
-        elif source.is_file() and source.name not in (RESULT, ".lock"):
-            data = source.read_bytes()
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if old in data:
-                target.write_bytes(data.replace(old, new))
-            else:
-                shutil.copyfile(source, target)
     materialized, trained = pickle.loads((template / RESULT).read_bytes().replace(old, new))
     return World(Settings.from_environ(os.environ), materialized, trained)
 

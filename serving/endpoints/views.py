@@ -46,7 +46,7 @@ def _entity_views(e: ServedEntityInput, state: dict[str, str]) -> tuple[dict[str
     return entity_view, model_view
 
 
-def _config_view(config: EndpointCoreConfig, version: int, state: dict[str, str]) -> dict[str, Any]:
+def config_view(config: EndpointCoreConfig, version: int, state: dict[str, str]) -> dict[str, Any]:
     views = [_entity_views(e, state) for e in config.served_entities]
     shadows = dict(shadow_shares(config))
     routes = [
@@ -80,10 +80,10 @@ def endpoint_view(record: EndpointRecord) -> dict[str, Any]:
         "creation_timestamp": record.created_ms,
         "last_updated_timestamp": record.updated_ms,
         "state": {"ready": record.ready, "config_update": record.config_update},
-        "config": _config_view(record.config, record.config_version, _deployment(record, pending=False)),
+        "config": config_view(record.config, record.config_version, _deployment(record, pending=False)),
     }
     if record.pending_config is not None:
-        pending = _config_view(record.pending_config, record.config_version + 1, _deployment(record, pending=True))
+        pending = config_view(record.pending_config, record.config_version + 1, _deployment(record, pending=True))
         view["pending_config"] = {**pending, "start_time": record.updated_ms}
     for key in ("ai_gateway", "tags", "description"):
         if getattr(record, key):

@@ -152,3 +152,25 @@ def test_deployments_register_on_a_kubernetes_work_pool_with_the_infra_job_templ
     assert pool.type == "kubernetes"
     assert pool.base_job_template["variables"]["properties"]["image"]["default"] == "tollfree:0.1.0"
     assert all(d.work_pool_name == "tollfree-kubernetes" and ":" not in d.entrypoint for d in deployed)
+
+
+def test_regions_get_an_apply_schedule_and_a_replication_after_each_promotion(prefect_harness):
+    names = register(
+        "tollfree-test-process", endpoint_files=["/etc/tollfree/endpoints.yaml"], replicate_to=["http://b:5000"]
+    )
+    assert {"apply/every-5-minutes", "replicate/after-promotion-fraud"} <= set(names)
+    with get_client(sync_client=True) as client:
+        apply = client.read_deployment_by_name("apply/every-5-minutes")
+        replicate = client.read_deployment_by_name("replicate/after-promotion-fraud")
+        automations = client.read_automations_by_name("replicate-fraud-after-promotion")
+    assert [s.schedule.cron for s in apply.schedules] == ["*/5 * * * *"]
+    assert apply.parameters == {"files": ["/etc/tollfree/endpoints.yaml"]}
+    assert replicate.parameters == {"model_name": "fraud", "alias": "champion", "to": ["http://b:5000"]}
+    (automation,) = automations
+    assert automation.trigger.expect == {"prefect.flow-run.Completed"}
+    related = automation.trigger.match_related
+    (spec,) = related if isinstance(related, list) else [related]
+    assert dict(spec.items())["prefect.resource.name"] == ["canary-all", "rollback"]
+    assert automation.actions[0].deployment_id == replicate.id
+    plain = {f"{d.flow_name}/{d.name}" for d in deployments()}
+    assert not {n for n in plain if n.startswith(("apply/", "replicate/"))}  # one region: neither

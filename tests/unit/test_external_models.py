@@ -39,7 +39,7 @@ def test_an_external_model_needs_no_registry_and_shows_its_reference_only() -> N
     assert entity.name == "gpt-4o-mini" and entity.entity_name is None and spec.registry_entities(config) == []
     assert spec.traffic_weights(config) == [("gpt-4o-mini", 100)]
     assert entity.external_model is not None and entity.external_model.base_url == "http://127.0.0.1:9/v1"
-    view = views._config_view(config, 1, {"deployment": "DEPLOYMENT_READY"})
+    view = views.config_view(config, 1, {"deployment": "DEPLOYMENT_READY"})
     assert view["served_entities"][0]["external_model"]["openai_config"]["openai_api_key"] == REF
 
 

@@ -7,7 +7,7 @@ import pytest
 from serving.endpoints.monitoring_settings import CanaryThresholds, DriftConfig, overridden
 from serving.endpoints.spec import EndpointCoreConfig
 from serving.endpoints.validation import keep_extensions, normalize_config
-from serving.endpoints.views import _config_view
+from serving.endpoints.views import config_view
 from serving.protocol.errors import ApiError
 
 
@@ -20,7 +20,7 @@ def config(monitoring: dict) -> EndpointCoreConfig:
 
 
 def test_settings_are_kept_and_shown_with_their_defaults():
-    view = _config_view(
+    view = config_view(
         config(
             {
                 "drift": {"numeric_threshold": 0.001},
@@ -35,7 +35,7 @@ def test_settings_are_kept_and_shown_with_their_defaults():
     assert shown["enabled"] is True and shown["window_hours"] == 24.0 and shown["min_rows"] == 50
     assert shown["drift"] == {"numeric_threshold": 0.001} and shown["canary"] == {"min_requests": 50}
     assert shown["reference"] == {"first_requests": 200, "first_hours": 1.0}
-    assert "monitoring" not in _config_view(
+    assert "monitoring" not in config_view(
         normalize_config(
             EndpointCoreConfig.model_validate({"served_entities": [{"entity_name": "m", "entity_version": "1"}]})
         ),

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from serving.endpoints.spec import EndpointCoreConfig, EndpointRecord
 from serving.endpoints.validation import normalize_config
-from serving.endpoints.views import _config_view, endpoint_view
+from serving.endpoints.views import config_view, endpoint_view
 from serving.gateway.auth import Tokens
 from serving.protocol.errors import ApiError
 from serving.streams.config import MAX_STREAM_INPUTS, StreamAddress, StreamInput, check_stream_inputs
@@ -253,7 +253,7 @@ def test_check_stream_inputs_refuses_by_itself_too():
 
 
 def test_the_view_shows_them_with_their_defaults_and_only_when_set():
-    view = _config_view(normalized(streams(group="g", batch_size=8)), 1, {})
+    view = config_view(normalized(streams(group="g", batch_size=8)), 1, {})
     assert view["stream_inputs"] == [
         {
             "source": f"{R}/in",
@@ -265,9 +265,9 @@ def test_the_view_shows_them_with_their_defaults_and_only_when_set():
             "max_lag_s": 30.0,
         }
     ]
-    assert "stream_inputs" not in _config_view(normalized(None), 1, {})
+    assert "stream_inputs" not in config_view(normalized(None), 1, {})
     empty = normalized()  # "stream_inputs": [] is none
-    assert empty.stream_inputs is None and "stream_inputs" not in _config_view(empty, 1, {})
+    assert empty.stream_inputs is None and "stream_inputs" not in config_view(empty, 1, {})
 
 
 def test_normalize_is_idempotent_with_them():
