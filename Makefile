@@ -26,7 +26,9 @@ help:
 	@echo "              (4200), TOLLFREE_MLFLOW_PORT (5000), TOLLFREE_GATEWAY_PORT (8080), TOLLFREE_PROMETHEUS_PORT (9090);"
 	@echo "              TOLLFREE_GATEWAYS=N (2..16): N gateways on"
 	@echo "              PostgreSQL (TOLLFREE_POSTGRES_PORT, 5433) behind HAProxy on TOLLFREE_GATEWAY_PORT"
-	@echo "make status - what runs: services, deployments with their schedules, endpoints"
+	@echo "              REGIONS=N (2..5): N regions, each a whole stack in TOLLFREE_HOME/regions/NAME on the ports + 100 x i"
+	@echo "make status - what runs: services, deployments with their schedules, endpoints (with regions: each region's,"
+	@echo "              and every model's champion per region)"
 	@echo "make down   - stop exactly what make up started (state in TOLLFREE_HOME is kept)"
 	@echo "make soak   - 60 s at 5x capacity (overload), then 10 min at 70 % of capacity with autoscaling (~15 min);"
 	@echo "              CHAOS=1: instead, the chaos soak: 10 min of load through HAProxy over 2 gateways (make up's"
@@ -67,14 +69,18 @@ test-fast: env
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow" $(PYTEST_ARGS)
 
 up: env
+ifdef REGIONS
+	$(PY) -m infra.regions up --regions $(REGIONS)
+else
 	$(PY) -m infra.stack up
+endif
 
 # down and status never sync the environment first: they must work while make up's stack runs on it.
 down:
-	@test -x $(PY) || { echo "no $(VENV): nothing was started"; exit 0; }; $(PY) -m infra.stack down
+	@test -x $(PY) || { echo "no $(VENV): nothing was started"; exit 0; }; $(PY) -m infra.regions down
 
 status:
-	@test -x $(PY) || { echo "no $(VENV): tollfree is not running"; exit 3; }; $(PY) -m infra.stack status
+	@test -x $(PY) || { echo "no $(VENV): tollfree is not running"; exit 3; }; $(PY) -m infra.regions status
 
 # The reference pages are generated from the code at build time (docs/gen/); --strict fails on a broken link.
 docs: env

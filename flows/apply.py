@@ -5,8 +5,8 @@
 Every file is read and checked first (``flows.endpoint_file``); a file with a problem is refused, naming the file,
 line and field, before any endpoint changes. Then each declared endpoint is compared with what the gateway serves:
 its config as the gateway would render it (an entity by alias at the version the registry's alias names now) and
-its AI gateway. An endpoint that matches is left alone, so applying the same file twice changes nothing and
-restarts no replica; one that differs is created or updated and waited for. An alias that moved (a promotion, or
+its AI gateway. An endpoint that matches is left alone (unless its last rollout failed: then it is sent again), so
+applying the same file twice changes nothing and restarts no replica; one that differs is created or updated and waited for. An alias that moved (a promotion, or
 a replication from another region) is a difference, so applying rolls the endpoint to the alias' new version.
 ``--dry-run`` prints the differences and changes nothing. Endpoints the files do not name are left as they are.
 
@@ -93,6 +93,10 @@ def plan(endpoint: DeclaredEndpoint, view: dict[str, Any] | None, resolve: Resol
     declared_tags = [t.model_dump(exclude_none=True) for t in endpoint.request.tags]
     if declared_tags != (view.get("tags") or []) or endpoint.request.description != view.get("description"):
         notes.append(f"endpoint {endpoint.name}: tags or description differ; they are set at creation only")
+    failed = view["state"]["config_update"] == "UPDATE_FAILED"
+    if failed and not config_diff:  # the config the gateway could not roll out: sent again, a new rollout
+        notes.append(f"endpoint {endpoint.name}: its last rollout failed; sending its config again")
+        config_diff = f"(endpoint {endpoint.name}: rolled out again after a failed rollout)\n"
     action: Action = "update" if config_diff or ai_diff else "unchanged"
     return Change(endpoint.name, action, config_diff, ai_diff, tuple(notes))
 

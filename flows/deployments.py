@@ -38,6 +38,7 @@ from flows.train import train
 from serving.registry.promotion_policy import load_policy
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
+ENDPOINTS_FILE_ENV = "TOLLFREE_ENDPOINTS_FILE"
 HOURLY = "0 * * * *"
 NIGHTLY = "0 2 * * *"
 DAILY_MORNING = "0 5 * * *"
@@ -261,7 +262,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-output", help="folder the daily batch-score deployment writes")
     parser.add_argument("--labels-input", help="parquet or CSV of delayed labels the daily label ingestion reads")
     parser.add_argument(
-        "--endpoints-file", action="append", default=[], help="an endpoints file applied every 5 minutes (repeatable)"
+        "--endpoints-file",
+        action="append",
+        default=[f for f in [os.environ.get(ENDPOINTS_FILE_ENV)] if f],
+        help=f"an endpoints file applied every 5 minutes (repeatable; default: {ENDPOINTS_FILE_ENV})",
     )
     parser.add_argument(
         "--replicate-to",

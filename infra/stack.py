@@ -146,6 +146,7 @@ def up(config: StackConfig, environ: Mapping[str, str]) -> int:
         )
         return 1
     stack_id = record.stack_id if record and live else uuid.uuid4().hex
+    kept = sorted(live)  # before the starts: the record's services (this same dict) gain each one started
     record = StackRecord(stack_id, live, config.gateways)
     env = child_environ(config, environ, stack_id, token)
     try:
@@ -169,7 +170,7 @@ def up(config: StackConfig, environ: Mapping[str, str]) -> int:
             stop_pids(marked(stack_id), 10.0)
         return 1
     write_env_file(config)
-    print(summary(config, registered, kept=sorted(live)))
+    print(summary(config, registered, kept=kept))
     return 0
 
 

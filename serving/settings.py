@@ -140,6 +140,12 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
         "the other regions' registry URIs, comma-separated: the replicate flow copies each promoted version there",
         "all",
     ),
+    EnvVar(
+        "TOLLFREE_ENDPOINTS_FILE",
+        "none: no apply schedule",
+        "an endpoints file the deployments apply every 5 minutes (`flows.apply`)",
+        "all",
+    ),
     # the gateway
     EnvVar(
         "TOLLFREE_TOKENS_FILE",

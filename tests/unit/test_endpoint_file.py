@@ -134,3 +134,11 @@ def test_bodies_send_what_the_file_sets_and_remove_extension_blocks_it_leaves_ou
     ]
     created = create_body(fraud)
     assert "ai_gateway" not in created and created["tags"] == [{"key": "team", "value": "risk"}]
+
+
+def test_an_endpoint_whose_last_rollout_failed_is_sent_again():
+    fraud, _ = parse_endpoints(GOOD)
+    served = _served(fraud, "4")
+    served["state"]["config_update"] = "UPDATE_FAILED"
+    change = plan(fraud, served, _resolve({("fraud", "champion"): "4"}))
+    assert change.action == "update" and change.config_diff and "failed" in change.notes[-1]
