@@ -1,13 +1,14 @@
 """Apply flow: make a gateway's endpoints match endpoints files, changing only what differs.
 
-``python -m flows.apply -f endpoints.yaml [-f more.yaml] [--dry-run] [--gateway-url URL]``
+``python -m flows.apply -f endpoints.yaml [-f more.yaml] [--dry-run] [--gateway-url URL] [--registry-uri URI]``
 
 Every file is read and checked first (``flows.endpoint_file``); a file with a problem is refused, naming the file,
 line and field, before any endpoint changes. Then each declared endpoint is compared with what the gateway serves:
 its config as the gateway would render it (an entity by alias at the version the registry's alias names now) and
-its AI gateway. An endpoint that matches is left alone (unless its last rollout failed: then it is sent again), so
-applying the same file twice changes nothing and restarts no replica; one that differs is created or updated and waited for. An alias that moved (a promotion, or
-a replication from another region) is a difference, so applying rolls the endpoint to the alias' new version.
+its AI gateway. An endpoint that matches is left alone (unless its last rollout failed: then it is sent again),
+so applying the same file twice changes nothing and restarts no replica; one that differs is created or updated
+and waited for. An alias that moved (a promotion, or a replication from another region) is a difference, so
+applying rolls the endpoint to the alias' new version.
 ``--dry-run`` prints the differences and changes nothing. Endpoints the files do not name are left as they are.
 
 Tags and the description are set when an endpoint is created; the API has no route that changes them later,
