@@ -62,3 +62,26 @@ backend gateways
     default-server inter 1s fall 1 rise 1
 {servers}
 """
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m infra.haproxy --listen PORT --gateway ADDR [--gateway ADDR ...] [--backup ADDR ...]``: the
+    configuration on stdout, for a load balancer in front of a region with another region's gateways as backups."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m infra.haproxy", description=main.__doc__)
+    parser.add_argument("--listen", type=int, required=True, help="the port HAProxy listens on")
+    parser.add_argument("--host", default="127.0.0.1", help="the address HAProxy listens on")
+    parser.add_argument("--gateway", action="append", required=True, help="a gateway of this region, host:port")
+    parser.add_argument("--backup", action="append", default=[], help="a gateway of another region, host:port")
+    args = parser.parse_args(argv)
+    for address in [*args.gateway, *args.backup]:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            parser.error(f"{address!r} is not host:port")
+    print(config(args.listen, list(args.gateway), args.host, args.backup), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

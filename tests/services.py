@@ -196,14 +196,15 @@ def postgres_server(listen: tuple[str, ...] = ("127.0.0.1",), clients: str | Non
 
 
 @contextmanager
-def haproxy_server(gateway_ports: Sequence[int | str], workdir: Path) -> Iterator[str]:
-    """HAProxy (Debian's) in front of the gateways on ``gateway_ports``, configured as ``make up`` configures it
-    (``infra.haproxy``); yields its URL once it answers ``/healthz`` through a gateway."""
+def haproxy_server(gateway_ports: Sequence[int | str], workdir: Path, backups: Sequence[str] = ()) -> Iterator[str]:
+    """HAProxy (Debian's) in front of the gateways on ``gateway_ports`` (and ``backups``: another region's),
+    configured as ``make up`` configures it (``infra.haproxy``); yields its URL once it answers ``/healthz`` through
+    a gateway."""
     import httpx
 
     port = free_port()
     cfg = workdir / "haproxy.cfg"
-    cfg.write_text(haproxy.config(port, gateway_ports))
+    cfg.write_text(haproxy.config(port, gateway_ports, backups=backups))
     with open(workdir / "haproxy.log", "ab") as log:
         process = subprocess.Popen([ensure_haproxy(), "-f", str(cfg), "-db"], stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

@@ -214,3 +214,31 @@ def test_haproxy_accepts_the_configuration_make_up_writes(tmp_path: Path):
     cfg.write_text(haproxy.config(18080, [18081, 18082]))
     checked = subprocess.run([ensure_haproxy(), "-c", "-f", str(cfg)], capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_haproxy_accepts_another_regions_gateways_as_backup_servers(tmp_path: Path, capsys: pytest.CaptureFixture):
+    import subprocess
+
+    from infra import haproxy
+    from infra.packages import ensure_haproxy
+
+    argv = [
+        "--listen",
+        "18080",
+        "--gateway",
+        "127.0.0.1:18081",
+        "--backup",
+        "10.1.0.2:8080",
+        "--backup",
+        "10.1.0.3:8080",
+    ]
+    assert haproxy.main(argv) == 0
+    text = capsys.readouterr().out
+    assert "server gateway-1 127.0.0.1:18081 check\n" in text and "option allbackups" in text
+    assert "server backup-2 10.1.0.3:8080 check backup" in text
+    cfg = tmp_path / "haproxy.cfg"
+    cfg.write_text(text)
+    checked = subprocess.run([ensure_haproxy(), "-c", "-f", str(cfg)], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    with pytest.raises(SystemExit):
+        haproxy.main(["--listen", "1", "--gateway", "nowhere"])
