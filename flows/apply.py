@@ -1,6 +1,6 @@
 """Apply flow: make a gateway's endpoints match endpoints files, changing only what differs.
 
-``python -m flows.apply -f endpoints.yaml [-f more.yaml] [--dry-run] [--gateway-url URL] [--registry-uri URI]``
+``python -m flows.apply -f infra/endpoints.yaml [-f FILE ...] [--dry-run] [--gateway-url URL] [--registry-uri URI]``
 
 Every file is read and checked first (``flows.endpoint_file``); a file with a problem is refused, naming the file,
 line and field, before any endpoint changes. Then each declared endpoint is compared with what the gateway serves:

@@ -82,13 +82,17 @@ def promote_after_training(model_name: str) -> DeploymentEventTrigger:
 
 
 def replicate_after_promotion(model_name: str) -> DeploymentEventTrigger:
-    """Fires on every completed canary or rollback run: the champion may have moved, and the other regions'
-    registries follow it (a version already copied is not copied again)."""
+    """Fires on every completed promote, canary or rollback run: the champion may have moved (a promotion's first
+    version, a canary's end, a rollback), and the other regions' registries follow it (a version already copied is
+    not copied again)."""
     return DeploymentEventTrigger(
         name=f"replicate-{model_name}-after-promotion",
-        description="A finished canary or rollback run hands the champion to the other regions' registries.",
+        description="A finished promote, canary or rollback run hands the champion to the other regions' registries.",
         expect={"prefect.flow-run.Completed"},
-        match_related={"prefect.resource.role": "flow", "prefect.resource.name": [canary_all.name, rollback.name]},
+        match_related={
+            "prefect.resource.role": "flow",
+            "prefect.resource.name": [promote.name, canary_all.name, rollback.name],
+        },
         parameters={"model_name": model_name, "alias": "champion"},
     )
 
@@ -117,8 +121,8 @@ def _per_model(definition: TrainingDefinition, replicate_to: Sequence[str]) -> l
                 f"after-promotion-{model}",
                 parameters={"model_name": model, "alias": "champion", "to": list(replicate_to)},
                 triggers=[replicate_after_promotion(model)],
-                description=f"Copy {model}'s champion into the other regions' registries after each canary or "
-                "rollback run (event trigger).",
+                description=f"Copy {model}'s champion into the other regions' registries after each promote, "
+                "canary or rollback run (event trigger).",
             )
         ]
         if replicate_to

@@ -33,7 +33,9 @@ def stored_features(store: FeatureStore, service_name: str) -> tuple[list[str], 
     """The service's features held in the online store (``view:feature``), their names, and each batch view's
     offline source path by join key."""
     service = feature_store.feature_service(store, service_name)
-    refs, names, sources = [], [], {}
+    refs: list[str] = []
+    names: list[str] = []
+    sources: dict[str, str] = {}
     for projection in service.feature_view_projections:
         try:
             view = store.get_feature_view(projection.name)

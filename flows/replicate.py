@@ -9,8 +9,8 @@ artifacts, tags and run, the copy downloaded again and compared by digest, and o
 already creates nothing; a run that was interrupted is completed by the next.
 
 The target region's endpoints follow the alias when its endpoints file is applied there (``flows.apply``), which
-its own schedule does. The deployment ``replicate/after-promotion`` runs this flow after every canary or rollback
-run when ``TOLLFREE_REPLICATE_TO`` names the other regions' registries.
+its own schedule does. The deployment ``replicate/after-promotion-MODEL`` runs this flow after every promote, canary
+or rollback run when ``TOLLFREE_REPLICATE_TO`` names the other regions' registries.
 """
 
 from __future__ import annotations

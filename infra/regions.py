@@ -5,7 +5,7 @@ its own registry, feature store, gateway, Prefect and ports (region ``a`` on the
 the same ports plus 100, 200, ...). The regions share no file and reach each other over HTTP only.
 Region ``a`` is the primary: its deployments copy each promoted champion into the other regions' registries
 (``flows.replicate``, ``TOLLFREE_REPLICATE_TO``), and every region applies ``$TOLLFREE_HOME/regions/endpoints.yaml``
-every 5 minutes (``flows.apply``, ``TOLLFREE_ENDPOINTS_FILE``; written with the demo's endpoint when absent), so
+every 5 minutes (``flows.apply``, ``TOLLFREE_ENDPOINTS_FILE``; a copy of ``infra/endpoints.yaml`` when absent), so
 a promotion in ``a`` is served in every region. ``status`` shows each region's stack and every model's champion
 per region, flagging a region whose champion is not a copy of the primary's.
 """
@@ -26,16 +26,7 @@ from serving.settings import Settings
 
 PORT_STEP = 100
 MAX_REGIONS = 5
-ENDPOINTS_TEMPLATE = """\
-# The endpoints every region serves (flows.apply makes each region's gateway match this file)
-endpoints:
-  - name: fraud
-    config:
-      served_entities:
-        - entity_name: fraud
-          entity_alias: champion
-          min_replicas: 1
-"""
+ENDPOINTS_EXAMPLE = Path(__file__).resolve().parent / "endpoints.yaml"  # the demo's endpoint
 
 
 @dataclass(frozen=True)
@@ -142,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         root.mkdir(parents=True, exist_ok=True)
         endpoints = root / "endpoints.yaml"
         if not endpoints.exists():
-            endpoints.write_text(ENDPOINTS_TEMPLATE)
+            endpoints.write_text(ENDPOINTS_EXAMPLE.read_text())
         records = [{"name": r.name, "home": str(r.home), "ports": r.ports} for r in regions]
         (root / "regions.json").write_text(json.dumps(records, indent=1))
     codes = []

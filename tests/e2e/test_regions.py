@@ -10,6 +10,8 @@ What must hold:
   comes back to A within 10 s of A being back;
 - HAProxy with region B's gateway as a backup server keeps answering through region A's kill (the requests it
   sent to A in the second before its health check took A out are counted, not asserted);
+- the regions' online stores, materialized from the same offline data, hold the same features
+  (``flows.region_parity``), and a changed entity in one is counted;
 - a promotion in region A, replicated (``flows.replicate``) and applied in region B, is served there: the same
   version's files (digest) on B's endpoint.
 
@@ -25,14 +27,19 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
+from feature_repo import store as feature_store
 from flows.apply import apply_endpoints
 from flows.endpoint_file import EndpointFileError
+from flows.region_parity import compare_regions, sample_keys, stored_features
+from flows.region_parity import main as region_parity_main
 from flows.replicate import replicate
 from serving.gateway.process import GatewayProcess, environ_with, start_gateway
 from serving.registry.replication import VERIFIED_TAG
@@ -217,6 +224,29 @@ def _first_answer(load: Load, region: Region, after: float, what: str) -> float:
     return round(answered - after, 3)
 
 
+def _compare_features(a: Region, b: Region) -> None:
+    """Both regions' online stores agree on sampled entities; one entity changed in B's store is counted."""
+    here, there = feature_store.open_store(a.home), feature_store.open_store(b.home)
+    same = compare_regions(here, there, "fraud_v1", sample=50, seed=1)
+    assert same.rows == 50 and same.mismatched() == [] and len(same.features) >= 3
+    # the flow, from this process's state folder (the world's, which both regions copy)
+    assert region_parity_main(["--other-home", str(b.home), "--sample", "20"]) == 0
+    refs, _, sources = stored_features(there, "fraud_v1")
+    view, feature = refs[0].split(":")
+    key = there.get_feature_view(view).entity_columns[0].name
+    first = sample_keys(here, sources, 50, 1)[key].iloc[0]  # an entity the comparison samples
+    whole_view = [r for r in refs if r.startswith(f"{view}:")]
+    row = there.get_online_features(features=whole_view, entity_rows=[{key: first}]).to_df()
+    original = row.copy()
+    row[feature] = row[feature] + 1
+    timestamp = there.get_feature_view(view).batch_source.timestamp_field
+    row[timestamp] = original[timestamp] = pd.Timestamp(datetime.now(UTC))
+    there.write_to_online_store(view, row)
+    changed = {f["feature"]: f["mismatches"] for f in compare_regions(here, there, "fraud_v1", 50, 1).table()}
+    assert changed[feature] >= 1 and sum(changed.values()) == changed[feature], changed
+    there.write_to_online_store(view, original)  # back as materialized: region B serves it below
+
+
 def _apply(region: Region, path: Path) -> list[dict]:
     return apply_endpoints([str(path)], gateway_url=region.url, registry_uri=region.registry)
 
@@ -225,6 +255,7 @@ def test_two_regions_serve_one_file_fail_over_without_a_lost_request_and_follow_
     world: World, regions: tuple[Region, Region], tmp_path: Path, record_property: Callable[[str, object], None]
 ) -> None:
     a, b = regions
+    _compare_features(a, b)
     _register(a.registry, GATES)
     (copied,) = replicate(MODEL, "champion", [b.registry], a.registry)
     assert copied["created"]
@@ -257,14 +288,14 @@ def test_two_regions_serve_one_file_fail_over_without_a_lost_request_and_follow_
         figures: dict[str, float] = {}
         marks: dict[str, float] = {}
         for fault in ("kill", "partition"):
-            time.sleep(2.0)  # load on A before the fault
+            time.sleep(1.0)  # load on A before the fault
             at = marks[fault] = time.time()
             if fault == "kill":
                 a.kill()
             else:
                 a.host.cut()
             figures[f"{fault}_to_b_s"] = _first_answer(load, b, at, "region B to answer")
-            time.sleep(2.0)  # load on B
+            time.sleep(1.0)  # load on B
             if fault == "kill":  # through HAProxy too: B answers once A is out, while A is down
                 until(lambda s=at + 1.5: _proxied(proxy, s) >= 20, "HAProxy to answer from region B", 30, every_s=0.1)
                 proxy_failed = sum(1 for t, code in list(proxy.outcomes) if t >= at and code != 200)

@@ -170,7 +170,7 @@ def test_regions_get_an_apply_schedule_and_a_replication_after_each_promotion(pr
     assert automation.trigger.expect == {"prefect.flow-run.Completed"}
     related = automation.trigger.match_related
     (spec,) = related if isinstance(related, list) else [related]
-    assert dict(spec.items())["prefect.resource.name"] == ["canary-all", "rollback"]
+    assert dict(spec.items())["prefect.resource.name"] == ["promote", "canary-all", "rollback"]
     assert automation.actions[0].deployment_id == replicate.id
     plain = {f"{d.flow_name}/{d.name}" for d in deployments()}
     assert not {n for n in plain if n.startswith(("apply/", "replicate/"))}  # one region: neither

@@ -142,3 +142,8 @@ def test_an_endpoint_whose_last_rollout_failed_is_sent_again():
     served["state"]["config_update"] = "UPDATE_FAILED"
     change = plan(fraud, served, _resolve({("fraud", "champion"): "4"}))
     assert change.action == "update" and change.config_diff and "failed" in change.notes[-1]
+
+
+def test_the_example_file_make_up_regions_copies_is_valid():
+    (fraud,) = read_endpoints([Path(__file__).resolve().parents[2] / "infra" / "endpoints.yaml"])
+    assert fraud.name == "fraud" and fraud.config.served_entities[0].entity_alias == "champion"
