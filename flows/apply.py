@@ -3,9 +3,10 @@
 ``python -m flows.apply -f infra/endpoints.yaml [-f FILE ...] [--dry-run] [--gateway-url URL] [--registry-uri URI]``
 
 Every file is read and checked first (``flows.endpoint_file``); a file with a problem is refused, naming the file,
-line and field, before any endpoint changes. Then each declared endpoint is compared with what the gateway serves:
-its config as the gateway would render it (an entity by alias at the version the registry's alias names now) and
-its AI gateway. An endpoint that matches is left alone (unless its last rollout failed: then it is sent again),
+line and field, before any endpoint changes; so is a file naming an alias the registry does not have (every
+endpoint is planned before the first is changed). Each declared endpoint is compared with what the gateway
+serves: its config as the gateway would render it (an entity by alias at the version the registry's alias names
+now) and its AI gateway. An endpoint that matches is left alone (unless its last rollout failed: then it is sent again),
 so applying the same file twice changes nothing and restarts no replica; one that differs is created or updated
 and waited for. An alias that moved (a promotion, or a replication from another region) is a difference, so
 applying rolls the endpoint to the alias' new version.
@@ -156,11 +157,13 @@ def apply_endpoints(
     api = GatewayApi.from_environ(os.environ, gateway_url)
     changes = []
     try:
+        planned = []  # every endpoint planned (its aliases resolved) before any changes
         for endpoint in declared:
             view = api.find(endpoint.name)
             if view is not None and view["state"]["config_update"] == "IN_PROGRESS":
                 view = api.wait_settled(endpoint.name, timeout_s)
-            change = plan(endpoint, view, resolve)
+            planned.append((endpoint, plan(endpoint, view, resolve)))
+        for endpoint, change in planned:
             for note in change.notes:
                 logger.warning(note)
             logger.info("endpoint %s: %s%s", endpoint.name, change.action, " (dry run)" if dry_run else "")

@@ -119,8 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = Settings.from_environ(os.environ).home / "regions"
     recorded = _record(root)
-    if args.command != "up" and recorded is None:
-        return _stack(args.command, os.environ)  # one region: the plain stack
+    if args.command != "up" and recorded is None:  # one region: the plain stack, in this process
+        from infra import stack
+
+        return stack.main([args.command])
     try:
         regions = recorded if recorded is not None and args.command != "up" else layout(root, args.regions)
     except ValueError as exc:

@@ -103,13 +103,7 @@ def download_version(client: MlflowClient, model: str, version: str, dest: Path)
 
 def find_copy(target: MlflowClient, model: str, key: str) -> ModelVersion | None:
     """The target's version copied from ``key``, if a run made one (verified or not)."""
-    try:
-        found = target.search_model_versions(f"name='{model}'")
-    except Exception as exc:  # the model does not exist there yet
-        if "RESOURCE_DOES_NOT_EXIST" in str(exc):
-            return None
-        raise
-    copies = [v for v in found if v.tags.get(SOURCE_TAG) == key]
+    copies = [v for v in target.search_model_versions(f"name='{model}'") if v.tags.get(SOURCE_TAG) == key]
     return max(copies, key=lambda v: int(v.version)) if copies else None
 
 
@@ -138,7 +132,8 @@ def _copy_run(
     run = target.create_run(experiment, tags=tags)
     run_id = run.info.run_id
     params = [Param(k, v) for k, v in origin.data.params.items()]
-    metrics = [Metric(k, v, 0, 0) for k, v in origin.data.metrics.items()]
+    at_ms = origin.info.end_time or origin.info.start_time  # the latest values, when the source run logged them
+    metrics = [Metric(k, v, at_ms, 0) for k, v in origin.data.metrics.items()]
     for start in range(0, max(len(params), len(metrics), 1), 100):
         target.log_batch(run_id, metrics=metrics[start : start + 100], params=params[start : start + 100])
     target.log_artifacts(run_id, str(files), "model")

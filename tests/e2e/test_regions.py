@@ -4,7 +4,7 @@ this machine's side of both links.
 
 What must hold:
 - ``flows.apply`` of one endpoints file makes both regions serve the same endpoint; the same file again changes
-  nothing and restarts no replica; a file with a bad field changes nothing;
+  nothing and restarts no replica; a file with a bad field, or naming an alias the registry lacks, changes nothing;
 - the failover client (``tollfree_client``) at 16 concurrent clients loses no request when region A's gateway is
   killed (``kill -9``) or its link is taken down (a partition), sends to region B within a second of the fault and
   comes back to A within 10 s of A being back;
@@ -274,6 +274,14 @@ def test_two_regions_serve_one_file_fail_over_without_a_lost_request_and_follow_
     bad.write_text(ENDPOINTS.replace("max_replicas: 1", "max_replicas: 1\n          max_replica: 3"))
     with pytest.raises(EndpointFileError, match=r"bad.yaml:9: .*max_replica: unknown field"):
         _apply(a, bad)
+    missing = tmp_path / "missing.yaml"  # a valid endpoint, then one whose alias the registry lacks
+    missing.write_text(
+        ENDPOINTS.replace(f"name: {NAME}", "name: geo-new")
+        + ENDPOINTS.split("endpoints:\n")[1].replace(f"name: {NAME}", "name: geo-bad").replace("champion", "nope")
+    )
+    with pytest.raises(LookupError, match="has no version with alias 'nope'"):
+        _apply(a, missing)
+    assert httpx.get(f"{a.url}/api/2.0/serving-endpoints/geo-new", headers=_auth(), timeout=10).status_code == 404
     after = httpx.get(f"{a.url}/api/2.0/serving-endpoints/{NAME}", headers=_auth(), timeout=10).json()
     assert after["config"]["config_version"] == version["config"]["config_version"]
     assert {p.pid for p in replicas_of(a.gateway)} == pids
