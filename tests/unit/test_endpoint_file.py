@@ -147,3 +147,17 @@ def test_an_endpoint_whose_last_rollout_failed_is_sent_again():
 def test_the_example_file_make_up_regions_copies_is_valid():
     (fraud,) = read_endpoints([Path(__file__).resolve().parents[2] / "infra" / "endpoints.yaml"])
     assert fraud.name == "fraud" and fraud.config.served_entities[0].entity_alias == "champion"
+
+
+def test_the_command_refuses_a_bad_file_before_it_starts_a_flow(tmp_path: Path, capsys: pytest.CaptureFixture):
+    from flows.apply import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(GOOD.replace("max_replicas: 2", "max_replicas: plenty"))
+    assert main(["-f", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith(f"apply: {bad}:8: endpoints[0].config.served_entities[0].max_replicas: ") and "plenty" not in err
+    )
+    assert main(["-f", str(tmp_path / "none.yaml")]) == 2
+    assert "none.yaml: cannot be read" in capsys.readouterr().err
