@@ -135,7 +135,8 @@ class FailoverClient:
     def _attempt(self, url: str, method: str, path: str, kwargs: dict[str, Any]) -> httpx.Response:
         """One attempt on ``url``: its answer, or ``RegionDown`` as soon as the region is found down meanwhile."""
         wake = threading.Event()
-        if not self.regions.watch(url, wake):  # every region is down: tried all the same, and waited for
+        # a region found down already (every one is, or it is the last one left) is tried all the same, waited for
+        if not self.regions.watch(url, wake):
             return self._http.request(method, f"{url}{path}", **kwargs)
         try:
             future: Future[httpx.Response] = self._attempts.submit(self._http.request, method, f"{url}{path}", **kwargs)
