@@ -174,3 +174,44 @@ def test_regions_get_an_apply_schedule_and_a_replication_after_each_promotion(pr
     assert automation.actions[0].deployment_id == replicate.id
     plain = {f"{d.flow_name}/{d.name}" for d in deployments()}
     assert not {n for n in plain if n.startswith(("apply/", "replicate/"))}  # one region: neither
+
+
+def test_a_completed_canary_run_event_starts_a_replication_to_the_other_regions(prefect_harness):
+    """The replication's automation really fires on a finished canary run, with the other regions as parameters, and
+    not on a flow run of another flow."""
+    import uuid
+
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+    from prefect.events import emit_event
+
+    register("tollfree-test-process", replicate_to=["http://b:5000"])
+    with get_client(sync_client=True) as client:
+        replicate = client.read_deployment_by_name("replicate/after-promotion-fraud")
+    only_replicate = DeploymentFilter(id=DeploymentFilterId(any_=[replicate.id]))
+    with get_client(sync_client=True) as client:
+        before = len(client.read_flow_runs(deployment_filter=only_replicate))
+
+    def completed(flow_name: str) -> None:
+        emit_event(
+            event="prefect.flow-run.Completed",
+            resource={"prefect.resource.id": f"prefect.flow-run.{uuid.uuid4()}", "prefect.resource.name": "a-run"},
+            related=[
+                {
+                    "prefect.resource.id": f"prefect.flow.{uuid.uuid4()}",
+                    "prefect.resource.role": "flow",
+                    "prefect.resource.name": flow_name,
+                }
+            ],
+        )
+
+    completed("materialize")  # not a promotion: no replication
+    completed("canary-all")  # last: once its run exists, the one before had its chance to (wrongly) fire
+
+    def replicate_runs() -> list:
+        with get_client(sync_client=True) as client:
+            runs = client.read_flow_runs(deployment_filter=only_replicate)
+        return runs if len(runs) > before else []
+
+    runs = until(replicate_runs, "the canary run's replication never ran", timeout_s=60, every_s=0.5)
+    assert len(runs) == before + 1, "the trigger should fire once, for the canary run only"
+    assert runs[0].parameters == {"model_name": "fraud", "alias": "champion", "to": ["http://b:5000"]}
