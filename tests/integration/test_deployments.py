@@ -74,13 +74,33 @@ def test_registering_twice_updates_in_place(prefect_harness):
         assert len(client.read_automations_by_name("promote-fraud-after-training")) == 1
 
 
+def _completed(flow_name: str, deployment_name: str | None = None) -> None:
+    """An event shaped like the Prefect server's own for a finished run of ``flow_name`` (from a deployment)."""
+    import uuid
+
+    from prefect.events import emit_event
+
+    related = [
+        {"prefect.resource.id": f"prefect.flow.{uuid.uuid4()}", "prefect.resource.role": "flow",
+         "prefect.resource.name": flow_name},
+    ]  # fmt: skip
+    if deployment_name is not None:
+        related.append(
+            {"prefect.resource.id": f"prefect.deployment.{uuid.uuid4()}", "prefect.resource.role": "deployment",
+             "prefect.resource.name": deployment_name}
+        )  # fmt: skip
+    emit_event(
+        event="prefect.flow-run.Completed",
+        resource={"prefect.resource.id": f"prefect.flow-run.{uuid.uuid4()}", "prefect.resource.name": "a-run"},
+        related=related,
+    )
+
+
 def test_a_completed_training_run_event_starts_a_promote_run(prefect_harness):
     """The automation really fires: an event shaped like the server's own for a finished train/nightly-fraud run."""
-    import uuid
 
     from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
     from prefect.client.schemas.objects import FlowRun
-    from prefect.events import emit_event
 
     register("tollfree-test-process")
     with get_client(sync_client=True) as client:
@@ -89,28 +109,10 @@ def test_a_completed_training_run_event_starts_a_promote_run(prefect_harness):
     with get_client(sync_client=True) as client:
         before = len(client.read_flow_runs(deployment_filter=only_promote))
 
-    def completed(flow_name: str, deployment_name: str) -> None:
-        emit_event(
-            event="prefect.flow-run.Completed",
-            resource={"prefect.resource.id": f"prefect.flow-run.{uuid.uuid4()}", "prefect.resource.name": "a-run"},
-            related=[
-                {
-                    "prefect.resource.id": f"prefect.flow.{uuid.uuid4()}",
-                    "prefect.resource.role": "flow",
-                    "prefect.resource.name": flow_name,
-                },
-                {
-                    "prefect.resource.id": f"prefect.deployment.{uuid.uuid4()}",
-                    "prefect.resource.role": "deployment",
-                    "prefect.resource.name": deployment_name,
-                },
-            ],
-        )
-
-    completed("materialize", "hourly")  # not a training run: no promotion
-    completed("train", "adhoc")  # training outside the nightly deployment (the demo's): no promotion either
-    completed("train", "nightly-other")  # another model's training: its own promotion, not this one
-    completed("train", "nightly-fraud")  # last: the server evaluates the events in the order they were sent, so
+    _completed("materialize", "hourly")  # not a training run: no promotion
+    _completed("train", "adhoc")  # training outside the nightly deployment (the demo's): no promotion either
+    _completed("train", "nightly-other")  # another model's training: its own promotion, not this one
+    _completed("train", "nightly-fraud")  # last: the server evaluates the events in the order they were sent, so
     # once this one's run exists, the three before it have had their chance to (wrongly) fire
 
     def promote_runs() -> list[FlowRun]:
@@ -179,10 +181,8 @@ def test_regions_get_an_apply_schedule_and_a_replication_after_each_promotion(pr
 def test_a_completed_canary_run_event_starts_a_replication_to_the_other_regions(prefect_harness):
     """The replication's automation really fires on a finished canary run, with the other regions as parameters, and
     not on a flow run of another flow."""
-    import uuid
 
     from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
-    from prefect.events import emit_event
 
     register("tollfree-test-process", replicate_to=["http://b:5000"])
     with get_client(sync_client=True) as client:
@@ -191,21 +191,8 @@ def test_a_completed_canary_run_event_starts_a_replication_to_the_other_regions(
     with get_client(sync_client=True) as client:
         before = len(client.read_flow_runs(deployment_filter=only_replicate))
 
-    def completed(flow_name: str) -> None:
-        emit_event(
-            event="prefect.flow-run.Completed",
-            resource={"prefect.resource.id": f"prefect.flow-run.{uuid.uuid4()}", "prefect.resource.name": "a-run"},
-            related=[
-                {
-                    "prefect.resource.id": f"prefect.flow.{uuid.uuid4()}",
-                    "prefect.resource.role": "flow",
-                    "prefect.resource.name": flow_name,
-                }
-            ],
-        )
-
-    completed("materialize")  # not a promotion: no replication
-    completed("canary-all")  # last: once its run exists, the one before had its chance to (wrongly) fire
+    _completed("materialize")  # not a promotion: no replication
+    _completed("canary-all")  # last: once its run exists, the one before had its chance to (wrongly) fire
 
     def replicate_runs() -> list:
         with get_client(sync_client=True) as client:
