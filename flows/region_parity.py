@@ -69,6 +69,12 @@ def compare_regions(
     return compare_features(mine, theirs, names)
 
 
+def check_home(home: Path) -> None:
+    """``ValueError`` unless ``home`` is a state folder with a feature registry (nothing is created elsewhere)."""
+    if not (home / "feast").is_dir():
+        raise ValueError(f"{home} is not a region's state folder: it has no feast/ (materialize there first)")
+
+
 @flow(name="region-parity")
 def region_parity(
     other_home: str,
@@ -79,6 +85,7 @@ def region_parity(
     other_redis: str | None = None,
 ) -> list[dict[str, Any]]:
     """Mismatch rate per feature between this region's online store and the one of the region in ``other_home``."""
+    check_home(Path(other_home))
     here = feature_store.open_store(Settings.from_environ(os.environ).home)
     there = feature_store.open_store(Path(other_home), feature_store.OnlineStoreChoice(other_online_store, other_redis))
     result = compare_regions(here, there, service_name, sample, seed)
@@ -104,6 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.sample < 1:
         parser.error("--sample must be at least 1")
     try:
+        check_home(Path(args.other_home))  # refused here, before Prefect starts a run
         table = region_parity(
             args.other_home, args.service, args.sample, args.seed, args.other_online_store, args.other_redis
         )

@@ -38,3 +38,13 @@ def test_the_champions_table_flags_a_region_whose_champion_is_not_a_copy_of_the_
         "  fraud                a: v4  b: v1  same version",
     ]
     assert champions_table({"a": {"fraud": ("4", "k")}, "b": {}}) == ["  fraud                a: v4  b: -  DIFFERS"]
+
+
+def test_region_parity_refuses_a_folder_that_is_no_region_and_a_sample_below_one(tmp_path, capsys):
+    from flows.region_parity import main
+
+    assert main(["--other-home", str(tmp_path / "nowhere")]) == 1
+    assert "is not a region's state folder" in capsys.readouterr().err
+    assert not (tmp_path / "nowhere").exists()  # nothing created
+    with pytest.raises(SystemExit):
+        main(["--other-home", str(tmp_path), "--sample", "0"])
