@@ -86,14 +86,30 @@ def _kendall_critical(n: int, p: float) -> int:
 MIN_MEASURED = 10  # requests served in an interval before its busiest second is taken for the replicas' rate
 
 
+MEASURED_BUSY = 0.05  # a busy share below this is too small to scale a second's completions by
+
+
+def _served_rate(sample: Sample) -> float:
+    """What the ready replicas serve a second, as one second showed it: its completions over the share of
+    the replicas' time they were busy (``Sample.utilisation``). A second the replicas were idle for the most
+    part (load that began late in it, a few clients) shows what was asked, not what they serve; scaled by
+    the busy share it shows both. The plain completions where no busy share was measured (or too little)."""
+    util = sample.utilisation
+    if util is None or util < MEASURED_BUSY:
+        return float(sample.completed)
+    return sample.completed / min(1.0, util)
+
+
 def queue_bound(config: ScalingConfig, signals: Signals, now: float, goal: float) -> int:
     """How many requests may wait at the gateway: what the replicas serve within ``goal`` of the SLO
     (``rate x (goal x SLO - service time)``), so a request admitted can still meet it and the rest get a
-    fast 429. The rate is the busiest second's of the last interval: what the replicas showed they serve,
-    not an average that the interval's idle seconds dilute (load starting after a pause would otherwise be
-    refused as though the replicas were slow). ``max_queue`` while fewer than ``MIN_MEASURED`` requests were served
-    in the last interval: a rate measured on a request or two (scale from zero, the first second of load after an
-    idle spell) says what was asked, not what the replicas serve, and would refuse the load that follows."""
+    fast 429. The rate is the busiest second's of the last interval, each second's completions over its busy
+    share (``_served_rate``): what the replicas showed they serve, not an average that the interval's idle
+    seconds dilute nor the few answers of a second in which load only began (load starting after a pause
+    would otherwise be refused as though the replicas were slow). ``max_queue`` while fewer than
+    ``MIN_MEASURED`` requests were served in the last interval: a rate measured on a request or two (scale from
+    zero, the first second of load after an idle spell) says what was asked, not what the replicas serve, and
+    would refuse the load that follows."""
     recent = signals.since(now - config.decision_interval_s)
     if not recent:
         return config.max_queue
@@ -103,6 +119,6 @@ def queue_bound(config: ScalingConfig, signals: Signals, now: float, goal: float
     if completed < MIN_MEASURED or recent[-1].ready_replicas == 0:
         return config.max_queue
     busy = sum(max(0.0, s.in_flight - s.queue_depth) for s in recent) / n
-    rate = max(s.completed for s in recent)
+    rate = max(_served_rate(s) for s in recent)
     wait_s = goal * config.latency_slo_ms / 1000.0 - busy / throughput
     return int(min(config.max_queue, max(1, math.ceil(rate * max(0.0, wait_s)))))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -104,3 +105,22 @@ def test_a_rate_measured_on_a_request_or_two_holds_the_queue_instead_of_shedding
     assert queue_bound(config, Signals((*idle, one)), now=5.0, goal=LATENCY_GOAL) == 500
     enough = Sample(t=5.0, in_flight=1.0, ready_replicas=1, replicas=1, requests=MIN_MEASURED, completed=MIN_MEASURED)
     assert queue_bound(config, Signals((*idle, enough)), now=5.0, goal=LATENCY_GOAL) < 500
+
+
+def test_a_second_in_which_load_only_began_is_scaled_by_the_replicas_busy_share():
+    """Load that begins late in a second: 30 answers while the replica was busy a tenth of it (3 ms each). The
+    replica serves 300/s, not 30/s: 17 closed-loop clients on it are no overload, and the bound holds them."""
+    from serving.autoscaler.load import queue_bound
+    from serving.autoscaler.signals import Sample, Signals
+    from serving.autoscaler.vertical import LATENCY_GOAL
+
+    idle = [Sample(t=float(t), in_flight=0.0, ready_replicas=1, replicas=1, utilisation=0.0) for t in range(1, 5)]
+    late = Sample(
+        t=5.0, in_flight=0.1, ready_replicas=1, replicas=1, requests=30, completed=30, queue_depth=0.01, utilisation=0.1
+    )
+    assert queue_bound(ScalingConfig(), Signals((*idle, late)), now=5.0, goal=LATENCY_GOAL) >= 100
+    saturated = replace(late, requests=300, completed=300, in_flight=17.0, queue_depth=16.0, utilisation=1.0)
+    overload = queue_bound(ScalingConfig(), Signals((*idle, saturated)), now=5.0, goal=LATENCY_GOAL)
+    assert overload == queue_bound(
+        ScalingConfig(), Signals((*idle, replace(saturated, utilisation=None))), 5.0, LATENCY_GOAL
+    )
