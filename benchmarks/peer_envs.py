@@ -53,12 +53,15 @@ def venv_dir(name: str) -> Path:
 
 
 def _uv() -> list[str]:
-    """uv as a module of this interpreter, else the base interpreter's uv (the Makefile pip-installs it there,
-    not in .venv), else the uv on PATH."""
+    """uv as a module of this interpreter, else the project's pinned uv (``make env`` installs it into .tools/),
+    else the base interpreter's uv, else the uv on PATH."""
+    from infra.bootstrap import TOOLS, UV_VERSION
+
     if importlib.util.find_spec("uv") is not None:
         return [sys.executable, "-m", "uv"]
+    pinned = TOOLS / f"uv-{UV_VERSION}" / "bin" / "uv"
     base = Path(sys.base_prefix) / "bin" / "uv"
-    found = str(base) if base.exists() else shutil.which("uv")
+    found = str(pinned) if pinned.exists() else str(base) if base.exists() else shutil.which("uv")
     if found is None:
         raise RuntimeError("uv not found: neither `python -m uv` nor `uv` on PATH (pip install uv)")
     return [found]

@@ -189,3 +189,25 @@ def request_fields(store: FeatureStore, service: FeatureService) -> dict[str, st
             for field in source.schema:
                 fields[field.name] = str(field.dtype)
     return fields
+
+
+def service_views(store: FeatureStore, service: FeatureService) -> list[dict[str, Any]]:
+    """The service's views as a device needs to know them: each view's kind, its features and what it reads.
+
+    A ``batch`` view's values come from the online store (a device must be sent them); an ``on_demand`` view is
+    computed from ``request`` fields and the ``views`` it names, so it can be computed where the request is when
+    it names no view."""
+    out: list[dict[str, Any]] = []
+    for projection in service.feature_view_projections:
+        features = [f.name for f in projection.features]
+        try:
+            odfv = store.get_on_demand_feature_view(projection.name)
+        except Exception:  # Feast raises its own not-found error: a batch view
+            out.append({"name": projection.name, "kind": "batch", "features": features})
+            continue
+        request = [f.name for source in odfv.source_request_sources.values() for f in source.schema]
+        views = sorted(odfv.source_feature_view_projections)
+        out.append(
+            {"name": projection.name, "kind": "on_demand", "features": features, "request": request, "views": views}
+        )
+    return out

@@ -28,6 +28,8 @@ from prefect.events.schemas.deployment_triggers import DeploymentEventTrigger
 from flows.apply import apply_endpoints
 from flows.batch_score import batch_score
 from flows.canary import canary_all
+from flows.edge_bundle import ENABLED_ENV as EDGE_ENV
+from flows.edge_bundle import edge_bundle
 from flows.labels import ingest_labels
 from flows.materialize import materialize
 from flows.promote import PROMOTION_POLICY_DIR, promote
@@ -81,13 +83,13 @@ def promote_after_training(model_name: str) -> DeploymentEventTrigger:
     )
 
 
-def replicate_after_promotion(model_name: str) -> DeploymentEventTrigger:
+def after_promotion(flow_name: str, model_name: str, description: str) -> DeploymentEventTrigger:
     """Fires on every completed promote, canary or rollback run: the champion may have moved (a promotion's first
-    version, a canary's end, a rollback), and the other regions' registries follow it (a version already copied is
-    not copied again)."""
+    version, a canary's end, a rollback), and what follows the champion (the other regions' registries, the edge
+    bundle) follows it; a version done already is not done again."""
     return DeploymentEventTrigger(
-        name=f"replicate-{model_name}-after-promotion",
-        description="A finished promote, canary or rollback run hands the champion to the other regions' registries.",
+        name=f"{flow_name}-{model_name}-after-promotion",
+        description=description,
         expect={"prefect.flow-run.Completed"},
         match_related={
             "prefect.resource.role": "flow",
@@ -97,36 +99,68 @@ def replicate_after_promotion(model_name: str) -> DeploymentEventTrigger:
     )
 
 
-def _per_model(definition: TrainingDefinition, replicate_to: Sequence[str]) -> list[RunnerDeployment]:
+def replicate_after_promotion(model_name: str) -> DeploymentEventTrigger:
+    return after_promotion(
+        "replicate", model_name,
+        "A finished promote, canary or rollback run hands the champion to the other regions' registries.",
+    )  # fmt: skip
+
+
+def edge_bundle_after_promotion(model_name: str) -> DeploymentEventTrigger:
+    return after_promotion(
+        "edge-bundle", model_name, "A finished promote, canary or rollback run bundles the champion for devices."
+    )
+
+
+def _per_model(
+    definition: TrainingDefinition, replicate_to: Sequence[str], edge_bundles: bool
+) -> list[RunnerDeployment]:
     model = definition.model
-    return [
-        _deployment(
-            train,
-            training_deployment(model),
-            cron=NIGHTLY,
-            parameters={"model_name": model, "feature_service": definition.feature_service, "alias": "candidate"},
-            description=f"Retrain {model} on point-in-time features; registers a candidate, never promotes.",
-        ),
-        _deployment(
-            promote,
-            f"after-training-{model}",
-            parameters={"model_name": model},
-            triggers=[promote_after_training(model)],
-            description=f"Promotion gates on {model}'s candidate after each finished training run (event trigger).",
-        ),
-    ] + (
+    return (
         [
             _deployment(
-                replicate,
-                f"after-promotion-{model}",
-                parameters={"model_name": model, "alias": "champion", "to": list(replicate_to)},
-                triggers=[replicate_after_promotion(model)],
-                description=f"Copy {model}'s champion into the other regions' registries after each promote, "
-                "canary or rollback run (event trigger).",
-            )
+                train,
+                training_deployment(model),
+                cron=NIGHTLY,
+                parameters={"model_name": model, "feature_service": definition.feature_service, "alias": "candidate"},
+                description=f"Retrain {model} on point-in-time features; registers a candidate, never promotes.",
+            ),
+            _deployment(
+                promote,
+                f"after-training-{model}",
+                parameters={"model_name": model},
+                triggers=[promote_after_training(model)],
+                description=f"Promotion gates on {model}'s candidate after each finished training run (event trigger).",
+            ),
         ]
-        if replicate_to
-        else []
+        + (
+            [
+                _deployment(
+                    replicate,
+                    f"after-promotion-{model}",
+                    parameters={"model_name": model, "alias": "champion", "to": list(replicate_to)},
+                    triggers=[replicate_after_promotion(model)],
+                    description=f"Copy {model}'s champion into the other regions' registries after each promote, "
+                    "canary or rollback run (event trigger).",
+                )
+            ]
+            if replicate_to
+            else []
+        )
+        + (
+            [
+                _deployment(
+                    edge_bundle,
+                    f"after-promotion-{model}",
+                    parameters={"model_name": model, "alias": "champion"},
+                    triggers=[edge_bundle_after_promotion(model)],
+                    description=f"Bundle {model}'s champion for edge devices (ONNX, verified, signed) after each "
+                    "promote, canary or rollback run (event trigger).",
+                )
+            ]
+            if edge_bundles
+            else []
+        )
     )
 
 
@@ -137,18 +171,20 @@ def deployments(
     policies: Path = PROMOTION_POLICY_DIR,
     endpoint_files: Sequence[str] = (),
     replicate_to: Sequence[str] = (),
+    edge_bundles: bool = False,
 ) -> list[RunnerDeployment]:
     """The deployments with their schedules: monitoring covers every endpoint the gateway serves, retraining
     and promotion every model with a training definition; retraining registers a ``candidate``, never promotes.
     With ``endpoint_files``, the gateway's endpoints are made to match them every 5 minutes; with
-    ``replicate_to`` (other regions' registries), each model's champion is copied there after a promotion."""
+    ``replicate_to`` (other regions' registries), each model's champion is copied there after a promotion; with
+    ``edge_bundles``, it is bundled for edge devices after a promotion."""
     out = [
         _deployment(
             materialize, "hourly", cron=HOURLY, description="Recompute feature tables and load the online store."
         )
     ]
     for definition in training_definitions(policies):
-        out += _per_model(definition, replicate_to)
+        out += _per_model(definition, replicate_to, edge_bundles)
     out += [
         _deployment(
             skew_all,
@@ -276,6 +312,12 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get(TARGETS_ENV, ""),
         help=f"other regions' registry URIs, comma-separated (default: {TARGETS_ENV})",
     )
+    parser.add_argument(
+        "--edge-bundles",
+        action="store_true",
+        default=os.environ.get(EDGE_ENV) == "1",
+        help=f"bundle each model's champion for edge devices after a promotion (default: {EDGE_ENV}=1)",
+    )
     args = parser.parse_args(argv)
     kwargs = {
         "batch_input": args.batch_input,
@@ -284,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         "policies": args.policies,
         "endpoint_files": [str(Path(f).resolve()) for f in args.endpoints_file],
         "replicate_to": targets_from(args.replicate_to),
+        "edge_bundles": args.edge_bundles,
     }
     if args.work_pool is None:
         serve(*deployments(**kwargs))

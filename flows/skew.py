@@ -19,9 +19,10 @@ A finding ends the run Failed (unless ``fail_on_finding=False``). The endpoint's
 (``monitoring``) may opt it out or set its own thresholds, window and minimum rows; a flow parameter,
 when given, wins over it.
 
-``skew_all`` (the hourly deployment) runs ``skew`` as a subflow for every endpoint the gateway serves,
-one after another: one endpoint's failure does not stop the others, and its own artifact says what it
-found; the parent's artifact lists every endpoint's verdict.
+An edge device group is the endpoint ``edge:GROUP`` (``flows.monitored``): its devices' records, default settings.
+
+``skew_all`` (the hourly deployment) runs ``skew`` as a subflow for every endpoint and edge device group, one after
+another: one's failure does not stop the others, its own artifact says what it found; the parent's lists every verdict.
 """
 
 from __future__ import annotations
@@ -42,13 +43,13 @@ from prefect.events import emit_event
 from feature_repo import store as feature_store
 from flows import feature_parity
 from flows.fan_out import artifact_key, for_each_endpoint, raise_for
+from flows.monitored import monitored, monitoring_of
 from flows.served_data import PREDICTION, Reference, reference_for, reference_predictions, served_rows
 from monitoring.drift import DriftResult, compute_drift
 from monitoring.parity import ParityResult
 from monitoring.reference import after
 from serving.endpoints import monitoring_results
 from serving.endpoints.monitoring_settings import DriftConfig, MonitoringConfig, overridden
-from serving.endpoints.store import EndpointStore
 from serving.inference_log import read_inference_log
 from serving.settings import Settings
 
@@ -165,8 +166,7 @@ def skew(
     """Drift and parity skew of the endpoint's served inputs and predictions, per served version."""
     logger = get_run_logger()
     settings = Settings.from_environ(os.environ)
-    record = EndpointStore(settings.state_url).get(endpoint)
-    monitoring = record.config.monitoring or MonitoringConfig()
+    monitoring, models = monitoring_of(settings, endpoint)
     if not monitoring.enabled:
         logger.info("%s: monitoring is off in the endpoint's config; nothing checked", endpoint)
         return _nothing_compared(endpoint, "disabled", 0)
@@ -186,7 +186,8 @@ def skew(
         )
         _event("tollfree.skew-drift.not-enough-data", endpoint, {"rows": len(current), "min_rows": min_rows})
         return _nothing_compared(endpoint, "not enough data", len(current))
-    models = {e.name: e.entity_name for e in record.config.served_entities if e.entity_name is not None}
+    if models is None:  # a device group's records name the model itself as the served entity
+        models = {str(e): str(e) for e in current["served_entity"].unique()}
     check = VersionCheck(
         settings,
         MlflowClient(settings.tracking_uri),
@@ -372,7 +373,7 @@ def skew_all(
 ) -> dict[str, Any]:
     """``skew`` for every endpoint (or the ones named), each as its own subflow; one's failure stops no other."""
     settings = Settings.from_environ(os.environ)
-    names = endpoints or [r.name for r in EndpointStore(settings.state_url).list()]
+    names = endpoints or monitored(settings)
     results = for_each_endpoint(
         "skew-drift", skew, names, fail_on_finding=False, window_hours=window_hours, min_rows=min_rows, drift=drift
     )

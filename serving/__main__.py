@@ -99,10 +99,13 @@ def main(argv: list[str] | None = None) -> int:
 def _gateway_app(args: argparse.Namespace, settings: Settings) -> Any:
     """The gateway's ASGI app, from the command line and the environment; _Refused names a setting it cannot
     start with."""
+    from serving.edge.api import EdgeApi
+    from serving.edge.bundle_files import BundleFiles
+    from serving.edge.fleet import Fleet
     from serving.endpoints.manager import EndpointManager
     from serving.endpoints.resolver import mlflow_resolver
     from serving.gateway.app import create_gateway_app
-    from serving.gateway.auth import Tokens
+    from serving.gateway.auth import Tokens, authorize
     from serving.gateway.metrics import GatewayMetrics
     from serving.gateway.scrape_targets import ScrapeTargets
     from serving.inference_log import InferenceLogWriter
@@ -147,16 +150,25 @@ def _gateway_app(args: argparse.Namespace, settings: Settings) -> Any:
     )
     metrics = GatewayMetrics.create()  # one registry: the gateway's, the inference log's, the autoscaler's
     targets = ScrapeTargets(settings.scrape_targets_dir, settings.gateways_dir, lambda: manager.live)
+    inference_log = InferenceLogWriter(settings.inference_log_dir, registry=metrics.registry)
+    edge = EdgeApi(
+        Fleet(manager.store.database),
+        BundleFiles(settings.tracking_uri, settings.home / "edge" / "bundles"),
+        inference_log,
+        admin=lambda header: authorize(tokens, header, None),
+        resolve=mlflow_resolver(settings.tracking_uri),
+    )
     return create_gateway_app(
         manager,
         tokens,
-        InferenceLogWriter(settings.inference_log_dir, registry=metrics.registry),
+        inference_log,
         metrics=metrics,
         autoscale=os.environ.get("TOLLFREE_AUTOSCALE", "on") != "off",
         warm_pool_size=int(pool) if cluster is None else 0,  # pods start from their image, not local standbys
         stream_claim_idle_s=args.stream_claim_idle,
         scrape_targets=targets,
         grpc_listen=None if grpc_port is None else (args.host, grpc_port),
+        edge=edge,
     )
 
 

@@ -55,6 +55,7 @@ class InferenceRecord:
     input_tokens: int | None = None  # chat requests: the usage (reported by the model, else estimated)
     output_tokens: int | None = None
     shadow: bool | None = None  # True: a shadow's answer to a copy of request_id, never sent to the client
+    device: str | None = None  # an edge device's id: a request it answered on the device, uploaded later
 
 
 INFERENCE_LOG_SCHEMA: pa.Schema = pa.schema(
@@ -74,6 +75,7 @@ INFERENCE_LOG_SCHEMA: pa.Schema = pa.schema(
         pa.field("input_tokens", pa.int64()),
         pa.field("output_tokens", pa.int64()),
         pa.field("shadow", pa.bool_()),
+        pa.field("device", pa.string()),
     ]
 )
 
@@ -281,8 +283,8 @@ def _part_files(folder: Path, endpoint: str | None, since: datetime | None, unti
 
 
 def _conformed(table: pa.Table) -> pa.Table:
-    """A part in today's schema: columns added since it was written (the token counts, the shadow mark) come back
-    null."""
+    """A part in today's schema: columns added since it was written (the token counts, the shadow mark, the device)
+    come back null."""
     for field in INFERENCE_LOG_SCHEMA:
         if field.name not in table.column_names:
             table = table.append_column(field.name, pa.nulls(len(table), field.type))

@@ -141,6 +141,12 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
         "all",
     ),
     EnvVar(
+        "TOLLFREE_EDGE_BUNDLES",
+        "off",
+        "`1`: the edge-bundle flow bundles each model's champion for edge devices after every promotion",
+        "all",
+    ),
+    EnvVar(
         "TOLLFREE_ENDPOINTS_FILE",
         "none: no apply schedule",
         "an endpoints file the deployments apply every 5 minutes (`flows.apply`)",

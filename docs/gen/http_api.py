@@ -5,7 +5,8 @@ The gateway's FastAPI app serves an OpenAPI document at ``/openapi.json`` for it
 (invocations, the OpenAI-compatible route, the Open Inference Protocol's routes) is plain ASGI in front of it,
 outside that document. So the page lists every route from both: the control plane's from
 ``serving.gateway.control_plane.install``, the data plane's from the patterns ``serving.gateway.app.Gateway``
-matches and ``serving.gateway.oip_plane.ROUTES``, and each route's auth from the same sets the gateway checks."""
+matches and ``serving.gateway.oip_plane.ROUTES``, and each route's auth from the same sets the gateway checks; the
+edge routes from ``serving.edge.api.ROUTES``."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import mkdocs_gen_files
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
+from serving.edge.api import PREFIX as EDGE_PREFIX
+from serving.edge.api import ROUTES as EDGE_ROUTES
 from serving.gateway import app as gateway_app
 from serving.gateway import control_plane
 from serving.gateway.chat_plane import OPENAI_ROUTE
@@ -78,7 +81,11 @@ def table(rows: list[tuple[str, str, str, str, str]]) -> list[str]:
     return lines + [f"| {m} | `{p}` | {a} | {b} | {w} |" for m, p, a, b, w in rows]
 
 
-def page(control: list, data: list) -> str:
+def edge_routes() -> list[tuple[str, str, str, str, str]]:
+    return [(method, f"{EDGE_PREFIX}{path}", who, "-", what) for method, path, _, who, what in EDGE_ROUTES]
+
+
+def page(control: list, data: list, edge: list) -> str:
     lines = [
         "# HTTP API",
         "",
@@ -101,12 +108,20 @@ def page(control: list, data: list) -> str:
         "`GET /api/2.0/serving-endpoints/{name}/openapi` (`serving/endpoints/openapi.py`).",
         "",
         *table(control),
+        "",
+        "## Edge devices",
+        "",
+        "The routes edge devices poll and operators drive ([edge serving](../how-to/edge-serving.md),",
+        "`serving/edge/api.py`). A device's token is the one its registration answered; the device routes are on",
+        "the public port too.",
+        "",
+        *table(edge),
     ]
     return "\n".join(lines) + "\n"
 
 
 control, schema = control_routes()
 with mkdocs_gen_files.open("reference/http-api.md", "w") as out:
-    out.write(page(control, data_routes()))
+    out.write(page(control, data_routes(), edge_routes()))
 with mkdocs_gen_files.open("reference/openapi.json", "w") as out:
     json.dump(schema, out, indent=1)

@@ -4,7 +4,8 @@ SDK's config probe needs a bearer token: ``Gateway`` checks it before FastAPI se
 route, ``/openapi.json`` and unknown paths included, answers an anonymous caller with anything but 401),
 and each route then checks the token's rights. Per-token rate limits apply to both planes.
 ``Gateway.public()`` is the view for a public port when the admin API is bound to its own port: the data
-plane and the health probes only."""
+plane, the health probes and the routes edge devices call. The edge routes (``serving.edge.api``) check their
+own tokens: a device's, or an admin's."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from fastapi import FastAPI
 
 from serving.console.routes import Console
 from serving.console.timeline import Timeline
+from serving.edge.api import PREFIX as EDGE_PREFIX
+from serving.edge.api import EdgeApi
 from serving.endpoints.manager import EndpointManager
 from serving.gateway import control_plane
 from serving.gateway.auth import Tokens, authenticate
@@ -45,6 +48,7 @@ if TYPE_CHECKING:  # imported when a gRPC port is asked for: grpcio and the prot
 log = logging.getLogger(__name__)
 
 PUBLIC_PATHS = frozenset({"/healthz", "/.well-known/databricks-config"})  # the only routes without a token
+EDGE_DEVICES = EDGE_PREFIX + "/devices"  # under it, the routes a device calls with its own token
 CONSOLE = "/console"  # the console's paths (``serving.console``), on the control-plane port only
 READ_METHODS = frozenset({"GET", "HEAD"})  # the only control-plane methods a non-admin token may use
 ADMIN_ONLY_READS = frozenset({"/metrics"})  # reads only the admin token may make
@@ -66,14 +70,16 @@ def create_gateway_app(
     scrape_targets: ScrapeTargets | None = None,
     model_schemas: ModelSchemas | None = None,
     grpc_listen: tuple[str, int] | None = None,
+    edge: EdgeApi | None = None,
 ) -> Gateway:
-    """The gateway app. ``autoscale`` runs the autoscaler on local replica processes, with
-    ``warm_pool_size`` standby processes kept ready (``python -m serving`` turns both on). The leader
-    consumes the endpoints' stream inputs (``serving.gateway.streaming``); entries another consumer left
-    pending for ``stream_claim_idle_s`` are claimed. ``scrape_targets``, when given, keeps Prometheus's list of this
-    gateway and its replicas current while the app runs. ``model_schemas``: where the Open Inference Protocol's
-    routes read each model's inputs and outputs (default: the registry); ``grpc_listen``, when given, the host and port
-    of its gRPC service (``serving.gateway.oip_grpc``), served while the app runs."""
+    """The gateway app. ``autoscale`` runs the autoscaler on local replica processes, with ``warm_pool_size``
+    standby processes kept ready (``python -m serving`` turns both on). The leader consumes the endpoints' stream
+    inputs (``serving.gateway.streaming``); entries another consumer left pending for ``stream_claim_idle_s`` are
+    claimed. ``scrape_targets``, when given, keeps Prometheus's list of this gateway and its replicas current while
+    the app runs. ``model_schemas``: where the Open Inference Protocol's routes read each model's inputs and outputs
+    (default: the registry); ``grpc_listen``, when given, the host and port of its gRPC service
+    (``serving.gateway.oip_grpc``), served while the app runs. ``edge``: the edge fleet's routes
+    (``serving.edge.api``), which authenticate devices by their own tokens."""
     metrics = metrics or GatewayMetrics.create()
     limiter = limiter or TokenBuckets()
     autoscaling = AutoscalerSettings(warm_pool_size, autoscale_interval_s) if autoscale else None
@@ -105,7 +111,8 @@ def create_gateway_app(
     app.state.streams = streams
     control_plane.install(app)
     app.state.timeline = Timeline()  # the console's history, fed by the autoscaler (``_start_autoscaler``)
-    return Gateway(app, data_plane, tokens, limiter, max_body_bytes, Console(app.state, app.state.timeline), oip)
+    console = Console(app.state, app.state.timeline)
+    return Gateway(app, data_plane, tokens, limiter, max_body_bytes, console, oip, edge)
 
 
 class Gateway:
@@ -123,10 +130,12 @@ class Gateway:
         max_body_bytes: int = 4 * 1024 * 1024,
         console: Console | None = None,
         oip: OipPlane | None = None,
+        edge: EdgeApi | None = None,
     ) -> None:
         self.control = control
         self.console = console
         self.oip = oip
+        self.edge = edge
         self.data_plane = data_plane
         self.tokens = tokens
         self.limiter = limiter
@@ -140,6 +149,15 @@ class Gateway:
                 return
             if self.oip is not None and _is_oip(scope["path"]):
                 await self.oip(scope, receive, send)  # the Open Inference Protocol: data plane, its own error shape
+                return
+            if self.edge is not None and scope["path"].startswith(EDGE_PREFIX + "/"):
+                body, whole = await _read_bounded(receive, self.max_body_bytes)
+                if not whole:
+                    await _send_error(
+                        send, payload_too_large(f"request body over the limit of {self.max_body_bytes} bytes")
+                    )
+                    return
+                await self.edge(scope, _replay(body, receive), send)  # devices' tokens or an admin's: checked there
                 return
             if scope["method"] == "POST":
                 match = INVOCATIONS.match(scope["path"])
@@ -189,6 +207,7 @@ class PublicGateway:
         if scope["type"] == "http" and not (
             scope["path"] in PUBLIC_PATHS
             or _is_oip(scope["path"])
+            or scope["path"].startswith(EDGE_DEVICES + "/")  # devices reach home on the public port
             or (
                 scope["method"] == "POST"
                 and (INVOCATIONS.match(scope["path"]) is not None or scope["path"] == OPENAI_ROUTE)

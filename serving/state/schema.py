@@ -73,3 +73,49 @@ autoscaler_state = Table(
     Column("at", Float, nullable=False),
     Column("state", Text, nullable=False),
 )
+
+# Edge devices (``serving.edge.fleet``): each device's group, its token's sha256, when it was last seen and what
+# it reported (JSON: version served, previous, rejected versions, telemetry counters); ``telemetry_stream`` and
+# ``telemetry_seq``: the last inference record taken from it, so a retried upload is not logged twice.
+edge_devices = Table(
+    "edge_devices",
+    metadata,
+    Column("device", Text, primary_key=True),
+    Column("group_name", Text, nullable=False),
+    Column("token_digest", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("last_seen", Float),
+    Column("status", Text),
+    Column("telemetry_stream", Text),
+    Column("telemetry_seq", Integer, nullable=False, server_default="0"),
+    Index("edge_devices_by_group", "group_name"),
+)
+
+# Staged rollouts of a bundle to a group (``serving.edge.rollouts``): ``stage`` is the last stage opened, ``state``
+# running, completed, aborted or superseded; ``previous_version`` what the group served before (where an abort
+# sends it back); ``policy``: the stages and abort criteria, JSON.
+edge_rollouts = Table(
+    "edge_rollouts",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("group_name", Text, nullable=False),
+    Column("model", Text, nullable=False),
+    Column("version", Text, nullable=False),
+    Column("previous_version", Text),
+    Column("policy", Text, nullable=False),
+    Column("stage", Integer, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Index("edge_rollouts_by_group", "group_name", "created_at"),
+)
+
+# The devices each stage of a rollout took in, chosen when the stage opened.
+edge_rollout_devices = Table(
+    "edge_rollout_devices",
+    metadata,
+    Column("rollout_id", Text, primary_key=True),
+    Column("device", Text, primary_key=True),
+    Column("stage", Integer, nullable=False),
+)

@@ -23,12 +23,13 @@ LAYERS_PAGE = SERVING.parent / "docs" / "concepts" / "architecture.md"
 # docs/concepts/architecture.md says the same.
 LAYERS: dict[str, frozenset[str]] = {
     "__main__": frozenset(
-        {"gateway", "endpoints", "replicas", "inference_log", "state", "settings"}
+        {"gateway", "edge", "endpoints", "replicas", "inference_log", "state", "settings"}
     ),  # python -m serving
     "mlflow_plugin": frozenset({"discovery"}),  # a client of the gateway's API
     "gateway": frozenset(
         {
             "console",
+            "edge",
             "endpoints",
             "streams",
             "generative",
@@ -45,6 +46,7 @@ LAYERS: dict[str, frozenset[str]] = {
         }
     ),
     "console": frozenset({"endpoints", "replicas", "registry", "autoscaler", "protocol"}),  # the browser console
+    "edge": frozenset({"protocol", "inference_log", "state"}),  # edge bundles, devices and rollouts
     "endpoints": frozenset(
         {"streams", "generative", "replicas", "traffic", "autoscaler", "protocol", "registry", "state"}
     ),
