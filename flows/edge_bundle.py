@@ -42,27 +42,41 @@ ARTIFACT_DIR = "edge"
 
 
 @task(**MLFLOW_RETRIES)
-def gated(tracking_uri: str, model: str, alias: str) -> dict[str, Any]:
-    client = MlflowClient(tracking_uri, tracking_uri)
-    with answering(tracking_uri, f"reading {model}@{alias}"):
-        version = versions.resolve(client, model, alias, alias=True)
-    gates_passed(version.tags)
-    uri = f"models:/{model}/{version.version}"
+def version_of(tracking_uri: str, model: str, alias: str) -> dict[str, Any]:
+    """The version ``alias`` names, its tags and its signature's inputs; a missing alias is returned as
+    ``missing``, not raised, so that the task's retries (for a registry that did not answer) do not repeat it."""
     from mlflow.models import get_model_info
 
+    client = MlflowClient(tracking_uri, tracking_uri)
+    try:
+        with answering(tracking_uri, f"reading {model}@{alias}"):
+            version = versions.resolve(client, model, alias, alias=True)
+    except LookupError as exc:
+        return {"missing": str(exc)}
+    uri = f"models:/{model}/{version.version}"
     signature = get_model_info(uri).signature
     schema = signature.inputs if signature is not None else None
-    if schema is None:
-        raise ReplicationRefused(f"{model} v{version.version} has no input signature: its columns are unknown")
     return {
         "version": str(version.version),
         "run_id": version.run_id,
         "uri": uri,
-        "inputs": schema.input_names(),
+        "tags": dict(version.tags),
+        "inputs": schema.input_names() if schema is not None else None,
+        "schema": schema.to_dict() if schema is not None else None,
         "feature_service": version.tags.get("feature_service"),
         "bundled": version.tags.get(BUNDLE_TAG),
         "sha256": version.tags.get(SHA_TAG),
     }
+
+
+def gated(found: dict[str, Any], model: str) -> dict[str, Any]:
+    """``found`` when it can be bundled: its gates passed and its signature names its inputs."""
+    if "missing" in found:
+        raise LookupError(found["missing"])
+    gates_passed(found["tags"])
+    if found["inputs"] is None:
+        raise ReplicationRefused(f"{model} v{found['version']} has no input signature: its columns are unknown")
+    return found
 
 
 @task(**MLFLOW_RETRIES)
@@ -107,7 +121,7 @@ def edge_bundle(
     """Bundle ``model_name@alias`` for devices; the artifact path, digest and tolerance measured."""
     logger = get_run_logger()
     settings = Settings.from_environ(os.environ)
-    found = gated(settings.tracking_uri, model_name, alias)
+    found = gated(version_of(settings.tracking_uri, model_name, alias), model_name)
     if found["bundled"] and not force:
         logger.info("%s v%s has its bundle already: %s", model_name, found["version"], found["bundled"])
         return {"version": found["version"], "artifact": found["bundled"], "sha256": found["sha256"], "measured": None}
@@ -118,7 +132,7 @@ def edge_bundle(
         archive = Path(out) if out else Path(tmp) / name
         built = bundling.build(
             found["uri"], model_name, found["version"], found["inputs"], rows, key, archive, tolerance,
-            _features(settings.home, found["feature_service"]),
+            _features(settings.home, found["feature_service"]), found["schema"],
         )  # fmt: skip
         path = log_bundle(settings.tracking_uri, model_name, found, built)
     measured = built.manifest["tolerance"]["measured"]

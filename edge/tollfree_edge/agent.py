@@ -7,8 +7,8 @@ server's own ``/invocations`` is probed with a smoke row. A bundle that fails an
 swapped out again, to the bundle served before: the rollback), is remembered as rejected, and is not tried again
 until home names another version. Then the device reports its status, and uploads its telemetry in batches.
 
-Home unreachable (no link, home down) only skips the step's calls: the device goes on serving what it has, its
-records stay in the local buffer, and the next step tries again.
+Home unreachable (no link, home down) or refusing (a revoked token) only skips the step's calls: the device goes
+on serving what it has, its records stay in the local buffer, and the next step tries again.
 """
 
 from __future__ import annotations
@@ -34,6 +34,10 @@ class HomeUnreachable(Exception):
     """No answer from home (no link, refused, timed out, 5xx): the step is skipped."""
 
 
+class HomeRefused(Exception):
+    """Home answered 4xx (a revoked token, an unknown device): the step is skipped, the device serves on."""
+
+
 @dataclass
 class Home:
     """The gateway's edge API for one device."""
@@ -55,7 +59,7 @@ class Home:
         except urllib.error.HTTPError as exc:
             if exc.code >= 500:
                 raise HomeUnreachable(f"home answered {exc.code}") from None
-            raise RuntimeError(f"home refused {method} {path}: HTTP {exc.code}") from None
+            raise HomeRefused(f"home refused {method} {path.split('?')[0]}: HTTP {exc.code}") from None
         except (urllib.error.URLError, OSError) as exc:
             raise HomeUnreachable(f"home unreachable ({type(exc).__name__})") from None
 
@@ -116,6 +120,9 @@ class Agent:
                 except BundleRefused as exc:
                     self.rejected[version] = str(exc)
                     continue
+                except Exception as exc:  # ONNX Runtime could not load it: the previous one, if any
+                    self.rejected[version] = f"the model did not load ({type(exc).__name__})"
+                    continue
                 self.server.swap(model)
                 if version != state.current:
                     self.slots.save(SlotState(current=version, previous=None))
@@ -133,6 +140,8 @@ class Agent:
             candidate = self.slots.load(manifest.version)
         except BundleRefused as exc:
             return f"refused: {exc}"
+        except Exception as exc:  # a signed model ONNX Runtime cannot load: refused like any other bad bundle
+            return f"refused: the model did not load ({type(exc).__name__})"
         failed = candidate.smoke_test()
         if failed:
             return f"smoke test: {failed}"
@@ -162,6 +171,8 @@ class Agent:
             self.last_error = None
         except HomeUnreachable as exc:
             self.online, self.last_error = False, str(exc)
+        except HomeRefused as exc:
+            self.online, self.last_error = True, str(exc)
 
     def _upload(self) -> None:
         while True:

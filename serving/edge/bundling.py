@@ -9,8 +9,9 @@ The steps; the first four name themselves in the refusal (``ConversionRefused.st
    as a plain tensor: no ZipMap);
 4. ``verify``: ONNX Runtime answers the version's held-out rows, and the largest difference from the original's
    ``predict_proba`` must be within ``tolerance``;
-5. the manifest (model, version, inputs, tolerance allowed and measured, smoke rows with the original's
-   answers, the FeatureService and its features, sha256 of every file) signed with Ed25519, the folder packed.
+5. the manifest (model, version, inputs and the signature's input schema, tolerance allowed and measured, smoke
+   rows with the original's answers, the FeatureService and its features, sha256 of every file) signed with
+   Ed25519, the folder packed.
 
 The bundle is checked with the device's own check (``tollfree_edge.bundle.verify``) before it is returned.
 """
@@ -102,8 +103,11 @@ def build(
     out: Path,
     tolerance: float = DEFAULT_TOLERANCE,
     features: dict[str, Any] | None = None,
+    schema: list[dict[str, Any]] | None = None,
 ) -> Built:
-    """The bundle of ``model`` ``version`` written to ``out`` (a tar file), or ``ConversionRefused``."""
+    """The bundle of ``model`` ``version`` written to ``out`` (a tar file), or ``ConversionRefused``. ``schema``: the
+    signature's input columns with their types (MLflow's ``Schema.to_dict``), kept in the manifest for callers:
+    the device reads every input as float32."""
     missing = [c for c in inputs if c not in held_out.columns]
     if missing or held_out.empty:
         raise ConversionRefused("verify", f"the held-out rows lack input columns {missing} (or are none)")
@@ -132,6 +136,7 @@ def build(
             "version": version,
             "created": datetime.now(UTC).isoformat(),
             "inputs": inputs,
+            "schema": schema or [],
             "output": "probabilities",
             "tolerance": {"allowed": tolerance, "measured": float(diff.max()), "rows": len(frame)},
             "smoke": {"rows": frame.head(SMOKE_ROWS).to_numpy().tolist(), "expected": original[:SMOKE_ROWS].tolist()},

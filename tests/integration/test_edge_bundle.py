@@ -54,6 +54,12 @@ def test_the_champion_is_bundled_verified_signed_and_logged_and_its_onnx_answers
     manifest = verify(folder, load_public_key(public_key_path(key)))
     doc = manifest.document
     assert doc["model"] == "fraud_edge" and doc["version"] == version
+    assert [c["name"] for c in doc["schema"]] == list(manifest.inputs) and {c["type"] for c in doc["schema"]} <= {
+        "long",
+        "double",
+        "integer",
+        "float",
+    }
     assert doc["tolerance"]["rows"] > 100 and doc["tolerance"]["measured"] <= doc["tolerance"]["allowed"]
     kinds = {v["name"]: v["kind"] for v in doc["features"]["views"]}
     assert doc["features"]["service"] == "fraud_v1" and "on_demand" in kinds.values() and "batch" in kinds.values()
@@ -97,14 +103,21 @@ def test_a_version_the_converter_or_its_check_cannot_take_is_refused_naming_the_
     held_out = tmp_path / "eval.parquet"
     rows.to_parquet(held_out)
     custom = make_pipeline(FunctionTransformer(np.log1p), LogisticRegression()).fit(rows, rows.iloc[:, 0] > 0.5)
+    signature = mlflow.models.infer_signature(rows, custom.predict_proba(rows))
     for name, log in (
-        ("fraud_edge_custom", lambda: mlflow.sklearn.log_model(
-            custom, name="model", input_example=rows.head(2), serialization_format="cloudpickle"
-        )),
-        ("fraud_edge_pyfunc", lambda: mlflow.pyfunc.log_model(
-            name="model", python_model=_Constant(), input_example=rows.head(2)
-        )),
-    ):  # fmt: skip
+        (
+            "fraud_edge_custom",
+            lambda: mlflow.sklearn.log_model(
+                custom, name="model", signature=signature, serialization_format="cloudpickle", pip_requirements=[]
+            ),
+        ),
+        (
+            "fraud_edge_pyfunc",
+            lambda: mlflow.pyfunc.log_model(
+                name="model", python_model=_Constant(), signature=signature, pip_requirements=[]
+            ),
+        ),
+    ):  # fmt: skip (a signature and requirements given: MLflow infers neither, which takes seconds)
         with mlflow.start_run() as run:
             info = log()
             mlflow.log_artifact(str(held_out), "evaluation")

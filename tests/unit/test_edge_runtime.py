@@ -216,3 +216,29 @@ def test_the_runtime_imports_none_of_mlflow_pandas_or_scikit_learn() -> None:
     code = f"import sys, tollfree_edge.__main__; print(sorted({{m.split('.')[0] for m in sys.modules}} & {stack}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_a_home_that_refuses_or_does_not_answer_skips_the_step_and_the_device_serves_on(
+    tmp_path: Path, key: Ed25519PrivateKey, device: Agent
+) -> None:
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Refusing(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(401)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    assert device.take(write_bundle(tmp_path / "b1.tar", key, "1")) is None
+    device.step()  # nothing listens at the home it was given
+    assert not device.online and "unreachable" in (device.last_error or "")
+    refusing = HTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=refusing.serve_forever, daemon=True).start()
+    device.home = Home(f"http://127.0.0.1:{refusing.server_address[1]}", "d1", "revoked")
+    device.step()
+    assert device.online and "HTTP 401" in (device.last_error or "")
+    refusing.shutdown()
+    assert _post(device.server.url, {"dataframe_records": [dict(zip(INPUTS, [1, 2, 3]))]}).status_code == 200
