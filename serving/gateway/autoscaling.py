@@ -23,10 +23,11 @@ from serving.autoscaler.controller import Actuator, Controller, EntityKey
 from serving.autoscaler.policy import seeded as policy_seeded
 from serving.autoscaler.record import from_record, to_record
 from serving.endpoints.manager import EndpointManager
+from serving.gateway.gateway_shares import Shares
 from serving.gateway.scaling_signals import Backlog, GatewaySignals, MachineCpu
-from serving.gateway.shared_scaling import LIMIT, SharedScaling, follow_limits
+from serving.gateway.shared_scaling import HEARTBEAT, LIMIT, SharedScaling, follow_limits
 from serving.replicas.replica_set import ReplicaSet
-from serving.state.scaling import ScalerRecord
+from serving.state.scaling import Reading, ScalerRecord
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,8 @@ class LiveAutoscaler:
         self._configs: dict[EntityKey, tuple[ReplicaSet, ScalingConfig]] = {}
         self._last_step = 0.0
         self._last_record: float | None = None
+        self.shares = Shares()  # how many gateways send to each entity's replicas (``gateway_shares``)
+        self._policy_limits: dict[EntityKey, int] = {}  # the policy's per-replica limit, before the share
         self._poke: asyncio.Handle | None = None
         self.after_step: Callable[[], None] | None = None  # the leader's, after each step (the console's timeline)
 
@@ -144,8 +147,9 @@ class LiveAutoscaler:
         for key, (state, samples) in self.controller.snapshot().items():
             replica_set = self.manager.replica_set(*key)
             if replica_set is not None:
-                # with the per-replica limit it enforces, which followers enforce too (``follow_limits``)
-                record = {**to_record(state, samples, shift), LIMIT: replica_set.max_concurrency}
+                # with the policy's per-replica limit, which followers enforce too (``follow_limits``)
+                limit = self._policy_limits.get(key, replica_set.max_concurrency)
+                record = {**to_record(state, samples, shift), LIMIT: limit}
                 records.append(ScalerRecord(key[0], key[1], replica_set.model_uri, wall, record))
         self.shared.record(records)
 
@@ -178,9 +182,34 @@ class LiveAutoscaler:
     def _set_limit(self, endpoint: str, entity: str, limit: int) -> None:
         """The policy's per-replica admission limit, whether the vertical axis moves the target or not: the
         replicas take what the horizontal axis sized them for, never the endpoint's default of 32."""
+        self._policy_limits[(endpoint, entity)] = limit
         replica_set = self.manager.replica_set(endpoint, entity)
         if replica_set is not None and replica_set.scaling is not None:
-            replica_set.set_limits(max_concurrency=limit)
+            replica_set.set_limits(max_concurrency=self.shares.limit((endpoint, entity), limit))
+
+    def _apply_shares(self) -> None:
+        """The policy's limits scaled by the entity's share now: a gateway gone since the last step raises them."""
+        for key, limit in list(self._policy_limits.items()):
+            replica_set = self.manager.replica_set(*key)
+            if replica_set is None or replica_set.scaling is None:
+                del self._policy_limits[key]
+            elif (scaled := self.shares.limit(key, limit)) != replica_set.max_concurrency:
+                replica_set.set_limits(max_concurrency=scaled)
+
+    def _count_gateways(self) -> None:
+        """Who sends to each live entity's replicas now, and (the leader) a heartbeat for the others to count."""
+        if self.shared is None:
+            return
+        keys = [(e, n) for e, live in list(self.manager.live.items()) for n in live.replica_sets]
+        self.shares.observe(self.clock(), keys, self.shared.members())
+        if self.manager.leading:
+            beats = []
+            for endpoint, live in list(self.manager.live.items()):
+                for name, replica_set in live.replica_sets.items():
+                    beats.append(
+                        Reading(self.shared.me, endpoint, name, replica_set.model_uri, self.wall(), {HEARTBEAT: 1})
+                    )
+            self.shared.offer(beats)
 
     def _set_queue(self, endpoint: str, entity: str, limit: int) -> None:
         """With ``shed_load``, the policy's queue bound: what can wait and still be answered within the SLO
@@ -192,15 +221,17 @@ class LiveAutoscaler:
 
     def step(self) -> None:
         self._poke = None
+        self._count_gateways()
         if not self.manager.leading:  # one of several gateways, not the leader: the leader scales
             if self.shared is not None:
                 self.shared.offer(self.signals.readings(self.clock()))
-                follow_limits(self.manager.live, self.shared.recorded)
+                follow_limits(self.manager.live, self.shared.recorded, self.shares)
             return
         self.sync()
         now = self.clock()
         self._last_step = now
         self.controller.step(now)
+        self._apply_shares()
         self._record(now)
         if self.after_step is not None:
             self.after_step()

@@ -12,10 +12,11 @@ loop, never per request.
   sample: levels summed, arrivals and completions at the rate the totals rose since the last reading seen
   (so a reading read twice or missed neither doubles nor drops a second's traffic), p99 the highest, p50
   weighted by completions. Readings older than ``FRESH_S`` are from a gateway gone or stuck, and left out.
-- ``SharedScaling``: a thread that, once a second, writes this gateway's readings (when it follows), reads
-  the others' (when it leads), and saves the leader's records (``serving.autoscaler.record``) every few
-  seconds; the records are read at start and while following, so a new leader continues from them, and a
-  follower sends each replica at most the per-replica limit the leader's record carries (``follow_limits``).
+- ``SharedScaling``: a thread that, once a second, writes this gateway's readings (the leader a heartbeat), reads
+  the others' (the leader merges them; every gateway counts who is there, ``gateway_shares``), and saves the
+  leader's records (``serving.autoscaler.record``) every few seconds; the records are read at start and while
+  following, so a new leader continues from them, and a follower sends each replica at most the per-replica
+  limit the leader's record carries (``follow_limits``), scaled by its share.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from serving.autoscaler.signals import Sample
+from serving.gateway.gateway_shares import MEMBER_FRESH_S, Shares, members
 from serving.state.scaling import EntityKey, LoadBoard, Reading, ScalerRecord, ScalerRecords
 from serving.traffic.load_meter import LoadReading
 
@@ -37,7 +39,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FRESH_S = 3.0  # a reading older than this is from a gateway gone or stuck
-LIMIT = "max_concurrency"  # in a leader's record: the per-replica admission limit it enforces
+LIMIT = "max_concurrency"  # in a leader's record: the policy's per-replica admission limit
+HEARTBEAT = "heartbeat"  # the leader's reading: it is there (``gateway_shares``), its load is its own
 KEEP_RECORDS_S = 3600.0  # a record not saved again for this long is of an entity gone (a resume takes them younger)
 
 
@@ -55,19 +58,22 @@ def reading(load: LoadReading, totals: tuple[int, int], busy: Mapping[str, float
     }
 
 
-def follow_limits(live: Mapping[str, LiveEndpoint], recorded: Mapping[EntityKey, ScalerRecord]) -> None:
+def follow_limits(live: Mapping[str, LiveEndpoint], recorded: Mapping[EntityKey, ScalerRecord], shares: Shares) -> None:
     """A follower lets each replica have what the leader lets it have: the policy's per-replica limit, from the
-    leader's record of the same model, not the endpoint's default of 32. Otherwise a follower's requests fill the
-    replicas' own queues past what the leader sized them for, and the leader's requests wait behind them (its
-    queue then sheds them as though the replicas were slow)."""
+    leader's record of the same model, not the endpoint's default of 32 (scaled by ``shares`` when a gateway that
+    shared the replicas has gone). Otherwise a follower's requests fill the replicas' own queues past what the
+    leader sized them for, and the leader's requests wait behind them (its queue then sheds them as though the
+    replicas were slow)."""
     for endpoint, served in list(live.items()):
         for name, replica_set in served.replica_sets.items():
             found = recorded.get((endpoint, name))
             if not replica_set.followed or found is None or found.model_uri != replica_set.model_uri:
                 continue
             limit = found.state.get(LIMIT)
-            if isinstance(limit, int) and limit >= 1 and limit != replica_set.max_concurrency:
-                replica_set.set_limits(max_concurrency=limit)
+            if isinstance(limit, int) and limit >= 1:
+                scaled = shares.limit((endpoint, name), limit)
+                if scaled != replica_set.max_concurrency:
+                    replica_set.set_limits(max_concurrency=scaled)
 
 
 class RemoteLoad:
@@ -154,6 +160,7 @@ class SharedScaling:
         self.clock = clock
         self.recorded: dict[EntityKey, ScalerRecord] = {}
         self._remote: list[Reading] = []
+        self._members: dict[EntityKey, int] = {}
         self._offered: list[Reading] | None = None
         self._to_save: list[ScalerRecord] | None = None
         self._lock = threading.Lock()
@@ -169,6 +176,11 @@ class SharedScaling:
     def remote(self) -> list[Reading]:
         with self._lock:
             return list(self._remote)
+
+    def members(self) -> dict[EntityKey, int]:
+        """Per entity, the other gateways there now (``gateway_shares.members``)."""
+        with self._lock:
+            return dict(self._members)
 
     def record(self, records: list[ScalerRecord]) -> None:
         with self._lock:
@@ -189,11 +201,12 @@ class SharedScaling:
             to_save, self._to_save = self._to_save, None
         if offered is not None:
             self.board.publish(self.me, offered)
-        if self.leading():
-            found = self.board.others(self.me, self.clock() - FRESH_S)
-            with self._lock:
-                self._remote = found
-        else:
+        now = self.clock()
+        found = self.board.others(self.me, now - FRESH_S)
+        with self._lock:
+            self._members = members(found, now - MEMBER_FRESH_S)
+            self._remote = [r for r in found if HEARTBEAT not in r.values] if self.leading() else []
+        if not self.leading():
             self.load_records()
         if to_save is not None:
             self.records.save(to_save)

@@ -226,3 +226,46 @@ def test_a_follower_sends_each_replica_what_the_leaders_record_allows(tmp_path):
     manager.live["e"].replica_sets["champion"] = other
     follower.step()
     assert other.max_concurrency == 32
+
+
+def test_when_a_gateway_that_shared_the_replicas_goes_the_others_take_its_share_at_once(tmp_path):
+    """Two gateways each let a replica hold the policy's limit L. When one stops writing to the load board (killed,
+    cut off), the other lets each replica hold 2 L from its next step, so the replicas keep the concurrency they
+    served the whole load at; when it is back, each holds L again. The same on a follower whose leader went."""
+    from serving.gateway.gateway_shares import MEMBER_FRESH_S
+
+    wall, mono = Clock(2_000.0), Clock(10.0)
+    config = ScalingConfig(vertical=False)
+    _, leader_set, leader, leader_shared = _gateway(tmp_path, "a", leading=True, wall=wall, mono=mono, scaling=config)
+    _, follower_set, follower, follower_shared = _gateway(tmp_path, "b", leading=False, wall=wall, mono=mono)
+    follower_set.followed = True
+
+    def second(*gateways) -> None:
+        for autoscaler, shared in gateways:
+            autoscaler.step()
+            shared.tick()
+        wall.t += 1.0
+        mono.t += 1.0
+
+    both = ((leader, leader_shared), (follower, follower_shared))
+    second(*both)
+    leader._record(mono.t)
+    second(*both)
+    second(*both)
+    limit = leader._policy_limits[KEY]
+    assert leader_set.max_concurrency == limit and follower_set.max_concurrency == limit
+
+    wall.t += MEMBER_FRESH_S  # the follower is gone: its last reading grows old
+    mono.t += MEMBER_FRESH_S
+    second((leader, leader_shared))  # its tick finds the follower's reading old; the next step acts on it
+    second((leader, leader_shared))
+    assert leader_set.max_concurrency == 2 * limit
+    for _ in range(3):  # back: it writes, the leader's next tick reads it, the step after acts on it
+        second(*both)
+    assert leader_set.max_concurrency == limit
+
+    wall.t += MEMBER_FRESH_S  # now the leader is gone: the follower takes its share too
+    mono.t += MEMBER_FRESH_S
+    second((follower, follower_shared))
+    second((follower, follower_shared))
+    assert follower_set.max_concurrency == 2 * limit
