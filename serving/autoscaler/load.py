@@ -84,6 +84,7 @@ def _kendall_critical(n: int, p: float) -> int:
 
 
 MIN_MEASURED = 10  # requests served in an interval before its busiest second is taken for the replicas' rate
+MIN_SECONDS = 3  # seconds of samples the rate is read over, older ones included when the interval has fewer
 
 
 MEASURED_BUSY = 0.05  # a busy share below this is too small to scale a second's completions by
@@ -109,8 +110,12 @@ def queue_bound(config: ScalingConfig, signals: Signals, now: float, goal: float
     would otherwise be refused as though the replicas were slow). ``max_queue`` while fewer than
     ``MIN_MEASURED`` requests were served in the last interval: a rate measured on a request or two (scale from
     zero, the first second of load after an idle spell) says what was asked, not what the replicas serve, and
-    would refuse the load that follows."""
+    would refuse the load that follows. An interval with fewer than ``MIN_SECONDS`` samples (a leader that took
+    over continues from its predecessor's recorded seconds, which end before the takeover) is read with the
+    seconds before it, so the new leader's first partial seconds are not taken for what the replicas serve."""
     recent = signals.since(now - config.decision_interval_s)
+    if len(recent) < MIN_SECONDS:  # a history that only begins (a new leader's first seconds): the seconds before
+        recent = signals.samples[-MIN_SECONDS:]
     if not recent:
         return config.max_queue
     n = len(recent)

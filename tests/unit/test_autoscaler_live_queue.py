@@ -124,3 +124,21 @@ def test_a_second_in_which_load_only_began_is_scaled_by_the_replicas_busy_share(
     assert overload == queue_bound(
         ScalingConfig(), Signals((*idle, replace(saturated, utilisation=None))), 5.0, LATENCY_GOAL
     )
+
+
+def test_a_new_leaders_first_second_is_read_with_the_recorded_seconds_before_it():
+    """A leader that took over has its predecessor's recorded seconds (300 answers a second, both gateways' load),
+    which end before the takeover, then its own first partial second (40 answers): the bound is read over the
+    recorded seconds too, not over that one second alone."""
+    from serving.autoscaler.load import queue_bound
+    from serving.autoscaler.signals import Sample, Signals
+    from serving.autoscaler.vertical import LATENCY_GOAL
+
+    recorded = [
+        Sample(t=float(t), in_flight=2.0, ready_replicas=2, replicas=2, requests=300, completed=300, utilisation=0.6)
+        for t in range(1, 6)
+    ]
+    first = Sample(t=12.0, in_flight=2.0, ready_replicas=2, replicas=2, requests=40, completed=40, utilisation=None)
+    alone = queue_bound(ScalingConfig(), Signals((first,)), now=12.0, goal=LATENCY_GOAL)
+    after_takeover = queue_bound(ScalingConfig(), Signals((*recorded, first)), now=12.0, goal=LATENCY_GOAL)
+    assert alone < 20 and after_takeover >= 100
