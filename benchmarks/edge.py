@@ -127,7 +127,8 @@ def _models(home: Path, wanted: list[str]) -> dict[str, dict[str, Any]]:
         out["demo"] = {"name": "fraud", "version": str(version.version), "held_out": held}
     if "light" in wanted:
         estimator, frame, _ = peers_models.fit("light", np.random.default_rng(peers_models.SEED))
-        with mlflow.start_run():
+        experiment = mlflow.create_experiment("bench-edge", artifact_location=(home / "artifacts").resolve().as_uri())
+        with mlflow.start_run(experiment_id=experiment):
             info = mlflow.sklearn.log_model(
                 estimator, name="model", input_example=frame.head(3), registered_model_name="edge-light",
                 pyfunc_predict_fn="predict_proba", serialization_format="cloudpickle",

@@ -100,6 +100,8 @@ def test_a_version_the_converter_or_its_check_cannot_take_is_refused_naming_the_
     champion = client.get_model_version_by_alias(MODEL_NAME, "champion")
     inputs = mlflow.models.get_model_info(f"models:/{MODEL_NAME}/{champion.version}").signature.inputs.input_names()
     rows = pd.DataFrame(np.random.default_rng(0).uniform(size=(50, len(inputs))), columns=inputs)
+    # an experiment of the test's own: the default one's artifacts would land in ./mlruns of the working directory
+    experiment = client.create_experiment(f"edge-refusals-{tmp_path.name}", artifact_location=tmp_path.as_uri())
     held_out = tmp_path / "eval.parquet"
     rows.to_parquet(held_out)
     custom = make_pipeline(FunctionTransformer(np.log1p), LogisticRegression()).fit(rows, rows.iloc[:, 0] > 0.5)
@@ -118,7 +120,7 @@ def test_a_version_the_converter_or_its_check_cannot_take_is_refused_naming_the_
             ),
         ),
     ):  # fmt: skip (a signature and requirements given: MLflow infers neither, which takes seconds)
-        with mlflow.start_run() as run:
+        with mlflow.start_run(experiment_id=experiment) as run:
             info = log()
             mlflow.log_artifact(str(held_out), "evaluation")
         if not client.search_registered_models(f"name='{name}'"):
