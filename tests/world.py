@@ -99,6 +99,18 @@ def _start_build(template: Path, environ: dict[str, str]) -> subprocess.Popen[by
         )
 
 
+def champion_copy(client: Any, model: str, tags: dict[str, str], source_tags: bool = False) -> str:
+    """A new version of ``model`` in ``client``'s registry from the world champion's files and run, with ``tags``
+    (and the champion's own first, with ``source_tags``), made ``model``'s champion there; its version number."""
+    champion = client.get_model_version_by_alias(MODEL_NAME, "champion")
+    if not client.search_registered_models(f"name='{model}'"):
+        client.create_registered_model(model)
+    all_tags = {**(dict(champion.tags) if source_tags else {}), **tags}
+    made = client.create_model_version(model, champion.source, run_id=champion.run_id, tags=all_tags)
+    client.set_registered_model_alias(model, "champion", str(made.version))
+    return str(made.version)
+
+
 def copy_home(source: Path, home: Path, skip: frozenset[str] = frozenset()) -> None:
     """Every file under ``source`` copied into ``home`` (a path of the same length), with ``source``'s path written
     as ``home``'s inside them (MLflow's and Feast's stores name their own folders); top-level ``skip`` names left."""

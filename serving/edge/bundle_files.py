@@ -8,25 +8,18 @@ are answered from the cache.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import tempfile
 import threading
 from pathlib import Path
+
+from tollfree_edge.bundle import sha256
 
 BUNDLE_TAG, SHA_TAG, MEASURED_TAG = "edge.bundle", "edge.sha256", "edge.tolerance_measured"
 
 
 class NoBundle(LookupError):
     """The version has no edge bundle (or its file is not what its tag says)."""
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class BundleFiles:
@@ -67,7 +60,7 @@ class BundleFiles:
             self.cache.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=self.cache) as tmp:
                 got = Path(MlflowClient(self.tracking_uri, self.tracking_uri).download_artifacts(run_id, artifact, tmp))
-                if _sha256(got) != digest:
+                if sha256(got) != digest:
                     raise NoBundle(f"{model} v{version}: the bundle's file differs from its {SHA_TAG} tag")
                 shutil.move(got, cached)
         return cached

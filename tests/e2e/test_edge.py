@@ -39,7 +39,7 @@ from serving.replicas.local import free_port
 from tests.gateways import own_state
 from tests.netns import Host, NamespacesUnavailable, namespace_host
 from tests.waiting import until
-from tests.world import MODEL_NAME, World
+from tests.world import World, champion_copy
 from tollfree_edge import bundle
 
 pytestmark = pytest.mark.slow
@@ -55,19 +55,10 @@ def _admin() -> dict[str, str]:
     return {"Authorization": f"Bearer {os.environ['TOLLFREE_TOKEN']}"}
 
 
-def _new_version(client: MlflowClient) -> str:
-    champion = client.get_model_version_by_alias(MODEL_NAME, "champion")
-    if not client.search_registered_models(f"name='{MODEL}'"):
-        client.create_registered_model(MODEL)
-    made = client.create_model_version(MODEL, champion.source, run_id=champion.run_id, tags=GATES)
-    client.set_registered_model_alias(MODEL, "champion", str(made.version))
-    return str(made.version)
-
-
 def _bad_copy(client: MlflowClient, good: str, key_path: Path, tmp: Path) -> str:
     """A new version whose bundle is ``good``'s with its smoke answers changed, signed by the publisher: it passes
     every check but the device's smoke test (a model that answers differently on the device than it was verified)."""
-    version = _new_version(client)
+    version = champion_copy(client, MODEL, GATES)
     source = Path(
         client.download_artifacts(client.get_model_version(MODEL, good).run_id, f"edge/{MODEL}-{good}.tar", str(tmp))
     )
@@ -194,9 +185,9 @@ def test_a_staged_rollout_reaches_online_devices_stops_on_a_bad_bundle_and_telem
 ) -> None:
     client = MlflowClient(world.settings.tracking_uri)
     key = tmp_path / "keys" / "signing-key.pem"
-    first, second = _new_version(client), None
+    first = champion_copy(client, MODEL, GATES)
     edge_bundle(MODEL, "champion", key_path=str(key))
-    second = _new_version(client)
+    second = champion_copy(client, MODEL, GATES)
     edge_bundle(MODEL, "champion", key_path=str(key))
     bad = _bad_copy(client, second, key, tmp_path / "bad")
 

@@ -48,7 +48,7 @@ from tests.gateways import own_state, replicas_of, rows_body
 from tests.netns import Host, NamespacesUnavailable, namespace_host
 from tests.services import haproxy_server
 from tests.waiting import until
-from tests.world import MODEL_NAME, World, copy_home
+from tests.world import World, champion_copy, copy_home
 
 pytestmark = pytest.mark.slow
 
@@ -58,6 +58,8 @@ GATES = {"gate.quality": "pass", "gate.data": "pass", "feature_service": "fraud_
 RUNTIME = frozenset(
     {"prefect", "prefect-server", "inference_log", "reports", "batch", "gateways", "prometheus", "logs"}
 )
+# shed_load false, as in the gateways' failover test: what is measured is the failover, and a replica slowed by the
+# other tests of a CI run must not have its queue bound refuse the 17 clients
 ENDPOINTS = f"""\
 endpoints:
   - name: {NAME}
@@ -67,6 +69,8 @@ endpoints:
           entity_alias: champion
           min_replicas: 1
           max_replicas: 1
+          autoscaling:
+            shed_load: false
 """
 
 
@@ -132,13 +136,7 @@ def regions(world: World) -> Iterator[tuple[Region, Region]]:
 
 def _register(registry: str, version_tags: dict[str, str]) -> str:
     """A new version of ``MODEL`` in ``registry`` from the world champion's files, made champion there."""
-    client = MlflowClient(registry, registry)
-    champion = client.get_model_version_by_alias(MODEL_NAME, "champion")
-    if not client.search_registered_models(f"name='{MODEL}'"):
-        client.create_registered_model(MODEL)
-    made = client.create_model_version(MODEL, champion.source, run_id=champion.run_id, tags=version_tags)
-    client.set_registered_model_alias(MODEL, "champion", str(made.version))
-    return str(made.version)
+    return champion_copy(MlflowClient(registry, registry), MODEL, version_tags)
 
 
 class ProxyLoad:

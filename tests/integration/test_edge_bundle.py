@@ -19,29 +19,18 @@ from serving.edge import bundling
 from serving.edge.bundle_files import BUNDLE_TAG, SHA_TAG, BundleFiles
 from serving.edge.signing import public_key_path
 from serving.registry.replication import ReplicationRefused
-from tests.world import MODEL_NAME, World
+from tests.world import MODEL_NAME, World, champion_copy
 from tollfree_edge.bundle import load_public_key, unpack, verify
 from tollfree_edge.model import EdgeModel
 
 GATES = {"gate.quality": "pass", "gate.data": "pass"}
 
 
-def _version_of_champion(client: MlflowClient, model: str, tags: dict[str, str]) -> str:
-    champion = client.get_model_version_by_alias(MODEL_NAME, "champion")
-    if not client.search_registered_models(f"name='{model}'"):
-        client.create_registered_model(model)
-    made = client.create_model_version(
-        model, champion.source, run_id=champion.run_id, tags={**dict(champion.tags), **tags}
-    )
-    client.set_registered_model_alias(model, "champion", str(made.version))
-    return str(made.version)
-
-
 def test_the_champion_is_bundled_verified_signed_and_logged_and_its_onnx_answers_match(
     world: World, tmp_path: Path
 ) -> None:
     client = MlflowClient(world.settings.tracking_uri)
-    version = _version_of_champion(client, "fraud_edge", GATES)
+    version = champion_copy(client, "fraud_edge", GATES, source_tags=True)
     key = tmp_path / "keys" / "signing-key.pem"
     done = edge_bundle("fraud_edge", "champion", key_path=str(key))
     assert done["version"] == version and done["measured"] <= bundling.DEFAULT_TOLERANCE
@@ -84,12 +73,12 @@ def test_a_version_the_converter_or_its_check_cannot_take_is_refused_naming_the_
 
     client = MlflowClient(world.settings.tracking_uri)
     key = str(tmp_path / "signing-key.pem")
-    version = _version_of_champion(client, "fraud_edge_strict", GATES)
+    version = champion_copy(client, "fraud_edge_strict", GATES, source_tags=True)
     with pytest.raises(bundling.ConversionRefused, match=r"^verify: held-out row \d+ differs by .* over the tolerance"):
         edge_bundle("fraud_edge_strict", "champion", tolerance=1e-12, key_path=key)
     assert BUNDLE_TAG not in client.get_model_version("fraud_edge_strict", version).tags
 
-    _version_of_champion(client, "fraud_edge_ungated", {"gate.quality": "fail"})
+    champion_copy(client, "fraud_edge_ungated", {"gate.quality": "fail"}, source_tags=True)
     assert edge_bundle_main(["--model", "fraud_edge_ungated", "--key", key]) == 1
     assert "gates did not pass: quality" in capsys.readouterr().err
     with pytest.raises(ReplicationRefused):
