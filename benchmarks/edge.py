@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -39,7 +38,7 @@ import numpy as np
 from benchmarks.common import Provenance, build_fraud_world, log
 from benchmarks.peer_envs import VENVS_ROOT, _uv
 from benchmarks.serving_load import WARMUP_S, tree_cpu, wrk
-from benchmarks.serving_servers import Server, throwaway_home, wait_http_ok
+from benchmarks.serving_servers import Server, start_session, throwaway_home
 
 EDGE_SOURCE = Path(__file__).resolve().parent.parent / "edge"
 TOKEN = "bench-edge-token"
@@ -86,28 +85,6 @@ def _memory(root: int) -> dict[str, float]:
                 elif line.startswith("Rss:"):
                     rss += int(line.split()[1])
     return {"pss_mib": round(pss / 1024, 1), "rss_mib": round(rss / 1024, 1), "processes": len(tree_cpu(root))}
-
-
-def _start(kind: str, cmd: list[str], env: dict[str, str], url: str, headers: dict[str, str], log_path: Path) -> Server:
-    with open(log_path, "ab") as out:
-        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-
-    def stop() -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=5)
-
-    try:
-        wait_http_ok(f"{url}/ping", process, log_path)
-    except BaseException:
-        stop()
-        raise
-    return Server(kind, url, "/invocations", headers, process.pid, stop)
 
 
 def _models(home: Path, wanted: list[str]) -> dict[str, dict[str, Any]]:
@@ -193,7 +170,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     **os.environ,
                     "PATH": f"{venvs[kind] / 'bin'}:{os.environ['PATH']}",
                 }  # mlflow runs uvicorn by name
-                server = _start(kind, cmd, env, url, headers, home / "logs" / f"{kind}-{key_name}.log")
+                server = start_session(kind, cmd, env, url, headers, home / "logs" / f"{kind}-{key_name}.log")
                 try:
                     rows.append(_measure(server, kind, key_name, body, expected, args.seconds, home))
                 finally:

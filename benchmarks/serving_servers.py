@@ -89,6 +89,14 @@ def start_mlflow(model: dict[str, Any], workers: int, env: dict[str, str], logs:
     ]
     if workers != 1:
         cmd += ["-w", str(workers)]
+    return start_session(f"mlflow-{workers}w", cmd, env, f"http://127.0.0.1:{port}", {}, log_path)
+
+
+def start_session(
+    kind: str, cmd: list[str], env: dict[str, str], url: str, headers: dict[str, str], log_path: Path
+) -> Server:
+    """``cmd`` in a session of its own (a CLI and the workers it starts), ready once ``url/ping`` answers 200;
+    stopping it ends the whole session."""
     with open(log_path, "ab") as out:
         process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
@@ -105,13 +113,12 @@ def start_mlflow(model: dict[str, Any], workers: int, env: dict[str, str], logs:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)  # stragglers left in the group
 
-    url = f"http://127.0.0.1:{port}"
     try:
         wait_http_ok(f"{url}/ping", process, log_path)
     except BaseException:
         stop()
         raise
-    return Server(f"mlflow-{workers}w", url, "/invocations", {}, process.pid, stop)
+    return Server(kind, url, "/invocations", headers, process.pid, stop)
 
 
 def create_bench_endpoint(url: str, token: str, model: dict[str, Any], entity: dict[str, Any]) -> None:

@@ -61,23 +61,26 @@ def main(argv: list[str] | None = None) -> int:
     agent = Agent(home, Slots(args.folder, key), server, telemetry, poll_s=args.poll_s)
     agent.start()
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    if args.bundle:
-        failed = agent.take(args.bundle)
-        if failed:
-            print(f"tollfree-edge: {args.bundle}: {failed}", file=sys.stderr)
-            if agent.version is None:
-                return 2
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    print(f"tollfree-edge: serving {agent.version or 'nothing yet'} on {server.url}", flush=True)
-    if args.home:
-        agent.run(stop)
-    else:
-        stop.wait()
-    server.shutdown()
-    telemetry.close()
-    return 0
+    try:
+        if args.bundle:
+            failed = agent.take(args.bundle)
+            if failed:
+                print(f"tollfree-edge: {args.bundle}: {failed}", file=sys.stderr)
+                if agent.version is None:
+                    return 2
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        print(f"tollfree-edge: serving {agent.version or 'nothing yet'} on {server.url}", flush=True)
+        if args.home:
+            agent.run(stop)
+        else:
+            stop.wait()
+        return 0
+    finally:
+        server.shutdown()
+        server.server_close()
+        telemetry.close()
 
 
 if __name__ == "__main__":

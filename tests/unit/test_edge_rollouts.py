@@ -126,3 +126,11 @@ def test_telemetry_taken_once_per_record_and_a_new_stream_starts_over(fleet: Fle
     assert fleet.take_telemetry("d0", 7, [1, 2, 3]) == {1, 2, 3}
     assert fleet.take_telemetry("d0", 7, [2, 3, 4]) == {4}  # a retried batch: only the record not taken
     assert fleet.take_telemetry("d0", 8, [1, 2]) == {1, 2}  # the device's buffer was made anew
+
+
+def test_the_bundle_command_refuses_a_tolerance_that_is_not_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    from flows.edge_bundle import main
+
+    with pytest.raises(SystemExit):
+        main(["--tolerance", "0"])
+    assert "--tolerance must be positive" in capsys.readouterr().err

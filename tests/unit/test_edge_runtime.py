@@ -242,3 +242,29 @@ def test_a_home_that_refuses_or_does_not_answer_skips_the_step_and_the_device_se
     assert device.online and "HTTP 401" in (device.last_error or "")
     refusing.shutdown()
     assert _post(device.server.url, {"dataframe_records": [dict(zip(INPUTS, [1, 2, 3]))]}).status_code == 200
+
+
+def test_the_runtime_command_line_names_what_is_wrong(tmp_path: Path, key: Ed25519PrivateKey, capsys) -> None:
+    from tests.edge_bundles import public_pem
+    from tollfree_edge.__main__ import main
+
+    public = public_pem(key, tmp_path / "public.pem")
+    (tmp_path / "empty.token").write_text("")
+    (tmp_path / "not-a-key.pem").write_text("not a key")
+    base = ["--folder", str(tmp_path / "device"), "--port", "0"]
+    cases = [
+        ([*base, "--public-key", str(public), "--token-file", str(tmp_path / "empty.token")], "empty.token is empty"),
+        ([*base, "--public-key", str(public), "--token-file", str(tmp_path / "absent")], "cannot read"),
+        ([*base, "--public-key", str(tmp_path / "not-a-key.pem"), "--token-file", str(public)], "not a readable PEM"),
+        ([*base, "--public-key", str(public), "--token-file", str(public), "--home", "http://h"], "--home needs"),
+    ]
+    for argv, message in cases:
+        with pytest.raises(SystemExit) as stopped:
+            main(argv)
+        assert message in str(stopped.value.code) + capsys.readouterr().err, argv
+    (tmp_path / "ok.token").write_text("t")
+    bad = tmp_path / "bad.tar"
+    bad.write_bytes(b"not a tar")
+    argv = [*base, "--public-key", str(public), "--token-file", str(tmp_path / "ok.token"), "--bundle", str(bad)]
+    assert main(argv) == 2  # nothing to serve: the bundle was refused
+    assert "not a readable tar file" in capsys.readouterr().err
