@@ -178,10 +178,15 @@ class Fleet:
         rows = db.execute(select(edge_devices.c.device).where(edge_devices.c.group_name == group))
         return [r.device for r in rows]
 
-    def _open(self, db: Connection, rollout: Rollout, stage: int) -> None:
+    def _open(self, db: Connection, rollout: Rollout, stage: int, now: float) -> None:
         taken = self._members(db, rollout.id)
         share = rollout.policy.stages[stage]
-        for device in stage_members(rollout.id, share, self._group(db, rollout.group), taken):
+        rows = db.execute(
+            select(edge_devices.c.device, edge_devices.c.last_seen).where(edge_devices.c.group_name == rollout.group)
+        ).all()
+        since = now - rollout.policy.offline_after_s
+        online = {r.device for r in rows if r.last_seen is not None and r.last_seen > since}
+        for device in stage_members(rollout.id, share, [r.device for r in rows], taken, online):
             db.execute(insert(edge_rollout_devices).values(rollout_id=rollout.id, device=device, stage=stage))
 
     def start(self, group: str, model: str, version: str, policy: RolloutPolicy, now: float) -> Rollout:
@@ -207,7 +212,7 @@ class Fleet:
             }  # fmt: skip
             db.execute(insert(edge_rollouts).values(**values))
             rollout = Rollout.of(db.execute(select(edge_rollouts).where(edge_rollouts.c.id == rollout_id)).one())
-            self._open(db, rollout, 0)
+            self._open(db, rollout, 0, now)
         return rollout
 
     def _views(self, db: Connection, devices: list[str]) -> dict[str, DeviceView]:
@@ -255,6 +260,7 @@ class Fleet:
                     db,
                     Rollout.of(db.execute(select(edge_rollouts).where(edge_rollouts.c.id == rollout.id)).one()),
                     rollout.stage + 1,
+                    now,
                 )
             return Rollout.of(db.execute(select(edge_rollouts).where(edge_rollouts.c.id == rollout.id)).one())
 

@@ -1,7 +1,8 @@
 """A staged rollout of one bundle to a device group: pure decisions, the clock passed in.
 
 A rollout moves through ``stages``, each a share of the group's devices (``(0.1, 0.5, 1.0)``: a tenth, then
-half, then all). A stage's devices are chosen when it opens, on top of the earlier stages' (``stage_members``);
+half, then all). A stage's devices are chosen when it opens, on top of the earlier stages', online ones first
+(``stage_members``);
 devices that join the group later are taken in by the next stage to open, or at once once the rollout is
 complete. A device's outcome is read from its reports: ``succeeded`` once it serves the version, ``failed``
 once it reports the version rejected (refused, failed its smoke test, rolled back), else ``pending``.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 RUNNING, COMPLETED, ABORTED, SUPERSEDED = "running", "completed", "aborted", "superseded"
@@ -76,12 +77,15 @@ def _order(rollout_id: str, device: str) -> str:
     return hashlib.sha256(f"{rollout_id}/{device}".encode()).hexdigest()
 
 
-def stage_members(rollout_id: str, share: float, group: Sequence[str], already: Sequence[str]) -> list[str]:
+def stage_members(
+    rollout_id: str, share: float, group: Sequence[str], already: Sequence[str], online: Collection[str] = ()
+) -> list[str]:
     """The devices a stage of ``share`` adds to ``already``: ``ceil(share x group size)`` in all, the others
-    taken in an order fixed by the rollout (a hash of its id and the device's), so two gateways agree."""
+    taken online devices first (a stage of offline devices only would show nothing), each kind in an order fixed
+    by the rollout (a hash of its id and the device's), so two gateways agree."""
     want = math.ceil(share * len(group))
     chosen = set(already)
-    rest = sorted((d for d in group if d not in chosen), key=lambda d: _order(rollout_id, d))
+    rest = sorted((d for d in group if d not in chosen), key=lambda d: (d not in online, _order(rollout_id, d)))
     return rest[: max(0, want - len(chosen))]
 
 

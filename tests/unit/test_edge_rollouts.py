@@ -134,3 +134,18 @@ def test_the_bundle_command_refuses_a_tolerance_that_is_not_positive(capsys: pyt
     with pytest.raises(SystemExit):
         main(["--tolerance", "0"])
     assert "--tolerance must be positive" in capsys.readouterr().err
+
+
+def test_a_stage_takes_online_devices_first_so_it_never_waits_on_offline_ones_alone(fleet: Fleet) -> None:
+    """Four devices, three seen lately and one silent: whatever the rollout's hash order, its one-device first
+    stage is an online device, and the rollout moves once that device serves the version."""
+    for i in range(4):
+        fleet.register(f"d{i}", "shops", now=0.0)
+    for i in range(3):
+        _report(fleet, f"d{i}", "1", now=100.0)
+    for attempt in range(8):  # eight rollouts: eight hash orders
+        started = fleet.start("shops", "fraud", str(10 + attempt), RolloutPolicy(stages=(0.25, 1.0)), now=101.0)
+        (canary,) = fleet.rollout(started.id)[1]
+        assert canary != "d3"
+    _report(fleet, canary, str(17), now=102.0)
+    assert fleet.rollout(started.id)[0].stage == 1
